@@ -1,0 +1,57 @@
+//! Every error reply of the module, each starting with its Redis error code.
+//! Argument names match the README's command reference.
+
+use redis_module::RedisError;
+
+use crate::core::CoreError;
+use crate::keys::KeyKind;
+use crate::store::redis::WrongType;
+
+pub const MAX_WEIGHT: i64 = 1_000_000_000;
+/// Ten years: longer leases are a mistake, not a plan.
+pub const MAX_LEASE_MS: i64 = 315_360_000_000;
+
+fn err(message: String) -> RedisError {
+    RedisError::String(message)
+}
+
+pub fn syntax() -> RedisError {
+    err("ERR syntax error".into())
+}
+
+pub fn empty(argument: &str) -> RedisError {
+    err(format!("ERR {argument} must not be empty"))
+}
+
+pub fn weight() -> RedisError {
+    err(format!("ERR weight must be an integer between 1 and {MAX_WEIGHT}"))
+}
+
+pub fn lease_ms() -> RedisError {
+    err(format!("ERR lease-ms must be an integer between 1 and {MAX_LEASE_MS}"))
+}
+
+pub fn positive(option: &str) -> RedisError {
+    err(format!("ERR {option} must be a positive integer"))
+}
+
+pub fn wrong_type(wrong: &WrongType) -> RedisError {
+    let expected = match wrong.expected {
+        KeyKind::String => "a string",
+        KeyKind::Hash => "a hash",
+        KeyKind::Zset => "a sorted set",
+    };
+    err(format!(
+        "WRONGTYPE Operation against a key holding the wrong kind of value: {} must be {expected}",
+        String::from_utf8_lossy(&wrong.key)
+    ))
+}
+
+pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
+    match error {
+        CoreError::CurrentVirtualTimeNotInteger => err(format!(
+            "ERR vtrr:{}:current_virtual_time is not an integer",
+            String::from_utf8_lossy(queue)
+        )),
+    }
+}

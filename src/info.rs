@@ -1,0 +1,43 @@
+//! Counters since start-up, shown by `INFO vtrr`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::{InfoContext, RedisResult};
+
+pub static ENQUEUED: AtomicU64 = AtomicU64::new(0);
+pub static LEASED: AtomicU64 = AtomicU64::new(0);
+pub static ACKED: AtomicU64 = AtomicU64::new(0);
+pub static RENEWED: AtomicU64 = AtomicU64::new(0);
+pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
+pub static TIMER_RUNS: AtomicU64 = AtomicU64::new(0);
+pub static TIMER_RECLAIMED: AtomicU64 = AtomicU64::new(0);
+pub static TIMER_LAST_RUN_US: AtomicU64 = AtomicU64::new(0);
+pub static TIMER_LONGEST_RUN_US: AtomicU64 = AtomicU64::new(0);
+pub static TRACKED_QUEUES: AtomicU64 = AtomicU64::new(0);
+
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> i64 {
+    counter.load(Ordering::Relaxed) as i64
+}
+
+/// Writes the `vtrr` section.
+pub fn section(ctx: &InfoContext) -> RedisResult<()> {
+    ctx.builder()
+        .add_section("")
+        .field("items_enqueued", get(&ENQUEUED))?
+        .field("items_leased", get(&LEASED))?
+        .field("items_acked", get(&ACKED))?
+        .field("items_renewed", get(&RENEWED))?
+        .field("items_reclaimed", get(&RECLAIMED))?
+        .field("timer_runs", get(&TIMER_RUNS))?
+        .field("timer_items_reclaimed", get(&TIMER_RECLAIMED))?
+        .field("timer_tracked_queues", get(&TRACKED_QUEUES))?
+        .field("timer_last_run_us", get(&TIMER_LAST_RUN_US))?
+        .field("timer_longest_run_us", get(&TIMER_LONGEST_RUN_US))?
+        .build_section()?
+        .build_info()?;
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The key-naming scheme of a queue, shared with vtrr-queue: every key of
+//! queue `<name>` is `vtrr:<name>:<suffix>`.
+
+use crate::store::{HashKey, ZsetKey};
+
+pub const PREFIX: &[u8] = b"vtrr:";
+
+/// What a key must hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    String,
+    Hash,
+    Zset,
+}
+
+/// The nine keys of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueKey {
+    Queue,
+    CurrentVirtualTime,
+    PartitionVirtualTime,
+    Task,
+    Meta,
+    Inflight,
+    InflightTask,
+    Lease,
+    Timeouts,
+}
+
+impl QueueKey {
+    pub const ALL: [QueueKey; 9] = [
+        QueueKey::Queue,
+        QueueKey::CurrentVirtualTime,
+        QueueKey::PartitionVirtualTime,
+        QueueKey::Task,
+        QueueKey::Meta,
+        QueueKey::Inflight,
+        QueueKey::InflightTask,
+        QueueKey::Lease,
+        QueueKey::Timeouts,
+    ];
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            QueueKey::Queue => "queue",
+            QueueKey::CurrentVirtualTime => "current_virtual_time",
+            QueueKey::PartitionVirtualTime => "partition_virtual_time",
+            QueueKey::Task => "task",
+            QueueKey::Meta => "meta",
+            QueueKey::Inflight => "inflight",
+            QueueKey::InflightTask => "inflight_task",
+            QueueKey::Lease => "lease",
+            QueueKey::Timeouts => "timeouts",
+        }
+    }
+
+    pub const fn kind(self) -> KeyKind {
+        match self {
+            QueueKey::Queue | QueueKey::Inflight => KeyKind::Zset,
+            QueueKey::CurrentVirtualTime => KeyKind::String,
+            _ => KeyKind::Hash,
+        }
+    }
+}
+
+impl From<ZsetKey> for QueueKey {
+    fn from(key: ZsetKey) -> Self {
+        match key {
+            ZsetKey::Queue => QueueKey::Queue,
+            ZsetKey::Inflight => QueueKey::Inflight,
+        }
+    }
+}
+
+impl From<HashKey> for QueueKey {
+    fn from(key: HashKey) -> Self {
+        match key {
+            HashKey::PartitionVirtualTime => QueueKey::PartitionVirtualTime,
+            HashKey::Task => QueueKey::Task,
+            HashKey::Meta => QueueKey::Meta,
+            HashKey::InflightTask => QueueKey::InflightTask,
+            HashKey::Lease => QueueKey::Lease,
+            HashKey::Timeouts => QueueKey::Timeouts,
+        }
+    }
+}
+
+/// `vtrr:<queue>:<suffix>`.
+pub fn key_name(queue: &[u8], key: QueueKey) -> Vec<u8> {
+    let suffix = key.suffix().as_bytes();
+    let mut name = Vec::with_capacity(PREFIX.len() + queue.len() + 1 + suffix.len());
+    name.extend_from_slice(PREFIX);
+    name.extend_from_slice(queue);
+    name.push(b':');
+    name.extend_from_slice(suffix);
+    name
+}
+
+/// The queue name of a `vtrr:<name>:inflight` key, if it is one.
+pub fn queue_of_inflight_key(key: &[u8]) -> Option<&[u8]> {
+    let rest = key.strip_prefix(PREFIX)?;
+    let name = rest.strip_suffix(b":inflight")?;
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_vtrr_queue_layout() {
+        assert_eq!(key_name(b"files", QueueKey::Queue), b"vtrr:files:queue");
+        assert_eq!(key_name(b"{f}", QueueKey::InflightTask), b"vtrr:{f}:inflight_task");
+        for (i, key) in QueueKey::ALL.iter().enumerate() {
+            assert_eq!(key.index(), i);
+        }
+    }
+
+    #[test]
+    fn inflight_keys_name_their_queue() {
+        assert_eq!(queue_of_inflight_key(b"vtrr:a:b:inflight"), Some(&b"a:b"[..]));
+        assert_eq!(queue_of_inflight_key(b"vtrr:a:inflight_task"), None);
+        assert_eq!(queue_of_inflight_key(b"vtrr::inflight"), None);
+        assert_eq!(queue_of_inflight_key(b"other:a:inflight"), None);
+    }
+}

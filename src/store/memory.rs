@@ -1,0 +1,154 @@
+//! In-memory twin of the Redis store, for unit and property tests of the core.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{HashKey, Store, ZsetKey};
+
+/// A score with the total order Redis uses for finite doubles.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Score(f64);
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+#[derive(Default, Debug, Clone)]
+struct Zset {
+    by_member: HashMap<Vec<u8>, f64>,
+    ordered: BTreeSet<(Score, Vec<u8>)>,
+}
+
+/// One queue's keys as plain collections.
+#[derive(Default, Debug, Clone)]
+pub struct MemoryStore {
+    zsets: BTreeMap<ZsetKey, Zset>,
+    hashes: BTreeMap<HashKey, BTreeMap<Vec<u8>, Vec<u8>>>,
+    current_virtual_time: Option<Vec<u8>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the raw string, as another client could.
+    pub fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
+        self.current_virtual_time = Some(value.to_vec());
+    }
+
+    /// All members of a sorted set in order, for assertions.
+    pub fn zset_entries(&self, key: ZsetKey) -> Vec<(Vec<u8>, f64)> {
+        self.zsets
+            .get(&key)
+            .map(|z| z.ordered.iter().map(|(s, m)| (m.clone(), s.0)).collect())
+            .unwrap_or_default()
+    }
+
+    /// All fields of a hash, for assertions.
+    pub fn hash_entries(&self, key: HashKey) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.hashes.get(&key).cloned().unwrap_or_default()
+    }
+}
+
+impl Store for MemoryStore {
+    fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
+        self.zsets.get(&key)?.by_member.get(member).copied()
+    }
+
+    fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
+        let zset = self.zsets.entry(key).or_default();
+        if let Some(old) = zset.by_member.insert(member.to_vec(), score) {
+            zset.ordered.remove(&(Score(old), member.to_vec()));
+        }
+        zset.ordered.insert((Score(score), member.to_vec()));
+    }
+
+    fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
+        let Some(zset) = self.zsets.get_mut(&key) else {
+            return false;
+        };
+        let Some(old) = zset.by_member.remove(member) else {
+            return false;
+        };
+        zset.ordered.remove(&(Score(old), member.to_vec()));
+        if zset.by_member.is_empty() {
+            self.zsets.remove(&key);
+        }
+        true
+    }
+
+    fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
+        let (score, member) = self.zsets.get(&key)?.ordered.first()?;
+        Some((member.clone(), score.0))
+    }
+
+    fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
+        let Some(zset) = self.zsets.get(&key) else {
+            return Vec::new();
+        };
+        zset.ordered
+            .iter()
+            .take_while(|(s, _)| s.0 <= max)
+            .take(limit)
+            .map(|(s, m)| (m.clone(), s.0))
+            .collect()
+    }
+
+    fn zcard(&mut self, key: ZsetKey) -> u64 {
+        self.zsets.get(&key).map_or(0, |z| z.by_member.len() as u64)
+    }
+
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
+        self.zrange_upto(key, max, usize::MAX).len() as u64
+    }
+
+    fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        self.hashes.get(&key)?.get(field).cloned()
+    }
+
+    fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
+        self.hashes
+            .entry(key)
+            .or_default()
+            .insert(field.to_vec(), value.to_vec());
+    }
+
+    fn hdel(&mut self, key: HashKey, field: &[u8]) {
+        if let Some(hash) = self.hashes.get_mut(&key) {
+            hash.remove(field);
+            if hash.is_empty() {
+                self.hashes.remove(&key);
+            }
+        }
+    }
+
+    fn hlen(&mut self, key: HashKey) -> u64 {
+        self.hashes.get(&key).map_or(0, |h| h.len() as u64)
+    }
+
+    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
+        self.hashes
+            .get(&key)
+            .map(|h| h.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn delete(&mut self, key: HashKey) {
+        self.hashes.remove(&key);
+    }
+
+    fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
+        self.current_virtual_time.clone()
+    }
+
+    fn set_current_virtual_time(&mut self, value: i64) {
+        self.current_virtual_time = Some(value.to_string().into_bytes());
+    }
+}

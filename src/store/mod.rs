@@ -1,0 +1,60 @@
+//! The storage surface the VTRR core sees: the handful of sorted-set, hash
+//! and string operations on one queue's keys. `redis` implements it over the
+//! module key API, `memory` over plain collections for tests.
+
+pub mod memory;
+pub mod redis;
+
+/// The sorted sets of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ZsetKey {
+    /// `vtrr:<name>:queue`: task id -> virtual-time score.
+    Queue,
+    /// `vtrr:<name>:inflight`: leased task id -> lease expiry (Unix ms).
+    Inflight,
+}
+
+/// The hashes of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HashKey {
+    /// `vtrr:<name>:partition_virtual_time`: partition -> next virtual time.
+    PartitionVirtualTime,
+    /// `vtrr:<name>:task`: id -> payload of a queued item.
+    Task,
+    /// `vtrr:<name>:meta`: id -> `<weight>:<partition>`.
+    Meta,
+    /// `vtrr:<name>:inflight_task`: id -> payload of a leased item.
+    InflightTask,
+    /// `vtrr:<name>:lease`: id -> lease token.
+    Lease,
+    /// `vtrr:<name>:timeouts`: id -> number of reclaims.
+    Timeouts,
+}
+
+/// Operations on one queue's keys. Implementations have already checked the
+/// key types, so operations cannot fail; a missing key reads as empty.
+pub trait Store {
+    fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64>;
+    fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64);
+    /// Removes `member`; true when it was present.
+    fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool;
+    /// The lowest (score, member) entry.
+    fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)>;
+    /// Up to `limit` entries with score <= `max`, in ascending (score, member) order.
+    fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)>;
+    fn zcard(&mut self, key: ZsetKey) -> u64;
+    /// Number of entries with score <= `max`.
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64;
+
+    fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>>;
+    fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]);
+    fn hdel(&mut self, key: HashKey, field: &[u8]);
+    fn hlen(&mut self, key: HashKey) -> u64;
+    /// Every field of a hash (O(N): only for the invariant check).
+    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>>;
+    fn delete(&mut self, key: HashKey);
+
+    /// Raw content of `vtrr:<name>:current_virtual_time`.
+    fn current_virtual_time(&mut self) -> Option<Vec<u8>>;
+    fn set_current_virtual_time(&mut self, value: i64);
+}

@@ -1,0 +1,502 @@
+//! [`Store`] over the Redis module low-level key API. All of the module's
+//! `unsafe` lives here, behind safe methods.
+//!
+//! A `RedisStore` opens a queue's keys once per command, checks their types
+//! before anything is written, records every write as a replicable effect,
+//! and on [`RedisStore::commit`] signals the keys it changed, propagates the
+//! effects (plain ZADD/ZREM/HSET/HDEL/DEL/SET, so replicas and the AOF need
+//! no module and never re-run clock or random logic) and fires one keyspace
+//! notification. A command that changed nothing commits nothing.
+
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+
+use redis_module::{raw, Context, NotifyEvent};
+
+use super::{HashKey, Store, ZsetKey};
+use crate::keys::{key_name, KeyKind, QueueKey};
+
+/// Calls a module API function that `check_api` verified at load time.
+macro_rules! api {
+    ($name:ident) => {
+        raw::$name.expect(concat!(stringify!($name), " checked at load"))
+    };
+}
+
+/// Fails module load when the server lacks a function this store calls, so
+/// no command can later hit a missing one.
+pub fn check_api() -> Result<(), &'static str> {
+    macro_rules! require {
+        ($($name:ident),*) => {
+            $(if unsafe { raw::$name }.is_none() {
+                return Err(stringify!($name));
+            })*
+        };
+    }
+    require!(
+        RedisModule_OpenKey, RedisModule_CloseKey, RedisModule_KeyType, RedisModule_ValueLength,
+        RedisModule_CreateString, RedisModule_FreeString, RedisModule_StringPtrLen,
+        RedisModule_StringDMA, RedisModule_StringSet, RedisModule_DeleteKey,
+        RedisModule_ZsetAdd, RedisModule_ZsetRem, RedisModule_ZsetScore,
+        RedisModule_ZsetFirstInScoreRange, RedisModule_ZsetRangeCurrentElement,
+        RedisModule_ZsetRangeNext, RedisModule_ZsetRangeEndReached, RedisModule_ZsetRangeStop,
+        RedisModule_HashGet, RedisModule_HashSet, RedisModule_SignalModifiedKey,
+        RedisModule_Replicate, RedisModule_NotifyKeyspaceEvent, RedisModule_GetRandomHexChars,
+        RedisModule_Milliseconds, RedisModule_GetSelectedDb, RedisModule_SelectDb
+    );
+    Ok(())
+}
+
+/// Opening mode of a store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// A key of the queue holds another type. Nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrongType {
+    pub key: Vec<u8>,
+    pub expected: KeyKind,
+}
+
+/// An owned `RedisModuleString` created without a context (so without auto
+/// memory) and freed on drop.
+struct OwnedString(*mut raw::RedisModuleString);
+
+impl OwnedString {
+    fn new(bytes: &[u8]) -> Self {
+        // SAFETY: CreateString copies `len` bytes from a valid slice; a NULL
+        // context is allowed and means the caller frees the string.
+        OwnedString(unsafe { api!(RedisModule_CreateString)(ptr::null_mut(), bytes.as_ptr().cast(), bytes.len()) })
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        // SAFETY: created by CreateString with a NULL context, freed once.
+        unsafe { api!(RedisModule_FreeString)(ptr::null_mut(), self.0) }
+    }
+}
+
+/// Copies a server-owned string's bytes and frees it.
+///
+/// # Safety
+/// `s` must be a valid string owned by the caller (not auto-memory managed).
+unsafe fn take_string(s: *mut raw::RedisModuleString) -> Vec<u8> {
+    let mut len = 0usize;
+    let data = api!(RedisModule_StringPtrLen)(s, &mut len);
+    let bytes = std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec();
+    api!(RedisModule_FreeString)(ptr::null_mut(), s);
+    bytes
+}
+
+/// Formats a score the way Redis parses it back exactly.
+fn format_score(score: f64) -> Vec<u8> {
+    if score.fract() == 0.0 && score.abs() < 1e17 {
+        (score as i64).to_string().into_bytes()
+    } else {
+        score.to_string().into_bytes()
+    }
+}
+
+/// One replicated write command, possibly merged from several writes.
+struct Effect {
+    command: &'static str,
+    args: Vec<Vec<u8>>,
+}
+
+struct Slot {
+    name: OwnedString,
+    name_bytes: Vec<u8>,
+    key: *mut raw::RedisModuleKey,
+    written: bool,
+    effects: Vec<Effect>,
+}
+
+/// One queue's keys, open for the duration of a command or timer run.
+pub struct RedisStore<'ctx> {
+    ctx: &'ctx Context,
+    queue: Vec<u8>,
+    access: Access,
+    slots: [Option<Slot>; 9],
+}
+
+impl<'ctx> RedisStore<'ctx> {
+    /// Opens the given keys of queue `queue` and checks their types.
+    pub fn open(ctx: &'ctx Context, queue: &[u8], keys: &[QueueKey], access: Access) -> Result<Self, WrongType> {
+        let mut store = RedisStore { ctx, queue: queue.to_vec(), access, slots: Default::default() };
+        for &key in keys {
+            store.open_slot(queue, key)?;
+        }
+        Ok(store)
+    }
+
+    /// Opens all nine keys.
+    pub fn open_all(ctx: &'ctx Context, queue: &[u8], access: Access) -> Result<Self, WrongType> {
+        Self::open(ctx, queue, &QueueKey::ALL, access)
+    }
+
+    fn open_slot(&mut self, queue: &[u8], which: QueueKey) -> Result<(), WrongType> {
+        let name_bytes = key_name(queue, which);
+        let name = OwnedString::new(&name_bytes);
+        let mode = match self.access {
+            Access::Read => raw::REDISMODULE_READ,
+            Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        } as c_int;
+        // SAFETY: ctx is the live context of this call; name is a valid string
+        // kept alive in the slot for as long as the key is open.
+        let key = unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }.cast::<raw::RedisModuleKey>();
+        let slot = Slot { name, name_bytes, key, written: false, effects: Vec::new() };
+        let found = unsafe { api!(RedisModule_KeyType)(key) } as isize;
+        let expected = which.kind();
+        let matches = found == raw::REDISMODULE_KEYTYPE_EMPTY
+            || found
+                == match expected {
+                    KeyKind::String => raw::REDISMODULE_KEYTYPE_STRING,
+                    KeyKind::Hash => raw::REDISMODULE_KEYTYPE_HASH,
+                    KeyKind::Zset => raw::REDISMODULE_KEYTYPE_ZSET,
+                };
+        let name_for_error = slot.name_bytes.clone();
+        self.slots[which.index()] = Some(slot);
+        if matches {
+            Ok(())
+        } else {
+            Err(WrongType { key: name_for_error, expected })
+        }
+    }
+
+    /// The open key for `which`. Commands open every key they use up front;
+    /// a key used without being declared is a bug, reported as "empty".
+    fn key(&self, which: QueueKey) -> Option<*mut raw::RedisModuleKey> {
+        let slot = self.slots[which.index()].as_ref()?;
+        // SAFETY: the key is open until drop.
+        let kind = unsafe { api!(RedisModule_KeyType)(slot.key) } as isize;
+        (kind != raw::REDISMODULE_KEYTYPE_EMPTY).then_some(slot.key)
+    }
+
+    fn writable(&mut self, which: QueueKey) -> Option<&mut Slot> {
+        if self.access != Access::Write {
+            return None;
+        }
+        self.slots[which.index()].as_mut()
+    }
+
+    /// Whether this command wrote anything so far.
+    pub fn changed(&self) -> bool {
+        self.slots.iter().flatten().any(|s| s.written)
+    }
+
+    /// Signals the changed keys (for WATCH and client-side caching),
+    /// replicates the effects and fires `event` on `vtrr:<name>:queue`.
+    /// Returns whether anything had changed.
+    pub fn commit(&mut self, event: &str) -> bool {
+        if !self.changed() {
+            return false;
+        }
+        for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
+            // SAFETY: ctx and the key name are valid for this call.
+            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
+            for effect in slot.effects.drain(..) {
+                let mut args: Vec<&[u8]> = Vec::with_capacity(effect.args.len() + 1);
+                args.push(&slot.name_bytes);
+                args.extend(effect.args.iter().map(Vec::as_slice));
+                self.ctx.replicate(effect.command, args.as_slice());
+            }
+        }
+        let name = redis_module::RedisString::create_from_slice(self.ctx.ctx, &key_name(&self.queue, QueueKey::Queue));
+        self.ctx.notify_keyspace_event(NotifyEvent::MODULE, event, &name);
+        true
+    }
+
+    fn record(&mut self, which: QueueKey, command: &'static str, args: &[&[u8]]) {
+        let Some(slot) = self.slots[which.index()].as_mut() else { return };
+        slot.written = true;
+        match slot.effects.last_mut() {
+            // Consecutive writes of one kind to one key become one command
+            // (ZADD k s1 m1 s2 m2 ...), which applies in the same order.
+            Some(last) if last.command == command && matches!(command, "ZADD" | "ZREM" | "HSET" | "HDEL") => {
+                last.args.extend(args.iter().map(|a| a.to_vec()));
+            }
+            Some(last) if last.command == "SET" && command == "SET" => {
+                last.args = args.iter().map(|a| a.to_vec()).collect();
+            }
+            _ => slot.effects.push(Effect { command, args: args.iter().map(|a| a.to_vec()).collect() }),
+        }
+    }
+
+    fn range(&self, which: QueueKey, max: f64, limit: usize, mut visit: impl FnMut(Vec<u8>, f64) -> bool) {
+        let Some(key) = self.key(which) else { return };
+        if limit == 0 {
+            return;
+        }
+        // SAFETY: key is an open sorted set; the iterator is stopped before
+        // returning and the key is not modified while it runs.
+        unsafe {
+            if api!(RedisModule_ZsetFirstInScoreRange)(key, f64::NEG_INFINITY, max, 0, 0) != raw::REDISMODULE_OK as c_int {
+                return;
+            }
+            let mut seen = 0usize;
+            while api!(RedisModule_ZsetRangeEndReached)(key) == 0 && seen < limit {
+                let mut score = 0.0;
+                let element = api!(RedisModule_ZsetRangeCurrentElement)(key, &mut score);
+                if element.is_null() {
+                    break;
+                }
+                seen += 1;
+                if !visit(take_string(element), score) {
+                    break;
+                }
+                if api!(RedisModule_ZsetRangeNext)(key) == 0 {
+                    break;
+                }
+            }
+            api!(RedisModule_ZsetRangeStop)(key);
+        }
+    }
+
+    /// Number of entries of a sorted set with score <= `max`, counted by the
+    /// server's own O(log N) ZCOUNT.
+    fn zcount_call(&self, which: QueueKey, max: f64) -> u64 {
+        let Some(slot) = self.slots[which.index()].as_ref() else { return 0 };
+        let max = format_score(max);
+        match self.ctx.call("ZCOUNT", &[slot.name_bytes.as_slice(), b"-inf", &max][..]) {
+            Ok(redis_module::RedisValue::Integer(n)) => n.max(0) as u64,
+            _ => 0,
+        }
+    }
+}
+
+impl Drop for RedisStore<'_> {
+    fn drop(&mut self) {
+        for slot in self.slots.iter_mut().flatten() {
+            // SAFETY: each key was opened once by this store and is closed once.
+            unsafe { api!(RedisModule_CloseKey)(slot.key) };
+        }
+    }
+}
+
+impl Store for RedisStore<'_> {
+    fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
+        let open = self.key(key.into())?;
+        let member = OwnedString::new(member);
+        let mut score = 0.0;
+        // SAFETY: open key of zset type, valid member string and out pointer.
+        let found = unsafe { api!(RedisModule_ZsetScore)(open, member.0, &mut score) };
+        (found == raw::REDISMODULE_OK as c_int).then_some(score)
+    }
+
+    fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
+        let which = QueueKey::from(key);
+        let Some(slot) = self.writable(which) else { return };
+        let open = slot.key;
+        let element = OwnedString::new(member);
+        let mut flags: c_int = 0;
+        // SAFETY: key opened for writing; ZsetAdd creates the key if empty.
+        unsafe { api!(RedisModule_ZsetAdd)(open, score, element.0, &mut flags) };
+        self.record(which, "ZADD", &[&format_score(score), member]);
+    }
+
+    fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
+        let which = QueueKey::from(key);
+        if self.key(which).is_none() {
+            return false;
+        }
+        let Some(slot) = self.writable(which) else { return false };
+        let open = slot.key;
+        let element = OwnedString::new(member);
+        let mut deleted: c_int = 0;
+        // SAFETY: key opened for writing and holding a zset.
+        unsafe { api!(RedisModule_ZsetRem)(open, element.0, &mut deleted) };
+        if deleted != 0 {
+            self.record(which, "ZREM", &[member]);
+        }
+        deleted != 0
+    }
+
+    fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
+        let mut first = None;
+        self.range(key.into(), f64::INFINITY, 1, |member, score| {
+            first = Some((member, score));
+            false
+        });
+        first
+    }
+
+    fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
+        let mut entries = Vec::new();
+        self.range(key.into(), max, limit, |member, score| {
+            entries.push((member, score));
+            true
+        });
+        entries
+    }
+
+    fn zcard(&mut self, key: ZsetKey) -> u64 {
+        // SAFETY: open key.
+        self.key(key.into()).map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
+    }
+
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
+        if self.key(key.into()).is_none() {
+            return 0;
+        }
+        self.zcount_call(key.into(), max)
+    }
+
+    fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        let open = self.key(key.into())?;
+        let field = OwnedString::new(field);
+        let mut value: *mut raw::RedisModuleString = ptr::null_mut();
+        // SAFETY: open hash key; NULL-terminated variadic list of one
+        // field/out-pointer pair, as HashGet requires.
+        unsafe {
+            api!(RedisModule_HashGet)(
+                open,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.0,
+                &mut value as *mut *mut raw::RedisModuleString,
+                ptr::null_mut::<c_void>(),
+            );
+            (!value.is_null()).then(|| take_string(value))
+        }
+    }
+
+    fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
+        let which = QueueKey::from(key);
+        let Some(slot) = self.writable(which) else { return };
+        let open = slot.key;
+        let field_string = OwnedString::new(field);
+        let value_string = OwnedString::new(value);
+        // SAFETY: key opened for writing; NULL-terminated field/value pair.
+        unsafe {
+            api!(RedisModule_HashSet)(
+                open,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field_string.0,
+                value_string.0,
+                ptr::null_mut::<c_void>(),
+            )
+        };
+        self.record(which, "HSET", &[field, value]);
+    }
+
+    fn hdel(&mut self, key: HashKey, field: &[u8]) {
+        let which = QueueKey::from(key);
+        if self.key(which).is_none() {
+            return;
+        }
+        let Some(slot) = self.writable(which) else { return };
+        let open = slot.key;
+        let field_string = OwnedString::new(field);
+        // SAFETY: key opened for writing and holding a hash; the DELETE marker
+        // is the documented sentinel value.
+        let deleted = unsafe {
+            api!(RedisModule_HashSet)(
+                open,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field_string.0,
+                raw::REDISMODULE_HASH_DELETE,
+                ptr::null_mut::<c_void>(),
+            )
+        };
+        if deleted > 0 {
+            self.record(which, "HDEL", &[field]);
+        }
+    }
+
+    fn hlen(&mut self, key: HashKey) -> u64 {
+        // SAFETY: open key.
+        self.key(key.into()).map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
+    }
+
+    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
+        let which = QueueKey::from(key);
+        let Some(slot) = self.slots[which.index()].as_ref() else { return Vec::new() };
+        match self.ctx.call("HKEYS", &[slot.name_bytes.as_slice()][..]) {
+            Ok(redis_module::RedisValue::Array(fields)) => fields
+                .into_iter()
+                .filter_map(|f| match f {
+                    redis_module::RedisValue::StringBuffer(b) => Some(b),
+                    redis_module::RedisValue::SimpleString(s) | redis_module::RedisValue::BulkString(s) => {
+                        Some(s.into_bytes())
+                    }
+                    redis_module::RedisValue::BulkRedisString(s) => Some(s.as_slice().to_vec()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn delete(&mut self, key: HashKey) {
+        let which = QueueKey::from(key);
+        if self.key(which).is_none() {
+            return;
+        }
+        let Some(slot) = self.writable(which) else { return };
+        let open = slot.key;
+        // SAFETY: key opened for writing.
+        unsafe { api!(RedisModule_DeleteKey)(open) };
+        self.record(which, "DEL", &[]);
+    }
+
+    fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
+        let open = self.key(QueueKey::CurrentVirtualTime)?;
+        let mut len = 0usize;
+        // SAFETY: open string key; DMA in read mode gives a pointer valid
+        // until the key is modified, and we copy immediately.
+        unsafe {
+            let data = api!(RedisModule_StringDMA)(open, &mut len, raw::REDISMODULE_READ as c_int);
+            if data.is_null() {
+                return None;
+            }
+            Some(std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec())
+        }
+    }
+
+    fn set_current_virtual_time(&mut self, value: i64) {
+        let Some(slot) = self.writable(QueueKey::CurrentVirtualTime) else { return };
+        let open = slot.key;
+        let text = value.to_string();
+        let string = OwnedString::new(text.as_bytes());
+        // SAFETY: key opened for writing; StringSet takes its own reference.
+        unsafe { api!(RedisModule_StringSet)(open, string.0) };
+        self.record(QueueKey::CurrentVirtualTime, "SET", &[text.as_bytes()]);
+    }
+}
+
+/// Server time in Unix milliseconds. Read once per command.
+pub fn now_ms() -> i64 {
+    // SAFETY: checked at load; no arguments.
+    unsafe { api!(RedisModule_Milliseconds)() }
+}
+
+/// A fresh lease token: 32 hex characters (128 bits) from the server's
+/// cryptographic random source.
+pub fn new_token() -> Vec<u8> {
+    let mut token = vec![0u8; 32];
+    // SAFETY: writes exactly `len` bytes into a buffer of that size.
+    unsafe { api!(RedisModule_GetRandomHexChars)(token.as_mut_ptr().cast(), token.len()) };
+    token
+}
+
+/// The database the context works on.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: live context; checked at load.
+    unsafe { api!(RedisModule_GetSelectedDb)(ctx.ctx) }
+}
+
+/// Switches the context to database `db`; false when there is no such db.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: live context; SelectDb validates `db` itself.
+    unsafe { api!(RedisModule_SelectDb)(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// The lowest expiry in `vtrr:<queue>:inflight` of the selected database,
+/// read without opening anything for writing (so no WATCH is disturbed).
+pub fn first_expiry(ctx: &Context, queue: &[u8]) -> Option<i64> {
+    let mut store = RedisStore::open(ctx, queue, &[QueueKey::Inflight], Access::Read).ok()?;
+    store.zfirst(ZsetKey::Inflight).map(|(_, score)| score as i64)
+}
