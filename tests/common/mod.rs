@@ -1,0 +1,273 @@
+//! The one server-spawning helper of the integration suites: a real
+//! `redis-server` on a free loopback port, with its own directory and the
+//! built module loaded, killed and cleaned up on drop (even when a test
+//! panics).
+//!
+//! Environment: `VTRR_REDIS_SERVER` (default `redis-server` on PATH),
+//! `VTRR_MODULE` (default `target/debug/libvtrr.so`).
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub use redis::Value;
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+pub fn server_binary() -> String {
+    std::env::var("VTRR_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+pub fn module_path() -> PathBuf {
+    let path = std::env::var("VTRR_MODULE").map(PathBuf::from).unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/libvtrr.so")
+    });
+    assert!(path.exists(), "module not built at {} (run `cargo build` or `make test`)", path.display());
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running redis-server with the module.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    module_args: Vec<String>,
+    extra: Vec<String>,
+    pub with_module: bool,
+}
+
+impl Server {
+    /// A server with the module and no persistence.
+    pub fn start() -> Server {
+        Server::builder().spawn()
+    }
+
+    pub fn builder() -> Builder {
+        Builder { module_args: Vec::new(), extra: Vec::new(), with_module: true }
+    }
+
+    fn launch(&mut self) {
+        let mut command = Command::new(server_binary());
+        command
+            .arg("--port").arg(self.port.to_string())
+            .arg("--bind").arg("127.0.0.1")
+            .arg("--dir").arg(&self.dir)
+            .arg("--logfile").arg(self.dir.join("redis.log"))
+            .arg("--daemonize").arg("no");
+        if self.with_module {
+            command.arg("--loadmodule").arg(module_path()).args(&self.module_args);
+        }
+        command.args(&self.extra).stdout(Stdio::null()).stderr(Stdio::null());
+        self.child = Some(command.spawn().expect("cannot start redis-server"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut con) = self.try_connect() {
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    let loading: String = redis::cmd("INFO").arg("persistence").query(&mut con).unwrap();
+                    if loading.contains("loading:0") {
+                        return;
+                    }
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("redis-server exited with {status}; log:\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn try_connect(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    pub fn connect(&self) -> redis::Connection {
+        self.try_connect().expect("connect")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// SHUTDOWN (saving or not per the server's config) and wait.
+    pub fn stop(&mut self, save: bool) {
+        if let Ok(mut con) = self.try_connect() {
+            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg(if save { "SAVE" } else { "NOSAVE" }).query(&mut con);
+        }
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL, no shutdown.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and directory (to reload RDB/AOF).
+    pub fn restart(&mut self) {
+        self.launch();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub struct Builder {
+    module_args: Vec<String>,
+    extra: Vec<String>,
+    with_module: bool,
+}
+
+impl Builder {
+    /// Arguments after `--loadmodule <path>`, e.g. `["reclaim-interval-ms", "50"]`.
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        self.module_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Extra `--option value` arguments.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.extra.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub fn without_module(mut self) -> Self {
+        self.with_module = false;
+        self
+    }
+
+    pub fn spawn(self) -> Server {
+        let dir = std::env::temp_dir().join(format!(
+            "vtrr-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut extra = vec!["--save".to_string(), "".to_string(), "--appendonly".to_string(), "no".to_string()];
+        extra.extend(self.extra);
+        let mut server = Server {
+            port: free_port(),
+            dir,
+            child: None,
+            module_args: self.module_args,
+            extra,
+            with_module: self.with_module,
+        };
+        server.launch();
+        server
+    }
+}
+
+/// The nine key suffixes of a queue.
+pub const SUFFIXES: [&str; 9] = [
+    "queue",
+    "current_virtual_time",
+    "partition_virtual_time",
+    "task",
+    "meta",
+    "inflight",
+    "inflight_task",
+    "lease",
+    "timeouts",
+];
+
+/// DUMP of every key of queue `name` (None for missing keys).
+pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
+    SUFFIXES
+        .iter()
+        .map(|suffix| {
+            let key = format!("vtrr:{name}:{suffix}");
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+            (key, dump)
+        })
+        .collect()
+}
+
+/// DUMP of every key of the database, sorted by name.
+pub fn dump_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+            (key, dump)
+        })
+        .collect()
+}
+
+/// Asserts `VTRR.CHECK name` finds nothing wrong.
+pub fn assert_invariants(con: &mut redis::Connection, name: &str) {
+    let problems: Vec<String> = redis::cmd("VTRR.CHECK").arg(name).query(con).unwrap();
+    assert!(problems.is_empty(), "queue {name}: {problems:?}");
+}
+
+/// Polls `condition` until it holds or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    condition()
+}
+
+/// A small deterministic PRNG (xorshift64*), so randomized tests can print
+/// and replay their seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Seed from `VTRR_SEED` or the clock; printed so a failure can be replayed.
+pub fn seed() -> u64 {
+    let seed = std::env::var("VTRR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("VTRR_SEED={seed}");
+    seed
+}
