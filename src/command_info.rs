@@ -45,10 +45,15 @@ pub fn set(ctx: &Context, info: &CommandInfo) -> Result<(), String> {
     // default for every field.
     let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
     key_specs[0].flags = u64::from(info.key_flags | raw::REDISMODULE_CMD_KEY_NOT_KEY);
-    key_specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    key_specs[0].begin_search_type =
+        raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_specs[0].bs.index.pos = 1;
     key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    key_specs[0].fk.range = raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 };
+    key_specs[0].fk.range = raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+        lastkey: 0,
+        keystep: 1,
+        limit: 0,
+    };
     let command_info = raw::RedisModuleCommandInfo {
         version: &version,
         summary: summary.as_ptr(),

@@ -24,11 +24,15 @@ pub fn empty(argument: &str) -> RedisError {
 }
 
 pub fn weight() -> RedisError {
-    err(format!("ERR weight must be an integer between 1 and {MAX_WEIGHT}"))
+    err(format!(
+        "ERR weight must be an integer between 1 and {MAX_WEIGHT}"
+    ))
 }
 
 pub fn lease_ms() -> RedisError {
-    err(format!("ERR lease-ms must be an integer between 1 and {MAX_LEASE_MS}"))
+    err(format!(
+        "ERR lease-ms must be an integer between 1 and {MAX_LEASE_MS}"
+    ))
 }
 
 pub fn positive(option: &str) -> RedisError {

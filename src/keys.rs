@@ -114,7 +114,10 @@ mod tests {
     #[test]
     fn names_follow_the_vtrr_queue_layout() {
         assert_eq!(key_name(b"files", QueueKey::Queue), b"vtrr:files:queue");
-        assert_eq!(key_name(b"{f}", QueueKey::InflightTask), b"vtrr:{f}:inflight_task");
+        assert_eq!(
+            key_name(b"{f}", QueueKey::InflightTask),
+            b"vtrr:{f}:inflight_task"
+        );
         for (i, key) in QueueKey::ALL.iter().enumerate() {
             assert_eq!(key.index(), i);
         }
@@ -122,7 +125,10 @@ mod tests {
 
     #[test]
     fn inflight_keys_name_their_queue() {
-        assert_eq!(queue_of_inflight_key(b"vtrr:a:b:inflight"), Some(&b"a:b"[..]));
+        assert_eq!(
+            queue_of_inflight_key(b"vtrr:a:b:inflight"),
+            Some(&b"a:b"[..])
+        );
         assert_eq!(queue_of_inflight_key(b"vtrr:a:inflight_task"), None);
         assert_eq!(queue_of_inflight_key(b"vtrr::inflight"), None);
         assert_eq!(queue_of_inflight_key(b"other:a:inflight"), None);

@@ -15,23 +15,71 @@ pub mod timer;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{LoadingSubevent, ServerRole};
-use redis_module::{raw, redis_module, Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status};
-use redis_module_macros::{config_changed_event_handler, info_command_handler, loading_event_handler, role_changed_event_handler};
+use redis_module::{
+    raw, redis_module, Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status,
+};
+use redis_module_macros::{
+    config_changed_event_handler, info_command_handler, loading_event_handler,
+    role_changed_event_handler,
+};
 
 use command_info::CommandInfo;
 use commands::{enqueue, lease, reclaim, stats};
 
 const KEY_READ: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
-const KEY_WRITE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+const KEY_WRITE: u32 =
+    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
 
 const COMMAND_INFO: [CommandInfo; 7] = [
-    CommandInfo { name: "vtrr.enqueue", arity: -6, summary: "Adds items to a fair queue, each scored by its partition's virtual time", complexity: "O(log N) per item", key_flags: KEY_WRITE },
-    CommandInfo { name: "vtrr.lease", arity: -3, summary: "Leases the items with the lowest virtual time, after reclaiming expired leases", complexity: "O(log N) per item leased or reclaimed", key_flags: KEY_WRITE },
-    CommandInfo { name: "vtrr.ack", arity: -4, summary: "Finishes leased items whose lease token is current", complexity: "O(log N) per pair", key_flags: KEY_WRITE },
-    CommandInfo { name: "vtrr.renew", arity: 5, summary: "Extends a lease whose token is current", complexity: "O(log N)", key_flags: KEY_WRITE },
-    CommandInfo { name: "vtrr.reclaim", arity: -2, summary: "Re-enqueues items whose lease has expired", complexity: "O(log N) per item reclaimed", key_flags: KEY_WRITE },
-    CommandInfo { name: "vtrr.stats", arity: 2, summary: "Counts a queue's queued, leased and expired items", complexity: "O(log N)", key_flags: KEY_READ },
-    CommandInfo { name: "vtrr.check", arity: 2, summary: "Verifies a queue's cross-key invariants", complexity: "O(N)", key_flags: KEY_READ },
+    CommandInfo {
+        name: "vtrr.enqueue",
+        arity: -6,
+        summary: "Adds items to a fair queue, each scored by its partition's virtual time",
+        complexity: "O(log N) per item",
+        key_flags: KEY_WRITE,
+    },
+    CommandInfo {
+        name: "vtrr.lease",
+        arity: -3,
+        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases",
+        complexity: "O(log N) per item leased or reclaimed",
+        key_flags: KEY_WRITE,
+    },
+    CommandInfo {
+        name: "vtrr.ack",
+        arity: -4,
+        summary: "Finishes leased items whose lease token is current",
+        complexity: "O(log N) per pair",
+        key_flags: KEY_WRITE,
+    },
+    CommandInfo {
+        name: "vtrr.renew",
+        arity: 5,
+        summary: "Extends a lease whose token is current",
+        complexity: "O(log N)",
+        key_flags: KEY_WRITE,
+    },
+    CommandInfo {
+        name: "vtrr.reclaim",
+        arity: -2,
+        summary: "Re-enqueues items whose lease has expired",
+        complexity: "O(log N) per item reclaimed",
+        key_flags: KEY_WRITE,
+    },
+    CommandInfo {
+        name: "vtrr.stats",
+        arity: 2,
+        summary: "Counts a queue's queued, leased and expired items",
+        complexity: "O(log N)",
+        key_flags: KEY_READ,
+    },
+    CommandInfo {
+        name: "vtrr.check",
+        arity: 2,
+        summary: "Verifies a queue's cross-key invariants",
+        complexity: "O(N)",
+        key_flags: KEY_READ,
+    },
 ];
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {

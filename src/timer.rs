@@ -69,7 +69,9 @@ fn with_index<R>(f: impl FnOnce(&mut Index) -> R) -> R {
     // Everything here runs on Redis's main thread; the mutex only satisfies
     // Rust's rules for statics and is never contended. A poisoned lock (a
     // panic elsewhere would already have aborted Redis) is still usable.
-    let mut guard = INDEX.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut guard = INDEX
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     f(guard.get_or_insert_with(Index::default))
 }
 
@@ -86,7 +88,12 @@ pub fn track(ctx: &Context, queue: &[u8], expiry_ms: i64) {
 
 /// Keyspace events on zset and generic keys: another client (or a replicated
 /// effect) wrote an inflight key, so its queue is rechecked at the next tick.
-pub fn on_keyspace_event(ctx: &Context, _kind: redis_module::NotifyEvent, _event: &str, key: &[u8]) {
+pub fn on_keyspace_event(
+    ctx: &Context,
+    _kind: redis_module::NotifyEvent,
+    _event: &str,
+    key: &[u8],
+) {
     if let Some(queue) = keys::queue_of_inflight_key(key) {
         let db = selected_db(ctx);
         with_index(|index| {
@@ -141,7 +148,11 @@ fn tick(ctx: &Context, _: ()) {
 
     let interval = config::reclaim_interval_ms();
     if interval > 0 && TIMER_ID.load(Ordering::Relaxed) == 0 {
-        let next = if scanning { SCAN_RESUME_MS } else { interval as u64 };
+        let next = if scanning {
+            SCAN_RESUME_MS
+        } else {
+            interval as u64
+        };
         arm(ctx, Duration::from_millis(next));
     }
 }
@@ -206,8 +217,19 @@ fn scan_step(ctx: &Context) -> bool {
         if !select_db(ctx, db) {
             break true;
         }
-        let reply = ctx.call("SCAN", &[cursor.as_str(), "MATCH", "vtrr:*:inflight", "COUNT", SCAN_COUNT][..]);
-        let Ok(RedisValue::Array(parts)) = reply else { break true };
+        let reply = ctx.call(
+            "SCAN",
+            &[
+                cursor.as_str(),
+                "MATCH",
+                "vtrr:*:inflight",
+                "COUNT",
+                SCAN_COUNT,
+            ][..],
+        );
+        let Ok(RedisValue::Array(parts)) = reply else {
+            break true;
+        };
         let next_cursor = match parts.first() {
             Some(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => s.clone(),
             Some(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
@@ -217,7 +239,9 @@ fn scan_step(ctx: &Context) -> bool {
             for key in keys_found {
                 let bytes = match key {
                     RedisValue::StringBuffer(b) => b.clone(),
-                    RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s.clone().into_bytes(),
+                    RedisValue::SimpleString(s) | RedisValue::BulkString(s) => {
+                        s.clone().into_bytes()
+                    }
                     _ => continue,
                 };
                 if let Some(queue) = keys::queue_of_inflight_key(&bytes) {

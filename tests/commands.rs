@@ -18,29 +18,58 @@ fn enqueue(con: &mut Connection, queue: &str, items: &[(&str, &str, u64, &[u8])]
 type Lease = (Vec<u8>, Vec<u8>, String, i64);
 
 fn lease(con: &mut Connection, queue: &str, lease_ms: u64) -> Option<Lease> {
-    redis::cmd("VTRR.LEASE").arg(queue).arg(lease_ms).query(con).unwrap()
+    redis::cmd("VTRR.LEASE")
+        .arg(queue)
+        .arg(lease_ms)
+        .query(con)
+        .unwrap()
 }
 
 fn lease_count(con: &mut Connection, queue: &str, lease_ms: u64, count: u64) -> Vec<Lease> {
-    redis::cmd("VTRR.LEASE").arg(queue).arg(lease_ms).arg("COUNT").arg(count).query(con).unwrap()
+    redis::cmd("VTRR.LEASE")
+        .arg(queue)
+        .arg(lease_ms)
+        .arg("COUNT")
+        .arg(count)
+        .query(con)
+        .unwrap()
 }
 
 fn error_of(result: redis::RedisResult<Value>) -> String {
     let error = result.expect_err("expected an error reply");
-    format!("{} {}", error.code().unwrap_or("?"), error.detail().unwrap_or(""))
+    format!(
+        "{} {}",
+        error.code().unwrap_or("?"),
+        error.detail().unwrap_or("")
+    )
 }
 
 fn ids(leases: &[Lease]) -> Vec<String> {
-    leases.iter().map(|l| String::from_utf8(l.0.clone()).unwrap()).collect()
+    leases
+        .iter()
+        .map(|l| String::from_utf8(l.0.clone()).unwrap())
+        .collect()
 }
 
 #[test]
 fn partitions_are_interleaved_in_virtual_time_order() {
     let server = Server::start();
     let mut con = server.connect();
-    let added = enqueue(&mut con, "files", &[("alice", "a1", 1, b"A1"), ("alice", "a2", 1, b"A2"), ("alice", "a3", 1, b"A3")]);
+    let added = enqueue(
+        &mut con,
+        "files",
+        &[
+            ("alice", "a1", 1, b"A1"),
+            ("alice", "a2", 1, b"A2"),
+            ("alice", "a3", 1, b"A3"),
+        ],
+    );
     assert_eq!(added, 3);
-    enqueue(&mut con, "files", &[("bob", "b1", 1, b"B1"), ("bob", "b2", 1, b"B2")]);
+    enqueue(
+        &mut con,
+        "files",
+        &[("bob", "b1", 1, b"B1"), ("bob", "b2", 1, b"B2")],
+    );
     let leased = lease_count(&mut con, "files", 60_000, 10);
     assert_eq!(ids(&leased), ["a1", "b1", "a2", "b2", "a3"]);
     assert_eq!(leased[1].1, b"B1");
@@ -52,8 +81,22 @@ fn partitions_are_interleaved_in_virtual_time_order() {
 fn weights_cost_their_partition_turns() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("heavy", "h1", 4, b""), ("heavy", "h2", 4, b"")]);
-    enqueue(&mut con, "q", &[("light", "l1", 1, b""), ("light", "l2", 1, b""), ("light", "l3", 1, b""), ("light", "l4", 1, b""), ("light", "l5", 1, b"")]);
+    enqueue(
+        &mut con,
+        "q",
+        &[("heavy", "h1", 4, b""), ("heavy", "h2", 4, b"")],
+    );
+    enqueue(
+        &mut con,
+        "q",
+        &[
+            ("light", "l1", 1, b""),
+            ("light", "l2", 1, b""),
+            ("light", "l3", 1, b""),
+            ("light", "l4", 1, b""),
+            ("light", "l5", 1, b""),
+        ],
+    );
     let leased = lease_count(&mut con, "q", 60_000, 10);
     assert_eq!(ids(&leased), ["h1", "l1", "l2", "l3", "l4", "h2", "l5"]);
 }
@@ -63,17 +106,36 @@ fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
     let server = Server::start();
     let mut con = server.connect();
     enqueue(&mut con, "q", &[("p:with:colons", "x", 3, b"payload-x")]);
-    let score: f64 = redis::cmd("ZSCORE").arg("vtrr:q:queue").arg("x").query(&mut con).unwrap();
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg("vtrr:q:queue")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(score, 1.0);
-    let meta: String = redis::cmd("HGET").arg("vtrr:q:meta").arg("x").query(&mut con).unwrap();
+    let meta: String = redis::cmd("HGET")
+        .arg("vtrr:q:meta")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(meta, "3:p:with:colons");
-    let pvt: String = redis::cmd("HGET").arg("vtrr:q:partition_virtual_time").arg("p:with:colons").query(&mut con).unwrap();
+    let pvt: String = redis::cmd("HGET")
+        .arg("vtrr:q:partition_virtual_time")
+        .arg("p:with:colons")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(pvt, "4");
     // Queued: skipped. Leased: skipped too (the Lua version re-queued it).
     assert_eq!(enqueue(&mut con, "q", &[("other", "x", 1, b"dup")]), 0);
     lease(&mut con, "q", 60_000).unwrap();
     let before = dump_queue(&mut con, "q");
-    assert_eq!(enqueue(&mut con, "q", &[("other", "x", 1, b"dup"), ("other", "x", 1, b"dup")]), 0);
+    assert_eq!(
+        enqueue(
+            &mut con,
+            "q",
+            &[("other", "x", 1, b"dup"), ("other", "x", 1, b"dup")]
+        ),
+        0
+    );
     assert_eq!(before, dump_queue(&mut con, "q"));
 }
 
@@ -81,7 +143,15 @@ fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
 fn lease_grants_a_fresh_token_and_a_server_clock_expiry() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B"), ("p", "c", 1, b"C")]);
+    enqueue(
+        &mut con,
+        "q",
+        &[
+            ("p", "a", 1, b"A"),
+            ("p", "b", 1, b"B"),
+            ("p", "c", 1, b"C"),
+        ],
+    );
     let (sec, usec): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
     let before_ms = sec * 1000 + usec / 1000;
     let leased = lease_count(&mut con, "q", 5_000, 2);
@@ -92,16 +162,39 @@ fn lease_grants_a_fresh_token_and_a_server_clock_expiry() {
         assert_eq!(token.len(), 32);
         assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
     }
-    let inflight: Vec<(String, f64)> = redis::cmd("ZRANGE").arg("vtrr:q:inflight").arg(0).arg(-1).arg("WITHSCORES").query(&mut con).unwrap();
+    let inflight: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg("vtrr:q:inflight")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(inflight.len(), 2);
-    assert_eq!(inflight[0].1, inflight[1].1, "one clock reading per command");
+    assert_eq!(
+        inflight[0].1, inflight[1].1,
+        "one clock reading per command"
+    );
     let expiry = inflight[0].1 as i64;
-    assert!((before_ms + 5_000..before_ms + 5_000 + 1_000).contains(&expiry), "{expiry} vs {before_ms}");
-    let stored: String = redis::cmd("HGET").arg("vtrr:q:lease").arg("a").query(&mut con).unwrap();
+    assert!(
+        (before_ms + 5_000..before_ms + 5_000 + 1_000).contains(&expiry),
+        "{expiry} vs {before_ms}"
+    );
+    let stored: String = redis::cmd("HGET")
+        .arg("vtrr:q:lease")
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(&stored, tokens[0]);
-    let cvt: i64 = redis::cmd("GET").arg("vtrr:q:current_virtual_time").query(&mut con).unwrap();
+    let cvt: i64 = redis::cmd("GET")
+        .arg("vtrr:q:current_virtual_time")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(cvt, 2);
-    let inflight_payload: Vec<u8> = redis::cmd("HGET").arg("vtrr:q:inflight_task").arg("b").query(&mut con).unwrap();
+    let inflight_payload: Vec<u8> = redis::cmd("HGET")
+        .arg("vtrr:q:inflight_task")
+        .arg("b")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(inflight_payload, b"B");
 }
 
@@ -121,14 +214,23 @@ fn draining_resets_virtual_time_and_keeps_leases() {
     let mut con = server.connect();
     enqueue(&mut con, "q", &[("p", "a", 1, b"A"), ("r", "b", 1, b"B")]);
     lease_count(&mut con, "q", 60_000, 5);
-    let cvt: String = redis::cmd("GET").arg("vtrr:q:current_virtual_time").query(&mut con).unwrap();
+    let cvt: String = redis::cmd("GET")
+        .arg("vtrr:q:current_virtual_time")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(cvt, "0");
     for gone in ["queue", "task", "partition_virtual_time"] {
-        let exists: i64 = redis::cmd("EXISTS").arg(format!("vtrr:q:{gone}")).query(&mut con).unwrap();
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(format!("vtrr:q:{gone}"))
+            .query(&mut con)
+            .unwrap();
         assert_eq!(exists, 0, "{gone}");
     }
     for kept in ["inflight", "inflight_task", "lease", "meta"] {
-        let len: i64 = redis::cmd("EXISTS").arg(format!("vtrr:q:{kept}")).query(&mut con).unwrap();
+        let len: i64 = redis::cmd("EXISTS")
+            .arg(format!("vtrr:q:{kept}"))
+            .query(&mut con)
+            .unwrap();
         assert_eq!(len, 1, "{kept}");
     }
 }
@@ -139,15 +241,35 @@ fn ack_is_fenced_and_removes_all_lease_state() {
     let mut con = server.connect();
     enqueue(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    let stale: i64 = redis::cmd("VTRR.ACK").arg("q").arg(&id).arg("not-the-token").query(&mut con).unwrap();
+    let stale: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg(&id)
+        .arg("not-the-token")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(stale, 0);
-    let acked: i64 = redis::cmd("VTRR.ACK").arg("q").arg(&id).arg(&token).arg(&id).arg(&token).arg("b").arg("x").query(&mut con).unwrap();
+    let acked: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg(&id)
+        .arg(&token)
+        .arg(&id)
+        .arg(&token)
+        .arg("b")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(acked, 1);
     for key in ["inflight", "inflight_task", "lease", "timeouts"] {
-        let exists: i64 = redis::cmd("EXISTS").arg(format!("vtrr:q:{key}")).query(&mut con).unwrap();
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(format!("vtrr:q:{key}"))
+            .query(&mut con)
+            .unwrap();
         assert_eq!(exists, 0, "{key}");
     }
-    let meta: Vec<String> = redis::cmd("HKEYS").arg("vtrr:q:meta").query(&mut con).unwrap();
+    let meta: Vec<String> = redis::cmd("HKEYS")
+        .arg("vtrr:q:meta")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(meta, ["b"]);
     assert_invariants(&mut con, "q");
 }
@@ -158,32 +280,77 @@ fn renew_extends_only_the_current_lease() {
     let mut con = server.connect();
     enqueue(&mut con, "q", &[("p", "a", 1, b"A")]);
     let (id, _, token, _) = lease(&mut con, "q", 1_000).unwrap();
-    let before: f64 = redis::cmd("ZSCORE").arg("vtrr:q:inflight").arg(&id).query(&mut con).unwrap();
-    let stale: i64 = redis::cmd("VTRR.RENEW").arg("q").arg(&id).arg("old").arg(100_000).query(&mut con).unwrap();
+    let before: f64 = redis::cmd("ZSCORE")
+        .arg("vtrr:q:inflight")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    let stale: i64 = redis::cmd("VTRR.RENEW")
+        .arg("q")
+        .arg(&id)
+        .arg("old")
+        .arg(100_000)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(stale, 0);
-    let renewed: i64 = redis::cmd("VTRR.RENEW").arg("q").arg(&id).arg(&token).arg(100_000).query(&mut con).unwrap();
+    let renewed: i64 = redis::cmd("VTRR.RENEW")
+        .arg("q")
+        .arg(&id)
+        .arg(&token)
+        .arg(100_000)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(renewed, 1);
-    let after: f64 = redis::cmd("ZSCORE").arg("vtrr:q:inflight").arg(&id).query(&mut con).unwrap();
+    let after: f64 = redis::cmd("ZSCORE")
+        .arg("vtrr:q:inflight")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
     assert!(after >= before + 99_000.0, "{before} -> {after}");
 }
 
 #[test]
 fn reclaim_requeues_expired_leases_and_counts_timeouts() {
-    let server = Server::builder().module_args(&["reclaim-interval-ms", "0"]).spawn();
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p", "a", 2, b"A"), ("p", "b", 1, b"B"), ("r", "c", 1, b"C")]);
+    enqueue(
+        &mut con,
+        "q",
+        &[
+            ("p", "a", 2, b"A"),
+            ("p", "b", 1, b"B"),
+            ("r", "c", 1, b"C"),
+        ],
+    );
     let (id, _, token, _) = lease(&mut con, "q", 1).unwrap();
     assert_eq!(id, b"a");
     lease(&mut con, "q", 600_000).unwrap(); // c, still valid
     std::thread::sleep(std::time::Duration::from_millis(10));
-    let stats: std::collections::HashMap<String, Value> = redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
+    let stats: std::collections::HashMap<String, Value> =
+        redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
     assert_eq!(stats["expired"], Value::Int(1));
-    let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").arg("LIMIT").arg(10).query(&mut con).unwrap();
+    let reclaimed: i64 = redis::cmd("VTRR.RECLAIM")
+        .arg("q")
+        .arg("LIMIT")
+        .arg(10)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(reclaimed, 1);
-    let timeouts: i64 = redis::cmd("HGET").arg("vtrr:q:timeouts").arg("a").query(&mut con).unwrap();
+    let timeouts: i64 = redis::cmd("HGET")
+        .arg("vtrr:q:timeouts")
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(timeouts, 1);
     // The old holder's token no longer acks.
-    let acked: i64 = redis::cmd("VTRR.ACK").arg("q").arg("a").arg(&token).query(&mut con).unwrap();
+    let acked: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg("a")
+        .arg(&token)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(acked, 0);
     let rest = lease_count(&mut con, "q", 60_000, 5);
     assert_eq!(ids(&rest), ["b", "a"]);
@@ -194,25 +361,36 @@ fn reclaim_requeues_expired_leases_and_counts_timeouts() {
 
 #[test]
 fn lease_reclaims_expired_leases_first() {
-    let server = Server::builder().module_args(&["reclaim-interval-ms", "0"]).spawn();
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
     let mut con = server.connect();
     enqueue(&mut con, "q", &[("p", "a", 1, b"A")]);
     lease(&mut con, "q", 1).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(10));
     let (id, payload, _, timeouts) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!((id.as_slice(), payload.as_slice(), timeouts), (&b"a"[..], &b"A"[..], 1));
+    assert_eq!(
+        (id.as_slice(), payload.as_slice(), timeouts),
+        (&b"a"[..], &b"A"[..], 1)
+    );
 }
 
 #[test]
 fn stats_reports_every_field() {
     let server = Server::start();
     let mut con = server.connect();
-    let empty: std::collections::HashMap<String, Value> = redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
+    let empty: std::collections::HashMap<String, Value> =
+        redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
     assert_eq!(empty["queued"], Value::Int(0));
     assert_eq!(empty["next_expiry_ms"], Value::Nil);
-    enqueue(&mut con, "q", &[("p", "a", 1, b""), ("r", "b", 1, b""), ("r", "c", 1, b"")]);
+    enqueue(
+        &mut con,
+        "q",
+        &[("p", "a", 1, b""), ("r", "b", 1, b""), ("r", "c", 1, b"")],
+    );
     lease(&mut con, "q", 60_000).unwrap();
-    let stats: std::collections::HashMap<String, Value> = redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
+    let stats: std::collections::HashMap<String, Value> =
+        redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
     assert_eq!(stats["queued"], Value::Int(2));
     assert_eq!(stats["inflight"], Value::Int(1));
     assert_eq!(stats["expired"], Value::Int(0));
@@ -227,13 +405,32 @@ fn ids_payloads_and_partitions_are_binary_safe() {
     let mut con = server.connect();
     let id = b"id\x00\xff";
     let payload = b"\x00\x01\xfe payload";
-    let added: i64 = redis::cmd("VTRR.ENQUEUE").arg("q").arg(&b"p\x00art"[..]).arg(&id[..]).arg(1).arg(&payload[..]).query(&mut con).unwrap();
+    let added: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg(&b"p\x00art"[..])
+        .arg(&id[..])
+        .arg(1)
+        .arg(&payload[..])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(added, 1);
     let (got_id, got_payload, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!((got_id.as_slice(), got_payload.as_slice()), (&id[..], &payload[..]));
-    let meta: Vec<u8> = redis::cmd("HGET").arg("vtrr:q:meta").arg(&id[..]).query(&mut con).unwrap();
+    assert_eq!(
+        (got_id.as_slice(), got_payload.as_slice()),
+        (&id[..], &payload[..])
+    );
+    let meta: Vec<u8> = redis::cmd("HGET")
+        .arg("vtrr:q:meta")
+        .arg(&id[..])
+        .query(&mut con)
+        .unwrap();
     assert_eq!(meta, b"1:p\x00art");
-    let acked: i64 = redis::cmd("VTRR.ACK").arg("q").arg(&id[..]).arg(token).query(&mut con).unwrap();
+    let acked: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg(&id[..])
+        .arg(token)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(acked, 1);
 }
 
@@ -246,30 +443,104 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let id = String::from_utf8(id).unwrap();
     let before = dump_queue(&mut con, "q");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["VTRR.ENQUEUE", "q", "p", "x", "1"], "ERR wrong number of arguments for 'vtrr.enqueue' command"),
-        (vec!["VTRR.ENQUEUE", "q", "p", "x", "1", "X", "p2"], "ERR wrong number of arguments for 'vtrr.enqueue' command"),
-        (vec!["VTRR.ENQUEUE", "", "p", "x", "1", "X"], "ERR queue name must not be empty"),
-        (vec!["VTRR.ENQUEUE", "q", "p", "", "1", "X"], "ERR id must not be empty"),
-        (vec!["VTRR.ENQUEUE", "q", "p", "x", "0", "X"], "ERR weight must be an integer between 1 and 1000000000"),
-        (vec!["VTRR.ENQUEUE", "q", "p", "x", "-1", "X"], "ERR weight must be an integer between 1 and 1000000000"),
-        (vec!["VTRR.ENQUEUE", "q", "p", "x", "1.5", "X"], "ERR weight must be an integer between 1 and 1000000000"),
-        (vec!["VTRR.ENQUEUE", "q", "p", "x", "99999999999999999999", "X"], "ERR weight must be an integer between 1 and 1000000000"),
+        (
+            vec!["VTRR.ENQUEUE", "q", "p", "x", "1"],
+            "ERR wrong number of arguments for 'vtrr.enqueue' command",
+        ),
+        (
+            vec!["VTRR.ENQUEUE", "q", "p", "x", "1", "X", "p2"],
+            "ERR wrong number of arguments for 'vtrr.enqueue' command",
+        ),
+        (
+            vec!["VTRR.ENQUEUE", "", "p", "x", "1", "X"],
+            "ERR queue name must not be empty",
+        ),
+        (
+            vec!["VTRR.ENQUEUE", "q", "p", "", "1", "X"],
+            "ERR id must not be empty",
+        ),
+        (
+            vec!["VTRR.ENQUEUE", "q", "p", "x", "0", "X"],
+            "ERR weight must be an integer between 1 and 1000000000",
+        ),
+        (
+            vec!["VTRR.ENQUEUE", "q", "p", "x", "-1", "X"],
+            "ERR weight must be an integer between 1 and 1000000000",
+        ),
+        (
+            vec!["VTRR.ENQUEUE", "q", "p", "x", "1.5", "X"],
+            "ERR weight must be an integer between 1 and 1000000000",
+        ),
+        (
+            vec!["VTRR.ENQUEUE", "q", "p", "x", "99999999999999999999", "X"],
+            "ERR weight must be an integer between 1 and 1000000000",
+        ),
         // The first item is valid: the bad second one refuses the whole call.
-        (vec!["VTRR.ENQUEUE", "q", "p", "ok", "1", "X", "p", "y", "abc", "Y"], "ERR weight must be an integer between 1 and 1000000000"),
-        (vec!["VTRR.LEASE", "q"], "ERR wrong number of arguments for 'vtrr.lease' command"),
-        (vec!["VTRR.LEASE", "q", "0"], "ERR lease-ms must be an integer between 1 and 315360000000"),
-        (vec!["VTRR.LEASE", "q", "ten"], "ERR lease-ms must be an integer between 1 and 315360000000"),
-        (vec!["VTRR.LEASE", "q", "100", "COUNT", "0"], "ERR COUNT must be a positive integer"),
+        (
+            vec![
+                "VTRR.ENQUEUE",
+                "q",
+                "p",
+                "ok",
+                "1",
+                "X",
+                "p",
+                "y",
+                "abc",
+                "Y",
+            ],
+            "ERR weight must be an integer between 1 and 1000000000",
+        ),
+        (
+            vec!["VTRR.LEASE", "q"],
+            "ERR wrong number of arguments for 'vtrr.lease' command",
+        ),
+        (
+            vec!["VTRR.LEASE", "q", "0"],
+            "ERR lease-ms must be an integer between 1 and 315360000000",
+        ),
+        (
+            vec!["VTRR.LEASE", "q", "ten"],
+            "ERR lease-ms must be an integer between 1 and 315360000000",
+        ),
+        (
+            vec!["VTRR.LEASE", "q", "100", "COUNT", "0"],
+            "ERR COUNT must be a positive integer",
+        ),
         (vec!["VTRR.LEASE", "q", "100", "COUNT"], "ERR syntax error"),
-        (vec!["VTRR.LEASE", "q", "100", "LIMIT", "1"], "ERR syntax error"),
-        (vec!["VTRR.ACK", "q", &id], "ERR wrong number of arguments for 'vtrr.ack' command"),
-        (vec!["VTRR.ACK", "q", &id, &token, "b"], "ERR wrong number of arguments for 'vtrr.ack' command"),
-        (vec!["VTRR.ACK", "q", &id, &token, "", "t"], "ERR id must not be empty"),
-        (vec!["VTRR.RENEW", "q", &id, &token], "ERR wrong number of arguments for 'vtrr.renew' command"),
-        (vec!["VTRR.RENEW", "q", &id, &token, "-5"], "ERR lease-ms must be an integer between 1 and 315360000000"),
-        (vec!["VTRR.RECLAIM", "q", "LIMIT", "0"], "ERR LIMIT must be a positive integer"),
+        (
+            vec!["VTRR.LEASE", "q", "100", "LIMIT", "1"],
+            "ERR syntax error",
+        ),
+        (
+            vec!["VTRR.ACK", "q", &id],
+            "ERR wrong number of arguments for 'vtrr.ack' command",
+        ),
+        (
+            vec!["VTRR.ACK", "q", &id, &token, "b"],
+            "ERR wrong number of arguments for 'vtrr.ack' command",
+        ),
+        (
+            vec!["VTRR.ACK", "q", &id, &token, "", "t"],
+            "ERR id must not be empty",
+        ),
+        (
+            vec!["VTRR.RENEW", "q", &id, &token],
+            "ERR wrong number of arguments for 'vtrr.renew' command",
+        ),
+        (
+            vec!["VTRR.RENEW", "q", &id, &token, "-5"],
+            "ERR lease-ms must be an integer between 1 and 315360000000",
+        ),
+        (
+            vec!["VTRR.RECLAIM", "q", "LIMIT", "0"],
+            "ERR LIMIT must be a positive integer",
+        ),
         (vec!["VTRR.RECLAIM", "q", "BOGUS", "1"], "ERR syntax error"),
-        (vec!["VTRR.STATS", "q", "extra"], "ERR wrong number of arguments for 'vtrr.stats' command"),
+        (
+            vec!["VTRR.STATS", "q", "extra"],
+            "ERR wrong number of arguments for 'vtrr.stats' command",
+        ),
     ];
     for (args, expected) in cases {
         let mut cmd = redis::cmd(args[0]);
@@ -278,7 +549,11 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
         }
         let got = error_of(cmd.query(&mut con));
         assert_eq!(got, expected, "{args:?}");
-        assert_eq!(before, dump_queue(&mut con, "q"), "{args:?} changed the queue");
+        assert_eq!(
+            before,
+            dump_queue(&mut con, "q"),
+            "{args:?} changed the queue"
+        );
     }
 }
 
@@ -286,17 +561,44 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
 fn a_key_of_the_wrong_type_is_refused_before_any_write() {
     let server = Server::start();
     let mut con = server.connect();
-    let _: () = redis::cmd("SET").arg("vtrr:q:meta").arg("oops").query(&mut con).unwrap();
-    let err = error_of(redis::cmd("VTRR.ENQUEUE").arg("q").arg("p").arg("x").arg(1).arg("X").query(&mut con));
+    let _: () = redis::cmd("SET")
+        .arg("vtrr:q:meta")
+        .arg("oops")
+        .query(&mut con)
+        .unwrap();
+    let err = error_of(
+        redis::cmd("VTRR.ENQUEUE")
+            .arg("q")
+            .arg("p")
+            .arg("x")
+            .arg(1)
+            .arg("X")
+            .query(&mut con),
+    );
     assert!(err.starts_with("WRONGTYPE"), "{err}");
     assert!(err.contains("vtrr:q:meta must be a hash"), "{err}");
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     assert_eq!(keys, ["vtrr:q:meta"]);
     let err = error_of(redis::cmd("VTRR.LEASE").arg("q").arg(100).query(&mut con));
     assert!(err.starts_with("WRONGTYPE"), "{err}");
-    let _: () = redis::cmd("DEL").arg("vtrr:q:meta").query(&mut con).unwrap();
-    let _: () = redis::cmd("SET").arg("vtrr:q:current_virtual_time").arg("garbage").query(&mut con).unwrap();
-    let err = error_of(redis::cmd("VTRR.ENQUEUE").arg("q").arg("p").arg("x").arg(1).arg("X").query(&mut con));
+    let _: () = redis::cmd("DEL")
+        .arg("vtrr:q:meta")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("vtrr:q:current_virtual_time")
+        .arg("garbage")
+        .query(&mut con)
+        .unwrap();
+    let err = error_of(
+        redis::cmd("VTRR.ENQUEUE")
+            .arg("q")
+            .arg("p")
+            .arg("x")
+            .arg(1)
+            .arg("X")
+            .query(&mut con),
+    );
     assert_eq!(err, "ERR vtrr:q:current_virtual_time is not an integer");
 }
 
@@ -310,48 +612,106 @@ fn idle_calls_do_not_abort_a_watching_client() {
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
     let _: () = redis::cmd("WATCH").arg(&keys).query(&mut watcher).unwrap();
     assert_eq!(lease(&mut worker, "q", 100), None);
-    let acked: i64 = redis::cmd("VTRR.ACK").arg("q").arg(&id).arg("stale").query(&mut worker).unwrap();
+    let acked: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg(&id)
+        .arg("stale")
+        .query(&mut worker)
+        .unwrap();
     assert_eq!(acked, 0);
-    let renewed: i64 = redis::cmd("VTRR.RENEW").arg("q").arg(&id).arg("stale").arg(5).query(&mut worker).unwrap();
+    let renewed: i64 = redis::cmd("VTRR.RENEW")
+        .arg("q")
+        .arg(&id)
+        .arg("stale")
+        .arg(5)
+        .query(&mut worker)
+        .unwrap();
     assert_eq!(renewed, 0);
-    let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(&mut worker).unwrap();
+    let reclaimed: i64 = redis::cmd("VTRR.RECLAIM")
+        .arg("q")
+        .query(&mut worker)
+        .unwrap();
     assert_eq!(reclaimed, 0);
     let _: () = redis::cmd("MULTI").query(&mut watcher).unwrap();
-    let _: () = redis::cmd("SET").arg("marker").arg(1).query(&mut watcher).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("marker")
+        .arg(1)
+        .query(&mut watcher)
+        .unwrap();
     let result: Option<Vec<String>> = redis::cmd("EXEC").query(&mut watcher).unwrap();
-    assert!(result.is_some(), "EXEC aborted by a command that changed nothing");
+    assert!(
+        result.is_some(),
+        "EXEC aborted by a command that changed nothing"
+    );
     // A real change does abort it.
     let _: () = redis::cmd("WATCH").arg(&keys).query(&mut watcher).unwrap();
     enqueue(&mut worker, "q", &[("p", "b", 1, b"B")]);
     let _: () = redis::cmd("MULTI").query(&mut watcher).unwrap();
-    let _: () = redis::cmd("SET").arg("marker").arg(2).query(&mut watcher).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("marker")
+        .arg(2)
+        .query(&mut watcher)
+        .unwrap();
     let result: Option<Vec<String>> = redis::cmd("EXEC").query(&mut watcher).unwrap();
     assert!(result.is_none(), "a real change must abort EXEC");
 }
 
 #[test]
 fn changes_fire_module_keyspace_notifications() {
-    let server = Server::builder().args(&["--notify-keyspace-events", "Kd"]).module_args(&["reclaim-interval-ms", "0"]).spawn();
+    let server = Server::builder()
+        .args(&["--notify-keyspace-events", "Kd"])
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
     let mut con = server.connect();
     let mut sub_con = server.connect();
     let mut pubsub = sub_con.as_pubsub();
     pubsub.subscribe("__keyspace@0__:vtrr:q:queue").unwrap();
-    pubsub.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
     enqueue(&mut con, "q", &[("p", "a", 1, b"A")]);
     lease(&mut con, "q", 1).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
     let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(&mut con).unwrap();
     assert_eq!(reclaimed, 1);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    let _: i64 = redis::cmd("VTRR.RENEW").arg("q").arg(&id).arg(&token).arg(60_000).query(&mut con).unwrap();
-    let _: i64 = redis::cmd("VTRR.ACK").arg("q").arg(&id).arg("stale").query(&mut con).unwrap(); // no event
-    let _: i64 = redis::cmd("VTRR.ACK").arg("q").arg(&id).arg(&token).query(&mut con).unwrap();
+    let _: i64 = redis::cmd("VTRR.RENEW")
+        .arg("q")
+        .arg(&id)
+        .arg(&token)
+        .arg(60_000)
+        .query(&mut con)
+        .unwrap();
+    let _: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg(&id)
+        .arg("stale")
+        .query(&mut con)
+        .unwrap(); // no event
+    let _: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg(&id)
+        .arg(&token)
+        .query(&mut con)
+        .unwrap();
     let mut events = Vec::new();
     while events.len() < 6 {
-        let Ok(message) = pubsub.get_message() else { break };
+        let Ok(message) = pubsub.get_message() else {
+            break;
+        };
         events.push(message.get_payload::<String>().unwrap());
     }
-    assert_eq!(events, ["vtrr.enqueue", "vtrr.lease", "vtrr.reclaim", "vtrr.lease", "vtrr.renew", "vtrr.ack"]);
+    assert_eq!(
+        events,
+        [
+            "vtrr.enqueue",
+            "vtrr.lease",
+            "vtrr.reclaim",
+            "vtrr.lease",
+            "vtrr.renew",
+            "vtrr.ack"
+        ]
+    );
 }
 
 #[test]
@@ -359,7 +719,11 @@ fn commands_declare_arity_flags_and_key_position() {
     let server = Server::start();
     let mut con = server.connect();
     let expected = [
-        ("vtrr.enqueue", -6, vec!["write", "denyoom", "module", "fast"]),
+        (
+            "vtrr.enqueue",
+            -6,
+            vec!["write", "denyoom", "module", "fast"],
+        ),
         ("vtrr.lease", -3, vec!["write", "module", "fast"]),
         ("vtrr.ack", -4, vec!["write", "module", "fast"]),
         ("vtrr.renew", 5, vec!["write", "module", "fast"]),
@@ -368,12 +732,20 @@ fn commands_declare_arity_flags_and_key_position() {
         ("vtrr.check", 2, vec!["readonly", "module"]),
     ];
     for (name, arity, flags) in expected {
-        let info: Vec<Vec<Value>> = redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut con).unwrap();
+        let info: Vec<Vec<Value>> = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg(name)
+            .query(&mut con)
+            .unwrap();
         let entry = &info[0];
         assert_eq!(entry[1], Value::Int(arity), "{name} arity");
         let got_flags: Vec<String> = redis::from_redis_value(entry[2].clone()).unwrap();
         assert_eq!(got_flags, flags, "{name} flags");
-        assert_eq!((entry[3].clone(), entry[4].clone(), entry[5].clone()), (Value::Int(1), Value::Int(1), Value::Int(1)), "{name} keys");
+        assert_eq!(
+            (entry[3].clone(), entry[4].clone(), entry[5].clone()),
+            (Value::Int(1), Value::Int(1), Value::Int(1)),
+            "{name} keys"
+        );
     }
 }
 
@@ -383,14 +755,25 @@ fn commands_are_atomic_inside_multi_and_lua() {
     let mut con = server.connect();
     let (leased,): (Option<Lease>,) = redis::pipe()
         .atomic()
-        .cmd("VTRR.ENQUEUE").arg("q").arg("p").arg("a").arg(1).arg("A").ignore()
-        .cmd("VTRR.LEASE").arg("q").arg(60_000)
+        .cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("p")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .ignore()
+        .cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
         .query(&mut con)
         .unwrap();
     let (id, _, token, _) = leased.unwrap();
     let acked: i64 = redis::cmd("EVAL")
         .arg("return redis.call('VTRR.ACK', KEYS[1], ARGV[1], ARGV[2])")
-        .arg(1).arg("q").arg(&id).arg(&token)
+        .arg(1)
+        .arg("q")
+        .arg(&id)
+        .arg(&token)
         .query(&mut con)
         .unwrap();
     assert_eq!(acked, 1);

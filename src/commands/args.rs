@@ -9,15 +9,25 @@ use crate::error;
 /// `+`, no spaces, no leading zeros, no overflow.
 pub fn parse_i64(raw: &[u8]) -> Option<i64> {
     let digits = raw.strip_prefix(b"-").unwrap_or(raw);
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) || (digits.len() > 1 && digits[0] == b'0') {
+    if digits.is_empty()
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits.len() > 1 && digits[0] == b'0')
+    {
         return None;
     }
     std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
 /// An integer in `min..=max`, else `error`.
-pub fn int_in(raw: &[u8], min: i64, max: i64, error: impl FnOnce() -> RedisError) -> Result<i64, RedisError> {
-    parse_i64(raw).filter(|n| (min..=max).contains(n)).ok_or_else(error)
+pub fn int_in(
+    raw: &[u8],
+    min: i64,
+    max: i64,
+    error: impl FnOnce() -> RedisError,
+) -> Result<i64, RedisError> {
+    parse_i64(raw)
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(error)
 }
 
 /// A non-empty queue name.
@@ -47,9 +57,14 @@ impl<'a> Options<'a> {
     /// The next option name (upper-cased) and its value; a name with no value
     /// is a syntax error.
     pub fn next_pair(&mut self) -> Result<Option<(String, &'a RedisString)>, RedisError> {
-        let Some(name) = self.rest.next() else { return Ok(None) };
+        let Some(name) = self.rest.next() else {
+            return Ok(None);
+        };
         let value = self.rest.next().ok_or_else(error::syntax)?;
-        Ok(Some((String::from_utf8_lossy(name.as_slice()).to_ascii_uppercase(), value)))
+        Ok(Some((
+            String::from_utf8_lossy(name.as_slice()).to_ascii_uppercase(),
+            value,
+        )))
     }
 }
 
@@ -67,7 +82,19 @@ mod tests {
         assert_eq!(parse_i64(b"0"), Some(0));
         assert_eq!(parse_i64(b"-12"), Some(-12));
         assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [&b""[..], b"-", b"+1", b" 1", b"1 ", b"01", b"1.0", b"1e3", b"9223372036854775808", b"abc", b"\x001"] {
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"1.0",
+            b"1e3",
+            b"9223372036854775808",
+            b"abc",
+            b"\x001",
+        ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

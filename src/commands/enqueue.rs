@@ -20,7 +20,7 @@ const KEYS: [QueueKey; 6] = [
 
 /// VTRR.ENQUEUE <name> <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
 pub fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    if argv.len() < 6 || (argv.len() - 2) % 4 != 0 {
+    if argv.len() < 6 || !(argv.len() - 2).is_multiple_of(4) {
         return Err(RedisError::WrongArity);
     }
     let queue = args::queue_name(&argv[1])?;
@@ -32,7 +32,12 @@ pub fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 return Err(error::empty("id"));
             }
             let weight = args::int_in(group[2].as_slice(), 1, error::MAX_WEIGHT, error::weight)?;
-            Ok(NewItem { partition: group[0].as_slice(), id, weight: weight as u64, payload: group[3].as_slice() })
+            Ok(NewItem {
+                partition: group[0].as_slice(),
+                id,
+                weight: weight as u64,
+                payload: group[3].as_slice(),
+            })
         })
         .collect::<Result<Vec<_>, RedisError>>()?;
 

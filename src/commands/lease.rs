@@ -26,11 +26,17 @@ fn parse_lease(argv: &[RedisString]) -> Result<LeaseArgs<'_>, RedisError> {
     let mut options = args::Options::new(&argv[3..]);
     while let Some((name, value)) = options.next_pair()? {
         match name.as_str() {
-            "COUNT" => count = Some(usize::try_from(args::positive(value, "COUNT")?).unwrap_or(usize::MAX)),
+            "COUNT" => {
+                count = Some(usize::try_from(args::positive(value, "COUNT")?).unwrap_or(usize::MAX))
+            }
             _ => return Err(error::syntax()),
         }
     }
-    Ok(LeaseArgs { queue, lease_ms, count })
+    Ok(LeaseArgs {
+        queue,
+        lease_ms,
+        count,
+    })
 }
 
 fn lease_reply(leased: Leased) -> RedisValue {
@@ -57,7 +63,11 @@ pub fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         new_token,
     )
     .map_err(core_error(queue))?;
-    store.commit(if outcome.leased.is_empty() { "vtrr.reclaim" } else { "vtrr.lease" });
+    store.commit(if outcome.leased.is_empty() {
+        "vtrr.reclaim"
+    } else {
+        "vtrr.lease"
+    });
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
     info::add(&info::RECLAIMED, outcome.reclaimed);
@@ -82,7 +92,7 @@ const ACK_KEYS: [QueueKey; 5] = [
 
 /// VTRR.ACK <name> <id> <token> [<id> <token> ...]
 pub fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    if argv.len() < 4 || argv.len() % 2 != 0 {
+    if argv.len() < 4 || !argv.len().is_multiple_of(2) {
         return Err(RedisError::WrongArity);
     }
     let queue = args::queue_name(&argv[1])?;
@@ -115,7 +125,12 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     }
     let lease_ms = args::lease_ms(&argv[4])?;
     let now = now_ms();
-    let mut store = open(ctx, queue, &[QueueKey::Inflight, QueueKey::Lease], Access::Write)?;
+    let mut store = open(
+        ctx,
+        queue,
+        &[QueueKey::Inflight, QueueKey::Lease],
+        Access::Write,
+    )?;
     let renewed = core::renew(&mut store, id, argv[3].as_slice(), now, lease_ms);
     store.commit("vtrr.renew");
     if renewed {

@@ -15,7 +15,12 @@ use crate::store::redis::{Access, RedisStore, WrongType};
 
 /// Opens all keys of `queue` for the given access, mapping a wrong type to
 /// the WRONGTYPE reply.
-fn open<'ctx>(ctx: &'ctx Context, queue: &[u8], keys: &[crate::keys::QueueKey], access: Access) -> Result<RedisStore<'ctx>, RedisError> {
+fn open<'ctx>(
+    ctx: &'ctx Context,
+    queue: &[u8],
+    keys: &[crate::keys::QueueKey],
+    access: Access,
+) -> Result<RedisStore<'ctx>, RedisError> {
     RedisStore::open(ctx, queue, keys, access).map_err(|wrong: WrongType| error::wrong_type(&wrong))
 }
 
@@ -32,8 +37,14 @@ fn log_anomalies(ctx: &Context, queue: &[u8], anomalies: &[Anomaly]) {
                 "item {} had no readable meta; re-enqueued with weight 1 in the empty partition",
                 String::from_utf8_lossy(id)
             ),
-            Anomaly::PayloadMissing { id } => format!("item {} had no payload; used an empty one", String::from_utf8_lossy(id)),
-            Anomaly::TimeoutsUnreadable { id } => format!("item {} had an unreadable timeouts count; counted from 0", String::from_utf8_lossy(id)),
+            Anomaly::PayloadMissing { id } => format!(
+                "item {} had no payload; used an empty one",
+                String::from_utf8_lossy(id)
+            ),
+            Anomaly::TimeoutsUnreadable { id } => format!(
+                "item {} had an unreadable timeouts count; counted from 0",
+                String::from_utf8_lossy(id)
+            ),
             Anomaly::PartitionVirtualTimeUnreadable { partition } => format!(
                 "partition {} had an unreadable virtual time; read as 0",
                 String::from_utf8_lossy(partition)

@@ -17,7 +17,9 @@ pub fn reclaim(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let mut options = args::Options::new(&argv[2..]);
     while let Some((name, value)) = options.next_pair()? {
         match name.as_str() {
-            "LIMIT" => limit = usize::try_from(args::positive(value, "LIMIT")?).unwrap_or(usize::MAX),
+            "LIMIT" => {
+                limit = usize::try_from(args::positive(value, "LIMIT")?).unwrap_or(usize::MAX)
+            }
             _ => return Err(error::syntax()),
         }
     }

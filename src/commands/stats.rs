@@ -16,7 +16,12 @@ pub fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let queue = args::queue_name(&argv[1])?;
-    let keys = [QueueKey::Queue, QueueKey::Inflight, QueueKey::PartitionVirtualTime, QueueKey::CurrentVirtualTime];
+    let keys = [
+        QueueKey::Queue,
+        QueueKey::Inflight,
+        QueueKey::PartitionVirtualTime,
+        QueueKey::CurrentVirtualTime,
+    ];
     let mut store = open(ctx, queue, &keys, Access::Read)?;
     let stats = core::stats(&mut store, now_ms()).map_err(core_error(queue))?;
     let int = |n: u64| RedisValue::Integer(n as i64);
@@ -25,8 +30,16 @@ pub fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("inflight", int(stats.inflight)),
         ("expired", int(stats.expired)),
         ("partitions", int(stats.partitions)),
-        ("current_virtual_time", RedisValue::Integer(stats.current_virtual_time)),
-        ("next_expiry_ms", stats.next_expiry_ms.map_or(RedisValue::Null, RedisValue::Integer)),
+        (
+            "current_virtual_time",
+            RedisValue::Integer(stats.current_virtual_time),
+        ),
+        (
+            "next_expiry_ms",
+            stats
+                .next_expiry_ms
+                .map_or(RedisValue::Null, RedisValue::Integer),
+        ),
     ];
     let map: BTreeMap<RedisValueKey, RedisValue> = fields
         .into_iter()
@@ -43,5 +56,7 @@ pub fn check(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let queue = args::queue_name(&argv[1])?;
     let mut store = open(ctx, queue, &QueueKey::ALL, Access::Read)?;
     let problems = check::check(&mut store);
-    Ok(RedisValue::Array(problems.into_iter().map(|p| RedisValue::BulkString(p)).collect()))
+    Ok(RedisValue::Array(
+        problems.into_iter().map(RedisValue::BulkString).collect(),
+    ))
 }

@@ -59,12 +59,26 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
     ];
     for (name, hash, owners) in orphans {
         for id in hash.difference(owners) {
-            problems.push(format!("{name} holds {} which is not {}", show(id), if name == "task" { "queued" } else { "in flight" }));
+            problems.push(format!(
+                "{name} holds {} which is not {}",
+                show(id),
+                if name == "task" {
+                    "queued"
+                } else {
+                    "in flight"
+                }
+            ));
         }
     }
     for (name, hash) in [("meta", &meta), ("timeouts", &timeouts)] {
-        for id in hash.iter().filter(|id| !queued.contains(*id) && !inflight.contains(*id)) {
-            problems.push(format!("{name} holds {} which is neither queued nor in flight", show(id)));
+        for id in hash
+            .iter()
+            .filter(|id| !queued.contains(*id) && !inflight.contains(*id))
+        {
+            problems.push(format!(
+                "{name} holds {} which is neither queued nor in flight",
+                show(id)
+            ));
         }
     }
     problems.sort();

@@ -121,7 +121,11 @@ fn place(
         next.to_string().as_bytes(),
     );
     store.hset(HashKey::Task, item.id, item.payload);
-    store.hset(HashKey::Meta, item.id, &format_meta(item.weight, item.partition));
+    store.hset(
+        HashKey::Meta,
+        item.id,
+        &format_meta(item.weight, item.partition),
+    );
 }
 
 /// `VTRR.ENQUEUE`: adds each item not already queued or leased.
@@ -142,7 +146,11 @@ pub fn enqueue(store: &mut impl Store, items: &[NewItem<'_>]) -> Result<EnqueueO
 
 /// `VTRR.RECLAIM`: re-enqueues up to `limit` leases whose expiry is <= `now_ms`,
 /// in ascending (expiry, id) order, each rescored as if freshly enqueued.
-pub fn reclaim(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<ReclaimOutcome, CoreError> {
+pub fn reclaim(
+    store: &mut impl Store,
+    now_ms: i64,
+    limit: usize,
+) -> Result<ReclaimOutcome, CoreError> {
     let current_virtual_time = read_current_virtual_time(store)?;
     let mut outcome = ReclaimOutcome::default();
     reclaim_at(store, current_virtual_time, now_ms, limit, &mut outcome);
@@ -162,7 +170,9 @@ fn reclaim_at(
     for (id, _expiry) in store.zrange_upto(ZsetKey::Inflight, now_ms as f64, limit) {
         store.zrem(ZsetKey::Inflight, &id);
         let payload = store.hget(HashKey::InflightTask, &id).unwrap_or_else(|| {
-            outcome.anomalies.push(Anomaly::PayloadMissing { id: id.clone() });
+            outcome
+                .anomalies
+                .push(Anomaly::PayloadMissing { id: id.clone() });
             Vec::new()
         });
         store.hdel(HashKey::InflightTask, &id);
@@ -173,7 +183,9 @@ fn reclaim_at(
         let (weight, partition) = match meta.as_deref().and_then(parse_meta) {
             Some((weight, partition)) => (weight, partition.to_vec()),
             None => {
-                outcome.anomalies.push(Anomaly::MetaUnreadable { id: id.clone() });
+                outcome
+                    .anomalies
+                    .push(Anomaly::MetaUnreadable { id: id.clone() });
                 (1, Vec::new())
             }
         };
@@ -215,7 +227,13 @@ pub fn lease(
 ) -> Result<LeaseOutcome, CoreError> {
     let current_virtual_time = read_current_virtual_time(store)?;
     let mut reclaimed = ReclaimOutcome::default();
-    reclaim_at(store, current_virtual_time, now_ms, reclaim_limit, &mut reclaimed);
+    reclaim_at(
+        store,
+        current_virtual_time,
+        now_ms,
+        reclaim_limit,
+        &mut reclaimed,
+    );
     let mut outcome = LeaseOutcome {
         leased: Vec::new(),
         reclaimed: reclaimed.reclaimed,
@@ -228,7 +246,9 @@ pub fn lease(
         };
         store.zrem(ZsetKey::Queue, &id);
         let payload = store.hget(HashKey::Task, &id).unwrap_or_else(|| {
-            outcome.anomalies.push(Anomaly::PayloadMissing { id: id.clone() });
+            outcome
+                .anomalies
+                .push(Anomaly::PayloadMissing { id: id.clone() });
             Vec::new()
         });
         store.hdel(HashKey::Task, &id);
@@ -260,7 +280,9 @@ pub fn lease(
 
 /// Fenced: true when `token` is the item's current lease token.
 fn holds_lease(store: &mut impl Store, id: &[u8], token: &[u8]) -> bool {
-    store.hget(HashKey::Lease, id).is_some_and(|stored| stored == token)
+    store
+        .hget(HashKey::Lease, id)
+        .is_some_and(|stored| stored == token)
 }
 
 /// `VTRR.ACK`: finishes each (id, token) pair whose token is current.
@@ -286,7 +308,11 @@ pub fn renew(store: &mut impl Store, id: &[u8], token: &[u8], now_ms: i64, lease
     if !holds_lease(store, id, token) {
         return false;
     }
-    store.zadd(ZsetKey::Inflight, id, now_ms.saturating_add(lease_ms) as f64);
+    store.zadd(
+        ZsetKey::Inflight,
+        id,
+        now_ms.saturating_add(lease_ms) as f64,
+    );
     true
 }
 

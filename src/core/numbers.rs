@@ -12,7 +12,11 @@ pub fn parse_virtual_time(raw: &[u8]) -> Option<i64> {
         return Some(n);
     }
     let value = text.parse::<f64>().ok().filter(|v| v.is_finite())?;
-    Some(value.floor().clamp(-(MAX_VIRTUAL_TIME as f64), MAX_VIRTUAL_TIME as f64) as i64)
+    Some(
+        value
+            .floor()
+            .clamp(-(MAX_VIRTUAL_TIME as f64), MAX_VIRTUAL_TIME as f64) as i64,
+    )
 }
 
 /// `meta[id]` = `<weight>:<partition>`.
@@ -49,7 +53,15 @@ mod tests {
 
     #[test]
     fn meta_rejects_bad_weights() {
-        for bad in [&b"0:p"[..], b":p", b"x:p", b"-1:p", b"1.5:p", b"nocolon", b"99999999999999999999999:p"] {
+        for bad in [
+            &b"0:p"[..],
+            b":p",
+            b"x:p",
+            b"-1:p",
+            b"1.5:p",
+            b"nocolon",
+            b"99999999999999999999999:p",
+        ] {
             assert_eq!(parse_meta(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
@@ -58,7 +70,10 @@ mod tests {
     fn virtual_time_accepts_lua_number_formats() {
         assert_eq!(parse_virtual_time(b"42"), Some(42));
         assert_eq!(parse_virtual_time(b"-3"), Some(-3));
-        assert_eq!(parse_virtual_time(b"1e+15"), Some(1_000_000_000_000_000.min(MAX_VIRTUAL_TIME)));
+        assert_eq!(
+            parse_virtual_time(b"1e+15"),
+            Some(1_000_000_000_000_000.min(MAX_VIRTUAL_TIME))
+        );
         assert_eq!(parse_virtual_time(b"7.9"), Some(7));
         assert_eq!(parse_virtual_time(b"abc"), None);
         assert_eq!(parse_virtual_time(b"inf"), None);

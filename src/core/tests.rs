@@ -40,18 +40,28 @@ fn partitions_are_served_in_turn_however_much_each_queued() {
     let a_items: Vec<_> = a.iter().map(|id| item("A", id, 1)).collect();
     enqueue(&mut store, &a_items).unwrap();
     enqueue(&mut store, &[item("B", "b1", 1), item("B", "b2", 1)]).unwrap();
-    assert_eq!(lease_ids(&mut store, 0, 10), ["a1", "b1", "a2", "b2", "a3", "a4"]);
+    assert_eq!(
+        lease_ids(&mut store, 0, 10),
+        ["a1", "b1", "a2", "b2", "a3", "a4"]
+    );
 }
 
 #[test]
 fn a_weight_n_item_costs_its_partition_n_turns() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("heavy", "h1", 3), item("heavy", "h2", 3)]).unwrap();
+    enqueue(
+        &mut store,
+        &[item("heavy", "h1", 3), item("heavy", "h2", 3)],
+    )
+    .unwrap();
     let light: Vec<_> = (1..=5).map(|i| format!("l{i}")).collect();
     let light_items: Vec<_> = light.iter().map(|id| item("light", id, 1)).collect();
     enqueue(&mut store, &light_items).unwrap();
     // h1 at 1, h2 at 4; light at 1..=5.
-    assert_eq!(lease_ids(&mut store, 0, 10), ["h1", "l1", "l2", "l3", "h2", "l4", "l5"]);
+    assert_eq!(
+        lease_ids(&mut store, 0, 10),
+        ["h1", "l1", "l2", "l3", "h2", "l4", "l5"]
+    );
 }
 
 #[test]
@@ -64,7 +74,10 @@ fn enqueue_writes_the_documented_keys() {
         store.zset_entries(ZsetKey::Queue),
         [(b"i1".to_vec(), 11.0), (b"i2".to_vec(), 13.0)]
     );
-    assert_eq!(store.hget(HashKey::PartitionVirtualTime, b"p:x").unwrap(), b"14");
+    assert_eq!(
+        store.hget(HashKey::PartitionVirtualTime, b"p:x").unwrap(),
+        b"14"
+    );
     assert_eq!(store.hget(HashKey::Meta, b"i1").unwrap(), b"2:p:x");
     assert_eq!(store.hget(HashKey::Task, b"i2").unwrap(), b"i2");
 }
@@ -75,7 +88,11 @@ fn enqueue_skips_ids_already_queued_or_leased() {
     enqueue(&mut store, &[item("A", "x", 1), item("A", "y", 1)]).unwrap();
     lease(&mut store, 0, 100, 1, 0, tokens()).unwrap(); // x leased
     let before = store.clone();
-    let outcome = enqueue(&mut store, &[item("B", "x", 5), item("B", "y", 5), item("B", "y", 1)]).unwrap();
+    let outcome = enqueue(
+        &mut store,
+        &[item("B", "x", 5), item("B", "y", 5), item("B", "y", 1)],
+    )
+    .unwrap();
     assert_eq!(outcome.added, 0);
     assert_eq!(format!("{before:?}"), format!("{store:?}"));
 }
@@ -86,10 +103,16 @@ fn lease_moves_the_item_and_grants_a_token() {
     enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
     let outcome = lease(&mut store, 5_000, 300, 1, 1000, tokens()).unwrap();
     let leased = &outcome.leased[0];
-    assert_eq!((leased.id.as_slice(), leased.payload.as_slice()), (&b"a1"[..], &b"a1"[..]));
+    assert_eq!(
+        (leased.id.as_slice(), leased.payload.as_slice()),
+        (&b"a1"[..], &b"a1"[..])
+    );
     assert_eq!(leased.token, b"token-1");
     assert_eq!(leased.timeouts, 0);
-    assert_eq!(store.zset_entries(ZsetKey::Inflight), [(b"a1".to_vec(), 5_300.0)]);
+    assert_eq!(
+        store.zset_entries(ZsetKey::Inflight),
+        [(b"a1".to_vec(), 5_300.0)]
+    );
     assert_eq!(store.hget(HashKey::InflightTask, b"a1").unwrap(), b"a1");
     assert_eq!(store.hget(HashKey::Task, b"a1"), None);
     assert_eq!(store.hget(HashKey::Lease, b"a1").unwrap(), b"token-1");
@@ -99,10 +122,17 @@ fn lease_moves_the_item_and_grants_a_token() {
 #[test]
 fn lease_count_gives_every_item_the_same_expiry() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a1", 1), item("B", "b1", 1), item("C", "c1", 1)]).unwrap();
+    enqueue(
+        &mut store,
+        &[item("A", "a1", 1), item("B", "b1", 1), item("C", "c1", 1)],
+    )
+    .unwrap();
     let outcome = lease(&mut store, 7, 10, 2, 1000, tokens()).unwrap();
     assert_eq!(outcome.leased.len(), 2);
-    assert!(store.zset_entries(ZsetKey::Inflight).iter().all(|(_, s)| *s == 17.0));
+    assert!(store
+        .zset_entries(ZsetKey::Inflight)
+        .iter()
+        .all(|(_, s)| *s == 17.0));
     assert_ne!(outcome.leased[0].token, outcome.leased[1].token);
 }
 
@@ -132,10 +162,21 @@ fn ack_is_fenced_by_the_token() {
     enqueue(&mut store, &[item("A", "a1", 1)]).unwrap();
     lease(&mut store, 0, 100, 1, 1000, tokens()).unwrap();
     let before = store.clone();
-    assert_eq!(ack(&mut store, &[(b"a1", b"wrong"), (b"zz", b"token-1")]), 0);
+    assert_eq!(
+        ack(&mut store, &[(b"a1", b"wrong"), (b"zz", b"token-1")]),
+        0
+    );
     assert_eq!(format!("{before:?}"), format!("{store:?}"));
-    assert_eq!(ack(&mut store, &[(b"a1", b"token-1"), (b"a1", b"token-1")]), 1);
-    for key in [HashKey::InflightTask, HashKey::Lease, HashKey::Meta, HashKey::Timeouts] {
+    assert_eq!(
+        ack(&mut store, &[(b"a1", b"token-1"), (b"a1", b"token-1")]),
+        1
+    );
+    for key in [
+        HashKey::InflightTask,
+        HashKey::Lease,
+        HashKey::Meta,
+        HashKey::Timeouts,
+    ] {
         assert_eq!(store.hlen(key), 0, "{key:?}");
     }
     assert_eq!(store.zcard(ZsetKey::Inflight), 0);
@@ -155,7 +196,11 @@ fn renew_moves_the_expiry_only_with_the_current_token() {
 #[test]
 fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a1", 2), item("A", "a2", 1), item("B", "b1", 1)]).unwrap();
+    enqueue(
+        &mut store,
+        &[item("A", "a1", 2), item("A", "a2", 1), item("B", "b1", 1)],
+    )
+    .unwrap();
     lease(&mut store, 0, 100, 1, 1000, tokens()).unwrap(); // a1, expiry 100
     assert_eq!(reclaim(&mut store, 99, usize::MAX).unwrap().reclaimed, 0);
     assert_eq!(reclaim(&mut store, 100, usize::MAX).unwrap().reclaimed, 1);
@@ -164,21 +209,40 @@ fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
     assert_eq!(store.hget(HashKey::InflightTask, b"a1"), None);
     // Rescored as if fresh: after a2 (pvt of A was 4 after a2 at 3).
     assert_eq!(store.zscore(ZsetKey::Queue, b"a1"), Some(4.0));
-    assert_eq!(store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(), b"6");
-    let leased = lease(&mut store, 200, 100, 3, 1000, tokens()).unwrap().leased;
+    assert_eq!(
+        store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
+        b"6"
+    );
+    let leased = lease(&mut store, 200, 100, 3, 1000, tokens())
+        .unwrap()
+        .leased;
     let order: Vec<_> = leased.iter().map(|l| (l.id.clone(), l.timeouts)).collect();
-    assert_eq!(order, [(b"b1".to_vec(), 0), (b"a2".to_vec(), 0), (b"a1".to_vec(), 1)]);
+    assert_eq!(
+        order,
+        [
+            (b"b1".to_vec(), 0),
+            (b"a2".to_vec(), 0),
+            (b"a1".to_vec(), 1)
+        ]
+    );
 }
 
 #[test]
 fn reclaim_takes_the_oldest_expiry_first_and_honours_the_limit() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1), item("C", "c", 1)]).unwrap();
+    enqueue(
+        &mut store,
+        &[item("A", "a", 1), item("B", "b", 1), item("C", "c", 1)],
+    )
+    .unwrap();
     lease(&mut store, 0, 30, 1, 0, tokens()).unwrap(); // a expires 30
     lease(&mut store, 0, 10, 1, 0, tokens()).unwrap(); // b expires 10
     lease(&mut store, 0, 20, 1, 0, tokens()).unwrap(); // c expires 20
     assert_eq!(reclaim(&mut store, 100, 2).unwrap().reclaimed, 2);
-    assert_eq!(store.zset_entries(ZsetKey::Inflight), [(b"a".to_vec(), 30.0)]);
+    assert_eq!(
+        store.zset_entries(ZsetKey::Inflight),
+        [(b"a".to_vec(), 30.0)]
+    );
 }
 
 #[test]
@@ -201,7 +265,12 @@ fn reclaim_without_meta_still_requeues_the_item() {
     store.hset(HashKey::Lease, b"lost", b"t");
     let outcome = reclaim(&mut store, 10, usize::MAX).unwrap();
     assert_eq!(outcome.reclaimed, 1);
-    assert_eq!(outcome.anomalies, [Anomaly::MetaUnreadable { id: b"lost".to_vec() }]);
+    assert_eq!(
+        outcome.anomalies,
+        [Anomaly::MetaUnreadable {
+            id: b"lost".to_vec()
+        }]
+    );
     assert_eq!(store.hget(HashKey::Meta, b"lost").unwrap(), b"1:");
     assert_eq!(store.hget(HashKey::Task, b"lost").unwrap(), b"payload");
     assert_eq!(store.zscore(ZsetKey::Queue, b"lost"), Some(1.0));
@@ -213,22 +282,42 @@ fn a_non_numeric_current_virtual_time_refuses_and_changes_nothing() {
     enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
     store.set_raw_current_virtual_time(b"garbage");
     let before = format!("{store:?}");
-    assert_eq!(enqueue(&mut store, &[item("A", "b", 1)]), Err(CoreError::CurrentVirtualTimeNotInteger));
-    assert_eq!(lease(&mut store, 0, 1, 1, 1, tokens()), Err(CoreError::CurrentVirtualTimeNotInteger));
-    assert_eq!(reclaim(&mut store, 0, 1), Err(CoreError::CurrentVirtualTimeNotInteger));
+    assert_eq!(
+        enqueue(&mut store, &[item("A", "b", 1)]),
+        Err(CoreError::CurrentVirtualTimeNotInteger)
+    );
+    assert_eq!(
+        lease(&mut store, 0, 1, 1, 1, tokens()),
+        Err(CoreError::CurrentVirtualTimeNotInteger)
+    );
+    assert_eq!(
+        reclaim(&mut store, 0, 1),
+        Err(CoreError::CurrentVirtualTimeNotInteger)
+    );
     assert_eq!(before, format!("{store:?}"));
 }
 
 #[test]
 fn stats_counts_queue_state() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1), item("B", "c", 1)]).unwrap();
+    enqueue(
+        &mut store,
+        &[item("A", "a", 1), item("B", "b", 1), item("B", "c", 1)],
+    )
+    .unwrap();
     lease(&mut store, 0, 10, 1, 0, tokens()).unwrap();
     lease(&mut store, 0, 20, 1, 0, tokens()).unwrap();
     let stats = stats(&mut store, 15).unwrap();
     assert_eq!(
         stats,
-        Stats { queued: 1, inflight: 2, expired: 1, partitions: 2, current_virtual_time: 1, next_expiry_ms: Some(10) }
+        Stats {
+            queued: 1,
+            inflight: 2,
+            expired: 1,
+            partitions: 2,
+            current_virtual_time: 1,
+            next_expiry_ms: Some(10)
+        }
     );
 }
 
@@ -240,8 +329,16 @@ fn check_finds_broken_invariants() {
     store.zadd(ZsetKey::Inflight, b"a", 1.0);
     store.hset(HashKey::Lease, b"ghost", b"t");
     let problems = check::check(&mut store);
-    assert!(problems.iter().any(|p| p.contains("a is both queued and in flight")), "{problems:?}");
-    assert!(problems.iter().any(|p| p.contains("lease holds ghost")), "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("a is both queued and in flight")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("lease holds ghost")),
+        "{problems:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -249,11 +346,25 @@ fn check_finds_broken_invariants() {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Enqueue { partition: u8, weight: u64, count: u8 },
-    Lease { count: u8, lease_ms: i64 },
-    Ack { pick: usize },
-    Renew { pick: usize, lease_ms: i64 },
-    Advance { ms: i64 },
+    Enqueue {
+        partition: u8,
+        weight: u64,
+        count: u8,
+    },
+    Lease {
+        count: u8,
+        lease_ms: i64,
+    },
+    Ack {
+        pick: usize,
+    },
+    Renew {
+        pick: usize,
+        lease_ms: i64,
+    },
+    Advance {
+        ms: i64,
+    },
     Reclaim,
 }
 
@@ -312,7 +423,11 @@ impl Simulation {
     }
 
     fn queued(&self) -> Vec<Vec<u8>> {
-        self.store.zset_entries(ZsetKey::Queue).into_iter().map(|(id, _)| id).collect()
+        self.store
+            .zset_entries(ZsetKey::Queue)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
     }
 
     fn queued_partitions(&self, queued: &[Vec<u8>]) -> HashSet<u8> {
@@ -321,7 +436,11 @@ impl Simulation {
 
     fn run(&mut self, op: &Op) -> Result<(), TestCaseError> {
         match *op {
-            Op::Enqueue { partition, weight, count } => {
+            Op::Enqueue {
+                partition,
+                weight,
+                count,
+            } => {
                 let queued = self.queued();
                 let busy = self.queued_partitions(&queued);
                 let ids: Vec<Vec<u8>> = (0..count)
@@ -333,7 +452,12 @@ impl Simulation {
                 let name = [b'p', partition];
                 let batch: Vec<NewItem> = ids
                     .iter()
-                    .map(|id| NewItem { partition: &name, id, weight, payload: b"x" })
+                    .map(|id| NewItem {
+                        partition: &name,
+                        id,
+                        weight,
+                        payload: b"x",
+                    })
                     .collect();
                 let added = enqueue(&mut self.store, &batch).unwrap().added;
                 prop_assert_eq!(added, u64::from(count));
@@ -342,7 +466,9 @@ impl Simulation {
                 }
                 let max_weight = self.max_weight.entry(partition).or_insert(0);
                 *max_weight = (*max_weight).max(weight);
-                if !busy.contains(&partition) && !self.newcomers.iter().any(|n| n.partition == partition) {
+                if !busy.contains(&partition)
+                    && !self.newcomers.iter().any(|n| n.partition == partition)
+                {
                     let others = busy.len();
                     self.newcomers.push(Newcomer {
                         partition,
@@ -358,10 +484,17 @@ impl Simulation {
                 reclaim(&mut self.store, self.now_ms, usize::MAX).unwrap();
                 let mut queued = self.queued();
                 let tokens = &mut self.tokens;
-                let outcome = lease(&mut self.store, self.now_ms, lease_ms, count as usize, 1000, || {
-                    *tokens += 1;
-                    tokens.to_string().into_bytes()
-                })
+                let outcome = lease(
+                    &mut self.store,
+                    self.now_ms,
+                    lease_ms,
+                    count as usize,
+                    1000,
+                    || {
+                        *tokens += 1;
+                        tokens.to_string().into_bytes()
+                    },
+                )
                 .unwrap();
                 prop_assert_eq!(outcome.reclaimed, 0);
                 for leased in outcome.leased {
@@ -392,7 +525,12 @@ impl Simulation {
             }
         }
         let problems = check::check(&mut self.store);
-        prop_assert!(problems.is_empty(), "invariants broken after {:?}: {:?}", op, problems);
+        prop_assert!(
+            problems.is_empty(),
+            "invariants broken after {:?}: {:?}",
+            op,
+            problems
+        );
         Ok(())
     }
 
@@ -409,7 +547,10 @@ impl Simulation {
                     continue;
                 }
                 if !stretch.active {
-                    *stretch = Stretch { active: true, ..Stretch::default() };
+                    *stretch = Stretch {
+                        active: true,
+                        ..Stretch::default()
+                    };
                 }
                 let weight = popped_weight as i64;
                 if popped_partition == f {
@@ -423,7 +564,10 @@ impl Simulation {
                 prop_assert!(
                     stretch.high - stretch.low <= bound,
                     "guarantee 1: partitions {} and {} differ by {} > {}",
-                    f, g, stretch.high - stretch.low, bound
+                    f,
+                    g,
+                    stretch.high - stretch.low,
+                    bound
                 );
             }
         }
@@ -433,7 +577,9 @@ impl Simulation {
                 prop_assert!(
                     newcomer.served_before <= newcomer.bound,
                     "guarantee 2: partition {} waited for {} earlier items > {}",
-                    newcomer.partition, newcomer.served_before, newcomer.bound
+                    newcomer.partition,
+                    newcomer.served_before,
+                    newcomer.bound
                 );
                 finished.push(index);
             } else if newcomer.already_queued.remove(popped) {

@@ -34,15 +34,33 @@ pub fn check_api() -> Result<(), &'static str> {
         };
     }
     require!(
-        RedisModule_OpenKey, RedisModule_CloseKey, RedisModule_KeyType, RedisModule_ValueLength,
-        RedisModule_CreateString, RedisModule_FreeString, RedisModule_StringPtrLen,
-        RedisModule_StringDMA, RedisModule_StringSet, RedisModule_DeleteKey,
-        RedisModule_ZsetAdd, RedisModule_ZsetRem, RedisModule_ZsetScore,
-        RedisModule_ZsetFirstInScoreRange, RedisModule_ZsetRangeCurrentElement,
-        RedisModule_ZsetRangeNext, RedisModule_ZsetRangeEndReached, RedisModule_ZsetRangeStop,
-        RedisModule_HashGet, RedisModule_HashSet, RedisModule_SignalModifiedKey,
-        RedisModule_Replicate, RedisModule_NotifyKeyspaceEvent, RedisModule_GetRandomHexChars,
-        RedisModule_Milliseconds, RedisModule_GetSelectedDb, RedisModule_SelectDb
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ValueLength,
+        RedisModule_CreateString,
+        RedisModule_FreeString,
+        RedisModule_StringPtrLen,
+        RedisModule_StringDMA,
+        RedisModule_StringSet,
+        RedisModule_DeleteKey,
+        RedisModule_ZsetAdd,
+        RedisModule_ZsetRem,
+        RedisModule_ZsetScore,
+        RedisModule_ZsetFirstInScoreRange,
+        RedisModule_ZsetRangeCurrentElement,
+        RedisModule_ZsetRangeNext,
+        RedisModule_ZsetRangeEndReached,
+        RedisModule_ZsetRangeStop,
+        RedisModule_HashGet,
+        RedisModule_HashSet,
+        RedisModule_SignalModifiedKey,
+        RedisModule_Replicate,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_GetRandomHexChars,
+        RedisModule_Milliseconds,
+        RedisModule_GetSelectedDb,
+        RedisModule_SelectDb
     );
     Ok(())
 }
@@ -69,7 +87,9 @@ impl OwnedString {
     fn new(bytes: &[u8]) -> Self {
         // SAFETY: CreateString copies `len` bytes from a valid slice; a NULL
         // context is allowed and means the caller frees the string.
-        OwnedString(unsafe { api!(RedisModule_CreateString)(ptr::null_mut(), bytes.as_ptr().cast(), bytes.len()) })
+        OwnedString(unsafe {
+            api!(RedisModule_CreateString)(ptr::null_mut(), bytes.as_ptr().cast(), bytes.len())
+        })
     }
 }
 
@@ -125,8 +145,18 @@ pub struct RedisStore<'ctx> {
 
 impl<'ctx> RedisStore<'ctx> {
     /// Opens the given keys of queue `queue` and checks their types.
-    pub fn open(ctx: &'ctx Context, queue: &[u8], keys: &[QueueKey], access: Access) -> Result<Self, WrongType> {
-        let mut store = RedisStore { ctx, queue: queue.to_vec(), access, slots: Default::default() };
+    pub fn open(
+        ctx: &'ctx Context,
+        queue: &[u8],
+        keys: &[QueueKey],
+        access: Access,
+    ) -> Result<Self, WrongType> {
+        let mut store = RedisStore {
+            ctx,
+            queue: queue.to_vec(),
+            access,
+            slots: Default::default(),
+        };
         for &key in keys {
             store.open_slot(queue, key)?;
         }
@@ -147,8 +177,15 @@ impl<'ctx> RedisStore<'ctx> {
         } as c_int;
         // SAFETY: ctx is the live context of this call; name is a valid string
         // kept alive in the slot for as long as the key is open.
-        let key = unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }.cast::<raw::RedisModuleKey>();
-        let slot = Slot { name, name_bytes, key, written: false, effects: Vec::new() };
+        let key = unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
+            .cast::<raw::RedisModuleKey>();
+        let slot = Slot {
+            name,
+            name_bytes,
+            key,
+            written: false,
+            effects: Vec::new(),
+        };
         let found = unsafe { api!(RedisModule_KeyType)(key) } as isize;
         let expected = which.kind();
         let matches = found == raw::REDISMODULE_KEYTYPE_EMPTY
@@ -163,7 +200,10 @@ impl<'ctx> RedisStore<'ctx> {
         if matches {
             Ok(())
         } else {
-            Err(WrongType { key: name_for_error, expected })
+            Err(WrongType {
+                key: name_for_error,
+                expected,
+            })
         }
     }
 
@@ -205,28 +245,46 @@ impl<'ctx> RedisStore<'ctx> {
                 self.ctx.replicate(effect.command, args.as_slice());
             }
         }
-        let name = redis_module::RedisString::create_from_slice(self.ctx.ctx, &key_name(&self.queue, QueueKey::Queue));
-        self.ctx.notify_keyspace_event(NotifyEvent::MODULE, event, &name);
+        let name = redis_module::RedisString::create_from_slice(
+            self.ctx.ctx,
+            &key_name(&self.queue, QueueKey::Queue),
+        );
+        self.ctx
+            .notify_keyspace_event(NotifyEvent::MODULE, event, &name);
         true
     }
 
     fn record(&mut self, which: QueueKey, command: &'static str, args: &[&[u8]]) {
-        let Some(slot) = self.slots[which.index()].as_mut() else { return };
+        let Some(slot) = self.slots[which.index()].as_mut() else {
+            return;
+        };
         slot.written = true;
         match slot.effects.last_mut() {
             // Consecutive writes of one kind to one key become one command
             // (ZADD k s1 m1 s2 m2 ...), which applies in the same order.
-            Some(last) if last.command == command && matches!(command, "ZADD" | "ZREM" | "HSET" | "HDEL") => {
+            Some(last)
+                if last.command == command
+                    && matches!(command, "ZADD" | "ZREM" | "HSET" | "HDEL") =>
+            {
                 last.args.extend(args.iter().map(|a| a.to_vec()));
             }
             Some(last) if last.command == "SET" && command == "SET" => {
                 last.args = args.iter().map(|a| a.to_vec()).collect();
             }
-            _ => slot.effects.push(Effect { command, args: args.iter().map(|a| a.to_vec()).collect() }),
+            _ => slot.effects.push(Effect {
+                command,
+                args: args.iter().map(|a| a.to_vec()).collect(),
+            }),
         }
     }
 
-    fn range(&self, which: QueueKey, max: f64, limit: usize, mut visit: impl FnMut(Vec<u8>, f64) -> bool) {
+    fn range(
+        &self,
+        which: QueueKey,
+        max: f64,
+        limit: usize,
+        mut visit: impl FnMut(Vec<u8>, f64) -> bool,
+    ) {
         let Some(key) = self.key(which) else { return };
         if limit == 0 {
             return;
@@ -234,7 +292,9 @@ impl<'ctx> RedisStore<'ctx> {
         // SAFETY: key is an open sorted set; the iterator is stopped before
         // returning and the key is not modified while it runs.
         unsafe {
-            if api!(RedisModule_ZsetFirstInScoreRange)(key, f64::NEG_INFINITY, max, 0, 0) != raw::REDISMODULE_OK as c_int {
+            if api!(RedisModule_ZsetFirstInScoreRange)(key, f64::NEG_INFINITY, max, 0, 0)
+                != raw::REDISMODULE_OK as c_int
+            {
                 return;
             }
             let mut seen = 0usize;
@@ -259,9 +319,14 @@ impl<'ctx> RedisStore<'ctx> {
     /// Number of entries of a sorted set with score <= `max`, counted by the
     /// server's own O(log N) ZCOUNT.
     fn zcount_call(&self, which: QueueKey, max: f64) -> u64 {
-        let Some(slot) = self.slots[which.index()].as_ref() else { return 0 };
+        let Some(slot) = self.slots[which.index()].as_ref() else {
+            return 0;
+        };
         let max = format_score(max);
-        match self.ctx.call("ZCOUNT", &[slot.name_bytes.as_slice(), b"-inf", &max][..]) {
+        match self
+            .ctx
+            .call("ZCOUNT", &[slot.name_bytes.as_slice(), b"-inf", &max][..])
+        {
             Ok(redis_module::RedisValue::Integer(n)) => n.max(0) as u64,
             _ => 0,
         }
@@ -289,7 +354,9 @@ impl Store for RedisStore<'_> {
 
     fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
         let which = QueueKey::from(key);
-        let Some(slot) = self.writable(which) else { return };
+        let Some(slot) = self.writable(which) else {
+            return;
+        };
         let open = slot.key;
         let element = OwnedString::new(member);
         let mut flags: c_int = 0;
@@ -303,7 +370,9 @@ impl Store for RedisStore<'_> {
         if self.key(which).is_none() {
             return false;
         }
-        let Some(slot) = self.writable(which) else { return false };
+        let Some(slot) = self.writable(which) else {
+            return false;
+        };
         let open = slot.key;
         let element = OwnedString::new(member);
         let mut deleted: c_int = 0;
@@ -335,7 +404,8 @@ impl Store for RedisStore<'_> {
 
     fn zcard(&mut self, key: ZsetKey) -> u64 {
         // SAFETY: open key.
-        self.key(key.into()).map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
+        self.key(key.into())
+            .map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
     }
 
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
@@ -365,7 +435,9 @@ impl Store for RedisStore<'_> {
 
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
         let which = QueueKey::from(key);
-        let Some(slot) = self.writable(which) else { return };
+        let Some(slot) = self.writable(which) else {
+            return;
+        };
         let open = slot.key;
         let field_string = OwnedString::new(field);
         let value_string = OwnedString::new(value);
@@ -387,7 +459,9 @@ impl Store for RedisStore<'_> {
         if self.key(which).is_none() {
             return;
         }
-        let Some(slot) = self.writable(which) else { return };
+        let Some(slot) = self.writable(which) else {
+            return;
+        };
         let open = slot.key;
         let field_string = OwnedString::new(field);
         // SAFETY: key opened for writing and holding a hash; the DELETE marker
@@ -408,20 +482,22 @@ impl Store for RedisStore<'_> {
 
     fn hlen(&mut self, key: HashKey) -> u64 {
         // SAFETY: open key.
-        self.key(key.into()).map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
+        self.key(key.into())
+            .map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
     }
 
     fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
         let which = QueueKey::from(key);
-        let Some(slot) = self.slots[which.index()].as_ref() else { return Vec::new() };
+        let Some(slot) = self.slots[which.index()].as_ref() else {
+            return Vec::new();
+        };
         match self.ctx.call("HKEYS", &[slot.name_bytes.as_slice()][..]) {
             Ok(redis_module::RedisValue::Array(fields)) => fields
                 .into_iter()
                 .filter_map(|f| match f {
                     redis_module::RedisValue::StringBuffer(b) => Some(b),
-                    redis_module::RedisValue::SimpleString(s) | redis_module::RedisValue::BulkString(s) => {
-                        Some(s.into_bytes())
-                    }
+                    redis_module::RedisValue::SimpleString(s)
+                    | redis_module::RedisValue::BulkString(s) => Some(s.into_bytes()),
                     redis_module::RedisValue::BulkRedisString(s) => Some(s.as_slice().to_vec()),
                     _ => None,
                 })
@@ -435,7 +511,9 @@ impl Store for RedisStore<'_> {
         if self.key(which).is_none() {
             return;
         }
-        let Some(slot) = self.writable(which) else { return };
+        let Some(slot) = self.writable(which) else {
+            return;
+        };
         let open = slot.key;
         // SAFETY: key opened for writing.
         unsafe { api!(RedisModule_DeleteKey)(open) };
@@ -457,7 +535,9 @@ impl Store for RedisStore<'_> {
     }
 
     fn set_current_virtual_time(&mut self, value: i64) {
-        let Some(slot) = self.writable(QueueKey::CurrentVirtualTime) else { return };
+        let Some(slot) = self.writable(QueueKey::CurrentVirtualTime) else {
+            return;
+        };
         let open = slot.key;
         let text = value.to_string();
         let string = OwnedString::new(text.as_bytes());
@@ -498,5 +578,7 @@ pub fn select_db(ctx: &Context, db: i32) -> bool {
 /// read without opening anything for writing (so no WATCH is disturbed).
 pub fn first_expiry(ctx: &Context, queue: &[u8]) -> Option<i64> {
     let mut store = RedisStore::open(ctx, queue, &[QueueKey::Inflight], Access::Read).ok()?;
-    store.zfirst(ZsetKey::Inflight).map(|(_, score)| score as i64)
+    store
+        .zfirst(ZsetKey::Inflight)
+        .map(|(_, score)| score as i64)
 }

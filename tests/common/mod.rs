@@ -22,15 +22,23 @@ pub fn server_binary() -> String {
 }
 
 pub fn module_path() -> PathBuf {
-    let path = std::env::var("VTRR_MODULE").map(PathBuf::from).unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/libvtrr.so")
-    });
-    assert!(path.exists(), "module not built at {} (run `cargo build` or `make test`)", path.display());
+    let path = std::env::var("VTRR_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/libvtrr.so"));
+    assert!(
+        path.exists(),
+        "module not built at {} (run `cargo build` or `make test`)",
+        path.display()
+    );
     path
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A running redis-server with the module.
@@ -50,27 +58,45 @@ impl Server {
     }
 
     pub fn builder() -> Builder {
-        Builder { module_args: Vec::new(), extra: Vec::new(), with_module: true }
+        Builder {
+            module_args: Vec::new(),
+            extra: Vec::new(),
+            with_module: true,
+        }
     }
 
     fn launch(&mut self) {
         let mut command = Command::new(server_binary());
         command
-            .arg("--port").arg(self.port.to_string())
-            .arg("--bind").arg("127.0.0.1")
-            .arg("--dir").arg(&self.dir)
-            .arg("--logfile").arg(self.dir.join("redis.log"))
-            .arg("--daemonize").arg("no");
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .arg("--daemonize")
+            .arg("no");
         if self.with_module {
-            command.arg("--loadmodule").arg(module_path()).args(&self.module_args);
+            command
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(&self.module_args);
         }
-        command.args(&self.extra).stdout(Stdio::null()).stderr(Stdio::null());
+        command
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         self.child = Some(command.spawn().expect("cannot start redis-server"));
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(mut con) = self.try_connect() {
                 if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    let loading: String = redis::cmd("INFO").arg("persistence").query(&mut con).unwrap();
+                    let loading: String = redis::cmd("INFO")
+                        .arg("persistence")
+                        .query(&mut con)
+                        .unwrap();
                     if loading.contains("loading:0") {
                         return;
                     }
@@ -79,7 +105,11 @@ impl Server {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("redis-server exited with {status}; log:\n{}", self.log());
             }
-            assert!(Instant::now() < deadline, "redis-server did not start; log:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start; log:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -104,7 +134,9 @@ impl Server {
     /// SHUTDOWN (saving or not per the server's config) and wait.
     pub fn stop(&mut self, save: bool) {
         if let Ok(mut con) = self.try_connect() {
-            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg(if save { "SAVE" } else { "NOSAVE" }).query(&mut con);
+            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN")
+                .arg(if save { "SAVE" } else { "NOSAVE" })
+                .query(&mut con);
         }
         if let Some(mut child) = self.child.take() {
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -171,7 +203,12 @@ impl Builder {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut extra = vec!["--save".to_string(), "".to_string(), "--appendonly".to_string(), "no".to_string()];
+        let mut extra = vec![
+            "--save".to_string(),
+            "".to_string(),
+            "--appendonly".to_string(),
+            "no".to_string(),
+        ];
         extra.extend(self.extra);
         let mut server = Server {
             port: free_port(),
@@ -265,9 +302,15 @@ impl Rng {
 
 /// Seed from `VTRR_SEED` or the clock; printed so a failure can be replayed.
 pub fn seed() -> u64 {
-    let seed = std::env::var("VTRR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
+    let seed = std::env::var("VTRR_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
     eprintln!("VTRR_SEED={seed}");
     seed
 }

@@ -1,0 +1,47 @@
+# vtrr — `make help` lists the targets.
+SHELL := /bin/bash
+MODULE_DEBUG   := target/debug/libvtrr.so
+MODULE_RELEASE := target/release/libvtrr.so
+APT_PACKAGES   := redis-server redis-tools libclang-dev
+PORT           ?= 6379
+
+.PHONY: help deps build release lint unit integration test run clean
+
+help: ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+build: deps ## Build the module (debug): target/debug/libvtrr.so
+	cargo build
+
+release: deps ## Build the module (release): target/release/libvtrr.so
+	cargo build --release
+
+lint: deps ## rustfmt check and clippy with warnings denied
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+
+unit: deps ## Unit and property tests of the core (no server)
+	cargo test --lib
+
+integration: build ## Integration suites against real redis-server processes
+	cargo test --tests --test '*'
+
+test: deps lint build ## Everything CI runs: lint, unit, property and integration tests
+	cargo test
+
+run: release ## Start redis-server in the foreground with the module (redis.conf.example)
+	@if redis-cli -p $(PORT) ping >/dev/null 2>&1; then \
+	  echo "port $(PORT) is taken (another redis-server?); stop it or run: make run PORT=6380"; exit 1; fi
+	redis-server redis.conf.example --port $(PORT)
+
+clean: ## Remove build output
+	cargo clean
