@@ -156,6 +156,14 @@ impl Server {
         }
     }
 
+    /// Sets `--name value` for the next (re)start.
+    pub fn set_option(&mut self, name: &str, value: &str) {
+        match self.extra.iter().rposition(|a| a == name) {
+            Some(i) if i + 1 < self.extra.len() => self.extra[i + 1] = value.to_string(),
+            _ => self.extra.extend([name.to_string(), value.to_string()]),
+        }
+    }
+
     /// Starts again on the same port and directory (to reload RDB/AOF).
     pub fn restart(&mut self) {
         self.launch();
