@@ -13,6 +13,7 @@ pub static TIMER_RUNS: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_RECLAIMED: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_LAST_RUN_US: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_LONGEST_RUN_US: AtomicU64 = AtomicU64::new(0);
+pub static TIMER_MOST_RECLAIMED_IN_ONE_RUN: AtomicU64 = AtomicU64::new(0);
 pub static TRACKED_QUEUES: AtomicU64 = AtomicU64::new(0);
 
 pub fn add(counter: &AtomicU64, n: u64) {
@@ -37,6 +38,10 @@ pub fn section(ctx: &InfoContext) -> RedisResult<()> {
         .field("timer_tracked_queues", get(&TRACKED_QUEUES))?
         .field("timer_last_run_us", get(&TIMER_LAST_RUN_US))?
         .field("timer_longest_run_us", get(&TIMER_LONGEST_RUN_US))?
+        .field(
+            "timer_most_reclaimed_in_one_run",
+            get(&TIMER_MOST_RECLAIMED_IN_ONE_RUN),
+        )?
         .build_section()?
         .build_info()?;
     Ok(())

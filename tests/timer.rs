@@ -1,0 +1,415 @@
+//! The reclaim timer: expired leases come back with no client traffic, after
+//! restarts, when written by other clients, in bounded batches; configs and
+//! INFO; idle ticks disturb no WATCH.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Connection;
+
+fn info(con: &mut Connection) -> HashMap<String, i64> {
+    let text: String = redis::cmd("INFO").arg("vtrr").query(con).unwrap();
+    text.lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
+
+fn queued_with_timeouts(con: &mut Connection, queue: &str, id: &str) -> bool {
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("vtrr:{queue}:queue"))
+        .arg(id)
+        .query(con)
+        .unwrap();
+    let timeouts: Option<i64> = redis::cmd("HGET")
+        .arg(format!("vtrr:{queue}:timeouts"))
+        .arg(id)
+        .query(con)
+        .unwrap();
+    score.is_some() && timeouts == Some(1)
+}
+
+#[test]
+fn an_expired_lease_comes_back_with_no_command_sent() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "50"])
+        .spawn();
+    let mut con = server.connect();
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("p")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .query(&mut con)
+        .unwrap();
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(100)
+        .query(&mut con)
+        .unwrap();
+    let leased_at = Instant::now();
+    let mut observer = server.connect();
+    // Only reads from here on.
+    assert!(
+        wait_for(Duration::from_millis(500), || queued_with_timeouts(
+            &mut observer,
+            "q",
+            "a"
+        )),
+        "not reclaimed within 500 ms"
+    );
+    eprintln!(
+        "reclaimed {} ms after the lease",
+        leased_at.elapsed().as_millis()
+    );
+    assert_invariants(&mut observer, "q");
+    let counters = info(&mut observer);
+    assert_eq!(counters["vtrr_timer_items_reclaimed"], 1);
+    assert!(counters["vtrr_timer_runs"] > 0);
+}
+
+#[test]
+fn leases_survive_a_restart_and_are_reclaimed_by_the_timer_alone() {
+    for persistence in ["rdb", "aof"] {
+        let args: &[&str] = if persistence == "aof" {
+            &["--appendonly", "yes"]
+        } else {
+            &[]
+        };
+        let mut server = Server::builder()
+            .module_args(&["reclaim-interval-ms", "50"])
+            .args(args)
+            .spawn();
+        let mut con = server.connect();
+        let _: i64 = redis::cmd("VTRR.ENQUEUE")
+            .arg("q")
+            .arg("p")
+            .arg("a")
+            .arg(1)
+            .arg("A")
+            .query(&mut con)
+            .unwrap();
+        let _: Value = redis::cmd("VTRR.LEASE")
+            .arg("q")
+            .arg(300)
+            .query(&mut con)
+            .unwrap();
+        server.stop(true);
+        server.restart();
+        let mut con = server.connect();
+        assert!(
+            wait_for(Duration::from_secs(2), || queued_with_timeouts(
+                &mut con, "q", "a"
+            )),
+            "{persistence}: not reclaimed after restart"
+        );
+    }
+}
+
+#[test]
+fn leases_written_by_other_clients_are_found_and_reclaimed() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "50"])
+        .spawn();
+    let mut con = server.connect();
+    // No module command at all: a plain ZADD/HSET lease, in database 3.
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut con).unwrap();
+    let (sec, _): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("vtrr:foreign:inflight_task")
+        .arg("f")
+        .arg("F")
+        .ignore()
+        .cmd("HSET")
+        .arg("vtrr:foreign:lease")
+        .arg("f")
+        .arg("tok")
+        .ignore()
+        .cmd("HSET")
+        .arg("vtrr:foreign:meta")
+        .arg("f")
+        .arg("2:tenant")
+        .ignore()
+        .cmd("ZADD")
+        .arg("vtrr:foreign:inflight")
+        .arg(sec * 1000 + 100)
+        .arg("f")
+        .ignore()
+        .query(&mut con)
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(1), || queued_with_timeouts(
+        &mut con, "foreign", "f"
+    )));
+    let pvt: i64 = redis::cmd("HGET")
+        .arg("vtrr:foreign:partition_virtual_time")
+        .arg("tenant")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(pvt, 3, "rescored with weight 2 from meta");
+}
+
+#[test]
+fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20", "reclaim-batch", "1000"])
+        .spawn();
+    let mut con = server.connect();
+    let total: i64 = 100_000;
+    for chunk in 0..(total / 1000) {
+        let mut cmd = redis::cmd("VTRR.ENQUEUE");
+        cmd.arg("flood");
+        for i in 0..1000 {
+            cmd.arg(format!("p{}", i % 100))
+                .arg(format!("i{}", chunk * 1000 + i))
+                .arg(1)
+                .arg("x");
+        }
+        let _: i64 = cmd.query(&mut con).unwrap();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-interval-ms")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+    for _ in 0..(total / 10_000) {
+        let _: Value = redis::cmd("VTRR.LEASE")
+            .arg("flood")
+            .arg(1)
+            .arg("COUNT")
+            .arg(10_000)
+            .query(&mut con)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    // A LEASE reclaims at most vtrr.reclaim-batch before leasing.
+    let before = info(&mut con)["vtrr_items_reclaimed"];
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("flood")
+        .arg(600_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(info(&mut con)["vtrr_items_reclaimed"] - before, 1000);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-interval-ms")
+        .arg(20)
+        .query(&mut con)
+        .unwrap();
+    let started = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
+                .arg("flood")
+                .query(&mut con)
+                .unwrap();
+            stats["expired"] == Value::Int(0)
+        }),
+        "not all reclaimed"
+    );
+    let counters = info(&mut con);
+    let most = counters["vtrr_timer_most_reclaimed_in_one_run"];
+    assert!((1..=1000).contains(&most), "one timer run reclaimed {most}");
+    let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
+        .arg("flood")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        (stats["queued"].clone(), stats["inflight"].clone()),
+        (Value::Int(total - 1), Value::Int(1)),
+        "items lost or duplicated"
+    );
+    eprintln!(
+        "{} expired leases reclaimed by the timer in {} ms; longest run {} us",
+        counters["vtrr_timer_items_reclaimed"],
+        started.elapsed().as_millis(),
+        counters["vtrr_timer_longest_run_us"]
+    );
+    assert_invariants(&mut con, "flood");
+}
+
+#[test]
+fn config_set_stops_and_restarts_the_timer() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .spawn();
+    let mut con = server.connect();
+    let invalid = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-interval-ms")
+        .arg(-1)
+        .query::<()>(&mut con);
+    assert!(invalid.is_err());
+    let invalid = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-batch")
+        .arg(0)
+        .query::<()>(&mut con);
+    assert!(invalid.is_err());
+    let value: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("vtrr.reclaim-interval-ms")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(value[1], "20");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-interval-ms")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let runs = info(&mut con)["vtrr_timer_runs"];
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("p")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .query(&mut con)
+        .unwrap();
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(10)
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        info(&mut con)["vtrr_timer_runs"],
+        runs,
+        "timer ran while off"
+    );
+    assert!(!queued_with_timeouts(&mut con, "q", "a"));
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-interval-ms")
+        .arg(20)
+        .query(&mut con)
+        .unwrap();
+    assert!(wait_for(Duration::from_millis(500), || {
+        queued_with_timeouts(&mut con, "q", "a")
+    }));
+}
+
+#[test]
+fn idle_ticks_do_not_abort_watch() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "10"])
+        .spawn();
+    let mut con = server.connect();
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("p")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .arg("p")
+        .arg("b")
+        .arg(1)
+        .arg("B")
+        .query(&mut con)
+        .unwrap();
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(600_000)
+        .query(&mut con)
+        .unwrap();
+    let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
+    let _: () = redis::cmd("WATCH").arg(&keys).query(&mut con).unwrap();
+    let runs = info(&mut con)["vtrr_timer_runs"];
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        info(&mut con)["vtrr_timer_runs"] >= runs + 10,
+        "too few ticks to prove anything"
+    );
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("marker")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    let result: Option<Vec<String>> = redis::cmd("EXEC").query(&mut con).unwrap();
+    assert!(result.is_some(), "an idle tick aborted WATCH");
+}
+
+#[test]
+fn reclaims_fire_a_notification_dispatchers_can_wait_on() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .args(&["--notify-keyspace-events", "Kd"])
+        .spawn();
+    let mut con = server.connect();
+    let mut sub = server.connect();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("__keyspace@0__:vtrr:q:queue").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("p")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .query(&mut con)
+        .unwrap();
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(30)
+        .query(&mut con)
+        .unwrap();
+    let events: Vec<String> = (0..3)
+        .filter_map(|_| pubsub.get_message().ok())
+        .map(|m| m.get_payload().unwrap())
+        .collect();
+    assert_eq!(events, ["vtrr.enqueue", "vtrr.lease", "vtrr.reclaim"]);
+}
+
+#[test]
+fn info_reports_the_timer() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "10"])
+        .spawn();
+    let mut con = server.connect();
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("a")
+        .arg("p")
+        .arg("x")
+        .arg(1)
+        .arg("X")
+        .query(&mut con)
+        .unwrap();
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("b")
+        .arg("p")
+        .arg("y")
+        .arg(1)
+        .arg("Y")
+        .query(&mut con)
+        .unwrap();
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("a")
+        .arg(600_000)
+        .query(&mut con)
+        .unwrap();
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("b")
+        .arg(600_000)
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let counters = info(&mut con);
+    assert_eq!(counters["vtrr_items_enqueued"], 2);
+    assert_eq!(counters["vtrr_items_leased"], 2);
+    assert_eq!(counters["vtrr_timer_tracked_queues"], 2);
+    let modules: String = redis::cmd("INFO").arg("modules").query(&mut con).unwrap();
+    assert!(
+        modules.contains("vtrr_timer_runs:"),
+        "INFO modules lacks the section"
+    );
+}
