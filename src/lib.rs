@@ -125,10 +125,20 @@ fn on_role_changed(_ctx: &Context, _role: ServerRole) {
     timer::request_rebuild();
 }
 
+// Redis's allocator exists only inside Redis; unit tests run without it.
+#[cfg(not(test))]
+type ModuleAllocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const MODULE_ALLOCATOR: ModuleAllocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type ModuleAllocator = std::alloc::System;
+#[cfg(test)]
+const MODULE_ALLOCATOR: ModuleAllocator = std::alloc::System;
+
 redis_module! {
     name: "vtrr",
     version: 1,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    allocator: (ModuleAllocator, MODULE_ALLOCATOR),
     data_types: [],
     init: init,
     commands: [

@@ -124,8 +124,11 @@ fn token_of(con: &mut Connection, queue: &str, id: &str, stale: bool) -> Vec<u8>
     token.unwrap_or_else(|| b"none".to_vec())
 }
 
+/// `[id, payload, token, timeouts]` as replied by LEASE.
+type RawLease = (Vec<u8>, Vec<u8>, Vec<u8>, i64);
+
 fn leases_of(value: Value, module: bool) -> Reply {
-    let leases: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)> = redis::from_redis_value(value).unwrap();
+    let leases: Vec<RawLease> = redis::from_redis_value(value).unwrap();
     Reply::Leases(
         leases
             .into_iter()
