@@ -5,7 +5,7 @@ MODULE_RELEASE := target/release/libvtrr.so
 APT_PACKAGES   := redis-server redis-tools libclang-dev
 PORT           ?= 6379
 
-.PHONY: help deps build release lint unit integration test run clean
+.PHONY: help deps build release lint unit integration test fuzz run clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ integration: build ## Integration suites against real redis-server processes
 
 test: deps lint build ## Everything CI runs: lint, unit, property and integration tests
 	cargo test
+
+fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
+	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture
 
 run: release ## Start redis-server in the foreground with the module (redis.conf.example)
 	@if redis-cli -p $(PORT) ping >/dev/null 2>&1; then \

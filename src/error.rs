@@ -5,7 +5,7 @@ use redis_module::RedisError;
 
 use crate::core::CoreError;
 use crate::keys::KeyKind;
-use crate::store::redis::WrongType;
+use crate::store::redis::OpenError;
 
 pub const MAX_WEIGHT: i64 = 1_000_000_000;
 /// Ten years: longer leases are a mistake, not a plan.
@@ -39,16 +39,28 @@ pub fn positive(option: &str) -> RedisError {
     err(format!("ERR {option} must be a positive integer"))
 }
 
-pub fn wrong_type(wrong: &WrongType) -> RedisError {
-    let expected = match wrong.expected {
-        KeyKind::String => "a string",
-        KeyKind::Hash => "a hash",
-        KeyKind::Zset => "a sorted set",
-    };
-    err(format!(
-        "WRONGTYPE Operation against a key holding the wrong kind of value: {} must be {expected}",
-        String::from_utf8_lossy(&wrong.key)
-    ))
+pub fn open(error: &OpenError) -> RedisError {
+    match error {
+        OpenError::WrongType { key, expected } => {
+            let expected = match expected {
+                KeyKind::String => "a string",
+                KeyKind::Hash => "a hash",
+                KeyKind::Zset => "a sorted set",
+            };
+            err(format!(
+                "WRONGTYPE Operation against a key holding the wrong kind of value: {} must be {expected}",
+                String::from_utf8_lossy(key)
+            ))
+        }
+        OpenError::NoPermission { key } => err(format!(
+            "NOPERM this user has no permissions to access the key {} of this queue",
+            String::from_utf8_lossy(key)
+        )),
+    }
+}
+
+pub fn cluster_needs_hash_tag() -> RedisError {
+    err("ERR in cluster mode the queue name must contain a hash tag, like {files}, so all its keys share one slot".into())
 }
 
 pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {

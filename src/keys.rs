@@ -107,6 +107,18 @@ pub fn queue_of_inflight_key(key: &[u8]) -> Option<&[u8]> {
     (!name.is_empty()).then_some(name)
 }
 
+/// Whether `queue` has a Redis Cluster hash tag (`{...}` with something
+/// inside), so `vtrr:<queue>:*` all hash to the slot of that tag.
+pub fn has_hash_tag(queue: &[u8]) -> bool {
+    let Some(open) = queue.iter().position(|&b| b == b'{') else {
+        return false;
+    };
+    queue[open + 1..]
+        .iter()
+        .position(|&b| b == b'}')
+        .is_some_and(|len| len > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +133,15 @@ mod tests {
         for (i, key) in QueueKey::ALL.iter().enumerate() {
             assert_eq!(key.index(), i);
         }
+    }
+
+    #[test]
+    fn hash_tags_follow_cluster_rules() {
+        assert!(has_hash_tag(b"{files}"));
+        assert!(has_hash_tag(b"jobs{t1}x"));
+        assert!(!has_hash_tag(b"files"));
+        assert!(!has_hash_tag(b"{}files"));
+        assert!(!has_hash_tag(b"{files"));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use redis_module::{Context, ContextFlags, RedisValue};
 
 use crate::commands::reclaim;
-use crate::store::redis::{first_expiry, now_ms, select_db, selected_db};
+use crate::store::redis::{first_expiry, now_ms, select_db, selected_db, Caller};
 use crate::{config, info, keys};
 
 /// Keys one tick may walk while rebuilding the index.
@@ -186,7 +186,7 @@ fn reclaim_due(ctx: &Context, now: i64) {
         if !select_db(ctx, db) {
             continue;
         }
-        match reclaim::run(ctx, &queue, now, budget) {
+        match reclaim::run(ctx, Caller::Server, &queue, now, budget) {
             Ok(reclaimed) => {
                 info::add(&info::TIMER_RECLAIMED, reclaimed);
                 budget = budget.saturating_sub(reclaimed as usize);

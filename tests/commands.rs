@@ -324,9 +324,18 @@ fn reclaim_requeues_expired_leases_and_counts_timeouts() {
             ("r", "c", 1, b"C"),
         ],
     );
-    let (id, _, token, _) = lease(&mut con, "q", 1).unwrap();
-    assert_eq!(id, b"a");
-    lease(&mut con, "q", 600_000).unwrap(); // c, still valid
+    let leased = lease_count(&mut con, "q", 600_000, 2);
+    assert_eq!(ids(&leased), ["a", "c"]);
+    let token = leased[0].2.clone();
+    // a's lease now expires in 1 ms; c's stays valid.
+    let renewed: i64 = redis::cmd("VTRR.RENEW")
+        .arg("q")
+        .arg("a")
+        .arg(&token)
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(renewed, 1);
     std::thread::sleep(std::time::Duration::from_millis(10));
     let stats: std::collections::HashMap<String, Value> =
         redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();

@@ -15,7 +15,36 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
     let mut rng = Rng::new(seed);
     for step in 0..300u64 {
         let id = format!("i{}", rng.below(50));
-        match rng.below(6) {
+        match rng.below(8) {
+            6 => {
+                // From Lua: the script's effects are what replicates.
+                let _: Value = redis::cmd("EVAL")
+                    .arg("return redis.call('VTRR.LEASE', KEYS[1], ARGV[1], 'COUNT', ARGV[2])")
+                    .arg(1)
+                    .arg(queue)
+                    .arg(1 + rng.below(20))
+                    .arg(1 + rng.below(3))
+                    .query(con)
+                    .unwrap();
+            }
+            7 => {
+                // Inside MULTI/EXEC.
+                let _: Value = redis::pipe()
+                    .atomic()
+                    .cmd("VTRR.ENQUEUE")
+                    .arg(queue)
+                    .arg("multi")
+                    .arg(&id)
+                    .arg(1)
+                    .arg("M")
+                    .cmd("VTRR.LEASE")
+                    .arg(queue)
+                    .arg(1 + rng.below(20))
+                    .cmd("VTRR.RECLAIM")
+                    .arg(queue)
+                    .query(con)
+                    .unwrap();
+            }
             0 | 1 => {
                 let _: i64 = redis::cmd("VTRR.ENQUEUE")
                     .arg(queue)

@@ -2,7 +2,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{args, core_error, log_anomalies, open};
+use super::{args, core_error, log_anomalies, open, queue_name};
 use crate::core::{self, NewItem};
 use crate::error;
 use crate::info;
@@ -23,7 +23,7 @@ pub fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     if argv.len() < 6 || !(argv.len() - 2).is_multiple_of(4) {
         return Err(RedisError::WrongArity);
     }
-    let queue = args::queue_name(&argv[1])?;
+    let queue = queue_name(ctx, &argv[1])?;
     let items = argv[2..]
         .chunks_exact(4)
         .map(|group| {

@@ -2,7 +2,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{args, bulk, core_error, log_anomalies, open};
+use super::{args, bulk, core_error, log_anomalies, open, queue_name};
 use crate::core::{self, Leased};
 use crate::keys::QueueKey;
 use crate::store::redis::{new_token, now_ms, Access};
@@ -16,11 +16,11 @@ struct LeaseArgs<'a> {
     count: Option<usize>,
 }
 
-fn parse_lease(argv: &[RedisString]) -> Result<LeaseArgs<'_>, RedisError> {
+fn parse_lease<'a>(ctx: &Context, argv: &'a [RedisString]) -> Result<LeaseArgs<'a>, RedisError> {
     if argv.len() < 3 {
         return Err(RedisError::WrongArity);
     }
-    let queue = args::queue_name(&argv[1])?;
+    let queue = queue_name(ctx, &argv[1])?;
     let lease_ms = args::lease_ms(&argv[2])?;
     let mut count = None;
     let mut options = args::Options::new(&argv[3..]);
@@ -50,7 +50,7 @@ fn lease_reply(leased: Leased) -> RedisValue {
 
 /// VTRR.LEASE <name> <lease-ms> [COUNT <n>]
 pub fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    let parsed = parse_lease(&argv)?;
+    let parsed = parse_lease(ctx, &argv)?;
     let queue = parsed.queue;
     let now = now_ms();
     let mut store = open(ctx, queue, &QueueKey::ALL, Access::Write)?;
@@ -95,7 +95,7 @@ pub fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     if argv.len() < 4 || !argv.len().is_multiple_of(2) {
         return Err(RedisError::WrongArity);
     }
-    let queue = args::queue_name(&argv[1])?;
+    let queue = queue_name(ctx, &argv[1])?;
     let pairs = argv[2..]
         .chunks_exact(2)
         .map(|pair| {
@@ -118,7 +118,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     if argv.len() != 5 {
         return Err(RedisError::WrongArity);
     }
-    let queue = args::queue_name(&argv[1])?;
+    let queue = queue_name(ctx, &argv[1])?;
     let id = argv[2].as_slice();
     if id.is_empty() {
         return Err(error::empty("id"));

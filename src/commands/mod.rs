@@ -7,11 +7,21 @@ pub mod lease;
 pub mod reclaim;
 pub mod stats;
 
-use redis_module::{Context, RedisError, RedisValue};
+use redis_module::{Context, ContextFlags, RedisError, RedisString, RedisValue};
 
 use crate::core::{Anomaly, CoreError};
 use crate::error;
-use crate::store::redis::{Access, RedisStore, WrongType};
+use crate::store::redis::{Access, Caller, RedisStore};
+
+/// The queue-name argument: non-empty, and with a hash tag in cluster mode
+/// (so one queue's keys live in one slot, on one shard).
+fn queue_name<'a>(ctx: &Context, raw: &'a RedisString) -> Result<&'a [u8], RedisError> {
+    let name = args::queue_name(raw)?;
+    if ctx.get_flags().contains(ContextFlags::CLUSTER) && !crate::keys::has_hash_tag(name) {
+        return Err(error::cluster_needs_hash_tag());
+    }
+    Ok(name)
+}
 
 /// Opens all keys of `queue` for the given access, mapping a wrong type to
 /// the WRONGTYPE reply.
@@ -21,7 +31,17 @@ fn open<'ctx>(
     keys: &[crate::keys::QueueKey],
     access: Access,
 ) -> Result<RedisStore<'ctx>, RedisError> {
-    RedisStore::open(ctx, queue, keys, access).map_err(|wrong: WrongType| error::wrong_type(&wrong))
+    open_as(ctx, queue, keys, access, Caller::Client)
+}
+
+fn open_as<'ctx>(
+    ctx: &'ctx Context,
+    queue: &[u8],
+    keys: &[crate::keys::QueueKey],
+    access: Access,
+    caller: Caller,
+) -> Result<RedisStore<'ctx>, RedisError> {
+    RedisStore::open(ctx, queue, keys, access, caller).map_err(|e| error::open(&e))
 }
 
 fn core_error(queue: &[u8]) -> impl Fn(CoreError) -> RedisError + '_ {

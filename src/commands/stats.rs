@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use redis_module::redisvalue::RedisValueKey;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{args, core_error, open};
+use super::{core_error, open, queue_name};
 use crate::core::{self, check};
 use crate::keys::QueueKey;
 use crate::store::redis::{now_ms, Access};
@@ -15,7 +15,7 @@ pub fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     if argv.len() != 2 {
         return Err(RedisError::WrongArity);
     }
-    let queue = args::queue_name(&argv[1])?;
+    let queue = queue_name(ctx, &argv[1])?;
     let keys = [
         QueueKey::Queue,
         QueueKey::Inflight,
@@ -53,7 +53,7 @@ pub fn check(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     if argv.len() != 2 {
         return Err(RedisError::WrongArity);
     }
-    let queue = args::queue_name(&argv[1])?;
+    let queue = queue_name(ctx, &argv[1])?;
     let mut store = open(ctx, queue, &QueueKey::ALL, Access::Read)?;
     let problems = check::check(&mut store);
     Ok(RedisValue::Array(

@@ -65,6 +65,14 @@ pub fn check_api() -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Who is acting: a client (whose ACL user is checked) or the server itself
+/// (the timer, which has no client and no user).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Client,
+    Server,
+}
+
 /// Opening mode of a store.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -72,11 +80,52 @@ pub enum Access {
     Write,
 }
 
-/// A key of the queue holds another type. Nothing was written.
+/// Why a queue's keys could not be opened. Nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrongType {
-    pub key: Vec<u8>,
-    pub expected: KeyKind,
+pub enum OpenError {
+    /// A key of the queue holds another type.
+    WrongType { key: Vec<u8>, expected: KeyKind },
+    /// The client's ACL user may not access this key.
+    NoPermission { key: Vec<u8> },
+}
+
+/// The ACL user of the calling client. None in contexts without a client
+/// (the timer), where Redis itself is acting.
+struct AclUser(*mut raw::RedisModuleUser);
+
+impl AclUser {
+    fn of_caller(ctx: &Context) -> Option<AclUser> {
+        // SAFETY: live context; the returned name is freed right after use,
+        // the user is freed on drop.
+        unsafe {
+            let name = api!(RedisModule_GetCurrentUserName)(ctx.ctx);
+            if name.is_null() {
+                return None;
+            }
+            let user = api!(RedisModule_GetModuleUserFromUserName)(name);
+            api!(RedisModule_FreeString)(ptr::null_mut(), name);
+            (!user.is_null()).then_some(AclUser(user))
+        }
+    }
+
+    fn may(&self, key: &OwnedString, access: Access) -> bool {
+        let flags = match access {
+            Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
+            Access::Write => raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+        } as c_int;
+        // SAFETY: valid user and key name.
+        unsafe {
+            api!(RedisModule_ACLCheckKeyPermissions)(self.0, key.0, flags)
+                == raw::REDISMODULE_OK as c_int
+        }
+    }
+}
+
+impl Drop for AclUser {
+    fn drop(&mut self) {
+        // SAFETY: obtained from GetModuleUserFromUserName, freed once.
+        unsafe { api!(RedisModule_FreeModuleUser)(self.0) };
+    }
 }
 
 /// An owned `RedisModuleString` created without a context (so without auto
@@ -144,33 +193,54 @@ pub struct RedisStore<'ctx> {
 }
 
 impl<'ctx> RedisStore<'ctx> {
-    /// Opens the given keys of queue `queue` and checks their types.
+    /// Opens the given keys of queue `queue`, after checking the calling
+    /// client's ACL permissions on each (the commands name a queue, not keys,
+    /// so Redis cannot check them itself), and checks their types.
     pub fn open(
         ctx: &'ctx Context,
         queue: &[u8],
         keys: &[QueueKey],
         access: Access,
-    ) -> Result<Self, WrongType> {
+        caller: Caller,
+    ) -> Result<Self, OpenError> {
+        let names: Vec<(QueueKey, Vec<u8>, OwnedString)> = keys
+            .iter()
+            .map(|&key| {
+                let bytes = key_name(queue, key);
+                let string = OwnedString::new(&bytes);
+                (key, bytes, string)
+            })
+            .collect();
+        let user = match caller {
+            Caller::Client => AclUser::of_caller(ctx),
+            Caller::Server => None,
+        };
+        if let Some(user) = user {
+            if let Some((_, bytes, _)) = names
+                .iter()
+                .find(|(_, _, string)| !user.may(string, access))
+            {
+                return Err(OpenError::NoPermission { key: bytes.clone() });
+            }
+        }
         let mut store = RedisStore {
             ctx,
             queue: queue.to_vec(),
             access,
             slots: Default::default(),
         };
-        for &key in keys {
-            store.open_slot(queue, key)?;
+        for (key, bytes, string) in names {
+            store.open_slot(key, bytes, string)?;
         }
         Ok(store)
     }
 
-    /// Opens all nine keys.
-    pub fn open_all(ctx: &'ctx Context, queue: &[u8], access: Access) -> Result<Self, WrongType> {
-        Self::open(ctx, queue, &QueueKey::ALL, access)
-    }
-
-    fn open_slot(&mut self, queue: &[u8], which: QueueKey) -> Result<(), WrongType> {
-        let name_bytes = key_name(queue, which);
-        let name = OwnedString::new(&name_bytes);
+    fn open_slot(
+        &mut self,
+        which: QueueKey,
+        name_bytes: Vec<u8>,
+        name: OwnedString,
+    ) -> Result<(), OpenError> {
         let mode = match self.access {
             Access::Read => raw::REDISMODULE_READ,
             Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
@@ -200,7 +270,7 @@ impl<'ctx> RedisStore<'ctx> {
         if matches {
             Ok(())
         } else {
-            Err(WrongType {
+            Err(OpenError::WrongType {
                 key: name_for_error,
                 expected,
             })
@@ -577,7 +647,14 @@ pub fn select_db(ctx: &Context, db: i32) -> bool {
 /// The lowest expiry in `vtrr:<queue>:inflight` of the selected database,
 /// read without opening anything for writing (so no WATCH is disturbed).
 pub fn first_expiry(ctx: &Context, queue: &[u8]) -> Option<i64> {
-    let mut store = RedisStore::open(ctx, queue, &[QueueKey::Inflight], Access::Read).ok()?;
+    let mut store = RedisStore::open(
+        ctx,
+        queue,
+        &[QueueKey::Inflight],
+        Access::Read,
+        Caller::Server,
+    )
+    .ok()?;
     store
         .zfirst(ZsetKey::Inflight)
         .map(|(_, score)| score as i64)
