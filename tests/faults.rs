@@ -228,7 +228,10 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
     let mut rng = Rng::new(seed());
     let (mut ok, mut failed) = (0, 0);
     // `make fuzz` runs a longer campaign through VTRR_FUZZ_CALLS.
-    let calls: usize = std::env::var("VTRR_FUZZ_CALLS").ok().and_then(|n| n.parse().ok()).unwrap_or(2500);
+    let calls: usize = std::env::var("VTRR_FUZZ_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2500);
     for _ in 0..calls {
         let command = COMMANDS[rng.below(COMMANDS.len() as u64) as usize];
         let mut args: Vec<Vec<u8>> = (0..rng.below(11)).map(|_| nasty_arg(&mut rng)).collect();
