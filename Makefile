@@ -36,7 +36,7 @@ integration: build ## Integration suites against real redis-server processes
 	cargo test --tests --test '*'
 
 test: deps lint build ## Everything CI runs: lint, unit, property and integration tests
-	cargo test
+	cargo test --lib --tests
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
 	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture
