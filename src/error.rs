@@ -35,6 +35,10 @@ pub fn lease_ms() -> RedisError {
     ))
 }
 
+pub fn block_ms() -> RedisError {
+    err("ERR BLOCK timeout-ms must be an integer between 0 and 31536000000".into())
+}
+
 pub fn positive(option: &str) -> RedisError {
     err(format!("ERR {option} must be a positive integer"))
 }

@@ -305,6 +305,19 @@ impl<'ctx> RedisStore<'ctx> {
         if !self.changed() {
             return false;
         }
+        let queue_grew = self.slots[QueueKey::Queue.index()]
+            .as_ref()
+            .is_some_and(|slot| slot.effects.iter().any(|e| e.command == "ZADD"));
+        if queue_grew {
+            // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
+            let name = &self.slots[QueueKey::Queue.index()]
+                .as_ref()
+                .map(|s| s.name.0);
+            if let Some(name) = name {
+                // SAFETY: live context and key name.
+                unsafe { api!(RedisModule_SignalKeyAsReady)(self.ctx.ctx, *name) };
+            }
+        }
         for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
             // SAFETY: ctx and the key name are valid for this call.
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
@@ -658,4 +671,83 @@ pub fn first_expiry(ctx: &Context, queue: &[u8]) -> Option<i64> {
     store
         .zfirst(ZsetKey::Inflight)
         .map(|(_, score)| score as i64)
+}
+
+/// A client waiting for a key (`VTRR.LEASE ... BLOCK`): what it asked for,
+/// how to serve it once the key is signalled ready, and what to reply when
+/// its timeout passes (or CLIENT UNBLOCK).
+pub struct Waiter<T> {
+    pub request: T,
+    /// `None`: still nothing to give; the client keeps waiting in line.
+    pub serve: fn(&Context, &T) -> Option<redis_module::RedisResult>,
+    pub on_timeout: fn(&T) -> redis_module::RedisValue,
+}
+
+/// Blocks the calling client on `key` for up to `timeout_ms` (0: forever).
+/// Redis serves the clients blocked on a key in the order they blocked, each
+/// once per readiness signal, so one new item wakes one lease.
+pub fn block_on_key<T: 'static>(ctx: &Context, key: &[u8], timeout_ms: i64, waiter: Waiter<T>) {
+    let key = OwnedString::new(key);
+    let mut keys = [key.0];
+    let privdata = Box::into_raw(Box::new(waiter)).cast::<c_void>();
+    // SAFETY: live command context; Redis copies the key array and owns
+    // `privdata` until it calls `free_waiter`, exactly once.
+    unsafe {
+        api!(RedisModule_BlockClientOnKeys)(
+            ctx.ctx,
+            Some(serve_waiter::<T>),
+            Some(time_out_waiter::<T>),
+            Some(free_waiter::<T>),
+            timeout_ms,
+            keys.as_mut_ptr(),
+            1,
+            privdata,
+        );
+    }
+}
+
+/// # Safety
+/// Called by Redis with the context of a client blocked by `block_on_key::<T>`.
+unsafe fn waiter_of<'a, T>(ctx: *mut raw::RedisModuleCtx) -> Option<&'a Waiter<T>> {
+    let privdata = api!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Waiter<T>>();
+    privdata.as_ref()
+}
+
+extern "C" fn serve_waiter<T>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    // SAFETY: Redis calls this only for clients blocked by `block_on_key::<T>`.
+    let Some(waiter) = (unsafe { waiter_of::<T>(ctx) }) else {
+        return raw::REDISMODULE_ERR as c_int;
+    };
+    match (waiter.serve)(&context, &waiter.request) {
+        None => raw::REDISMODULE_ERR as c_int, // keep waiting
+        Some(result) => {
+            context.reply(result);
+            raw::REDISMODULE_OK as c_int
+        }
+    }
+}
+
+extern "C" fn time_out_waiter<T>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    // SAFETY: as in `serve_waiter`.
+    if let Some(waiter) = unsafe { waiter_of::<T>(ctx) } {
+        context.reply(Ok((waiter.on_timeout)(&waiter.request)));
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn free_waiter<T>(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    if !privdata.is_null() {
+        // SAFETY: created by Box::into_raw in `block_on_key::<T>`, freed once.
+        drop(unsafe { Box::from_raw(privdata.cast::<Waiter<T>>()) });
+    }
 }
