@@ -5,7 +5,7 @@
 //!
 //! Environment: `VTRR_REDIS_SERVER` (default `redis-server` on PATH),
 //! `VTRR_MODULE` (default `target/debug/libvtrr.so`).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
