@@ -10,7 +10,7 @@ PORT           ?= 6379
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, redis-py)
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
@@ -18,6 +18,9 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, l
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	@rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
+	@python3 -c 'import redis' 2>/dev/null || python3 -m pip install --quiet redis 2>/dev/null \
+	  || python3 -m pip install --quiet --break-system-packages redis 2>/dev/null \
+	  || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-redis >/dev/null; }
 
 build: deps ## Build the module (debug): target/debug/libvtrr.so
 	cargo build

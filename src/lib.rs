@@ -41,7 +41,7 @@ const COMMAND_INFO: [CommandInfo; 7] = [
     CommandInfo {
         name: "vtrr.lease",
         arity: -3,
-        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases",
+        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; BLOCK waits for one",
         complexity: "O(log N) per item leased or reclaimed",
         key_flags: KEY_WRITE,
     },
