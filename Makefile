@@ -5,7 +5,7 @@ MODULE_RELEASE := target/release/libvtrr.so
 APT_PACKAGES   := redis-server redis-tools libclang-dev
 PORT           ?= 6379
 
-.PHONY: help deps build release lint unit integration test fuzz run clean
+.PHONY: help deps build release lint unit integration test test-matrix fuzz run clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,17 @@ integration: build ## Integration suites against real redis-server processes
 
 test: deps lint build ## Everything CI runs: lint, unit, property and integration tests
 	cargo test --lib --tests
+
+test-matrix: build ## Integration suites on Redis 7.4, Valkey 8 and Valkey 9 (fetched into .servers/)
+	bash scripts/fetch-servers.sh
+	@set -e; summary=""; for server in .servers/bin/*; do \
+	  name=$$(basename $$server); echo "=== $$name: $$($$server --version)"; \
+	  if VTRR_REDIS_SERVER=$$PWD/$$server cargo test --test '*' 2>&1 | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked'; \
+	     [ $${PIPESTATUS[0]} -eq 0 ]; then result=pass; else result=FAIL; fi; \
+	  passed=$$(awk '/^test result:/ {p += $$4} END {print p+0}' .servers/$$name.log); \
+	  summary="$$summary\n| $$name | $$result ($$passed tests) |"; \
+	done; printf "| server | integration suite |\n|---|---|$$summary\n"; \
+	! grep -q FAILED .servers/*.log
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
 	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture
