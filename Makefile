@@ -5,7 +5,7 @@ MODULE_RELEASE := target/release/libvtrr.so
 APT_PACKAGES   := redis-server redis-tools libclang-dev
 PORT           ?= 6379
 
-.PHONY: help deps build release lint unit integration test test-matrix fuzz run clean
+.PHONY: help deps build release lint unit integration test test-matrix fuzz bench run clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -22,8 +22,8 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, l
 	  || python3 -m pip install --quiet --break-system-packages redis 2>/dev/null \
 	  || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-redis >/dev/null; }
 
-build: deps ## Build the module (debug): target/debug/libvtrr.so
-	cargo build
+build: deps ## Build the module (debug): target/debug/libvtrr.so, and the bench program
+	cargo build --lib --examples
 
 release: deps ## Build the module (release): target/release/libvtrr.so
 	cargo build --release
@@ -51,6 +51,9 @@ test-matrix: build ## Integration suites on Redis 7.4, Valkey 8 and Valkey 9 (fe
 	  summary="$$summary\n| $$name | $$result ($$passed tests) |"; \
 	done; printf "| server | integration suite |\n|---|---|$$summary\n"; \
 	! grep -q FAILED .servers/*.log
+
+bench: release ## Module vs Lua vs Streams vs list, scaling, fairness, timer; writes BENCHMARKS.md
+	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) cargo run --release --example bench -- --out BENCHMARKS.md
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
 	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture

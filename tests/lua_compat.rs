@@ -10,39 +10,22 @@ use std::time::Duration;
 use common::*;
 use redis::Connection;
 
-const SCRIPTS: [&str; 5] = ["enqueue", "lease", "ack", "renew", "reclaim"];
-
-/// The reference Lua scripts, loaded into a server.
+/// The reference scripts and the tokens handed to their leases.
 struct Lua {
-    shas: BTreeMap<&'static str, String>,
+    scripts: LuaScripts,
     tokens: u64,
 }
 
 impl Lua {
     fn load(con: &mut Connection) -> Lua {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
-        let common = std::fs::read_to_string(dir.join("common.lua")).unwrap();
-        let shas = SCRIPTS
-            .iter()
-            .map(|name| {
-                let body = std::fs::read_to_string(dir.join(format!("{name}.lua"))).unwrap();
-                let sha: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(format!("{common}\n{body}"))
-                    .query(con)
-                    .unwrap();
-                (*name, sha)
-            })
-            .collect();
-        Lua { shas, tokens: 0 }
+        Lua {
+            scripts: LuaScripts::load(con),
+            tokens: 0,
+        }
     }
 
     fn call(&self, con: &mut Connection, script: &str, queue: &str, args: &[Vec<u8>]) -> Value {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.shas[script]).arg(9);
-        for suffix in SUFFIXES {
-            cmd.arg(format!("vtrr:{queue}:{suffix}"));
-        }
+        let mut cmd = self.scripts.cmd(script, queue);
         for arg in args {
             cmd.arg(arg.as_slice());
         }

@@ -1,0 +1,906 @@
+//! `make bench`: what the same queue work costs as the module, as the Lua
+//! scripts it replaces, as Redis Streams and as a plain list, measured side by
+//! side on one server in one run; plus scaling, fairness and the timer.
+//!
+//! `bench [--smoke] [--out FILE]`. `--smoke` runs tiny sizes once (seconds),
+//! so `make test` keeps this program working; it measures, never asserts.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use common::{LuaScripts, Server, Value};
+use redis::Connection;
+
+/// Sizes of one run.
+struct Sizes {
+    repeats: usize,
+    connections: usize,
+    pipeline: usize,
+    enqueue_ops: usize,
+    enqueue100_ops: usize,
+    cycle_ops: usize,
+    reclaim_items: usize,
+    scaling: [usize; 3],
+    heavy: usize,
+    light_partitions: usize,
+    light_items: usize,
+    weighted_items: usize,
+    flood: usize,
+    unrelated_keys: usize,
+}
+
+const FULL: Sizes = Sizes {
+    repeats: 3,
+    connections: 4,
+    pipeline: 32,
+    enqueue_ops: 12_000,
+    enqueue100_ops: 150,
+    cycle_ops: 6_000,
+    reclaim_items: 10_000,
+    scaling: [1_000, 100_000, 1_000_000],
+    heavy: 100_000,
+    light_partitions: 100,
+    light_items: 10,
+    weighted_items: 3_000,
+    flood: 100_000,
+    unrelated_keys: 1_000_000,
+};
+
+const SMOKE: Sizes = Sizes {
+    repeats: 1,
+    connections: 2,
+    pipeline: 8,
+    enqueue_ops: 40,
+    enqueue100_ops: 4,
+    cycle_ops: 40,
+    reclaim_items: 100,
+    scaling: [100, 300, 1_000],
+    heavy: 500,
+    light_partitions: 10,
+    light_items: 3,
+    weighted_items: 60,
+    flood: 500,
+    unrelated_keys: 1_000,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum System {
+    Module,
+    Lua,
+    Streams,
+    List,
+    Ping,
+}
+
+impl System {
+    const ALL: [System; 5] = [
+        System::Module,
+        System::Lua,
+        System::Streams,
+        System::List,
+        System::Ping,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            System::Module => "module",
+            System::Lua => "Lua",
+            System::Streams => "Streams",
+            System::List => "list",
+            System::Ping => "PING",
+        }
+    }
+}
+
+/// One timed run: items per second, latency of one pipelined batch, and the
+/// server's own cost per call of each command.
+#[derive(Clone, Default)]
+struct Run {
+    items_per_sec: f64,
+    p50_us: f64,
+    p99_us: f64,
+    usec_per_call: BTreeMap<String, f64>,
+}
+
+/// Repeats of one measurement, reported as min/median/max.
+#[derive(Default)]
+struct Repeats(Vec<Run>);
+
+impl Repeats {
+    fn median(&self) -> Run {
+        let mut runs = self.0.clone();
+        runs.sort_by(|a, b| a.items_per_sec.total_cmp(&b.items_per_sec));
+        runs[runs.len() / 2].clone()
+    }
+    fn min_max(&self) -> (f64, f64) {
+        let rates = self.0.iter().map(|r| r.items_per_sec);
+        (
+            rates.clone().fold(f64::INFINITY, f64::min),
+            rates.fold(0.0, f64::max),
+        )
+    }
+}
+
+const PAYLOAD: &str = "{\"task\":\"process_file\",\"args\":[\"s3://bucket/a.pdf\"],\"kwargs\":{}}";
+
+struct Bench<'a> {
+    server: &'a Server,
+    sizes: &'a Sizes,
+    lua: LuaScripts,
+    admin: Connection,
+    report: String,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn command_stats(con: &mut Connection) -> BTreeMap<String, f64> {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    text.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let per_call = rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("usec_per_call="))?;
+            Some((name.to_string(), per_call.parse().ok()?))
+        })
+        .filter(|(name, _)| !name.starts_with("config") && name != "info")
+        .collect()
+}
+
+fn reset(con: &mut Connection) {
+    let _: () = redis::cmd("FLUSHALL").query(con).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
+}
+
+/// Enqueues `count` items of `partitions` partitions in calls of 100 (setup).
+fn fill_module(
+    con: &mut Connection,
+    queue: &str,
+    count: usize,
+    partitions: usize,
+    weight: impl Fn(usize) -> u64,
+) {
+    for start in (0..count).step_by(100) {
+        let mut cmd = redis::cmd("VTRR.ENQUEUE");
+        cmd.arg(queue);
+        for n in start..(start + 100).min(count) {
+            cmd.arg(format!("p{}", n % partitions))
+                .arg(format!("i{n}"))
+                .arg(weight(n % partitions))
+                .arg(PAYLOAD);
+        }
+        let _: i64 = cmd.query(con).unwrap();
+    }
+}
+
+fn fill_stream(con: &mut Connection, count: usize, partitions: usize) {
+    for start in (0..count).step_by(500) {
+        let mut pipe = redis::pipe();
+        for n in start..(start + 500).min(count) {
+            pipe.cmd("XADD")
+                .arg("s")
+                .arg("*")
+                .arg("partition")
+                .arg(format!("p{}", n % partitions))
+                .arg("payload")
+                .arg(PAYLOAD)
+                .ignore();
+        }
+        let _: () = pipe.query(con).unwrap();
+    }
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("s")
+        .arg("g")
+        .arg("0")
+        .query(con)
+        .unwrap();
+}
+
+fn fill_list(con: &mut Connection, count: usize) {
+    for start in (0..count).step_by(1000) {
+        let n = (start + 1000).min(count) - start;
+        let _: i64 = redis::cmd("LPUSH")
+            .arg("l")
+            .arg(vec![PAYLOAD; n])
+            .query(con)
+            .unwrap();
+    }
+}
+
+/// Runs `batch` on every connection in parallel until each has done `ops`
+/// operations, `batch` doing up to `pipeline` of them per call.
+fn parallel<F>(
+    server: &Server,
+    sizes: &Sizes,
+    admin: &mut Connection,
+    ops: usize,
+    items_per_op: usize,
+    batch: F,
+) -> Run
+where
+    F: Fn(&mut Connection, usize, usize, usize) + Sync,
+{
+    let pipeline = sizes.pipeline;
+    let connections = sizes.connections;
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(admin).unwrap();
+    let started = Instant::now();
+    let latencies: Vec<f64> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..connections)
+            .map(|worker| {
+                let batch = &batch;
+                let mut con = server.connect();
+                scope.spawn(move || {
+                    let mut samples = Vec::new();
+                    let mut done = 0;
+                    while done < ops {
+                        let n = pipeline.min(ops - done);
+                        let t = Instant::now();
+                        batch(&mut con, worker, done, n);
+                        samples.push(t.elapsed().as_secs_f64() * 1e6);
+                        done += n;
+                    }
+                    samples
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut sorted = latencies;
+    sorted.sort_by(f64::total_cmp);
+    Run {
+        items_per_sec: (connections * ops * items_per_op) as f64 / elapsed,
+        p50_us: percentile(&sorted, 0.5),
+        p99_us: percentile(&sorted, 0.99),
+        usec_per_call: command_stats(admin),
+    }
+}
+
+impl Bench<'_> {
+    fn enqueue(&mut self, system: System, partitions: usize, items_per_call: usize) -> Run {
+        reset(&mut self.admin);
+        let lua = &self.lua;
+        let ops = if items_per_call == 1 {
+            self.sizes.enqueue_ops
+        } else {
+            self.sizes.enqueue100_ops
+        };
+        let per_batch = |con: &mut Connection, worker: usize, start: usize, n: usize| {
+            let mut pipe = redis::pipe();
+            for op in start..start + n {
+                let item = |k: usize| {
+                    (
+                        format!("p{}", (op * items_per_call + k) % partitions),
+                        format!("w{worker}-{op}-{k}"),
+                    )
+                };
+                match system {
+                    System::Module | System::Lua => {
+                        let mut cmd = if system == System::Module {
+                            let mut c = redis::cmd("VTRR.ENQUEUE");
+                            c.arg("q");
+                            c
+                        } else {
+                            lua.cmd("enqueue", "q")
+                        };
+                        for k in 0..items_per_call {
+                            let (partition, id) = item(k);
+                            cmd.arg(partition).arg(id).arg(1).arg(PAYLOAD);
+                        }
+                        pipe.add_command(cmd).ignore();
+                    }
+                    System::Streams => {
+                        for k in 0..items_per_call {
+                            let (partition, id) = item(k);
+                            pipe.cmd("XADD")
+                                .arg("s")
+                                .arg("*")
+                                .arg("partition")
+                                .arg(partition)
+                                .arg("id")
+                                .arg(id)
+                                .arg("payload")
+                                .arg(PAYLOAD)
+                                .ignore();
+                        }
+                    }
+                    System::List => {
+                        pipe.cmd("LPUSH")
+                            .arg("l")
+                            .arg(vec![PAYLOAD; items_per_call])
+                            .ignore();
+                    }
+                    System::Ping => {
+                        pipe.cmd("PING").ignore();
+                    }
+                }
+            }
+            let _: () = pipe.query(con).unwrap();
+        };
+        let items = if system == System::Ping {
+            1
+        } else {
+            items_per_call
+        };
+        parallel(
+            self.server,
+            self.sizes,
+            &mut self.admin,
+            ops,
+            items,
+            per_batch,
+        )
+    }
+
+    /// Lease + ack with a standing backlog of `backlog` extra items.
+    fn cycle(&mut self, system: System, partitions: usize, backlog: usize) -> Run {
+        reset(&mut self.admin);
+        let ops = self.sizes.cycle_ops;
+        let needed = ops * self.sizes.connections + backlog;
+        match system {
+            System::Module | System::Lua => {
+                fill_module(&mut self.admin, "q", needed, partitions, |_| 1)
+            }
+            System::Streams => fill_stream(&mut self.admin, needed, partitions),
+            System::List => fill_list(&mut self.admin, needed),
+            System::Ping => {}
+        }
+        let lua = &self.lua;
+        let per_batch = |con: &mut Connection, worker: usize, start: usize, n: usize| match system {
+            System::Module | System::Lua => {
+                let mut leases = redis::pipe();
+                for op in start..start + n {
+                    if system == System::Module {
+                        leases.cmd("VTRR.LEASE").arg("q").arg(60_000);
+                    } else {
+                        leases.add_command(
+                            lua.cmd("lease", "q")
+                                .arg(60_000)
+                                .arg(1)
+                                .arg(1000)
+                                .arg(format!("t{worker}-{op}"))
+                                .clone(),
+                        );
+                    }
+                }
+                let replies: Vec<Value> = leases.query(con).unwrap();
+                let mut acks = redis::pipe();
+                for reply in replies {
+                    let lease: Vec<Value> = match (system, reply) {
+                        (System::Module, Value::Array(fields)) => fields,
+                        (_, Value::Array(mut leases)) if !leases.is_empty() => {
+                            match leases.remove(0) {
+                                Value::Array(fields) => fields,
+                                other => panic!("{other:?}"),
+                            }
+                        }
+                        (_, other) => panic!("backlog ran dry: {other:?}"),
+                    };
+                    let (id, token): (Vec<u8>, Vec<u8>) = (
+                        redis::from_redis_value(lease[0].clone()).unwrap(),
+                        redis::from_redis_value(lease[2].clone()).unwrap(),
+                    );
+                    if system == System::Module {
+                        acks.cmd("VTRR.ACK").arg("q").arg(id).arg(token).ignore();
+                    } else {
+                        acks.add_command(lua.cmd("ack", "q").arg(id).arg(token).clone())
+                            .ignore();
+                    }
+                }
+                let _: () = acks.query(con).unwrap();
+            }
+            System::Streams => {
+                let mut reads = redis::pipe();
+                for _ in 0..n {
+                    reads
+                        .cmd("XREADGROUP")
+                        .arg("GROUP")
+                        .arg("g")
+                        .arg(format!("c{worker}"))
+                        .arg("COUNT")
+                        .arg(1)
+                        .arg("STREAMS")
+                        .arg("s")
+                        .arg(">");
+                }
+                let replies: Vec<redis::streams::StreamReadReply> = reads.query(con).unwrap();
+                let mut acks = redis::pipe();
+                for reply in replies {
+                    for entry in &reply.keys[0].ids {
+                        acks.cmd("XACK").arg("s").arg("g").arg(&entry.id).ignore();
+                    }
+                }
+                let _: () = acks.query(con).unwrap();
+            }
+            System::List => {
+                let mut pops = redis::pipe();
+                for _ in 0..n {
+                    pops.cmd("RPOP").arg("l").ignore();
+                }
+                let _: () = pops.query(con).unwrap();
+            }
+            System::Ping => {
+                for _ in 0..2 {
+                    let mut pings = redis::pipe();
+                    for _ in 0..n {
+                        pings.cmd("PING").ignore();
+                    }
+                    let _: () = pings.query(con).unwrap();
+                }
+            }
+        };
+        parallel(self.server, self.sizes, &mut self.admin, ops, 1, per_batch)
+    }
+
+    /// Reclaim of `count` expired leases in one call.
+    fn reclaim(&mut self, system: System, partitions: usize) -> Option<Run> {
+        let count = self.sizes.reclaim_items;
+        reset(&mut self.admin);
+        let con = &mut self.admin;
+        let call = match system {
+            System::Module | System::Lua => {
+                fill_module(con, "q", count, partitions, |_| 1);
+                let _: Value = redis::cmd("VTRR.LEASE")
+                    .arg("q")
+                    .arg(1)
+                    .arg("COUNT")
+                    .arg(count)
+                    .query(con)
+                    .unwrap();
+                if system == System::Module {
+                    let mut c = redis::cmd("VTRR.RECLAIM");
+                    c.arg("q");
+                    c
+                } else {
+                    self.lua.cmd("reclaim", "q")
+                }
+            }
+            System::Streams => {
+                fill_stream(con, count, partitions);
+                let _: Value = redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg("g")
+                    .arg("dead")
+                    .arg("COUNT")
+                    .arg(count)
+                    .arg("STREAMS")
+                    .arg("s")
+                    .arg(">")
+                    .query(con)
+                    .unwrap();
+                let mut c = redis::cmd("XAUTOCLAIM");
+                c.arg("s")
+                    .arg("g")
+                    .arg("alive")
+                    .arg(0)
+                    .arg("0-0")
+                    .arg("COUNT")
+                    .arg(count);
+                c
+            }
+            System::List | System::Ping => return None,
+        };
+        std::thread::sleep(Duration::from_millis(5));
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
+        let started = Instant::now();
+        let _: Value = call.query(con).unwrap();
+        let elapsed = started.elapsed().as_secs_f64();
+        Some(Run {
+            items_per_sec: count as f64 / elapsed,
+            p50_us: elapsed * 1e6,
+            p99_us: elapsed * 1e6,
+            usec_per_call: command_stats(con),
+        })
+    }
+
+    fn throughput_section(&mut self) {
+        let sizes = self.sizes;
+        writeln!(
+            self.report,
+            "## Throughput: the same work each way\n\n{} connections, pipeline {} (enqueue-100: one call of 100 items per op), payload {} bytes, {} repeat(s): items/s as median (min–max); latency = one pipelined batch round trip (p50/p99, µs); `server µs/call` from INFO commandstats. Ratios are the module against each other system in the same run.\n",
+            sizes.connections, sizes.pipeline, PAYLOAD.len(), sizes.repeats
+        )
+        .unwrap();
+        for partitions in [1, 100, 10_000] {
+            writeln!(self.report, "### {partitions} partition(s)\n").unwrap();
+            writeln!(self.report, "| scenario | system | items/s median (min–max) | p50 µs | p99 µs | server µs/call | module ÷ this |").unwrap();
+            writeln!(self.report, "|---|---|---|---|---|---|---|").unwrap();
+            type Scenario = (
+                &'static str,
+                fn(&mut Bench<'_>, System, usize) -> Option<Run>,
+            );
+            let scenarios: [Scenario; 4] = [
+                ("enqueue 1/call", |b, s, p| Some(b.enqueue(s, p, 1))),
+                ("enqueue 100/call", |b, s, p| Some(b.enqueue(s, p, 100))),
+                ("lease+ack cycle", |b, s, p| Some(b.cycle(s, p, 1_000))),
+                ("reclaim 10k expired", |b, s, p| b.reclaim(s, p)),
+            ];
+            for (name, scenario) in scenarios {
+                let mut results: BTreeMap<System, Repeats> = BTreeMap::new();
+                for _ in 0..sizes.repeats {
+                    for system in System::ALL {
+                        if let Some(run) = scenario(self, system, partitions) {
+                            results.entry(system).or_default().0.push(run);
+                        }
+                    }
+                }
+                let module = results[&System::Module].median().items_per_sec;
+                for (system, repeats) in &results {
+                    let median = repeats.median();
+                    let (min, max) = repeats.min_max();
+                    let stats: Vec<String> = median
+                        .usec_per_call
+                        .iter()
+                        .map(|(c, u)| format!("{c} {u:.2}"))
+                        .collect();
+                    writeln!(
+                        self.report,
+                        "| {name} | {} | {:.0} ({:.0}–{:.0}) | {:.0} | {:.0} | {} | {:.2}× |",
+                        system.name(),
+                        median.items_per_sec,
+                        min,
+                        max,
+                        median.p50_us,
+                        median.p99_us,
+                        stats.join(", "),
+                        module / median.items_per_sec
+                    )
+                    .unwrap();
+                }
+            }
+            writeln!(self.report).unwrap();
+        }
+    }
+
+    fn scaling_section(&mut self) {
+        writeln!(
+            self.report,
+            "## Scaling: lease+ack cycle by queue size (module, 100 partitions)\n"
+        )
+        .unwrap();
+        writeln!(
+            self.report,
+            "| queued | cycles/s | server µs/call LEASE | server µs/call ACK |\n|---|---|---|---|"
+        )
+        .unwrap();
+        let mut costs = Vec::new();
+        for queued in self.sizes.scaling {
+            let run = self.cycle(System::Module, 100, queued);
+            let lease = run.usec_per_call.get("vtrr.lease").copied().unwrap_or(0.0);
+            let ack = run.usec_per_call.get("vtrr.ack").copied().unwrap_or(0.0);
+            costs.push(lease + ack);
+            writeln!(
+                self.report,
+                "| {queued} | {:.0} | {lease:.2} | {ack:.2} |",
+                run.items_per_sec
+            )
+            .unwrap();
+        }
+        writeln!(
+            self.report,
+            "\nServer cost per cycle at the largest size ÷ at the smallest: **{:.2}×**.\n",
+            costs[2] / costs[0]
+        )
+        .unwrap();
+    }
+
+    /// Served order of every item: VTRR (module) or FIFO (list).
+    fn served_order(&mut self, vtrr: bool) -> Vec<String> {
+        let con = &mut self.admin;
+        let mut order = Vec::new();
+        loop {
+            if vtrr {
+                let leased: Vec<(String, String, String, i64)> = redis::cmd("VTRR.LEASE")
+                    .arg("f")
+                    .arg(60_000)
+                    .arg("COUNT")
+                    .arg(100)
+                    .query(con)
+                    .unwrap();
+                if leased.is_empty() {
+                    return order;
+                }
+                let mut ack = redis::cmd("VTRR.ACK");
+                ack.arg("f");
+                for (id, _, token, _) in leased {
+                    ack.arg(&id).arg(token);
+                    order.push(id);
+                }
+                let _: i64 = ack.query(con).unwrap();
+            } else {
+                let popped: Option<Vec<String>> =
+                    redis::cmd("RPOP").arg("fifo").arg(100).query(con).unwrap();
+                match popped {
+                    Some(items) if !items.is_empty() => order.extend(items),
+                    _ => return order,
+                }
+            }
+        }
+    }
+
+    fn fairness_section(&mut self) {
+        let sizes = self.sizes;
+        writeln!(
+            self.report,
+            "## Fairness\n\nA heavy partition enqueues {} items; then {} light partitions enqueue {} items each; workers lease and ack until empty. Items served before each light partition's first and last item:\n",
+            sizes.heavy, sizes.light_partitions, sizes.light_items
+        )
+        .unwrap();
+        writeln!(self.report, "| queue | first item p50 | p99 | max | last item p50 | p99 | max |\n|---|---|---|---|---|---|---|").unwrap();
+        for vtrr in [true, false] {
+            reset(&mut self.admin);
+            let con = &mut self.admin;
+            let light_id = |p: usize, n: usize| format!("light{p}-{n}");
+            if vtrr {
+                fill_module(con, "f", sizes.heavy, 1, |_| 1); // ids i0.., partition p0
+                for p in 0..sizes.light_partitions {
+                    let mut cmd = redis::cmd("VTRR.ENQUEUE");
+                    cmd.arg("f");
+                    for n in 0..sizes.light_items {
+                        cmd.arg(format!("light{p}"))
+                            .arg(light_id(p, n))
+                            .arg(1)
+                            .arg(PAYLOAD);
+                    }
+                    let _: i64 = cmd.query(con).unwrap();
+                }
+            } else {
+                for start in (0..sizes.heavy).step_by(1000) {
+                    let ids: Vec<String> = (start..(start + 1000).min(sizes.heavy))
+                        .map(|n| format!("i{n}"))
+                        .collect();
+                    let _: i64 = redis::cmd("LPUSH").arg("fifo").arg(ids).query(con).unwrap();
+                }
+                for p in 0..sizes.light_partitions {
+                    let ids: Vec<String> = (0..sizes.light_items).map(|n| light_id(p, n)).collect();
+                    let _: i64 = redis::cmd("LPUSH").arg("fifo").arg(ids).query(con).unwrap();
+                }
+            }
+            let order = self.served_order(vtrr);
+            let position: BTreeMap<&str, usize> = order
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i))
+                .collect();
+            let mut firsts: Vec<f64> = (0..sizes.light_partitions)
+                .map(|p| position[light_id(p, 0).as_str()] as f64)
+                .collect();
+            let mut lasts: Vec<f64> = (0..sizes.light_partitions)
+                .map(|p| position[light_id(p, sizes.light_items - 1).as_str()] as f64)
+                .collect();
+            firsts.sort_by(f64::total_cmp);
+            lasts.sort_by(f64::total_cmp);
+            writeln!(
+                self.report,
+                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                if vtrr { "VTRR (module)" } else { "FIFO list" },
+                percentile(&firsts, 0.5),
+                percentile(&firsts, 0.99),
+                percentile(&firsts, 1.0),
+                percentile(&lasts, 0.5),
+                percentile(&lasts, 0.99),
+                percentile(&lasts, 1.0)
+            )
+            .unwrap();
+        }
+
+        // Shares while three partitions, with items of weight 1, 2 and 4, are all backlogged.
+        reset(&mut self.admin);
+        let weights = [1u64, 2, 4];
+        fill_module(&mut self.admin, "f", sizes.weighted_items * 3, 3, |p| {
+            weights[p]
+        });
+        let order = self.served_order(true);
+        let partition_of = |id: &str| id[1..].parse::<usize>().unwrap() % 3;
+        let mut served = [0usize; 3];
+        for id in &order {
+            let p = partition_of(id);
+            served[p] += 1;
+            if served[p] == sizes.weighted_items {
+                break; // one partition ran out: the backlogged window ends
+            }
+        }
+        let cost: Vec<u64> = (0..3).map(|p| served[p] as u64 * weights[p]).collect();
+        let total: u64 = cost.iter().sum();
+        writeln!(
+            self.report,
+            "\nWhile partitions with items of weight 1, 2 and 4 are all backlogged ({} items each), each gets an equal share of service measured in weight (a weight-N item costs N turns):\n\n| item weight | items served | weight served | share | ideal | deviation |\n|---|---|---|---|---|---|",
+            sizes.weighted_items
+        )
+        .unwrap();
+        let mut worst: f64 = 0.0;
+        for p in 0..3 {
+            let share = cost[p] as f64 / total as f64;
+            worst = worst.max((share - 1.0 / 3.0).abs());
+            writeln!(
+                self.report,
+                "| {} | {} | {} | {:.4} | 0.3333 | {:+.4} |",
+                weights[p],
+                served[p],
+                cost[p],
+                share,
+                share - 1.0 / 3.0
+            )
+            .unwrap();
+        }
+        writeln!(
+            self.report,
+            "\nWorst deviation from the ideal share: {worst:.4}.\n"
+        )
+        .unwrap();
+
+        writeln!(self.report, "A weight-N partition against a weight-1 partition, both backlogged: weight-1 items served per weight-N item.\n\n| N | weight-1 items per weight-N item |\n|---|---|").unwrap();
+        for n in [1u64, 2, 4, 8] {
+            reset(&mut self.admin);
+            fill_module(&mut self.admin, "f", sizes.weighted_items * 2, 2, |p| {
+                if p == 0 {
+                    1
+                } else {
+                    n
+                }
+            });
+            let order = self.served_order(true);
+            let mut served = [0usize; 2];
+            for id in &order {
+                let p = id[1..].parse::<usize>().unwrap() % 2;
+                served[p] += 1;
+                if served[p] == sizes.weighted_items {
+                    break;
+                }
+            }
+            writeln!(
+                self.report,
+                "| {n} | {:.2} |",
+                served[0] as f64 / served[1].max(1) as f64
+            )
+            .unwrap();
+        }
+        writeln!(self.report).unwrap();
+    }
+
+    fn timer_section(&mut self) {
+        let sizes = self.sizes;
+        writeln!(self.report, "## Timer\n").unwrap();
+        reset(&mut self.admin);
+        let con = &mut self.admin;
+        let info = |con: &mut Connection, field: &str| -> i64 {
+            let text: String = redis::cmd("INFO").arg("vtrr").query(con).unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("vtrr_{field}:")))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let idle_tick = |con: &mut Connection| -> f64 {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("vtrr.reclaim-interval-ms")
+                .arg(10)
+                .query(con)
+                .unwrap();
+            fill_module(con, "t", 1, 1, |_| 1);
+            let _: Value = redis::cmd("VTRR.LEASE")
+                .arg("t")
+                .arg(3_600_000)
+                .query(con)
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            let samples: Vec<i64> = (0..20)
+                .map(|_| {
+                    std::thread::sleep(Duration::from_millis(15));
+                    info(con, "timer_last_run_us")
+                })
+                .collect();
+            samples.iter().sum::<i64>() as f64 / samples.len() as f64
+        };
+        let empty = idle_tick(con);
+        let _: () = redis::cmd("DEBUG")
+            .arg("POPULATE")
+            .arg(sizes.unrelated_keys)
+            .query(con)
+            .unwrap();
+        let populated = idle_tick(con);
+        writeln!(self.report, "| keyspace | idle tick (mean of 20, µs) |\n|---|---|\n| one queue only | {empty:.1} |\n| plus {} unrelated keys | {populated:.1} |\n", sizes.unrelated_keys).unwrap();
+
+        reset(con);
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("vtrr.reclaim-interval-ms")
+            .arg(0)
+            .query(con)
+            .unwrap();
+        fill_module(con, "t", sizes.flood, 100, |_| 1);
+        let _: Value = redis::cmd("VTRR.LEASE")
+            .arg("t")
+            .arg(1)
+            .arg("COUNT")
+            .arg(sizes.flood)
+            .query(con)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let longest_before = info(con, "timer_longest_run_us");
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("vtrr.reclaim-interval-ms")
+            .arg(20)
+            .query(con)
+            .unwrap();
+        let started = Instant::now();
+        while info(con, "items_reclaimed") < sizes.flood as i64
+            && started.elapsed() < Duration::from_secs(120)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        writeln!(
+            self.report,
+            "{} expired leases, `vtrr.reclaim-batch` 1000, interval 20 ms: all reclaimed by the timer in {:.2} s; most in one run {}; longest run {} µs (before the flood: {} µs).\n",
+            sizes.flood,
+            started.elapsed().as_secs_f64(),
+            info(con, "timer_most_reclaimed_in_one_run"),
+            info(con, "timer_longest_run_us"),
+            longest_before
+        )
+        .unwrap();
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let sizes = if smoke { &SMOKE } else { &FULL };
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .args(&["--enable-debug-command", "yes", "--maxmemory", "0"])
+        .spawn();
+    let mut admin = server.connect();
+    let version: String = redis::cmd("INFO").arg("server").query(&mut admin).unwrap();
+    let version = version
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string();
+    let lua = LuaScripts::load(&mut admin);
+    let mut bench = Bench {
+        server: &server,
+        sizes,
+        lua,
+        admin,
+        report: String::new(),
+    };
+    writeln!(
+        bench.report,
+        "# vtrr benchmark{}\n\nredis-server {version} (persistence off, 127.0.0.1), module built in release mode, {} cores; run by `make bench` (`cargo run --release --example bench`).\n\nThe Lua side is `lua/*.lua`, the reference scripts written the way vtrr-queue's are (EVALSHA, the same nine keys, no argument validation beyond what its Python client relies on: `tonumber` on weights and times, `HGET`-based checks only where the semantics need them).\n",
+        if smoke { " (smoke run: tiny sizes, not a measurement)" } else { "" },
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    )
+    .unwrap();
+    bench.throughput_section();
+    bench.scaling_section();
+    bench.fairness_section();
+    bench.timer_section();
+    print!("{}", bench.report);
+    if let Some(path) = out {
+        std::fs::write(&path, &bench.report).unwrap();
+        eprintln!("wrote {path}");
+    }
+}

@@ -1,0 +1,40 @@
+//! `make bench` cannot rot: its program runs here at tiny sizes (seconds) and
+//! must produce every section. It measures; nothing here checks a timing.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let program = root.join("target/debug/examples/bench");
+    assert!(
+        program.exists(),
+        "bench not built at {} (run `cargo build --examples` or `make test`)",
+        program.display()
+    );
+    let output = Command::new(program).arg("--smoke").output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = String::from_utf8(output.stdout).unwrap();
+    for expected in [
+        "| enqueue 1/call | module |",
+        "| enqueue 100/call | Lua |",
+        "| lease+ack cycle | Streams |",
+        "| reclaim 10k expired | module |",
+        "### 10000 partition(s)",
+        "## Scaling",
+        "| VTRR (module) |",
+        "| FIFO list |",
+        "Worst deviation from the ideal share",
+        "## Timer",
+    ] {
+        assert!(
+            report.contains(expected),
+            "missing {expected:?} in:\n{report}"
+        );
+    }
+}
