@@ -93,10 +93,7 @@ fn fifty_waiters_share_a_thousand_items_each_exactly_once_in_arrival_order() {
         })
         .collect();
     let mut con = server.connect();
-    assert!(wait_for(Duration::from_secs(5), || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-        info.contains("blocked_clients:50")
-    }));
+    wait_blocked(&mut con, 50);
     for i in 0..1000 {
         enqueue(&mut con, "q", &format!("p{}", i % 7), &format!("i{i}"));
     }
@@ -129,11 +126,7 @@ fn waiters_are_served_in_the_order_they_started_waiting() {
                 .unwrap();
             leased.map(|l| l.0)
         }));
-        let expected = format!("blocked_clients:{}", n + 1);
-        assert!(wait_for(Duration::from_secs(2), || {
-            let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-            info.contains(&expected)
-        }));
+        wait_blocked(&mut con, n + 1);
     }
     // Items a, b, c in lease order: the first waiter gets a, and so on.
     for id in ["a", "b", "c"] {
@@ -212,10 +205,7 @@ fn a_disconnected_or_unblocked_waiter_loses_nothing() {
             .unwrap();
         (id, leased)
     });
-    assert!(wait_for(Duration::from_secs(2), || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-        info.contains("blocked_clients:1")
-    }));
+    wait_blocked(&mut con, 1);
     let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
     let blocked_id: i64 = clients
         .lines()
@@ -247,15 +237,9 @@ fn a_disconnected_or_unblocked_waiter_loses_nothing() {
                 .get_packed_command(),
         )
         .unwrap();
-    assert!(wait_for(Duration::from_secs(2), || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-        info.contains("blocked_clients:1")
-    }));
+    wait_blocked(&mut con, 1);
     drop(doomed);
-    assert!(wait_for(Duration::from_secs(2), || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-        info.contains("blocked_clients:0")
-    }));
+    wait_blocked(&mut con, 0);
     enqueue(&mut con, "q", "p", "kept");
     let queued: Vec<String> = redis::cmd("ZRANGE")
         .arg("vtrr:q:queue")
@@ -295,16 +279,8 @@ fn inside_multi_and_lua_block_does_not_wait() {
 fn a_served_waiter_replicates_its_lease_as_effects() {
     let master = Server::start();
     let replica = Server::start();
+    attach_replica(&replica, &master);
     let mut r = replica.connect();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port)
-        .query(&mut r)
-        .unwrap();
-    assert!(wait_for(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    }));
     let url = master.url();
     let waiter = std::thread::spawn(move || {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -318,10 +294,7 @@ fn a_served_waiter_replicates_its_lease_as_effects() {
         leased
     });
     let mut m = master.connect();
-    assert!(wait_for(Duration::from_secs(2), || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut m).unwrap();
-        info.contains("blocked_clients:1")
-    }));
+    wait_blocked(&mut m, 1);
     enqueue(&mut m, "q", "p", "a");
     enqueue(&mut m, "q", "p", "b");
     assert!(waiter.join().unwrap().is_some());
@@ -346,10 +319,7 @@ fn a_plain_zadd_by_another_client_wakes_a_waiter() {
         leased
     });
     let mut con = server.connect();
-    assert!(wait_for(Duration::from_secs(2), || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-        info.contains("blocked_clients:1")
-    }));
+    wait_blocked(&mut con, 1);
     // What the old Lua enqueue writes, without any module command.
     let _: () = redis::pipe()
         .atomic()

@@ -101,25 +101,6 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
     std::thread::sleep(Duration::from_millis(200));
 }
 
-fn attach_replica(replica: &Server, master: &Server) {
-    let mut con = replica.connect();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port)
-        .query(&mut con)
-        .unwrap();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut con)
-                .unwrap();
-            info.contains("master_link_status:up")
-        }),
-        "replica did not sync"
-    );
-}
-
 fn wait_replicated(master: &mut Connection) {
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(master).unwrap();
     assert_eq!(acked, 1);
@@ -278,4 +259,55 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
         .unwrap();
     assert_eq!(acked, 1);
     assert_invariants(&mut con, "durable");
+}
+
+#[test]
+fn a_promoted_replica_starts_reclaiming() {
+    // The master's timer is off, so an expired lease stays expired on both.
+    let master = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let replica = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .spawn();
+    attach_replica(&replica, &master);
+    let mut m = master.connect();
+    let mut r = replica.connect();
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("p")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .query(&mut m)
+        .unwrap();
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(30)
+        .query(&mut m)
+        .unwrap();
+    wait_replicated(&mut m);
+    std::thread::sleep(Duration::from_millis(200));
+    let inflight: i64 = redis::cmd("ZCARD")
+        .arg("vtrr:q:inflight")
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(inflight, 1, "a replica's timer must not reclaim");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(2), || {
+            let timeouts: Option<i64> = redis::cmd("HGET")
+                .arg("vtrr:q:timeouts")
+                .arg("a")
+                .query(&mut r)
+                .unwrap();
+            timeouts == Some(1)
+        }),
+        "the promoted replica did not reclaim"
+    );
+    assert_invariants(&mut r, "q");
 }

@@ -286,6 +286,34 @@ pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool 
     condition()
 }
 
+/// Makes `replica` replicate `master` and waits for the link to come up.
+pub fn attach_replica(replica: &Server, master: &Server) {
+    let mut con = replica.connect();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut con)
+        .unwrap();
+    let up = wait_for(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut con)
+            .unwrap();
+        info.contains("master_link_status:up")
+    });
+    assert!(up, "replica did not sync");
+}
+
+/// Waits until exactly `n` clients are blocked.
+pub fn wait_blocked(con: &mut redis::Connection, n: usize) {
+    let expected = format!("blocked_clients:{n}\r");
+    let reached = wait_for(Duration::from_secs(5), || {
+        let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+        info.contains(&expected)
+    });
+    assert!(reached, "never saw {n} blocked clients");
+}
+
 /// A small deterministic PRNG (xorshift64*), so randomized tests can print
 /// and replay their seed.
 pub struct Rng(u64);
