@@ -31,6 +31,7 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "| FIFO list |",
         "Worst deviation from the ideal share",
         "## Timer",
+        "most in one run",
     ] {
         assert!(
             report.contains(expected),
