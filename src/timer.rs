@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use redis_module::{Context, ContextFlags, RedisValue};
 
 use crate::commands::reclaim;
-use crate::store::redis::{first_expiry, now_ms, select_db, selected_db, Caller};
+use crate::store::redis::{bytes_of, first_expiry, now_ms, select_db, selected_db, Caller};
 use crate::{config, info, keys};
 
 /// Keys one tick may walk while rebuilding the index.
@@ -232,20 +232,12 @@ fn scan_step(ctx: &Context) -> bool {
         let Ok(RedisValue::Array(parts)) = reply else {
             break true;
         };
-        let next_cursor = match parts.first() {
-            Some(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => s.clone(),
-            Some(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
-            _ => "0".to_string(),
-        };
+        let next_cursor = parts.first().and_then(bytes_of).map_or_else(
+            || "0".to_string(),
+            |b| String::from_utf8_lossy(&b).into_owned(),
+        );
         if let Some(RedisValue::Array(keys_found)) = parts.get(1) {
-            for key in keys_found {
-                let bytes = match key {
-                    RedisValue::StringBuffer(b) => b.clone(),
-                    RedisValue::SimpleString(s) | RedisValue::BulkString(s) => {
-                        s.clone().into_bytes()
-                    }
-                    _ => continue,
-                };
+            for bytes in keys_found.iter().filter_map(bytes_of) {
                 if let Some(queue) = keys::queue_of_inflight_key(&bytes) {
                     found.push((db, queue.to_vec()));
                 }

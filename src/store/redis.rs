@@ -286,11 +286,17 @@ impl<'ctx> RedisStore<'ctx> {
         (kind != raw::REDISMODULE_KEYTYPE_EMPTY).then_some(slot.key)
     }
 
-    fn writable(&mut self, which: QueueKey) -> Option<&mut Slot> {
+    /// The open key to write to; with `must_exist`, None when the key is
+    /// empty (there is nothing to remove).
+    fn key_for_write(&self, which: QueueKey, must_exist: bool) -> Option<*mut raw::RedisModuleKey> {
         if self.access != Access::Write {
             return None;
         }
-        self.slots[which.index()].as_mut()
+        let slot = self.slots[which.index()].as_ref()?;
+        if must_exist && self.key(which).is_none() {
+            return None;
+        }
+        Some(slot.key)
     }
 
     /// Whether this command wrote anything so far.
@@ -437,10 +443,9 @@ impl Store for RedisStore<'_> {
 
     fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
         let which = QueueKey::from(key);
-        let Some(slot) = self.writable(which) else {
+        let Some(open) = self.key_for_write(which, false) else {
             return;
         };
-        let open = slot.key;
         let element = OwnedString::new(member);
         let mut flags: c_int = 0;
         // SAFETY: key opened for writing; ZsetAdd creates the key if empty.
@@ -450,13 +455,9 @@ impl Store for RedisStore<'_> {
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
         let which = QueueKey::from(key);
-        if self.key(which).is_none() {
-            return false;
-        }
-        let Some(slot) = self.writable(which) else {
+        let Some(open) = self.key_for_write(which, true) else {
             return false;
         };
-        let open = slot.key;
         let element = OwnedString::new(member);
         let mut deleted: c_int = 0;
         // SAFETY: key opened for writing and holding a zset.
@@ -518,10 +519,9 @@ impl Store for RedisStore<'_> {
 
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
         let which = QueueKey::from(key);
-        let Some(slot) = self.writable(which) else {
+        let Some(open) = self.key_for_write(which, false) else {
             return;
         };
-        let open = slot.key;
         let field_string = OwnedString::new(field);
         let value_string = OwnedString::new(value);
         // SAFETY: key opened for writing; NULL-terminated field/value pair.
@@ -539,13 +539,9 @@ impl Store for RedisStore<'_> {
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
         let which = QueueKey::from(key);
-        if self.key(which).is_none() {
-            return;
-        }
-        let Some(slot) = self.writable(which) else {
+        let Some(open) = self.key_for_write(which, true) else {
             return;
         };
-        let open = slot.key;
         let field_string = OwnedString::new(field);
         // SAFETY: key opened for writing and holding a hash; the DELETE marker
         // is the documented sentinel value.
@@ -575,29 +571,18 @@ impl Store for RedisStore<'_> {
             return Vec::new();
         };
         match self.ctx.call("HKEYS", &[slot.name_bytes.as_slice()][..]) {
-            Ok(redis_module::RedisValue::Array(fields)) => fields
-                .into_iter()
-                .filter_map(|f| match f {
-                    redis_module::RedisValue::StringBuffer(b) => Some(b),
-                    redis_module::RedisValue::SimpleString(s)
-                    | redis_module::RedisValue::BulkString(s) => Some(s.into_bytes()),
-                    redis_module::RedisValue::BulkRedisString(s) => Some(s.as_slice().to_vec()),
-                    _ => None,
-                })
-                .collect(),
+            Ok(redis_module::RedisValue::Array(fields)) => {
+                fields.iter().filter_map(bytes_of).collect()
+            }
             _ => Vec::new(),
         }
     }
 
     fn delete(&mut self, key: HashKey) {
         let which = QueueKey::from(key);
-        if self.key(which).is_none() {
-            return;
-        }
-        let Some(slot) = self.writable(which) else {
+        let Some(open) = self.key_for_write(which, true) else {
             return;
         };
-        let open = slot.key;
         // SAFETY: key opened for writing.
         unsafe { api!(RedisModule_DeleteKey)(open) };
         self.record(which, "DEL", &[]);
@@ -618,15 +603,25 @@ impl Store for RedisStore<'_> {
     }
 
     fn set_current_virtual_time(&mut self, value: i64) {
-        let Some(slot) = self.writable(QueueKey::CurrentVirtualTime) else {
+        let Some(open) = self.key_for_write(QueueKey::CurrentVirtualTime, false) else {
             return;
         };
-        let open = slot.key;
         let text = value.to_string();
         let string = OwnedString::new(text.as_bytes());
         // SAFETY: key opened for writing; StringSet takes its own reference.
         unsafe { api!(RedisModule_StringSet)(open, string.0) };
         self.record(QueueKey::CurrentVirtualTime, "SET", &[text.as_bytes()]);
+    }
+}
+
+/// The bytes of a string reply of `RedisModule_Call`, whichever form it took.
+pub fn bytes_of(value: &redis_module::RedisValue) -> Option<Vec<u8>> {
+    use redis_module::RedisValue;
+    match value {
+        RedisValue::StringBuffer(b) => Some(b.clone()),
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.clone().into_bytes()),
+        RedisValue::BulkRedisString(s) => Some(s.as_slice().to_vec()),
+        _ => None,
     }
 }
 
