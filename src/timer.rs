@@ -96,11 +96,7 @@ pub fn on_keyspace_event(
 ) {
     if let Some(queue) = keys::queue_of_inflight_key(key) {
         let db = selected_db(ctx);
-        with_index(|index| {
-            if !index.recheck.contains(&(db, queue.to_vec())) {
-                index.recheck.insert((db, queue.to_vec()));
-            }
-        });
+        with_index(|index| index.recheck.insert((db, queue.to_vec())));
     }
 }
 
@@ -173,16 +169,15 @@ fn reclaim_due(ctx: &Context, now: i64) {
     let batch = config::reclaim_batch();
     let mut budget = batch;
     while budget > 0 {
-        let next = with_index(|index| match index.schedule.first() {
-            Some((due, _, _)) if *due <= now => index.schedule.pop_first(),
-            _ => None,
-        });
-        let Some((_, db, queue)) = next else { break };
-        with_index(|index| {
-            if let Some(queues) = index.due.get_mut(&db) {
-                queues.remove(&queue);
+        let next = with_index(|index| {
+            let (due, db, queue) = index.schedule.first()?.clone();
+            if due > now {
+                return None;
             }
+            index.set_due(db, &queue, None);
+            Some((db, queue))
         });
+        let Some((db, queue)) = next else { break };
         if !select_db(ctx, db) {
             continue;
         }
