@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use common::{LuaScripts, Server, Value};
+use common::{vtrr_info, LuaScripts, Server, Value};
 use redis::Connection;
 
 /// Sizes of one run.
@@ -788,15 +788,8 @@ impl Bench<'_> {
         writeln!(self.report, "## Timer\n").unwrap();
         reset(&mut self.admin);
         let con = &mut self.admin;
-        let info = |con: &mut Connection, field: &str| -> i64 {
-            let text: String = redis::cmd("INFO").arg("vtrr").query(con).unwrap();
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("vtrr_{field}:")))
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap()
-        };
+        let info =
+            |con: &mut Connection, field: &str| -> i64 { vtrr_info(con)[&format!("vtrr_{field}")] };
         let idle_tick = |con: &mut Connection| -> f64 {
             let _: () = redis::cmd("CONFIG")
                 .arg("SET")

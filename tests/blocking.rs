@@ -10,15 +10,10 @@ use common::*;
 type Lease = (String, String, String, i64);
 
 fn enqueue(con: &mut redis::Connection, queue: &str, partition: &str, id: &str) {
-    let added: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg(queue)
-        .arg(partition)
-        .arg(id)
-        .arg(1)
-        .arg(format!("payload-{id}"))
-        .query(con)
-        .unwrap();
-    assert_eq!(added, 1);
+    assert_eq!(
+        enqueue_one(con, queue, partition, id, &format!("payload-{id}")),
+        1
+    );
 }
 
 #[test]

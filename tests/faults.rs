@@ -208,14 +208,7 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
         .arg("v")
         .query(&mut con)
         .unwrap();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("fz")
-        .arg("p")
-        .arg("seed")
-        .arg(1)
-        .arg("S")
-        .query(&mut con)
-        .unwrap();
+    enqueue_one(&mut con, "fz", "p", "seed", "S");
     const COMMANDS: [&str; 7] = [
         "VTRR.ENQUEUE",
         "VTRR.LEASE",

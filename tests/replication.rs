@@ -129,14 +129,7 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
     let mut r = replica.connect();
     workload(&mut m, seed(), "jobs");
     // Expired leases on the master, reclaimed by its timer only.
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("jobs")
-        .arg("late")
-        .arg("z")
-        .arg(1)
-        .arg("Z")
-        .query(&mut m)
-        .unwrap();
+    enqueue_one(&mut m, "jobs", "late", "z", "Z");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("jobs")
         .arg(30)
@@ -196,14 +189,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
         .spawn();
     let mut con = server.connect();
     workload(&mut con, seed(), "durable");
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("durable")
-        .arg("p")
-        .arg("keep")
-        .arg(1)
-        .arg("K")
-        .query(&mut con)
-        .unwrap();
+    enqueue_one(&mut con, "durable", "p", "keep", "K");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("durable")
         .arg(600_000)
@@ -273,14 +259,7 @@ fn a_promoted_replica_starts_reclaiming() {
     attach_replica(&replica, &master);
     let mut m = master.connect();
     let mut r = replica.connect();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("q")
-        .arg("p")
-        .arg("a")
-        .arg(1)
-        .arg("A")
-        .query(&mut m)
-        .unwrap();
+    enqueue_one(&mut m, "q", "p", "a", "A");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("q")
         .arg(30)

@@ -39,14 +39,7 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
         .arg("+@all")
         .query(&mut admin)
         .unwrap();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("other")
-        .arg("p")
-        .arg("o")
-        .arg(1)
-        .arg("O")
-        .query(&mut admin)
-        .unwrap();
+    enqueue_one(&mut admin, "other", "p", "o", "O");
     let before = dump_all(&mut admin);
 
     let client = redis::Client::open(format!(

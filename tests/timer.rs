@@ -10,14 +10,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::Connection;
 
-fn info(con: &mut Connection) -> HashMap<String, i64> {
-    let text: String = redis::cmd("INFO").arg("vtrr").query(con).unwrap();
-    text.lines()
-        .filter_map(|line| line.split_once(':'))
-        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
-        .collect()
-}
-
 fn queued_with_timeouts(con: &mut Connection, queue: &str, id: &str) -> bool {
     let score: Option<f64> = redis::cmd("ZSCORE")
         .arg(format!("vtrr:{queue}:queue"))
@@ -38,14 +30,7 @@ fn an_expired_lease_comes_back_with_no_command_sent() {
         .module_args(&["reclaim-interval-ms", "50"])
         .spawn();
     let mut con = server.connect();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("q")
-        .arg("p")
-        .arg("a")
-        .arg(1)
-        .arg("A")
-        .query(&mut con)
-        .unwrap();
+    enqueue_one(&mut con, "q", "p", "a", "A");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("q")
         .arg(100)
@@ -67,7 +52,7 @@ fn an_expired_lease_comes_back_with_no_command_sent() {
         leased_at.elapsed().as_millis()
     );
     assert_invariants(&mut observer, "q");
-    let counters = info(&mut observer);
+    let counters = vtrr_info(&mut observer);
     assert_eq!(counters["vtrr_timer_items_reclaimed"], 1);
     assert!(counters["vtrr_timer_runs"] > 0);
 }
@@ -85,14 +70,7 @@ fn leases_survive_a_restart_and_are_reclaimed_by_the_timer_alone() {
             .args(args)
             .spawn();
         let mut con = server.connect();
-        let _: i64 = redis::cmd("VTRR.ENQUEUE")
-            .arg("q")
-            .arg("p")
-            .arg("a")
-            .arg(1)
-            .arg("A")
-            .query(&mut con)
-            .unwrap();
+        enqueue_one(&mut con, "q", "p", "a", "A");
         let _: Value = redis::cmd("VTRR.LEASE")
             .arg("q")
             .arg(300)
@@ -188,13 +166,13 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
     }
     std::thread::sleep(Duration::from_millis(5));
     // A LEASE reclaims at most vtrr.reclaim-batch before leasing.
-    let before = info(&mut con)["vtrr_items_reclaimed"];
+    let before = vtrr_info(&mut con)["vtrr_items_reclaimed"];
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("flood")
         .arg(600_000)
         .query(&mut con)
         .unwrap();
-    assert_eq!(info(&mut con)["vtrr_items_reclaimed"] - before, 1000);
+    assert_eq!(vtrr_info(&mut con)["vtrr_items_reclaimed"] - before, 1000);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("vtrr.reclaim-interval-ms")
@@ -212,7 +190,7 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
         }),
         "not all reclaimed"
     );
-    let counters = info(&mut con);
+    let counters = vtrr_info(&mut con);
     let most = counters["vtrr_timer_most_reclaimed_in_one_run"];
     assert!((1..=1000).contains(&most), "one timer run reclaimed {most}");
     let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
@@ -264,15 +242,8 @@ fn config_set_stops_and_restarts_the_timer() {
         .query(&mut con)
         .unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let runs = info(&mut con)["vtrr_timer_runs"];
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("q")
-        .arg("p")
-        .arg("a")
-        .arg(1)
-        .arg("A")
-        .query(&mut con)
-        .unwrap();
+    let runs = vtrr_info(&mut con)["vtrr_timer_runs"];
+    enqueue_one(&mut con, "q", "p", "a", "A");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("q")
         .arg(10)
@@ -280,7 +251,7 @@ fn config_set_stops_and_restarts_the_timer() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
-        info(&mut con)["vtrr_timer_runs"],
+        vtrr_info(&mut con)["vtrr_timer_runs"],
         runs,
         "timer ran while off"
     );
@@ -321,10 +292,10 @@ fn idle_ticks_do_not_abort_watch() {
         .unwrap();
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
     let _: () = redis::cmd("WATCH").arg(&keys).query(&mut con).unwrap();
-    let runs = info(&mut con)["vtrr_timer_runs"];
+    let runs = vtrr_info(&mut con)["vtrr_timer_runs"];
     std::thread::sleep(Duration::from_millis(300));
     assert!(
-        info(&mut con)["vtrr_timer_runs"] >= runs + 10,
+        vtrr_info(&mut con)["vtrr_timer_runs"] >= runs + 10,
         "too few ticks to prove anything"
     );
     let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
@@ -350,14 +321,7 @@ fn reclaims_fire_a_notification_dispatchers_can_wait_on() {
     pubsub
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("q")
-        .arg("p")
-        .arg("a")
-        .arg(1)
-        .arg("A")
-        .query(&mut con)
-        .unwrap();
+    enqueue_one(&mut con, "q", "p", "a", "A");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("q")
         .arg(30)
@@ -376,22 +340,8 @@ fn info_reports_the_timer() {
         .module_args(&["reclaim-interval-ms", "10"])
         .spawn();
     let mut con = server.connect();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("a")
-        .arg("p")
-        .arg("x")
-        .arg(1)
-        .arg("X")
-        .query(&mut con)
-        .unwrap();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("b")
-        .arg("p")
-        .arg("y")
-        .arg(1)
-        .arg("Y")
-        .query(&mut con)
-        .unwrap();
+    enqueue_one(&mut con, "a", "p", "x", "X");
+    enqueue_one(&mut con, "b", "p", "y", "Y");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("a")
         .arg(600_000)
@@ -403,7 +353,7 @@ fn info_reports_the_timer() {
         .query(&mut con)
         .unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let counters = info(&mut con);
+    let counters = vtrr_info(&mut con);
     assert_eq!(counters["vtrr_items_enqueued"], 2);
     assert_eq!(counters["vtrr_items_leased"], 2);
     assert_eq!(counters["vtrr_timer_tracked_queues"], 2);

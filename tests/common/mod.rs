@@ -286,6 +286,33 @@ pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool 
     condition()
 }
 
+/// `VTRR.ENQUEUE` of one weight-1 item; returns how many were added.
+pub fn enqueue_one(
+    con: &mut redis::Connection,
+    queue: &str,
+    partition: &str,
+    id: &str,
+    payload: &str,
+) -> i64 {
+    redis::cmd("VTRR.ENQUEUE")
+        .arg(queue)
+        .arg(partition)
+        .arg(id)
+        .arg(1)
+        .arg(payload)
+        .query(con)
+        .unwrap()
+}
+
+/// The integer fields of `INFO vtrr`, by name (`vtrr_timer_runs`, ...).
+pub fn vtrr_info(con: &mut redis::Connection) -> std::collections::HashMap<String, i64> {
+    let text: String = redis::cmd("INFO").arg("vtrr").query(con).unwrap();
+    text.lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
+
 /// Makes `replica` replicate `master` and waits for the link to come up.
 pub fn attach_replica(replica: &Server, master: &Server) {
     let mut con = replica.connect();
