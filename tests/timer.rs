@@ -30,6 +30,10 @@ fn an_expired_lease_comes_back_with_no_command_sent() {
         .module_args(&["reclaim-interval-ms", "50"])
         .spawn();
     let mut con = server.connect();
+    // Past the start-up index rebuild, so only LEASE's own tracking can find it.
+    assert!(wait_for(Duration::from_secs(2), || vtrr_info(&mut con)
+        ["vtrr_timer_runs"]
+        >= 2));
     enqueue_one(&mut con, "q", "p", "a", "A");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("q")
@@ -94,6 +98,10 @@ fn leases_written_by_other_clients_are_found_and_reclaimed() {
         .module_args(&["reclaim-interval-ms", "50"])
         .spawn();
     let mut con = server.connect();
+    // Past the start-up index rebuild, so only the keyspace subscription can find it.
+    assert!(wait_for(Duration::from_secs(2), || vtrr_info(&mut con)
+        ["vtrr_timer_runs"]
+        >= 2));
     // No module command at all: a plain ZADD/HSET lease, in database 3.
     let _: () = redis::cmd("SELECT").arg(3).query(&mut con).unwrap();
     let (sec, _): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
