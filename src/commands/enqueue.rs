@@ -43,7 +43,7 @@ pub fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 
     let mut store = open(ctx, queue, &KEYS, Access::Write)?;
     let outcome = core::enqueue(&mut store, &items).map_err(core_error(queue))?;
-    store.commit("vtrr.enqueue");
+    store.commit(c"vtrr.enqueue");
     log_anomalies(ctx, queue, &outcome.anomalies);
     info::add(&info::ENQUEUED, outcome.added);
     Ok(RedisValue::Integer(outcome.added as i64))

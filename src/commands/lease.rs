@@ -91,9 +91,9 @@ fn grant(ctx: &Context, request: &LeaseRequest) -> Result<Vec<Leased>, RedisErro
     )
     .map_err(core_error(queue))?;
     store.commit(if outcome.leased.is_empty() {
-        "vtrr.reclaim"
+        c"vtrr.reclaim"
     } else {
-        "vtrr.lease"
+        c"vtrr.lease"
     });
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
@@ -177,7 +177,7 @@ pub fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         .collect::<Result<Vec<_>, RedisError>>()?;
     let mut store = open(ctx, queue, &ACK_KEYS, Access::Write)?;
     let acked = core::ack(&mut store, &pairs);
-    store.commit("vtrr.ack");
+    store.commit(c"vtrr.ack");
     info::add(&info::ACKED, acked);
     Ok(RedisValue::Integer(acked as i64))
 }
@@ -201,7 +201,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         Access::Write,
     )?;
     let renewed = core::renew(&mut store, id, argv[3].as_slice(), now, lease_ms);
-    store.commit("vtrr.renew");
+    store.commit(c"vtrr.renew");
     if renewed {
         info::add(&info::RENEWED, 1);
     }

@@ -38,7 +38,7 @@ pub fn run(
 ) -> Result<u64, RedisError> {
     let mut store = open_as(ctx, queue, &QueueKey::ALL, Access::Write, caller)?;
     let outcome = core::reclaim(&mut store, now_ms, limit).map_err(core_error(queue))?;
-    store.commit("vtrr.reclaim");
+    store.commit(c"vtrr.reclaim");
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
     info::add(&info::RECLAIMED, outcome.reclaimed);

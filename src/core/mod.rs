@@ -93,11 +93,13 @@ pub fn read_current_virtual_time(store: &mut impl Store) -> Result<i64, CoreErro
 
 /// The VTRR scoring rule, shared by enqueue and reclaim: the item starts at
 /// `max(partition's next virtual time, current virtual time + 1)` and moves
-/// its partition's virtual time on by `weight`.
+/// its partition's virtual time on by `weight`. `stored_meta` is the item's
+/// `meta` as read (reclaim); it is not rewritten when already right.
 fn place(
     store: &mut impl Store,
     current_virtual_time: i64,
     item: &NewItem<'_>,
+    stored_meta: Option<&[u8]>,
     anomalies: &mut Vec<Anomaly>,
 ) {
     let partition_virtual_time = match store.hget(HashKey::PartitionVirtualTime, item.partition) {
@@ -121,11 +123,10 @@ fn place(
         next.to_string().as_bytes(),
     );
     store.hset(HashKey::Task, item.id, item.payload);
-    store.hset(
-        HashKey::Meta,
-        item.id,
-        &format_meta(item.weight, item.partition),
-    );
+    let meta = format_meta(item.weight, item.partition);
+    if stored_meta != Some(meta.as_slice()) {
+        store.hset(HashKey::Meta, item.id, &meta);
+    }
 }
 
 /// `VTRR.ENQUEUE`: adds each item not already queued or leased.
@@ -138,7 +139,13 @@ pub fn enqueue(store: &mut impl Store, items: &[NewItem<'_>]) -> Result<EnqueueO
         if present {
             continue;
         }
-        place(store, current_virtual_time, item, &mut outcome.anomalies);
+        place(
+            store,
+            current_virtual_time,
+            item,
+            None,
+            &mut outcome.anomalies,
+        );
         outcome.added += 1;
     }
     Ok(outcome)
@@ -195,7 +202,13 @@ fn reclaim_at(
             weight,
             payload: &payload,
         };
-        place(store, current_virtual_time, &item, &mut outcome.anomalies);
+        place(
+            store,
+            current_virtual_time,
+            &item,
+            meta.as_deref(),
+            &mut outcome.anomalies,
+        );
         outcome.reclaimed += 1;
     }
 }
@@ -272,7 +285,12 @@ pub fn lease(
             store.delete(HashKey::Task);
             store.delete(HashKey::PartitionVirtualTime);
         } else {
-            store.set_current_virtual_time(last.score.floor() as i64);
+            // Rewriting an unchanged value would cost an effect per lease
+            // (most leases pop a score the previous one already set).
+            let popped = last.score.floor() as i64;
+            if store.current_virtual_time().as_deref() != Some(popped.to_string().as_bytes()) {
+                store.set_current_virtual_time(popped);
+            }
         }
     }
     Ok(outcome)

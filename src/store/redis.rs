@@ -8,10 +8,15 @@
 //! no module and never re-run clock or random logic) and fires one keyspace
 //! notification. A command that changed nothing commits nothing.
 
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::io::Write as _;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use redis_module::{raw, Context, NotifyEvent};
+use chacha20::ChaCha20Rng;
+use rand_core::{Rng as _, SeedableRng as _};
+use redis_module::{raw, Context};
 
 use super::{HashKey, Store, ZsetKey};
 use crate::keys::{key_name, KeyKind, QueueKey};
@@ -57,7 +62,7 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_SignalModifiedKey,
         RedisModule_Replicate,
         RedisModule_NotifyKeyspaceEvent,
-        RedisModule_GetRandomHexChars,
+        RedisModule_GetRandomBytes,
         RedisModule_Milliseconds,
         RedisModule_GetSelectedDb,
         RedisModule_SelectDb
@@ -142,6 +147,20 @@ impl OwnedString {
     }
 }
 
+/// Formats a score the way Redis parses it back exactly, into `buffer`.
+fn format_score(score: f64, buffer: &mut [u8; 32]) -> &[u8] {
+    let mut cursor = std::io::Cursor::new(&mut buffer[..]);
+    let written = if score.fract() == 0.0 && score.abs() < 1e17 {
+        write!(cursor, "{}", score as i64)
+    } else {
+        write!(cursor, "{score}")
+    };
+    // The shortest round-trip form of an f64 is at most 24 bytes.
+    written.expect("a score fits in 32 bytes");
+    let len = cursor.position() as usize;
+    &buffer[..len]
+}
+
 impl Drop for OwnedString {
     fn drop(&mut self) {
         // SAFETY: created by CreateString with a NULL context, freed once.
@@ -161,19 +180,36 @@ unsafe fn take_string(s: *mut raw::RedisModuleString) -> Vec<u8> {
     bytes
 }
 
-/// Formats a score the way Redis parses it back exactly.
-fn format_score(score: f64) -> Vec<u8> {
-    if score.fract() == 0.0 && score.abs() < 1e17 {
-        (score as i64).to_string().into_bytes()
-    } else {
-        score.to_string().into_bytes()
+/// The plain commands a store's writes replicate as.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Command {
+    Zadd,
+    Zrem,
+    Hset,
+    Hdel,
+    Set,
+    Del,
+}
+
+impl Command {
+    fn name(self) -> &'static CStr {
+        match self {
+            Command::Zadd => c"ZADD",
+            Command::Zrem => c"ZREM",
+            Command::Hset => c"HSET",
+            Command::Hdel => c"HDEL",
+            Command::Set => c"SET",
+            Command::Del => c"DEL",
+        }
     }
 }
 
-/// One replicated write command, possibly merged from several writes.
+/// One replicated write command, possibly merged from several writes. The
+/// arguments are the very strings handed to the key API (shared, not
+/// copied), so recording an effect costs no allocation per argument.
 struct Effect {
-    command: &'static str,
-    args: Vec<Vec<u8>>,
+    command: Command,
+    args: Vec<OwnedString>,
 }
 
 struct Slot {
@@ -307,43 +343,65 @@ impl<'ctx> RedisStore<'ctx> {
     /// Signals the changed keys (for WATCH and client-side caching),
     /// replicates the effects and fires `event` on `vtrr:<name>:queue`.
     /// Returns whether anything had changed.
-    pub fn commit(&mut self, event: &str) -> bool {
+    pub fn commit(&mut self, event: &CStr) -> bool {
         if !self.changed() {
             return false;
         }
-        let queue_grew = self.slots[QueueKey::Queue.index()]
-            .as_ref()
-            .is_some_and(|slot| slot.effects.iter().any(|e| e.command == "ZADD"));
-        if queue_grew {
+        let queue_slot = self.slots[QueueKey::Queue.index()].as_ref();
+        let queue_grew =
+            queue_slot.is_some_and(|slot| slot.effects.iter().any(|e| e.command == Command::Zadd));
+        if let (true, Some(slot)) = (queue_grew, queue_slot) {
             // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
-            let name = &self.slots[QueueKey::Queue.index()]
-                .as_ref()
-                .map(|s| s.name.0);
-            if let Some(name) = name {
-                // SAFETY: live context and key name.
-                unsafe { api!(RedisModule_SignalKeyAsReady)(self.ctx.ctx, *name) };
-            }
+            // SAFETY: live context and key name.
+            unsafe { api!(RedisModule_SignalKeyAsReady)(self.ctx.ctx, slot.name.0) };
         }
+        let mut argv: Vec<*mut raw::RedisModuleString> = Vec::new();
         for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
             // SAFETY: ctx and the key name are valid for this call.
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
             for effect in slot.effects.drain(..) {
-                let mut args: Vec<&[u8]> = Vec::with_capacity(effect.args.len() + 1);
-                args.push(&slot.name_bytes);
-                args.extend(effect.args.iter().map(Vec::as_slice));
-                self.ctx.replicate(effect.command, args.as_slice());
+                argv.clear();
+                argv.push(slot.name.0);
+                argv.extend(effect.args.iter().map(|arg| arg.0));
+                // SAFETY: live context; "v" takes an array of valid strings
+                // and its length, and Redis takes its own reference to each.
+                unsafe {
+                    api!(RedisModule_Replicate)(
+                        self.ctx.ctx,
+                        effect.command.name().as_ptr(),
+                        c"v".as_ptr(),
+                        argv.as_mut_ptr(),
+                        argv.len(),
+                    )
+                };
             }
         }
-        let name = redis_module::RedisString::create_from_slice(
-            self.ctx.ctx,
-            &key_name(&self.queue, QueueKey::Queue),
-        );
-        self.ctx
-            .notify_keyspace_event(NotifyEvent::MODULE, event, &name);
+        let created;
+        let queue_name = match self.slots[QueueKey::Queue.index()].as_ref() {
+            Some(slot) => slot.name.0,
+            None => {
+                created = OwnedString::new(&key_name(&self.queue, QueueKey::Queue));
+                created.0
+            }
+        };
+        // SAFETY: live context, NUL-terminated event name, valid key name.
+        unsafe {
+            api!(RedisModule_NotifyKeyspaceEvent)(
+                self.ctx.ctx,
+                raw::REDISMODULE_NOTIFY_MODULE as c_int,
+                event.as_ptr(),
+                queue_name,
+            )
+        };
         true
     }
 
-    fn record(&mut self, which: QueueKey, command: &'static str, args: &[&[u8]]) {
+    fn record<const N: usize>(
+        &mut self,
+        which: QueueKey,
+        command: Command,
+        args: [OwnedString; N],
+    ) {
         let Some(slot) = self.slots[which.index()].as_mut() else {
             return;
         };
@@ -353,16 +411,20 @@ impl<'ctx> RedisStore<'ctx> {
             // (ZADD k s1 m1 s2 m2 ...), which applies in the same order.
             Some(last)
                 if last.command == command
-                    && matches!(command, "ZADD" | "ZREM" | "HSET" | "HDEL") =>
+                    && matches!(
+                        command,
+                        Command::Zadd | Command::Zrem | Command::Hset | Command::Hdel
+                    ) =>
             {
-                last.args.extend(args.iter().map(|a| a.to_vec()));
+                last.args.extend(args);
             }
-            Some(last) if last.command == "SET" && command == "SET" => {
-                last.args = args.iter().map(|a| a.to_vec()).collect();
+            // Only the last value of a string survives.
+            Some(last) if last.command == Command::Set && command == Command::Set => {
+                last.args = args.into();
             }
             _ => slot.effects.push(Effect {
                 command,
-                args: args.iter().map(|a| a.to_vec()).collect(),
+                args: args.into(),
             }),
         }
     }
@@ -411,10 +473,11 @@ impl<'ctx> RedisStore<'ctx> {
         let Some(slot) = self.slots[which.index()].as_ref() else {
             return 0;
         };
-        let max = format_score(max);
+        let mut buffer = [0u8; 32];
+        let max = format_score(max, &mut buffer);
         match self
             .ctx
-            .call("ZCOUNT", &[slot.name_bytes.as_slice(), b"-inf", &max][..])
+            .call("ZCOUNT", &[slot.name_bytes.as_slice(), b"-inf", max][..])
         {
             Ok(redis_module::RedisValue::Integer(n)) => n.max(0) as u64,
             _ => 0,
@@ -450,7 +513,9 @@ impl Store for RedisStore<'_> {
         let mut flags: c_int = 0;
         // SAFETY: key opened for writing; ZsetAdd creates the key if empty.
         unsafe { api!(RedisModule_ZsetAdd)(open, score, element.0, &mut flags) };
-        self.record(which, "ZADD", &[&format_score(score), member]);
+        let mut buffer = [0u8; 32];
+        let score = OwnedString::new(format_score(score, &mut buffer));
+        self.record(which, Command::Zadd, [score, element]);
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
@@ -463,7 +528,7 @@ impl Store for RedisStore<'_> {
         // SAFETY: key opened for writing and holding a zset.
         unsafe { api!(RedisModule_ZsetRem)(open, element.0, &mut deleted) };
         if deleted != 0 {
-            self.record(which, "ZREM", &[member]);
+            self.record(which, Command::Zrem, [element]);
         }
         deleted != 0
     }
@@ -534,7 +599,7 @@ impl Store for RedisStore<'_> {
                 ptr::null_mut::<c_void>(),
             )
         };
-        self.record(which, "HSET", &[field, value]);
+        self.record(which, Command::Hset, [field_string, value_string]);
     }
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
@@ -555,7 +620,7 @@ impl Store for RedisStore<'_> {
             )
         };
         if deleted > 0 {
-            self.record(which, "HDEL", &[field]);
+            self.record(which, Command::Hdel, [field_string]);
         }
     }
 
@@ -585,7 +650,7 @@ impl Store for RedisStore<'_> {
         };
         // SAFETY: key opened for writing.
         unsafe { api!(RedisModule_DeleteKey)(open) };
-        self.record(which, "DEL", &[]);
+        self.record(which, Command::Del, []);
     }
 
     fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
@@ -610,7 +675,7 @@ impl Store for RedisStore<'_> {
         let string = OwnedString::new(text.as_bytes());
         // SAFETY: key opened for writing; StringSet takes its own reference.
         unsafe { api!(RedisModule_StringSet)(open, string.0) };
-        self.record(QueueKey::CurrentVirtualTime, "SET", &[text.as_bytes()]);
+        self.record(QueueKey::CurrentVirtualTime, Command::Set, [string]);
     }
 }
 
@@ -631,13 +696,32 @@ pub fn now_ms() -> i64 {
     unsafe { api!(RedisModule_Milliseconds)() }
 }
 
-/// A fresh lease token: 32 hex characters (128 bits) from the server's
-/// cryptographic random source.
+thread_local! {
+    /// The lease-token generator: ChaCha20, seeded on first use from the
+    /// server's cryptographic random source. As unpredictable as asking the
+    /// server for every token (`GetRandomHexChars` runs SHA-256 per call),
+    /// for a fraction of the cost. Only the main thread leases.
+    static TOKENS: RefCell<Option<ChaCha20Rng>> = const { RefCell::new(None) };
+}
+
+/// A fresh lease token: 32 lowercase hex characters (128 random bits).
 pub fn new_token() -> Vec<u8> {
-    let mut token = vec![0u8; 32];
-    // SAFETY: writes exactly `len` bytes into a buffer of that size.
-    unsafe { api!(RedisModule_GetRandomHexChars)(token.as_mut_ptr().cast(), token.len()) };
-    token
+    let mut random = [0u8; 16];
+    TOKENS.with_borrow_mut(|tokens| {
+        tokens
+            .get_or_insert_with(|| {
+                let mut seed = [0u8; 32];
+                // SAFETY: writes exactly `len` bytes into a buffer of that size.
+                unsafe { api!(RedisModule_GetRandomBytes)(seed.as_mut_ptr(), seed.len()) };
+                ChaCha20Rng::from_seed(seed)
+            })
+            .fill_bytes(&mut random)
+    });
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    random
+        .iter()
+        .flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]])
+        .collect()
 }
 
 /// The database the context works on.
