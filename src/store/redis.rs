@@ -19,7 +19,7 @@ use rand_core::{Rng as _, SeedableRng as _};
 use redis_module::{raw, Context};
 
 use super::{HashKey, Store, ZsetKey};
-use crate::keys::{key_name, KeyKind, QueueKey};
+use crate::keys::{key_name, write_key_name, KeyKind, QueueKey};
 
 /// Calls a module API function that `check_api` verified at load time.
 macro_rules! api {
@@ -161,6 +161,17 @@ fn format_score(score: f64, buffer: &mut [u8; 32]) -> &[u8] {
     &buffer[..len]
 }
 
+impl OwnedString {
+    fn bytes(&self) -> &[u8] {
+        let mut len = 0usize;
+        // SAFETY: a valid string; the bytes live as long as it does.
+        unsafe {
+            let data = api!(RedisModule_StringPtrLen)(self.0, &mut len);
+            std::slice::from_raw_parts(data.cast::<u8>(), len)
+        }
+    }
+}
+
 impl Drop for OwnedString {
     fn drop(&mut self) {
         // SAFETY: created by CreateString with a NULL context, freed once.
@@ -214,7 +225,6 @@ struct Effect {
 
 struct Slot {
     name: OwnedString,
-    name_bytes: Vec<u8>,
     key: *mut raw::RedisModuleKey,
     written: bool,
     effects: Vec<Effect>,
@@ -239,24 +249,21 @@ impl<'ctx> RedisStore<'ctx> {
         access: Access,
         caller: Caller,
     ) -> Result<Self, OpenError> {
-        let names: Vec<(QueueKey, Vec<u8>, OwnedString)> = keys
-            .iter()
-            .map(|&key| {
-                let bytes = key_name(queue, key);
-                let string = OwnedString::new(&bytes);
-                (key, bytes, string)
-            })
-            .collect();
+        let mut names: [Option<OwnedString>; QueueKey::ALL.len()] = Default::default();
+        let mut buffer = Vec::with_capacity(queue.len() + 32);
+        for &key in keys {
+            write_key_name(&mut buffer, queue, key);
+            names[key.index()] = Some(OwnedString::new(&buffer));
+        }
         let user = match caller {
             Caller::Client => AclUser::of_caller(ctx),
             Caller::Server => None,
         };
         if let Some(user) = user {
-            if let Some((_, bytes, _)) = names
-                .iter()
-                .find(|(_, _, string)| !user.may(string, access))
-            {
-                return Err(OpenError::NoPermission { key: bytes.clone() });
+            if let Some(denied) = names.iter().flatten().find(|name| !user.may(name, access)) {
+                return Err(OpenError::NoPermission {
+                    key: denied.bytes().to_vec(),
+                });
             }
         }
         let mut store = RedisStore {
@@ -265,18 +272,15 @@ impl<'ctx> RedisStore<'ctx> {
             access,
             slots: Default::default(),
         };
-        for (key, bytes, string) in names {
-            store.open_slot(key, bytes, string)?;
+        for (key, name) in QueueKey::ALL.into_iter().zip(names) {
+            if let Some(name) = name {
+                store.open_slot(key, name)?;
+            }
         }
         Ok(store)
     }
 
-    fn open_slot(
-        &mut self,
-        which: QueueKey,
-        name_bytes: Vec<u8>,
-        name: OwnedString,
-    ) -> Result<(), OpenError> {
+    fn open_slot(&mut self, which: QueueKey, name: OwnedString) -> Result<(), OpenError> {
         let mode = match self.access {
             Access::Read => raw::REDISMODULE_READ,
             Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
@@ -285,13 +289,6 @@ impl<'ctx> RedisStore<'ctx> {
         // kept alive in the slot for as long as the key is open.
         let key = unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
             .cast::<raw::RedisModuleKey>();
-        let slot = Slot {
-            name,
-            name_bytes,
-            key,
-            written: false,
-            effects: Vec::new(),
-        };
         let found = unsafe { api!(RedisModule_KeyType)(key) } as isize;
         let expected = which.kind();
         let matches = found == raw::REDISMODULE_KEYTYPE_EMPTY
@@ -301,16 +298,17 @@ impl<'ctx> RedisStore<'ctx> {
                     KeyKind::Hash => raw::REDISMODULE_KEYTYPE_HASH,
                     KeyKind::Zset => raw::REDISMODULE_KEYTYPE_ZSET,
                 };
-        let name_for_error = slot.name_bytes.clone();
-        self.slots[which.index()] = Some(slot);
-        if matches {
-            Ok(())
-        } else {
-            Err(OpenError::WrongType {
-                key: name_for_error,
-                expected,
-            })
-        }
+        let error = (!matches).then(|| OpenError::WrongType {
+            key: name.bytes().to_vec(),
+            expected,
+        });
+        self.slots[which.index()] = Some(Slot {
+            name,
+            key,
+            written: false,
+            effects: Vec::new(),
+        });
+        error.map_or(Ok(()), Err)
     }
 
     /// The open key for `which`. Commands open every key they use up front;
@@ -477,7 +475,7 @@ impl<'ctx> RedisStore<'ctx> {
         let max = format_score(max, &mut buffer);
         match self
             .ctx
-            .call("ZCOUNT", &[slot.name_bytes.as_slice(), b"-inf", max][..])
+            .call("ZCOUNT", &[slot.name.bytes(), b"-inf", max][..])
         {
             Ok(redis_module::RedisValue::Integer(n)) => n.max(0) as u64,
             _ => 0,
@@ -635,7 +633,7 @@ impl Store for RedisStore<'_> {
         let Some(slot) = self.slots[which.index()].as_ref() else {
             return Vec::new();
         };
-        match self.ctx.call("HKEYS", &[slot.name_bytes.as_slice()][..]) {
+        match self.ctx.call("HKEYS", &[slot.name.bytes()][..]) {
             Ok(redis_module::RedisValue::Array(fields)) => {
                 fields.iter().filter_map(bytes_of).collect()
             }
