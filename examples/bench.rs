@@ -10,6 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use common::{vtrr_info, LuaScripts, Server, Value};
@@ -18,12 +19,16 @@ use redis::Connection;
 /// Sizes of one run.
 struct Sizes {
     repeats: usize,
+    /// Rounds per repeat: each system runs one slice per round, in turn.
+    rounds: usize,
+    slice: Duration,
     connections: usize,
     pipeline: usize,
-    enqueue_ops: usize,
-    enqueue100_ops: usize,
-    cycle_ops: usize,
+    /// Pipeline depth of the 100-item enqueue (400 items per round trip).
+    pipeline_100: usize,
     reclaim_items: usize,
+    /// Reclaim calls per repeat and system, interleaved across systems.
+    reclaim_calls: usize,
     scaling: [usize; 3],
     heavy: usize,
     light_partitions: usize,
@@ -35,12 +40,13 @@ struct Sizes {
 
 const FULL: Sizes = Sizes {
     repeats: 5,
+    rounds: 8,
+    slice: Duration::from_millis(200),
     connections: 4,
     pipeline: 32,
-    enqueue_ops: 25_000,
-    enqueue100_ops: 400,
-    cycle_ops: 15_000,
+    pipeline_100: 4,
     reclaim_items: 10_000,
+    reclaim_calls: 3,
     scaling: [1_000, 100_000, 1_000_000],
     heavy: 100_000,
     light_partitions: 100,
@@ -52,12 +58,13 @@ const FULL: Sizes = Sizes {
 
 const SMOKE: Sizes = Sizes {
     repeats: 1,
+    rounds: 2,
+    slice: Duration::from_millis(5),
     connections: 2,
     pipeline: 8,
-    enqueue_ops: 40,
-    enqueue100_ops: 4,
-    cycle_ops: 40,
+    pipeline_100: 2,
     reclaim_items: 100,
+    reclaim_calls: 1,
     scaling: [100, 300, 1_000],
     heavy: 500,
     light_partitions: 10,
@@ -96,8 +103,8 @@ impl System {
     }
 }
 
-/// One timed run: items per second, latency of one pipelined batch, and the
-/// server's own cost per call of each command.
+/// One system's figures in one repeat: items per second, latency of one
+/// pipelined batch, and the server's own cost per call of each command.
 #[derive(Clone, Default)]
 struct Run {
     items_per_sec: f64,
@@ -116,13 +123,32 @@ impl Repeats {
         runs.sort_by(|a, b| a.items_per_sec.total_cmp(&b.items_per_sec));
         runs[runs.len() / 2].clone()
     }
-    fn min_max(&self) -> (f64, f64) {
-        let rates = self.0.iter().map(|r| r.items_per_sec);
-        (
-            rates.clone().fold(f64::INFINITY, f64::min),
-            rates.fold(0.0, f64::max),
-        )
+    fn rates(&self) -> Vec<f64> {
+        self.0.iter().map(|r| r.items_per_sec).collect()
     }
+}
+
+/// Milliseconds a fixed CPU-bound loop takes on this thread's core: how
+/// fast the machine itself runs at this moment, independent of Redis.
+fn machine_speed_probe() -> f64 {
+    let started = Instant::now();
+    let mut x = 0u64;
+    for i in 0..20_000_000u64 {
+        x = std::hint::black_box(x.wrapping_add(i.wrapping_mul(i)));
+    }
+    std::hint::black_box(x);
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+/// Median, min and max of a list of figures.
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (
+        sorted[sorted.len() / 2],
+        sorted[0],
+        sorted[sorted.len() - 1],
+    )
 }
 
 const PAYLOAD: &str = "{\"task\":\"process_file\",\"args\":[\"s3://bucket/a.pdf\"],\"kwargs\":{}}";
@@ -217,157 +243,282 @@ fn fill_list(con: &mut Connection, count: usize) {
     }
 }
 
-/// Runs `batch` on every connection in parallel until each has done `ops`
-/// operations, `batch` doing up to `pipeline` of them per call.
-fn parallel<F>(
-    server: &Server,
-    sizes: &Sizes,
-    admin: &mut Connection,
-    ops: usize,
-    items_per_op: usize,
-    batch: F,
-) -> Run
-where
-    F: Fn(&mut Connection, usize, usize, usize) + Sync,
-{
-    let pipeline = sizes.pipeline;
-    let connections = sizes.connections;
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(admin).unwrap();
-    let started = Instant::now();
-    let latencies: Vec<f64> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..connections)
-            .map(|worker| {
-                let batch = &batch;
-                let mut con = server.connect();
-                scope.spawn(move || {
-                    let mut samples = Vec::new();
-                    let mut done = 0;
-                    while done < ops {
-                        let n = pipeline.min(ops - done);
-                        let t = Instant::now();
-                        batch(&mut con, worker, done, n);
-                        samples.push(t.elapsed().as_secs_f64() * 1e6);
-                        done += n;
-                    }
-                    samples
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
-    });
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut sorted = latencies;
-    sorted.sort_by(f64::total_cmp);
-    Run {
-        items_per_sec: (connections * ops * items_per_op) as f64 / elapsed,
-        p50_us: percentile(&sorted, 0.5),
-        p99_us: percentile(&sorted, 0.99),
-        usec_per_call: command_stats(admin),
+/// The queue each system works on in a scenario (module and Lua side by
+/// side, so their rounds can interleave).
+fn queue_of(system: System) -> &'static str {
+    match system {
+        System::Lua => "ql",
+        _ => "qm",
     }
 }
 
+/// What one system did over its slices: per connection, the operations
+/// done and the seconds that connection was busy; and every batch's latency.
+#[derive(Default)]
+struct Work {
+    ops: Vec<usize>,
+    seconds: Vec<f64>,
+    latencies_us: Vec<f64>,
+}
+
+impl Work {
+    /// The sum of each connection's own rate, so a slice's tail (connections
+    /// finishing their last batch at different times) neither flatters nor
+    /// penalizes a system with long batches.
+    fn ops_per_sec(&self) -> f64 {
+        self.ops
+            .iter()
+            .zip(&self.seconds)
+            .map(|(&ops, &seconds)| ops as f64 / seconds)
+            .sum()
+    }
+}
+
+/// Runs `batch` on every connection in parallel for `duration` (each
+/// connection finishes the batch in progress), `pipeline` operations per
+/// batch, and adds what was done to `work`. `next_op[worker]` numbers
+/// operations across slices, so ids stay unique.
+fn timed_slice<F>(
+    connections: &mut [Connection],
+    pipeline: usize,
+    duration: Duration,
+    next_op: &mut [usize],
+    batch: &F,
+    work: &mut Work,
+) where
+    F: Fn(&mut Connection, usize, usize, usize) + Sync,
+{
+    let start_line = Barrier::new(connections.len());
+    let done: Vec<(usize, f64, Vec<f64>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = connections
+            .iter_mut()
+            .zip(next_op.iter_mut())
+            .enumerate()
+            .map(|(worker, (con, op))| {
+                let start_line = &start_line;
+                scope.spawn(move || {
+                    start_line.wait();
+                    let started = Instant::now();
+                    let deadline = started + duration;
+                    let (first, mut latencies) = (*op, Vec::new());
+                    while Instant::now() < deadline {
+                        let sent = Instant::now();
+                        batch(con, worker, *op, pipeline);
+                        latencies.push(sent.elapsed().as_secs_f64() * 1e6);
+                        *op += pipeline;
+                    }
+                    (*op - first, started.elapsed().as_secs_f64(), latencies)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    work.ops.resize(connections.len(), 0);
+    work.seconds.resize(connections.len(), 0.0);
+    for (worker, (ops, seconds, latencies)) in done.into_iter().enumerate() {
+        work.ops[worker] += ops;
+        work.seconds[worker] += seconds;
+        work.latencies_us.extend(latencies);
+    }
+}
+
+impl System {
+    /// Whether `command` (as INFO commandstats names it) is this system's.
+    /// The Lua scripts' own calls (zadd, hset, ...) count as Lua's.
+    fn owns(self, command: &str) -> bool {
+        let streams = command.starts_with('x');
+        let list = matches!(command, "lpush" | "rpop");
+        match self {
+            System::Module => command.starts_with("vtrr."),
+            System::Streams => streams,
+            System::List => list,
+            System::Ping => command == "ping",
+            System::Lua => !(command.starts_with("vtrr.") || streams || list || command == "ping"),
+        }
+    }
+
+    /// Items per second this system cannot exceed on the lease+ack cycle
+    /// here (2.5 times the fastest seen), to size its backlog for a run.
+    fn cycle_rate_bound(self) -> f64 {
+        match self {
+            System::Module | System::Lua => 150_000.0,
+            System::Streams => 300_000.0,
+            System::List => 2_500_000.0,
+            System::Ping => 0.0,
+        }
+    }
+}
+
+/// One repeat of a scenario, interleaved: every system's state is set up
+/// first (by the caller), then in each of `rounds` rounds every system runs
+/// one slice in turn, so a change in the machine's speed during the repeat
+/// (frequent on a shared virtual machine) hits every system alike.
+fn interleaved<F>(
+    server: &Server,
+    sizes: &Sizes,
+    admin: &mut Connection,
+    systems: &[System],
+    pipeline: usize,
+    items_per_op: impl Fn(System) -> usize,
+    batch: F,
+) -> BTreeMap<System, Run>
+where
+    F: Fn(System, &mut Connection, usize, usize, usize) + Sync,
+{
+    let mut connections: Vec<Connection> =
+        (0..sizes.connections).map(|_| server.connect()).collect();
+    let mut next_op = vec![vec![0usize; sizes.connections]; systems.len()];
+    let mut totals: Vec<Work> = systems.iter().map(|_| Work::default()).collect();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(admin).unwrap();
+    for _ in 0..sizes.rounds {
+        for (i, &system) in systems.iter().enumerate() {
+            let per_batch = |con: &mut Connection, worker: usize, start: usize, n: usize| {
+                batch(system, con, worker, start, n)
+            };
+            timed_slice(
+                &mut connections,
+                pipeline,
+                sizes.slice,
+                &mut next_op[i],
+                &per_batch,
+                &mut totals[i],
+            );
+        }
+    }
+    let stats = command_stats(admin);
+    systems
+        .iter()
+        .zip(totals)
+        .map(|(&system, mut total)| {
+            total.latencies_us.sort_by(f64::total_cmp);
+            let run = Run {
+                items_per_sec: total.ops_per_sec() * items_per_op(system) as f64,
+                p50_us: percentile(&total.latencies_us, 0.5),
+                p99_us: percentile(&total.latencies_us, 0.99),
+                usec_per_call: stats
+                    .iter()
+                    .filter(|(command, _)| system.owns(command))
+                    .map(|(command, cost)| (command.clone(), *cost))
+                    .collect(),
+            };
+            (system, run)
+        })
+        .collect()
+}
+
 impl Bench<'_> {
-    fn enqueue(&mut self, system: System, partitions: usize, items_per_call: usize) -> Run {
+    fn enqueue(&mut self, partitions: usize, items_per_call: usize) -> BTreeMap<System, Run> {
         reset(&mut self.admin);
         let lua = &self.lua;
-        let ops = if items_per_call == 1 {
-            self.sizes.enqueue_ops
-        } else {
-            self.sizes.enqueue100_ops
-        };
-        let per_batch = |con: &mut Connection, worker: usize, start: usize, n: usize| {
-            let mut pipe = redis::pipe();
-            for op in start..start + n {
-                let item = |k: usize| {
-                    (
-                        format!("p{}", (op * items_per_call + k) % partitions),
-                        format!("w{worker}-{op}-{k}"),
-                    )
-                };
-                match system {
-                    System::Module | System::Lua => {
-                        let mut cmd = if system == System::Module {
-                            let mut c = redis::cmd("VTRR.ENQUEUE");
-                            c.arg("q");
-                            c
-                        } else {
-                            lua.cmd("enqueue", "q")
-                        };
-                        for k in 0..items_per_call {
-                            let (partition, id) = item(k);
-                            cmd.arg(partition).arg(id).arg(1).arg(PAYLOAD);
+        let per_batch =
+            |system: System, con: &mut Connection, worker: usize, start: usize, n: usize| {
+                let mut pipe = redis::pipe();
+                for op in start..start + n {
+                    let item = |k: usize| {
+                        (
+                            format!("p{}", (op * items_per_call + k) % partitions),
+                            format!("w{worker}-{op}-{k}"),
+                        )
+                    };
+                    match system {
+                        System::Module | System::Lua => {
+                            let mut cmd = if system == System::Module {
+                                let mut c = redis::cmd("VTRR.ENQUEUE");
+                                c.arg(queue_of(system));
+                                c
+                            } else {
+                                lua.cmd("enqueue", queue_of(system))
+                            };
+                            for k in 0..items_per_call {
+                                let (partition, id) = item(k);
+                                cmd.arg(partition).arg(id).arg(1).arg(PAYLOAD);
+                            }
+                            pipe.add_command(cmd).ignore();
                         }
-                        pipe.add_command(cmd).ignore();
-                    }
-                    System::Streams => {
-                        for k in 0..items_per_call {
-                            let (partition, id) = item(k);
-                            pipe.cmd("XADD")
-                                .arg("s")
-                                .arg("*")
-                                .arg("partition")
-                                .arg(partition)
-                                .arg("id")
-                                .arg(id)
-                                .arg("payload")
-                                .arg(PAYLOAD)
+                        System::Streams => {
+                            for k in 0..items_per_call {
+                                let (partition, id) = item(k);
+                                pipe.cmd("XADD")
+                                    .arg("s")
+                                    .arg("*")
+                                    .arg("partition")
+                                    .arg(partition)
+                                    .arg("id")
+                                    .arg(id)
+                                    .arg("payload")
+                                    .arg(PAYLOAD)
+                                    .ignore();
+                            }
+                        }
+                        System::List => {
+                            pipe.cmd("LPUSH")
+                                .arg("l")
+                                .arg(vec![PAYLOAD; items_per_call])
                                 .ignore();
                         }
-                    }
-                    System::List => {
-                        pipe.cmd("LPUSH")
-                            .arg("l")
-                            .arg(vec![PAYLOAD; items_per_call])
-                            .ignore();
-                    }
-                    System::Ping => {
-                        pipe.cmd("PING").ignore();
+                        System::Ping => {
+                            pipe.cmd("PING").ignore();
+                        }
                     }
                 }
-            }
-            let _: () = pipe.query(con).unwrap();
-        };
-        let items = if system == System::Ping {
-            1
+                let _: () = pipe.query(con).unwrap();
+            };
+        let pipeline = if items_per_call == 1 {
+            self.sizes.pipeline
         } else {
-            items_per_call
+            self.sizes.pipeline_100
         };
-        parallel(
+        let items_per_op = |system| match system {
+            System::Ping => 1,
+            _ => items_per_call,
+        };
+        interleaved(
             self.server,
             self.sizes,
             &mut self.admin,
-            ops,
-            items,
+            &System::ALL,
+            pipeline,
+            items_per_op,
             per_batch,
         )
     }
 
-    /// Lease + ack with a standing backlog of `backlog` extra items.
-    fn cycle(&mut self, system: System, partitions: usize, backlog: usize) -> Run {
+    /// Lease + ack with a standing backlog: at least `backlog` items stay
+    /// queued to the end of the repeat.
+    fn cycle(
+        &mut self,
+        systems: &[System],
+        partitions: usize,
+        backlog: usize,
+    ) -> BTreeMap<System, Run> {
         reset(&mut self.admin);
-        let ops = self.sizes.cycle_ops;
-        let needed = ops * self.sizes.connections + backlog;
-        match system {
-            System::Module | System::Lua => {
-                fill_module(&mut self.admin, "q", needed, partitions, |_| 1)
+        let run_seconds = self.sizes.slice.as_secs_f64() * self.sizes.rounds as f64;
+        for &system in systems {
+            let needed = backlog + (system.cycle_rate_bound() * run_seconds) as usize;
+            match system {
+                System::Module | System::Lua => {
+                    fill_module(&mut self.admin, queue_of(system), needed, partitions, |_| 1)
+                }
+                System::Streams => fill_stream(&mut self.admin, needed, partitions),
+                System::List => fill_list(&mut self.admin, needed),
+                System::Ping => {}
             }
-            System::Streams => fill_stream(&mut self.admin, needed, partitions),
-            System::List => fill_list(&mut self.admin, needed),
-            System::Ping => {}
         }
         let lua = &self.lua;
-        let per_batch = |con: &mut Connection, worker: usize, start: usize, n: usize| match system {
+        let per_batch = |system: System,
+                         con: &mut Connection,
+                         worker: usize,
+                         start: usize,
+                         n: usize| match system {
             System::Module | System::Lua => {
+                let queue = queue_of(system);
                 let mut leases = redis::pipe();
                 for op in start..start + n {
                     if system == System::Module {
-                        leases.cmd("VTRR.LEASE").arg("q").arg(60_000);
+                        leases.cmd("VTRR.LEASE").arg(queue).arg(60_000);
                     } else {
                         leases.add_command(
-                            lua.cmd("lease", "q")
+                            lua.cmd("lease", queue)
                                 .arg(60_000)
                                 .arg(1)
                                 .arg(1000)
@@ -394,9 +545,9 @@ impl Bench<'_> {
                         redis::from_redis_value(lease[2].clone()).unwrap(),
                     );
                     if system == System::Module {
-                        acks.cmd("VTRR.ACK").arg("q").arg(id).arg(token).ignore();
+                        acks.cmd("VTRR.ACK").arg(queue).arg(id).arg(token).ignore();
                     } else {
-                        acks.add_command(lua.cmd("ack", "q").arg(id).arg(token).clone())
+                        acks.add_command(lua.cmd("ack", queue).arg(id).arg(token).clone())
                             .ignore();
                     }
                 }
@@ -419,6 +570,8 @@ impl Bench<'_> {
                 let replies: Vec<redis::streams::StreamReadReply> = reads.query(con).unwrap();
                 let mut acks = redis::pipe();
                 for reply in replies {
+                    let entries = reply.keys.first().map_or(0, |key| key.ids.len());
+                    assert_eq!(entries, 1, "backlog ran dry");
                     for entry in &reply.keys[0].ids {
                         acks.cmd("XACK").arg("s").arg("g").arg(&entry.id).ignore();
                     }
@@ -428,9 +581,10 @@ impl Bench<'_> {
             System::List => {
                 let mut pops = redis::pipe();
                 for _ in 0..n {
-                    pops.cmd("RPOP").arg("l").ignore();
+                    pops.cmd("RPOP").arg("l");
                 }
-                let _: () = pops.query(con).unwrap();
+                let popped: Vec<Option<Vec<u8>>> = pops.query(con).unwrap();
+                assert!(popped.iter().all(Option::is_some), "backlog ran dry");
             }
             System::Ping => {
                 for _ in 0..2 {
@@ -442,111 +596,163 @@ impl Bench<'_> {
                 }
             }
         };
-        parallel(self.server, self.sizes, &mut self.admin, ops, 1, per_batch)
+        let pipeline = self.sizes.pipeline;
+        interleaved(
+            self.server,
+            self.sizes,
+            &mut self.admin,
+            systems,
+            pipeline,
+            |_| 1,
+            per_batch,
+        )
     }
 
-    /// Reclaim of `count` expired leases in one call.
-    fn reclaim(&mut self, system: System, partitions: usize) -> Option<Run> {
+    /// Reclaim of `reclaim_items` expired leases in one call, `reclaim_calls`
+    /// times per system, the systems taking turns.
+    fn reclaim(&mut self, partitions: usize) -> BTreeMap<System, Run> {
         let count = self.sizes.reclaim_items;
-        reset(&mut self.admin);
-        let con = &mut self.admin;
-        let call = match system {
-            System::Module | System::Lua => {
-                fill_module(con, "q", count, partitions, |_| 1);
-                let _: Value = redis::cmd("VTRR.LEASE")
-                    .arg("q")
-                    .arg(1)
-                    .arg("COUNT")
-                    .arg(count)
-                    .query(con)
-                    .unwrap();
-                if system == System::Module {
-                    let mut c = redis::cmd("VTRR.RECLAIM");
-                    c.arg("q");
-                    c
-                } else {
-                    self.lua.cmd("reclaim", "q")
+        let systems = [System::Module, System::Lua, System::Streams];
+        let mut seconds: BTreeMap<System, Vec<f64>> = BTreeMap::new();
+        let mut costs: BTreeMap<System, BTreeMap<String, f64>> = BTreeMap::new();
+        for _ in 0..self.sizes.reclaim_calls {
+            for system in systems {
+                reset(&mut self.admin);
+                let con = &mut self.admin;
+                let call = match system {
+                    System::Module | System::Lua => {
+                        fill_module(con, "q", count, partitions, |_| 1);
+                        let _: Value = redis::cmd("VTRR.LEASE")
+                            .arg("q")
+                            .arg(1)
+                            .arg("COUNT")
+                            .arg(count)
+                            .query(con)
+                            .unwrap();
+                        if system == System::Module {
+                            let mut c = redis::cmd("VTRR.RECLAIM");
+                            c.arg("q");
+                            c
+                        } else {
+                            self.lua.cmd("reclaim", "q")
+                        }
+                    }
+                    _ => {
+                        fill_stream(con, count, partitions);
+                        let _: Value = redis::cmd("XREADGROUP")
+                            .arg("GROUP")
+                            .arg("g")
+                            .arg("dead")
+                            .arg("COUNT")
+                            .arg(count)
+                            .arg("STREAMS")
+                            .arg("s")
+                            .arg(">")
+                            .query(con)
+                            .unwrap();
+                        let mut c = redis::cmd("XAUTOCLAIM");
+                        c.arg("s")
+                            .arg("g")
+                            .arg("alive")
+                            .arg(0)
+                            .arg("0-0")
+                            .arg("COUNT")
+                            .arg(count);
+                        c
+                    }
+                };
+                std::thread::sleep(Duration::from_millis(5));
+                let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
+                let started = Instant::now();
+                let _: Value = call.query(con).unwrap();
+                seconds
+                    .entry(system)
+                    .or_default()
+                    .push(started.elapsed().as_secs_f64());
+                for (command, cost) in command_stats(con) {
+                    if system.owns(&command) {
+                        *costs.entry(system).or_default().entry(command).or_default() +=
+                            cost / self.sizes.reclaim_calls as f64;
+                    }
                 }
             }
-            System::Streams => {
-                fill_stream(con, count, partitions);
-                let _: Value = redis::cmd("XREADGROUP")
-                    .arg("GROUP")
-                    .arg("g")
-                    .arg("dead")
-                    .arg("COUNT")
-                    .arg(count)
-                    .arg("STREAMS")
-                    .arg("s")
-                    .arg(">")
-                    .query(con)
-                    .unwrap();
-                let mut c = redis::cmd("XAUTOCLAIM");
-                c.arg("s")
-                    .arg("g")
-                    .arg("alive")
-                    .arg(0)
-                    .arg("0-0")
-                    .arg("COUNT")
-                    .arg(count);
-                c
-            }
-            System::List | System::Ping => return None,
-        };
-        std::thread::sleep(Duration::from_millis(5));
-        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
-        let started = Instant::now();
-        let _: Value = call.query(con).unwrap();
-        let elapsed = started.elapsed().as_secs_f64();
-        Some(Run {
-            items_per_sec: count as f64 / elapsed,
-            p50_us: elapsed * 1e6,
-            p99_us: elapsed * 1e6,
-            usec_per_call: command_stats(con),
-        })
+        }
+        systems
+            .into_iter()
+            .map(|system| {
+                let total: f64 = seconds[&system].iter().sum();
+                let calls = seconds[&system].len() as f64;
+                let run = Run {
+                    items_per_sec: count as f64 * calls / total,
+                    p50_us: total / calls * 1e6,
+                    p99_us: total / calls * 1e6,
+                    usec_per_call: costs.remove(&system).unwrap_or_default(),
+                };
+                (system, run)
+            })
+            .collect()
     }
 
     fn throughput_section(&mut self) {
         let sizes = self.sizes;
         writeln!(
             self.report,
-            "## Throughput: the same work each way\n\n{} connections, pipeline {} (enqueue-100: one call of 100 items per op), payload {} bytes, {} repeat(s): items/s as median (min–max); latency = one pipelined batch round trip (p50/p99, µs); `server µs/call` from INFO commandstats. Ratios are the module against each other system in the same run.\n",
-            sizes.connections, sizes.pipeline, PAYLOAD.len(), sizes.repeats
+            "## Throughput: the same work each way\n\n{} connections, pipeline {} (enqueue 100/call: pipeline {}, so {} items per round trip), payload {} bytes. Each repeat sets up every system's keys, then runs {} rounds in which each system works for {} ms in turn (reclaim: {} calls per system, taking turns), so drifts in the machine's speed hit every system alike. {} repeats: items/s as median (min–max); latency = one pipelined batch round trip (p50/p99, µs; reclaim: the call); `server µs/call` from INFO commandstats. `module ÷ this` is the module's rate over this system's within each repeat: median (min–max).\n",
+            sizes.connections,
+            sizes.pipeline,
+            sizes.pipeline_100,
+            sizes.pipeline_100 * 100,
+            PAYLOAD.len(),
+            sizes.rounds,
+            sizes.slice.as_millis(),
+            sizes.reclaim_calls,
+            sizes.repeats
         )
         .unwrap();
         let (mut rows, mut steady_rows) = (0, 0);
+        let (mut ratio_rows, mut steady_ratio_rows) = (0, 0);
+        let mut probes = Vec::new();
         for partitions in [1, 100, 10_000] {
             writeln!(self.report, "### {partitions} partition(s)\n").unwrap();
             writeln!(self.report, "| scenario | system | items/s median (min–max) | p50 µs | p99 µs | server µs/call | module ÷ this |").unwrap();
             writeln!(self.report, "|---|---|---|---|---|---|---|").unwrap();
             type Scenario = (
                 &'static str,
-                fn(&mut Bench<'_>, System, usize) -> Option<Run>,
+                fn(&mut Bench<'_>, usize) -> BTreeMap<System, Run>,
             );
             let scenarios: [Scenario; 4] = [
-                ("enqueue 1/call", |b, s, p| Some(b.enqueue(s, p, 1))),
-                ("enqueue 100/call", |b, s, p| Some(b.enqueue(s, p, 100))),
-                ("lease+ack cycle", |b, s, p| Some(b.cycle(s, p, 1_000))),
-                ("reclaim 10k expired", |b, s, p| b.reclaim(s, p)),
+                ("enqueue 1/call", |b, p| b.enqueue(p, 1)),
+                ("enqueue 100/call", |b, p| b.enqueue(p, 100)),
+                ("lease+ack cycle", |b, p| b.cycle(&System::ALL, p, 1_000)),
+                ("reclaim 10k expired", |b, p| b.reclaim(p)),
             ];
             for (name, scenario) in scenarios {
                 let mut results: BTreeMap<System, Repeats> = BTreeMap::new();
                 for _ in 0..sizes.repeats {
-                    for system in System::ALL {
-                        if let Some(run) = scenario(self, system, partitions) {
-                            results.entry(system).or_default().0.push(run);
-                        }
+                    probes.push(machine_speed_probe());
+                    for (system, run) in scenario(self, partitions) {
+                        results.entry(system).or_default().0.push(run);
                     }
                 }
-                let module = results[&System::Module].median().items_per_sec;
+                let module_rates = results[&System::Module].rates();
                 for (system, repeats) in &results {
                     let median = repeats.median();
-                    let (min, max) = repeats.min_max();
+                    let (rate, min, max) = spread(&repeats.rates());
                     rows += 1;
-                    if (median.items_per_sec - min).max(max - median.items_per_sec)
-                        <= 0.10 * median.items_per_sec
-                    {
+                    if (rate - min).max(max - rate) <= 0.10 * rate {
                         steady_rows += 1;
+                    }
+                    let ratios: Vec<f64> = module_rates
+                        .iter()
+                        .zip(repeats.rates())
+                        .map(|(module, this)| module / this)
+                        .collect();
+                    let (ratio, ratio_min, ratio_max) = spread(&ratios);
+                    if *system != System::Module {
+                        ratio_rows += 1;
+                        if (ratio - ratio_min).max(ratio_max - ratio) <= 0.10 * ratio {
+                            steady_ratio_rows += 1;
+                        }
                     }
                     let stats: Vec<String> = median
                         .usec_per_call
@@ -555,24 +761,23 @@ impl Bench<'_> {
                         .collect();
                     writeln!(
                         self.report,
-                        "| {name} | {} | {:.0} ({:.0}–{:.0}) | {:.0} | {:.0} | {} | {:.2}× |",
+                        "| {name} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.0} | {:.0} | {} | {ratio:.2}× ({ratio_min:.2}–{ratio_max:.2}) |",
                         system.name(),
-                        median.items_per_sec,
-                        min,
-                        max,
                         median.p50_us,
                         median.p99_us,
                         stats.join(", "),
-                        module / median.items_per_sec
                     )
                     .unwrap();
                 }
             }
             writeln!(self.report).unwrap();
         }
+        let (probe, probe_min, probe_max) = spread(&probes);
         writeln!(
             self.report,
-            "Repeats within ±10% of their median: {steady_rows} of {rows} rows (the min–max columns show the spread).\n"
+            "Repeats within ±10% of their median: module ÷ other system in {steady_ratio_rows} of {ratio_rows} rows; items/s in {steady_rows} of {rows} rows (the min–max columns show the spread). The machine itself drifts: a fixed CPU-bound loop on the load generator's core, timed before every repeat, took {probe:.1} ms median ({probe_min:.1}–{probe_max:.1}), {:+.0}% to {:+.0}%.\n",
+            (probe_min / probe - 1.0) * 100.0,
+            (probe_max / probe - 1.0) * 100.0
         )
         .unwrap();
     }
@@ -590,7 +795,7 @@ impl Bench<'_> {
         .unwrap();
         let mut costs = Vec::new();
         for queued in self.sizes.scaling {
-            let run = self.cycle(System::Module, 100, queued);
+            let run = self.cycle(&[System::Module], 100, queued)[&System::Module].clone();
             let lease = run.usec_per_call.get("vtrr.lease").copied().unwrap_or(0.0);
             let ack = run.usec_per_call.get("vtrr.ack").copied().unwrap_or(0.0);
             costs.push(lease + ack);
@@ -895,9 +1100,10 @@ fn main() {
     };
     writeln!(
         bench.report,
-        "# vtrr benchmark{}\n\nredis-server {version} (persistence off, 127.0.0.1), module built in release mode, {} cores; run by `make bench`, which pins the server to CPU 0 and this load generator to CPU 1.\n\nThe Lua side is `lua/*.lua`, the reference scripts written the way vtrr-queue's are (EVALSHA, the same nine keys, no argument validation beyond what its Python client relies on: `tonumber` on weights and times, `HGET`-based checks only where the semantics need them).\n",
+        "# vtrr benchmark{}\n\nredis-server {version} (persistence off, 127.0.0.1), module built in release mode, a {}-core machine; run by `make bench`, which pins the server to CPU 0 and this load generator to CPU 1.\n\nThe Lua side is `lua/*.lua`, the reference scripts written the way vtrr-queue's are (EVALSHA, the same nine keys, no argument validation beyond what its Python client relies on: `tonumber` on weights and times, `HGET`-based checks only where the semantics need them).\n",
         if smoke { " (smoke run: tiny sizes, not a measurement)" } else { "" },
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::fs::read_to_string("/proc/cpuinfo")
+            .map_or(0, |info| info.lines().filter(|l| l.starts_with("processor")).count())
     )
     .unwrap();
     bench.throughput_section();
