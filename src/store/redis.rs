@@ -145,23 +145,7 @@ impl OwnedString {
             api!(RedisModule_CreateString)(ptr::null_mut(), bytes.as_ptr().cast(), bytes.len())
         })
     }
-}
 
-/// Formats a score the way Redis parses it back exactly, into `buffer`.
-fn format_score(score: f64, buffer: &mut [u8; 32]) -> &[u8] {
-    let mut cursor = std::io::Cursor::new(&mut buffer[..]);
-    let written = if score.fract() == 0.0 && score.abs() < 1e17 {
-        write!(cursor, "{}", score as i64)
-    } else {
-        write!(cursor, "{score}")
-    };
-    // The shortest round-trip form of an f64 is at most 24 bytes.
-    written.expect("a score fits in 32 bytes");
-    let len = cursor.position() as usize;
-    &buffer[..len]
-}
-
-impl OwnedString {
     fn bytes(&self) -> &[u8] {
         let mut len = 0usize;
         // SAFETY: a valid string; the bytes live as long as it does.
@@ -170,6 +154,22 @@ impl OwnedString {
             std::slice::from_raw_parts(data.cast::<u8>(), len)
         }
     }
+}
+
+/// Formats a score the way Redis parses it back exactly, into `buffer`:
+/// integers below 10^17 in plain digits, anything else in the shortest
+/// round-trip exponent form (at most 24 bytes, e.g. `-1.2345678901234567e-308`;
+/// plain `{}` would spell 1e300 in 301 digits).
+fn format_score(score: f64, buffer: &mut [u8; 32]) -> &[u8] {
+    let mut cursor = std::io::Cursor::new(&mut buffer[..]);
+    let written = if score.fract() == 0.0 && score.abs() < 1e17 {
+        write!(cursor, "{}", score as i64)
+    } else {
+        write!(cursor, "{score:e}")
+    };
+    written.expect("a score fits in 32 bytes");
+    let len = cursor.position() as usize;
+    &buffer[..len]
 }
 
 impl Drop for OwnedString {
@@ -345,13 +345,22 @@ impl<'ctx> RedisStore<'ctx> {
         if !self.changed() {
             return false;
         }
-        let queue_slot = self.slots[QueueKey::Queue.index()].as_ref();
-        let queue_grew =
-            queue_slot.is_some_and(|slot| slot.effects.iter().any(|e| e.command == Command::Zadd));
-        if let (true, Some(slot)) = (queue_grew, queue_slot) {
+        // The queue key's name (opened, or made for the notification).
+        let created;
+        let (queue_name, queue_grew) = match self.slots[QueueKey::Queue.index()].as_ref() {
+            Some(slot) => (
+                slot.name.0,
+                slot.effects.iter().any(|e| e.command == Command::Zadd),
+            ),
+            None => {
+                created = OwnedString::new(&key_name(&self.queue, QueueKey::Queue));
+                (created.0, false)
+            }
+        };
+        if queue_grew {
             // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
             // SAFETY: live context and key name.
-            unsafe { api!(RedisModule_SignalKeyAsReady)(self.ctx.ctx, slot.name.0) };
+            unsafe { api!(RedisModule_SignalKeyAsReady)(self.ctx.ctx, queue_name) };
         }
         let mut argv: Vec<*mut raw::RedisModuleString> = Vec::new();
         for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
@@ -374,14 +383,6 @@ impl<'ctx> RedisStore<'ctx> {
                 };
             }
         }
-        let created;
-        let queue_name = match self.slots[QueueKey::Queue.index()].as_ref() {
-            Some(slot) => slot.name.0,
-            None => {
-                created = OwnedString::new(&key_name(&self.queue, QueueKey::Queue));
-                created.0
-            }
-        };
         // SAFETY: live context, NUL-terminated event name, valid key name.
         unsafe {
             api!(RedisModule_NotifyKeyspaceEvent)(
@@ -826,5 +827,33 @@ extern "C" fn free_waiter<T>(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_vo
     if !privdata.is_null() {
         // SAFETY: created by Box::into_raw in `block_on_key::<T>`, freed once.
         drop(unsafe { Box::from_raw(privdata.cast::<Waiter<T>>()) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_score;
+
+    #[test]
+    fn scores_format_so_redis_reads_back_the_same_double() {
+        let mut buffer = [0u8; 32];
+        for (score, text) in [
+            (0.0, "0"),
+            (42.0, "42"),
+            (-3.0, "-3"),
+            (1_700_000_000_000.0, "1700000000000"),
+            (9_007_199_254_740_992.0, "9007199254740992"),
+            (1e17, "1e17"),
+            (-9.3e18, "-9.3e18"),
+            (1e300, "1e300"),
+            (0.5, "5e-1"),
+            (f64::MAX, "1.7976931348623157e308"),
+            (-1.2345678901234567e-308, "-1.2345678901234567e-308"),
+        ] {
+            let formatted = format_score(score, &mut buffer);
+            assert_eq!(formatted, text.as_bytes(), "{score}");
+            let parsed: f64 = std::str::from_utf8(formatted).unwrap().parse().unwrap();
+            assert_eq!(parsed.to_bits(), score.to_bits(), "{score}");
+        }
     }
 }
