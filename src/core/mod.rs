@@ -85,9 +85,13 @@ pub struct Stats {
 /// Reads `current_virtual_time` (missing: 0). Call once per command, before
 /// the first write, so a bad value refuses the command and changes nothing.
 pub fn read_current_virtual_time(store: &mut impl Store) -> Result<i64, CoreError> {
-    match store.current_virtual_time() {
+    parse_current_virtual_time(store.current_virtual_time().as_deref())
+}
+
+fn parse_current_virtual_time(raw: Option<&[u8]>) -> Result<i64, CoreError> {
+    match raw {
         None => Ok(0),
-        Some(raw) => parse_virtual_time(&raw).ok_or(CoreError::CurrentVirtualTimeNotInteger),
+        Some(raw) => parse_virtual_time(raw).ok_or(CoreError::CurrentVirtualTimeNotInteger),
     }
 }
 
@@ -238,7 +242,9 @@ pub fn lease(
     reclaim_limit: usize,
     mut new_token: impl FnMut() -> Vec<u8>,
 ) -> Result<LeaseOutcome, CoreError> {
-    let current_virtual_time = read_current_virtual_time(store)?;
+    // Kept as stored: the end compares against it to skip an unchanged write.
+    let stored_virtual_time = store.current_virtual_time();
+    let current_virtual_time = parse_current_virtual_time(stored_virtual_time.as_deref())?;
     let mut reclaimed = ReclaimOutcome::default();
     reclaim_at(
         store,
@@ -288,7 +294,7 @@ pub fn lease(
             // Rewriting an unchanged value would cost an effect per lease
             // (most leases pop a score the previous one already set).
             let popped = last.score.floor() as i64;
-            if store.current_virtual_time().as_deref() != Some(popped.to_string().as_bytes()) {
+            if stored_virtual_time.as_deref() != Some(popped.to_string().as_bytes()) {
                 store.set_current_virtual_time(popped);
             }
         }
