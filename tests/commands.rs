@@ -619,50 +619,111 @@ fn idle_calls_do_not_abort_a_watching_client() {
     enqueue(&mut worker, "q", &[("p", "a", 1, b"A")]);
     let (id, _, _, _) = lease(&mut worker, "q", 60_000).unwrap();
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
-    let _: () = redis::cmd("WATCH").arg(&keys).query(&mut watcher).unwrap();
-    assert_eq!(lease(&mut worker, "q", 100), None);
-    let acked: i64 = redis::cmd("VTRR.ACK")
-        .arg("q")
-        .arg(&id)
-        .arg("stale")
-        .query(&mut worker)
-        .unwrap();
-    assert_eq!(acked, 0);
-    let renewed: i64 = redis::cmd("VTRR.RENEW")
-        .arg("q")
-        .arg(&id)
-        .arg("stale")
-        .arg(5)
-        .query(&mut worker)
-        .unwrap();
-    assert_eq!(renewed, 0);
-    let reclaimed: i64 = redis::cmd("VTRR.RECLAIM")
-        .arg("q")
-        .query(&mut worker)
-        .unwrap();
-    assert_eq!(reclaimed, 0);
-    let _: () = redis::cmd("MULTI").query(&mut watcher).unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("marker")
-        .arg(1)
-        .query(&mut watcher)
-        .unwrap();
-    let result: Option<Vec<String>> = redis::cmd("EXEC").query(&mut watcher).unwrap();
-    assert!(
-        result.is_some(),
-        "EXEC aborted by a command that changed nothing"
-    );
+    let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
+        assert_eq!(lease(&mut worker, "q", 100), None);
+        let acked: i64 = redis::cmd("VTRR.ACK")
+            .arg("q")
+            .arg(&id)
+            .arg("stale")
+            .query(&mut worker)
+            .unwrap();
+        assert_eq!(acked, 0);
+        let renewed: i64 = redis::cmd("VTRR.RENEW")
+            .arg("q")
+            .arg(&id)
+            .arg("stale")
+            .arg(5)
+            .query(&mut worker)
+            .unwrap();
+        assert_eq!(renewed, 0);
+        let reclaimed: i64 = redis::cmd("VTRR.RECLAIM")
+            .arg("q")
+            .query(&mut worker)
+            .unwrap();
+        assert_eq!(reclaimed, 0);
+    });
+    assert!(untouched, "EXEC aborted by a command that changed nothing");
     // A real change does abort it.
-    let _: () = redis::cmd("WATCH").arg(&keys).query(&mut watcher).unwrap();
-    enqueue(&mut worker, "q", &[("p", "b", 1, b"B")]);
-    let _: () = redis::cmd("MULTI").query(&mut watcher).unwrap();
+    let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
+        enqueue(&mut worker, "q", &[("p", "b", 1, b"B")]);
+    });
+    assert!(!untouched, "a real change must abort EXEC");
+}
+
+#[test]
+fn a_lease_writes_current_virtual_time_only_when_it_changes() {
+    let server = Server::start();
+    let mut watcher = server.connect();
+    let mut worker = server.connect();
+    let key = "vtrr:q:current_virtual_time";
+    // Scores: a 1, b 1, c 2, d 2.
+    enqueue(
+        &mut worker,
+        "q",
+        &[
+            ("p1", "a", 1, b"A"),
+            ("p2", "b", 1, b"B"),
+            ("p1", "c", 1, b"C"),
+            ("p2", "d", 1, b"D"),
+        ],
+    );
+    assert!(!keys_untouched_by(&mut watcher, key, |_| {
+        lease(&mut worker, "q", 60_000).unwrap();
+    }));
+    assert!(
+        keys_untouched_by(&mut watcher, key, |_| {
+            lease(&mut worker, "q", 60_000).unwrap();
+        }),
+        "popping score 1 again rewrote current_virtual_time 1"
+    );
+    assert!(!keys_untouched_by(&mut watcher, key, |_| {
+        lease(&mut worker, "q", 60_000).unwrap();
+    }));
+    let value: String = redis::cmd("GET").arg(key).query(&mut worker).unwrap();
+    assert_eq!(value, "2");
+    // Another client's spelling of the same number is written back as ours
+    // (e, scored 3, keeps the queue from draining).
+    enqueue(&mut worker, "q", &[("p3", "e", 1, b"E")]);
     let _: () = redis::cmd("SET")
-        .arg("marker")
-        .arg(2)
-        .query(&mut watcher)
+        .arg(key)
+        .arg("02")
+        .query(&mut worker)
         .unwrap();
-    let result: Option<Vec<String>> = redis::cmd("EXEC").query(&mut watcher).unwrap();
-    assert!(result.is_none(), "a real change must abort EXEC");
+    lease(&mut worker, "q", 60_000).unwrap();
+    let value: String = redis::cmd("GET").arg(key).query(&mut worker).unwrap();
+    assert_eq!(value, "2");
+}
+
+#[test]
+fn a_reclaim_writes_meta_only_when_it_changes() {
+    let server = Server::start();
+    let mut watcher = server.connect();
+    let mut worker = server.connect();
+    let reclaim_one = |worker: &mut Connection| {
+        lease(worker, "q", 1).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(worker).unwrap();
+        assert_eq!(reclaimed, 1);
+    };
+    enqueue(&mut worker, "q", &[("p", "a", 3, b"A")]);
+    assert!(
+        keys_untouched_by(&mut watcher, "vtrr:q:meta", |_| reclaim_one(&mut worker)),
+        "reclaim rewrote an unchanged meta"
+    );
+    // Another client's spelling of the same weight is written back as ours.
+    let _: () = redis::cmd("HSET")
+        .arg("vtrr:q:meta")
+        .arg("a")
+        .arg("03:p")
+        .query(&mut worker)
+        .unwrap();
+    reclaim_one(&mut worker);
+    let meta: String = redis::cmd("HGET")
+        .arg("vtrr:q:meta")
+        .arg("a")
+        .query(&mut worker)
+        .unwrap();
+    assert_eq!(meta, "3:p");
 }
 
 #[test]

@@ -299,21 +299,15 @@ fn idle_ticks_do_not_abort_watch() {
         .query(&mut con)
         .unwrap();
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
-    let _: () = redis::cmd("WATCH").arg(&keys).query(&mut con).unwrap();
-    let runs = vtrr_info(&mut con)["vtrr_timer_runs"];
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        vtrr_info(&mut con)["vtrr_timer_runs"] >= runs + 10,
-        "too few ticks to prove anything"
-    );
-    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("marker")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
-    let result: Option<Vec<String>> = redis::cmd("EXEC").query(&mut con).unwrap();
-    assert!(result.is_some(), "an idle tick aborted WATCH");
+    let untouched = keys_untouched_by(&mut con, &keys, |con| {
+        let runs = vtrr_info(con)["vtrr_timer_runs"];
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            vtrr_info(con)["vtrr_timer_runs"] >= runs + 10,
+            "too few ticks to prove anything"
+        );
+    });
+    assert!(untouched, "an idle tick aborted WATCH");
 }
 
 #[test]

@@ -304,6 +304,22 @@ pub fn enqueue_one(
         .unwrap()
 }
 
+/// WATCHes `keys` on `watcher`, runs `act` (given the watcher, for reads),
+/// and says whether a transaction begun after it still executes: false when
+/// something in `act` touched one of the keys.
+pub fn keys_untouched_by(
+    watcher: &mut redis::Connection,
+    keys: impl redis::ToRedisArgs,
+    act: impl FnOnce(&mut redis::Connection),
+) -> bool {
+    let _: () = redis::cmd("WATCH").arg(keys).query(watcher).unwrap();
+    act(watcher);
+    let _: () = redis::cmd("MULTI").query(watcher).unwrap();
+    let _: () = redis::cmd("PING").query(watcher).unwrap();
+    let result: Option<Vec<String>> = redis::cmd("EXEC").query(watcher).unwrap();
+    result.is_some()
+}
+
 /// The integer fields of `INFO vtrr`, by name (`vtrr_timer_runs`, ...).
 pub fn vtrr_info(con: &mut redis::Connection) -> std::collections::HashMap<String, i64> {
     let text: String = redis::cmd("INFO").arg("vtrr").query(con).unwrap();
