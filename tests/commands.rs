@@ -6,15 +6,6 @@ mod common;
 use common::*;
 use redis::Connection;
 
-fn enqueue(con: &mut Connection, queue: &str, items: &[(&str, &str, u64, &[u8])]) -> i64 {
-    let mut cmd = redis::cmd("VTRR.ENQUEUE");
-    cmd.arg(queue);
-    for (partition, id, weight, payload) in items {
-        cmd.arg(*partition).arg(*id).arg(*weight).arg(*payload);
-    }
-    cmd.query(con).unwrap()
-}
-
 type Lease = (Vec<u8>, Vec<u8>, String, i64);
 
 fn lease(con: &mut Connection, queue: &str, lease_ms: u64) -> Option<Lease> {
@@ -55,7 +46,7 @@ fn ids(leases: &[Lease]) -> Vec<String> {
 fn partitions_are_interleaved_in_virtual_time_order() {
     let server = Server::start();
     let mut con = server.connect();
-    let added = enqueue(
+    let added = enqueue_items(
         &mut con,
         "files",
         &[
@@ -65,7 +56,7 @@ fn partitions_are_interleaved_in_virtual_time_order() {
         ],
     );
     assert_eq!(added, 3);
-    enqueue(
+    enqueue_items(
         &mut con,
         "files",
         &[("bob", "b1", 1, b"B1"), ("bob", "b2", 1, b"B2")],
@@ -81,12 +72,12 @@ fn partitions_are_interleaved_in_virtual_time_order() {
 fn weights_cost_their_partition_turns() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(
+    enqueue_items(
         &mut con,
         "q",
         &[("heavy", "h1", 4, b""), ("heavy", "h2", 4, b"")],
     );
-    enqueue(
+    enqueue_items(
         &mut con,
         "q",
         &[
@@ -105,7 +96,7 @@ fn weights_cost_their_partition_turns() {
 fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p:with:colons", "x", 3, b"payload-x")]);
+    enqueue_items(&mut con, "q", &[("p:with:colons", "x", 3, b"payload-x")]);
     let score: f64 = redis::cmd("ZSCORE")
         .arg("vtrr:q:queue")
         .arg("x")
@@ -125,11 +116,14 @@ fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
         .unwrap();
     assert_eq!(pvt, "4");
     // Queued: skipped. Leased: skipped too (the Lua version re-queued it).
-    assert_eq!(enqueue(&mut con, "q", &[("other", "x", 1, b"dup")]), 0);
+    assert_eq!(
+        enqueue_items(&mut con, "q", &[("other", "x", 1, b"dup")]),
+        0
+    );
     lease(&mut con, "q", 60_000).unwrap();
     let before = dump_queue(&mut con, "q");
     assert_eq!(
-        enqueue(
+        enqueue_items(
             &mut con,
             "q",
             &[("other", "x", 1, b"dup"), ("other", "x", 1, b"dup")]
@@ -143,7 +137,7 @@ fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
 fn lease_grants_a_fresh_token_and_a_server_clock_expiry() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(
+    enqueue_items(
         &mut con,
         "q",
         &[
@@ -212,7 +206,7 @@ fn lease_replies_nil_or_empty_on_an_empty_queue() {
 fn draining_resets_virtual_time_and_keeps_leases() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p", "a", 1, b"A"), ("r", "b", 1, b"B")]);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("r", "b", 1, b"B")]);
     lease_count(&mut con, "q", 60_000, 5);
     let cvt: String = redis::cmd("GET")
         .arg("vtrr:q:current_virtual_time")
@@ -239,7 +233,7 @@ fn draining_resets_virtual_time_and_keeps_leases() {
 fn ack_is_fenced_and_removes_all_lease_state() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
     let stale: i64 = redis::cmd("VTRR.ACK")
         .arg("q")
@@ -278,7 +272,7 @@ fn ack_is_fenced_and_removes_all_lease_state() {
 fn renew_extends_only_the_current_lease() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p", "a", 1, b"A")]);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
     let (id, _, token, _) = lease(&mut con, "q", 1_000).unwrap();
     let before: f64 = redis::cmd("ZSCORE")
         .arg("vtrr:q:inflight")
@@ -315,7 +309,7 @@ fn reclaim_requeues_expired_leases_and_counts_timeouts() {
         .module_args(&["reclaim-interval-ms", "0"])
         .spawn();
     let mut con = server.connect();
-    enqueue(
+    enqueue_items(
         &mut con,
         "q",
         &[
@@ -374,7 +368,7 @@ fn lease_reclaims_expired_leases_first() {
         .module_args(&["reclaim-interval-ms", "0"])
         .spawn();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p", "a", 1, b"A")]);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
     lease(&mut con, "q", 1).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(10));
     let (id, payload, _, timeouts) = lease(&mut con, "q", 60_000).unwrap();
@@ -392,7 +386,7 @@ fn stats_reports_every_field() {
         redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
     assert_eq!(empty["queued"], Value::Int(0));
     assert_eq!(empty["next_expiry_ms"], Value::Nil);
-    enqueue(
+    enqueue_items(
         &mut con,
         "q",
         &[("p", "a", 1, b""), ("r", "b", 1, b""), ("r", "c", 1, b"")],
@@ -447,7 +441,7 @@ fn ids_payloads_and_partitions_are_binary_safe() {
 fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let server = Server::start();
     let mut con = server.connect();
-    enqueue(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
     let id = String::from_utf8(id).unwrap();
     let before = dump_queue(&mut con, "q");
@@ -616,7 +610,7 @@ fn idle_calls_do_not_abort_a_watching_client() {
     let server = Server::start();
     let mut watcher = server.connect();
     let mut worker = server.connect();
-    enqueue(&mut worker, "q", &[("p", "a", 1, b"A")]);
+    enqueue_items(&mut worker, "q", &[("p", "a", 1, b"A")]);
     let (id, _, _, _) = lease(&mut worker, "q", 60_000).unwrap();
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
@@ -645,7 +639,7 @@ fn idle_calls_do_not_abort_a_watching_client() {
     assert!(untouched, "EXEC aborted by a command that changed nothing");
     // A real change does abort it.
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
-        enqueue(&mut worker, "q", &[("p", "b", 1, b"B")]);
+        enqueue_items(&mut worker, "q", &[("p", "b", 1, b"B")]);
     });
     assert!(!untouched, "a real change must abort EXEC");
 }
@@ -657,7 +651,7 @@ fn a_lease_writes_current_virtual_time_only_when_it_changes() {
     let mut worker = server.connect();
     let key = "vtrr:q:current_virtual_time";
     // Scores: a 1, b 1, c 2, d 2.
-    enqueue(
+    enqueue_items(
         &mut worker,
         "q",
         &[
@@ -683,7 +677,7 @@ fn a_lease_writes_current_virtual_time_only_when_it_changes() {
     assert_eq!(value, "2");
     // Another client's spelling of the same number is written back as ours
     // (e, scored 3, keeps the queue from draining).
-    enqueue(&mut worker, "q", &[("p3", "e", 1, b"E")]);
+    enqueue_items(&mut worker, "q", &[("p3", "e", 1, b"E")]);
     let _: () = redis::cmd("SET")
         .arg(key)
         .arg("02")
@@ -705,7 +699,7 @@ fn a_reclaim_writes_meta_only_when_it_changes() {
         let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(worker).unwrap();
         assert_eq!(reclaimed, 1);
     };
-    enqueue(&mut worker, "q", &[("p", "a", 3, b"A")]);
+    enqueue_items(&mut worker, "q", &[("p", "a", 3, b"A")]);
     assert!(
         keys_untouched_by(&mut watcher, "vtrr:q:meta", |_| reclaim_one(&mut worker)),
         "reclaim rewrote an unchanged meta"
@@ -739,7 +733,7 @@ fn changes_fire_module_keyspace_notifications() {
     pubsub
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
-    enqueue(&mut con, "q", &[("p", "a", 1, b"A")]);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
     lease(&mut con, "q", 1).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
     let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(&mut con).unwrap();

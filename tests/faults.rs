@@ -281,18 +281,7 @@ fn a_full_server_refuses_enqueue_but_can_still_drain() {
         ])
         .spawn();
     let mut con = server.connect();
-    let _: i64 = redis::cmd("VTRR.ENQUEUE")
-        .arg("q")
-        .arg("p")
-        .arg("a")
-        .arg(1)
-        .arg("A")
-        .arg("p")
-        .arg("b")
-        .arg(1)
-        .arg("B")
-        .query(&mut con)
-        .unwrap();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     let _: () = redis::cmd("DEBUG")
         .arg("POPULATE")
         .arg(20_000)

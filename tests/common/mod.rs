@@ -286,6 +286,21 @@ pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool 
     condition()
 }
 
+/// `VTRR.ENQUEUE queue` with `(partition, id, weight, payload)` items in one
+/// call; the number added.
+pub fn enqueue_items(
+    con: &mut redis::Connection,
+    queue: &str,
+    items: &[(&str, &str, u64, &[u8])],
+) -> i64 {
+    let mut cmd = redis::cmd("VTRR.ENQUEUE");
+    cmd.arg(queue);
+    for (partition, id, weight, payload) in items {
+        cmd.arg(*partition).arg(*id).arg(*weight).arg(*payload);
+    }
+    cmd.query(con).unwrap()
+}
+
 /// `VTRR.ENQUEUE` of one weight-1 item; returns how many were added.
 pub fn enqueue_one(
     con: &mut redis::Connection,
@@ -294,14 +309,7 @@ pub fn enqueue_one(
     id: &str,
     payload: &str,
 ) -> i64 {
-    redis::cmd("VTRR.ENQUEUE")
-        .arg(queue)
-        .arg(partition)
-        .arg(id)
-        .arg(1)
-        .arg(payload)
-        .query(con)
-        .unwrap()
+    enqueue_items(con, queue, &[(partition, id, 1, payload.as_bytes())])
 }
 
 /// WATCHes `keys` on `watcher`, runs `act` (given the watcher, for reads),
