@@ -16,19 +16,24 @@ fn enqueue(con: &mut redis::Connection, queue: &str, partition: &str, id: &str) 
     );
 }
 
+/// `VTRR.LEASE q 60000 BLOCK <block_ms>`.
+fn lease_blocking(con: &mut redis::Connection, block_ms: u64) -> Option<Lease> {
+    redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("BLOCK")
+        .arg(block_ms)
+        .query(con)
+        .unwrap()
+}
+
 #[test]
 fn a_waiter_is_served_right_after_an_enqueue_from_another_connection() {
     let server = Server::start();
     let url = server.url();
     let waiter = std::thread::spawn(move || {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
-            .arg("q")
-            .arg(60_000)
-            .arg("BLOCK")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
+        let leased = lease_blocking(&mut con, 5_000);
         (leased, Instant::now())
     });
     let mut con = server.connect();
@@ -72,13 +77,7 @@ fn fifty_waiters_share_a_thousand_items_each_exactly_once_in_arrival_order() {
                 let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
                 let mut got = Vec::new();
                 loop {
-                    let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
-                        .arg("q")
-                        .arg(60_000)
-                        .arg("BLOCK")
-                        .arg(1_500)
-                        .query(&mut con)
-                        .unwrap();
+                    let leased = lease_blocking(&mut con, 1_500);
                     match leased {
                         Some((id, _, _, _)) => got.push(id),
                         None => return got,
@@ -112,13 +111,7 @@ fn waiters_are_served_in_the_order_they_started_waiting() {
         let url = server.url();
         waiters.push(std::thread::spawn(move || {
             let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-            let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
-                .arg("q")
-                .arg(60_000)
-                .arg("BLOCK")
-                .arg(5_000)
-                .query(&mut con)
-                .unwrap();
+            let leased = lease_blocking(&mut con, 5_000);
             leased.map(|l| l.0)
         }));
         wait_blocked(&mut con, n + 1);
@@ -172,13 +165,7 @@ fn a_reclaimed_item_wakes_a_waiter() {
         .arg(100)
         .query(&mut con)
         .unwrap();
-    let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(60_000)
-        .arg("BLOCK")
-        .arg(3_000)
-        .query(&mut con)
-        .unwrap();
+    let leased = lease_blocking(&mut con, 3_000);
     let (id, _, _, timeouts) = leased.expect("woken by the timer's reclaim");
     assert_eq!((id.as_str(), timeouts), ("a", 1));
 }
@@ -279,14 +266,7 @@ fn a_served_waiter_replicates_its_lease_as_effects() {
     let url = master.url();
     let waiter = std::thread::spawn(move || {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
-            .arg("q")
-            .arg(60_000)
-            .arg("BLOCK")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
-        leased
+        lease_blocking(&mut con, 5_000)
     });
     let mut m = master.connect();
     wait_blocked(&mut m, 1);
@@ -304,14 +284,7 @@ fn a_plain_zadd_by_another_client_wakes_a_waiter() {
     let url = server.url();
     let waiter = std::thread::spawn(move || {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
-            .arg("q")
-            .arg(60_000)
-            .arg("BLOCK")
-            .arg(5_000)
-            .query(&mut con)
-            .unwrap();
-        leased
+        lease_blocking(&mut con, 5_000)
     });
     let mut con = server.connect();
     wait_blocked(&mut con, 1);
