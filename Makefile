@@ -55,7 +55,7 @@ test-matrix: build ## Integration suites on Redis 7.4, Valkey 8 and Valkey 9 (fe
 bench: release ## Module vs Lua vs Streams vs list, scaling, fairness, timer; writes BENCHMARKS.md
 	cargo build --release --example bench
 	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) VTRR_REDIS_SERVER=$$PWD/scripts/pinned-server.sh \
-	  taskset -c 1 target/release/examples/bench --out BENCHMARKS.md
+	  taskset -c 1 target/release/examples/bench --out BENCHMARKS.md --plot docs/fairness.svg
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
 	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture

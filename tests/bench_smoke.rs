@@ -13,7 +13,13 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "bench not built at {} (run `cargo build --examples` or `make test`)",
         program.display()
     );
-    let output = Command::new(program).arg("--smoke").output().unwrap();
+    let plot = std::env::temp_dir().join(format!("vtrr-bench-smoke-{}.svg", std::process::id()));
+    let output = Command::new(program)
+        .arg("--smoke")
+        .arg("--plot")
+        .arg(&plot)
+        .output()
+        .unwrap();
     assert!(
         output.status.success(),
         "{}",
@@ -32,10 +38,23 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "Worst deviation from the ideal share",
         "## Timer",
         "most in one run",
+        "![When each partition was served",
     ] {
         assert!(
             report.contains(expected),
             "missing {expected:?} in:\n{report}"
         );
     }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    std::fs::remove_file(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    // Both queues drawn, every light partition (10 at smoke size) marked in each.
+    for title in ["VTRR (module)", "FIFO list"] {
+        assert!(svg.contains(title), "missing {title:?} in:\n{svg}");
+    }
+    let light_marks = svg.matches(r##"fill="#1f6feb""##).count();
+    assert!(
+        light_marks >= 2 * 10,
+        "{light_marks} light marks in:\n{svg}"
+    );
 }

@@ -2,11 +2,13 @@
 //! scripts it replaces, as Redis Streams and as a plain list, measured side by
 //! side on one server in one run; plus scaling, fairness and the timer.
 //!
-//! `bench [--smoke] [--out FILE]`. `--smoke` runs tiny sizes once (seconds),
-//! so `make test` keeps this program working; it measures, never asserts.
+//! `bench [--smoke] [--out FILE] [--plot FILE]`. `--smoke` runs tiny sizes
+//! once (seconds), so `make test` keeps this program working; it measures,
+//! never asserts. `--plot` draws the fairness run's service order as an SVG.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod plot;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -159,6 +161,8 @@ struct Bench<'a> {
     lua: LuaScripts,
     admin: Connection,
     report: String,
+    /// Where to draw the fairness picture (`--plot`).
+    plot: Option<String>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -857,6 +861,7 @@ impl Bench<'_> {
         )
         .unwrap();
         writeln!(self.report, "| queue | first item p50 | p99 | max | last item p50 | p99 | max |\n|---|---|---|---|---|---|---|").unwrap();
+        let mut panels = Vec::new();
         for vtrr in [true, false] {
             reset(&mut self.admin);
             let con = &mut self.admin;
@@ -887,6 +892,7 @@ impl Bench<'_> {
                 }
             }
             let order = self.served_order(vtrr);
+            panels.push(service_panel(vtrr, &order, sizes.light_partitions));
             let position: BTreeMap<&str, usize> = order
                 .iter()
                 .enumerate()
@@ -910,6 +916,19 @@ impl Bench<'_> {
                 percentile(&lasts, 0.5),
                 percentile(&lasts, 0.99),
                 percentile(&lasts, 1.0)
+            )
+            .unwrap();
+        }
+
+        if let Some(path) = &self.plot {
+            let caption = format!(
+                "Service order: {} light partitions ({} items each) queued after a heavy one ({} items)",
+                sizes.light_partitions, sizes.light_items, sizes.heavy
+            );
+            std::fs::write(path, plot::service_order_svg(&caption, &panels)).unwrap();
+            writeln!(
+                self.report,
+                "\n![When each partition was served, VTRR against FIFO]({path})"
             )
             .unwrap();
         }
@@ -1069,14 +1088,38 @@ impl Bench<'_> {
     }
 }
 
+/// Where the heavy partition (ids `i<n>`) and each light one (`light<p>-<n>`)
+/// were served in `order`.
+fn service_panel(vtrr: bool, order: &[String], light_partitions: usize) -> plot::Panel<'static> {
+    let mut panel = plot::Panel {
+        title: if vtrr { "VTRR (module)" } else { "FIFO list" },
+        heavy: Vec::new(),
+        light: vec![Vec::new(); light_partitions],
+    };
+    for (position, id) in order.iter().enumerate() {
+        let light = id
+            .strip_prefix("light")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<usize>().ok());
+        match light {
+            Some(p) => panel.light[p].push(position),
+            None => panel.heavy.push(position),
+        }
+    }
+    panel
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let smoke = args.iter().any(|a| a == "--smoke");
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let value_of = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let out = value_of("--out");
+    let plot = value_of("--plot");
     let sizes = if smoke { &SMOKE } else { &FULL };
     let server = Server::builder()
         .module_args(&["reclaim-interval-ms", "0"])
@@ -1097,6 +1140,7 @@ fn main() {
         lua,
         admin,
         report: String::new(),
+        plot,
     };
     writeln!(
         bench.report,
