@@ -2,15 +2,15 @@
 SHELL := /bin/bash
 MODULE_DEBUG   := target/debug/libvtrr.so
 MODULE_RELEASE := target/release/libvtrr.so
-APT_PACKAGES   := redis-server redis-tools libclang-dev
+APT_PACKAGES   := redis-server redis-tools libclang-dev valgrind
 PORT           ?= 6379
 
-.PHONY: help deps build release lint unit integration test test-matrix fuzz bench run clean
+.PHONY: help deps build release lint unit integration test test-matrix fuzz bench bench-instructions run clean
 
 help: ## Show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, redis-py)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, valgrind, redis-py)
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
@@ -56,6 +56,13 @@ bench: release ## Module vs Lua vs Streams vs list, scaling, fairness, timer; wr
 	cargo build --release --example bench
 	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) VTRR_REDIS_SERVER=$$PWD/scripts/pinned-server.sh \
 	  taskset -c 1 target/release/examples/bench --out BENCHMARKS.md --plot docs/fairness.svg
+
+bench-instructions: release ## Instructions per operation, each system, counted by callgrind (exact, repeatable); writes docs/instructions.md
+	cargo build --release --example bench
+	counts=$$(mktemp -d); \
+	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) VTRR_REDIS_SERVER=$$PWD/scripts/callgrind-server.sh VTRR_CALLGRIND_DIR=$$counts \
+	  target/release/examples/bench --instructions --out docs/instructions.md; \
+	status=$$?; rm -rf $$counts; exit $$status
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
 	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture

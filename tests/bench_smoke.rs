@@ -58,3 +58,43 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "{light_marks} light marks in:\n{svg}"
     );
 }
+
+#[test]
+fn the_instruction_counts_run_under_callgrind_at_tiny_sizes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let program = root.join("target/debug/examples/bench");
+    let counts = std::env::temp_dir().join(format!("vtrr-callgrind-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&counts).unwrap();
+    let output = Command::new(program)
+        .args(["--instructions", "--smoke"])
+        .env(
+            "VTRR_REDIS_SERVER",
+            root.join("scripts/callgrind-server.sh"),
+        )
+        .env("VTRR_CALLGRIND_DIR", &counts)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&counts).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = String::from_utf8(output.stdout).unwrap();
+    // Four rows (two scenarios, persistence off and AOF on), each with a
+    // count for all five systems.
+    for scenario in ["enqueue, 1 item per call", "lease + ack cycle"] {
+        for setting in ["persistence off", "AOF on"] {
+            let row = report
+                .lines()
+                .find(|line| line.starts_with(&format!("| {scenario}, {setting} |")))
+                .unwrap_or_else(|| panic!("no {scenario}, {setting} row in:\n{report}"));
+            let counts: Vec<f64> = row
+                .split('|')
+                .filter_map(|cell| cell.trim().strip_suffix('k')?.parse().ok())
+                .collect();
+            assert_eq!(counts.len(), 5, "{row}");
+            assert!(counts.iter().all(|&n| n > 0.0), "{row}");
+        }
+    }
+}

@@ -5,9 +5,12 @@
 //! `bench [--smoke] [--out FILE] [--plot FILE]`. `--smoke` runs tiny sizes
 //! once (seconds), so `make test` keeps this program working; it measures,
 //! never asserts. `--plot` draws the fairness run's service order as an SVG.
+//! `bench --instructions` instead counts each operation's instructions on a
+//! server run under callgrind (`instructions.rs`).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod instructions;
 mod plot;
 
 use std::collections::BTreeMap;
@@ -38,6 +41,9 @@ struct Sizes {
     weighted_items: usize,
     flood: usize,
     unrelated_keys: usize,
+    /// `--instructions`: operations counted per system, items queued first.
+    counted_ops: usize,
+    counted_backlog: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -56,6 +62,8 @@ const FULL: Sizes = Sizes {
     weighted_items: 3_000,
     flood: 100_000,
     unrelated_keys: 1_000_000,
+    counted_ops: 5_000,
+    counted_backlog: 20_000,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -74,6 +82,8 @@ const SMOKE: Sizes = Sizes {
     weighted_items: 60,
     flood: 500,
     unrelated_keys: 1_000,
+    counted_ops: 100,
+    counted_backlog: 300,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -247,6 +257,185 @@ fn fill_list(con: &mut Connection, count: usize) {
     }
 }
 
+/// What one enqueue call carries: items spread over `partitions`.
+struct EnqueueShape {
+    partitions: usize,
+    items_per_call: usize,
+}
+
+/// One pipelined batch of `n` enqueue calls (operations `start..start + n`
+/// of connection `worker`, so ids stay unique) in `system`'s way.
+fn enqueue_batch(
+    lua: &LuaScripts,
+    system: System,
+    shape: &EnqueueShape,
+    con: &mut Connection,
+    worker: usize,
+    start: usize,
+    n: usize,
+) {
+    let mut pipe = redis::pipe();
+    for op in start..start + n {
+        let item = |k: usize| {
+            (
+                format!("p{}", (op * shape.items_per_call + k) % shape.partitions),
+                format!("w{worker}-{op}-{k}"),
+            )
+        };
+        match system {
+            System::Module | System::Lua => {
+                let mut cmd = if system == System::Module {
+                    let mut c = redis::cmd("VTRR.ENQUEUE");
+                    c.arg(queue_of(system));
+                    c
+                } else {
+                    lua.cmd("enqueue", queue_of(system))
+                };
+                for k in 0..shape.items_per_call {
+                    let (partition, id) = item(k);
+                    cmd.arg(partition).arg(id).arg(1).arg(PAYLOAD);
+                }
+                pipe.add_command(cmd).ignore();
+            }
+            System::Streams => {
+                for k in 0..shape.items_per_call {
+                    let (partition, id) = item(k);
+                    pipe.cmd("XADD")
+                        .arg("s")
+                        .arg("*")
+                        .arg("partition")
+                        .arg(partition)
+                        .arg("id")
+                        .arg(id)
+                        .arg("payload")
+                        .arg(PAYLOAD)
+                        .ignore();
+                }
+            }
+            System::List => {
+                pipe.cmd("LPUSH")
+                    .arg("l")
+                    .arg(vec![PAYLOAD; shape.items_per_call])
+                    .ignore();
+            }
+            System::Ping => {
+                pipe.cmd("PING").ignore();
+            }
+        }
+    }
+    let _: () = pipe.query(con).unwrap();
+}
+
+/// One pipelined batch of `n` lease+ack cycles (operations
+/// `start..start + n` of connection `worker`) in `system`'s way; the
+/// backlog must not run dry.
+fn cycle_batch(
+    lua: &LuaScripts,
+    system: System,
+    con: &mut Connection,
+    worker: usize,
+    start: usize,
+    n: usize,
+) {
+    match system {
+        System::Module | System::Lua => {
+            let queue = queue_of(system);
+            let mut leases = redis::pipe();
+            for op in start..start + n {
+                if system == System::Module {
+                    leases.cmd("VTRR.LEASE").arg(queue).arg(60_000);
+                } else {
+                    leases.add_command(
+                        lua.cmd("lease", queue)
+                            .arg(60_000)
+                            .arg(1)
+                            .arg(1000)
+                            .arg(format!("t{worker}-{op}"))
+                            .clone(),
+                    );
+                }
+            }
+            let replies: Vec<Value> = leases.query(con).unwrap();
+            let mut acks = redis::pipe();
+            for reply in replies {
+                let lease: Vec<Value> = match (system, reply) {
+                    (System::Module, Value::Array(fields)) => fields,
+                    (_, Value::Array(mut leases)) if !leases.is_empty() => match leases.remove(0) {
+                        Value::Array(fields) => fields,
+                        other => panic!("{other:?}"),
+                    },
+                    (_, other) => panic!("backlog ran dry: {other:?}"),
+                };
+                let (id, token): (Vec<u8>, Vec<u8>) = (
+                    redis::from_redis_value(lease[0].clone()).unwrap(),
+                    redis::from_redis_value(lease[2].clone()).unwrap(),
+                );
+                if system == System::Module {
+                    acks.cmd("VTRR.ACK").arg(queue).arg(id).arg(token).ignore();
+                } else {
+                    acks.add_command(lua.cmd("ack", queue).arg(id).arg(token).clone())
+                        .ignore();
+                }
+            }
+            let _: () = acks.query(con).unwrap();
+        }
+        System::Streams => {
+            let mut reads = redis::pipe();
+            for _ in 0..n {
+                reads
+                    .cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg("g")
+                    .arg(format!("c{worker}"))
+                    .arg("COUNT")
+                    .arg(1)
+                    .arg("STREAMS")
+                    .arg("s")
+                    .arg(">");
+            }
+            let replies: Vec<redis::streams::StreamReadReply> = reads.query(con).unwrap();
+            let mut acks = redis::pipe();
+            for reply in replies {
+                let entries = reply.keys.first().map_or(0, |key| key.ids.len());
+                assert_eq!(entries, 1, "backlog ran dry");
+                for entry in &reply.keys[0].ids {
+                    acks.cmd("XACK").arg("s").arg("g").arg(&entry.id).ignore();
+                }
+            }
+            let _: () = acks.query(con).unwrap();
+        }
+        System::List => {
+            let mut pops = redis::pipe();
+            for _ in 0..n {
+                pops.cmd("RPOP").arg("l");
+            }
+            let popped: Vec<Option<Vec<u8>>> = pops.query(con).unwrap();
+            assert!(popped.iter().all(Option::is_some), "backlog ran dry");
+        }
+        System::Ping => {
+            for _ in 0..2 {
+                let mut pings = redis::pipe();
+                for _ in 0..n {
+                    pings.cmd("PING").ignore();
+                }
+                let _: () = pings.query(con).unwrap();
+            }
+        }
+    }
+}
+
+/// Queues `count` items of weight 1 for `system`'s lease+ack cycle (setup).
+fn fill_backlog(con: &mut Connection, system: System, count: usize, partitions: usize) {
+    match system {
+        System::Module | System::Lua => {
+            fill_module(con, queue_of(system), count, partitions, |_| 1)
+        }
+        System::Streams => fill_stream(con, count, partitions),
+        System::List => fill_list(con, count),
+        System::Ping => {}
+    }
+}
+
 /// The queue each system works on in a scenario (module and Lua side by
 /// side, so their rounds can interleave).
 fn queue_of(system: System) -> &'static str {
@@ -414,59 +603,13 @@ impl Bench<'_> {
     fn enqueue(&mut self, partitions: usize, items_per_call: usize) -> BTreeMap<System, Run> {
         reset(&mut self.admin);
         let lua = &self.lua;
-        let per_batch =
-            |system: System, con: &mut Connection, worker: usize, start: usize, n: usize| {
-                let mut pipe = redis::pipe();
-                for op in start..start + n {
-                    let item = |k: usize| {
-                        (
-                            format!("p{}", (op * items_per_call + k) % partitions),
-                            format!("w{worker}-{op}-{k}"),
-                        )
-                    };
-                    match system {
-                        System::Module | System::Lua => {
-                            let mut cmd = if system == System::Module {
-                                let mut c = redis::cmd("VTRR.ENQUEUE");
-                                c.arg(queue_of(system));
-                                c
-                            } else {
-                                lua.cmd("enqueue", queue_of(system))
-                            };
-                            for k in 0..items_per_call {
-                                let (partition, id) = item(k);
-                                cmd.arg(partition).arg(id).arg(1).arg(PAYLOAD);
-                            }
-                            pipe.add_command(cmd).ignore();
-                        }
-                        System::Streams => {
-                            for k in 0..items_per_call {
-                                let (partition, id) = item(k);
-                                pipe.cmd("XADD")
-                                    .arg("s")
-                                    .arg("*")
-                                    .arg("partition")
-                                    .arg(partition)
-                                    .arg("id")
-                                    .arg(id)
-                                    .arg("payload")
-                                    .arg(PAYLOAD)
-                                    .ignore();
-                            }
-                        }
-                        System::List => {
-                            pipe.cmd("LPUSH")
-                                .arg("l")
-                                .arg(vec![PAYLOAD; items_per_call])
-                                .ignore();
-                        }
-                        System::Ping => {
-                            pipe.cmd("PING").ignore();
-                        }
-                    }
-                }
-                let _: () = pipe.query(con).unwrap();
-            };
+        let shape = EnqueueShape {
+            partitions,
+            items_per_call,
+        };
+        let per_batch = |system, con: &mut Connection, worker, start, n| {
+            enqueue_batch(lua, system, &shape, con, worker, start, n)
+        };
         let pipeline = if items_per_call == 1 {
             self.sizes.pipeline
         } else {
@@ -499,106 +642,11 @@ impl Bench<'_> {
         let run_seconds = self.sizes.slice.as_secs_f64() * self.sizes.rounds as f64;
         for &system in systems {
             let needed = backlog + (system.cycle_rate_bound() * run_seconds) as usize;
-            match system {
-                System::Module | System::Lua => {
-                    fill_module(&mut self.admin, queue_of(system), needed, partitions, |_| 1)
-                }
-                System::Streams => fill_stream(&mut self.admin, needed, partitions),
-                System::List => fill_list(&mut self.admin, needed),
-                System::Ping => {}
-            }
+            fill_backlog(&mut self.admin, system, needed, partitions);
         }
         let lua = &self.lua;
-        let per_batch = |system: System,
-                         con: &mut Connection,
-                         worker: usize,
-                         start: usize,
-                         n: usize| match system {
-            System::Module | System::Lua => {
-                let queue = queue_of(system);
-                let mut leases = redis::pipe();
-                for op in start..start + n {
-                    if system == System::Module {
-                        leases.cmd("VTRR.LEASE").arg(queue).arg(60_000);
-                    } else {
-                        leases.add_command(
-                            lua.cmd("lease", queue)
-                                .arg(60_000)
-                                .arg(1)
-                                .arg(1000)
-                                .arg(format!("t{worker}-{op}"))
-                                .clone(),
-                        );
-                    }
-                }
-                let replies: Vec<Value> = leases.query(con).unwrap();
-                let mut acks = redis::pipe();
-                for reply in replies {
-                    let lease: Vec<Value> = match (system, reply) {
-                        (System::Module, Value::Array(fields)) => fields,
-                        (_, Value::Array(mut leases)) if !leases.is_empty() => {
-                            match leases.remove(0) {
-                                Value::Array(fields) => fields,
-                                other => panic!("{other:?}"),
-                            }
-                        }
-                        (_, other) => panic!("backlog ran dry: {other:?}"),
-                    };
-                    let (id, token): (Vec<u8>, Vec<u8>) = (
-                        redis::from_redis_value(lease[0].clone()).unwrap(),
-                        redis::from_redis_value(lease[2].clone()).unwrap(),
-                    );
-                    if system == System::Module {
-                        acks.cmd("VTRR.ACK").arg(queue).arg(id).arg(token).ignore();
-                    } else {
-                        acks.add_command(lua.cmd("ack", queue).arg(id).arg(token).clone())
-                            .ignore();
-                    }
-                }
-                let _: () = acks.query(con).unwrap();
-            }
-            System::Streams => {
-                let mut reads = redis::pipe();
-                for _ in 0..n {
-                    reads
-                        .cmd("XREADGROUP")
-                        .arg("GROUP")
-                        .arg("g")
-                        .arg(format!("c{worker}"))
-                        .arg("COUNT")
-                        .arg(1)
-                        .arg("STREAMS")
-                        .arg("s")
-                        .arg(">");
-                }
-                let replies: Vec<redis::streams::StreamReadReply> = reads.query(con).unwrap();
-                let mut acks = redis::pipe();
-                for reply in replies {
-                    let entries = reply.keys.first().map_or(0, |key| key.ids.len());
-                    assert_eq!(entries, 1, "backlog ran dry");
-                    for entry in &reply.keys[0].ids {
-                        acks.cmd("XACK").arg("s").arg("g").arg(&entry.id).ignore();
-                    }
-                }
-                let _: () = acks.query(con).unwrap();
-            }
-            System::List => {
-                let mut pops = redis::pipe();
-                for _ in 0..n {
-                    pops.cmd("RPOP").arg("l");
-                }
-                let popped: Vec<Option<Vec<u8>>> = pops.query(con).unwrap();
-                assert!(popped.iter().all(Option::is_some), "backlog ran dry");
-            }
-            System::Ping => {
-                for _ in 0..2 {
-                    let mut pings = redis::pipe();
-                    for _ in 0..n {
-                        pings.cmd("PING").ignore();
-                    }
-                    let _: () = pings.query(con).unwrap();
-                }
-            }
+        let per_batch = |system, con: &mut Connection, worker, start, n| {
+            cycle_batch(lua, system, con, worker, start, n)
         };
         let pipeline = self.sizes.pipeline;
         interleaved(
@@ -1109,6 +1157,74 @@ fn service_panel(vtrr: bool, order: &[String], light_partitions: usize) -> plot:
     panel
 }
 
+impl<'a> Bench<'a> {
+    /// A bench on `server`, its Lua scripts loaded.
+    fn new(server: &'a Server, sizes: &'a Sizes, plot: Option<String>) -> Bench<'a> {
+        let mut admin = server.connect();
+        let lua = LuaScripts::load(&mut admin);
+        Bench {
+            server,
+            sizes,
+            lua,
+            admin,
+            report: String::new(),
+            plot,
+        }
+    }
+
+    /// The report's head: what ran where.
+    fn header(&mut self, title: &str, smoke: bool, setting: &str) {
+        let version: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut self.admin)
+            .unwrap();
+        let version = version
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim();
+        writeln!(
+            self.report,
+            "# {title}{}\n\nredis-server {version} on 127.0.0.1, {setting}; module built in release mode, a {}-core machine.\n\nThe Lua side is `lua/*.lua`, the reference scripts written the way vtrr-queue's are (EVALSHA, the same nine keys, no argument validation beyond what its Python client relies on: `tonumber` on weights and times, `HGET`-based checks only where the semantics need them).\n",
+            if smoke { " (smoke run: tiny sizes, not a measurement)" } else { "" },
+            std::fs::read_to_string("/proc/cpuinfo")
+                .map_or(0, |info| info.lines().filter(|l| l.starts_with("processor")).count())
+        )
+        .unwrap();
+    }
+}
+
+/// `bench --instructions`: the callgrind counts, persistence off and AOF on.
+fn count_instructions(sizes: &Sizes, smoke: bool) -> String {
+    let mut report = String::new();
+    for (setting, args) in [
+        ("persistence off", &[][..]),
+        (
+            "AOF on",
+            &["--appendonly", "yes", "--appendfsync", "no"][..],
+        ),
+    ] {
+        let server = Server::builder()
+            .module_args(&["reclaim-interval-ms", "0"])
+            .args(args)
+            .spawn();
+        let mut callgrind = instructions::Callgrind::new(server.pid());
+        let mut bench = Bench::new(&server, sizes, None);
+        bench.report = std::mem::take(&mut report);
+        if bench.report.is_empty() {
+            bench.header(
+                "vtrr instruction counts",
+                smoke,
+                "run under callgrind by `make bench-instructions`",
+            );
+            instructions::table_head(&mut bench.report, sizes);
+        }
+        bench.instruction_rows(&mut callgrind, setting);
+        report = bench.report;
+    }
+    report
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let smoke = args.iter().any(|a| a == "--smoke");
@@ -1119,44 +1235,29 @@ fn main() {
             .cloned()
     };
     let out = value_of("--out");
-    let plot = value_of("--plot");
     let sizes = if smoke { &SMOKE } else { &FULL };
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .args(&["--enable-debug-command", "yes", "--maxmemory", "0"])
-        .spawn();
-    let mut admin = server.connect();
-    let version: String = redis::cmd("INFO").arg("server").query(&mut admin).unwrap();
-    let version = version
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .trim()
-        .to_string();
-    let lua = LuaScripts::load(&mut admin);
-    let mut bench = Bench {
-        server: &server,
-        sizes,
-        lua,
-        admin,
-        report: String::new(),
-        plot,
+    let report = if args.iter().any(|a| a == "--instructions") {
+        count_instructions(sizes, smoke)
+    } else {
+        let server = Server::builder()
+            .module_args(&["reclaim-interval-ms", "0"])
+            .args(&["--enable-debug-command", "yes", "--maxmemory", "0"])
+            .spawn();
+        let mut bench = Bench::new(&server, sizes, value_of("--plot"));
+        bench.header(
+            "vtrr benchmark",
+            smoke,
+            "persistence off, run by `make bench`, which pins the server to CPU 0 and this load generator to CPU 1",
+        );
+        bench.throughput_section();
+        bench.scaling_section();
+        bench.fairness_section();
+        bench.timer_section();
+        bench.report
     };
-    writeln!(
-        bench.report,
-        "# vtrr benchmark{}\n\nredis-server {version} (persistence off, 127.0.0.1), module built in release mode, a {}-core machine; run by `make bench`, which pins the server to CPU 0 and this load generator to CPU 1.\n\nThe Lua side is `lua/*.lua`, the reference scripts written the way vtrr-queue's are (EVALSHA, the same nine keys, no argument validation beyond what its Python client relies on: `tonumber` on weights and times, `HGET`-based checks only where the semantics need them).\n",
-        if smoke { " (smoke run: tiny sizes, not a measurement)" } else { "" },
-        std::fs::read_to_string("/proc/cpuinfo")
-            .map_or(0, |info| info.lines().filter(|l| l.starts_with("processor")).count())
-    )
-    .unwrap();
-    bench.throughput_section();
-    bench.scaling_section();
-    bench.fairness_section();
-    bench.timer_section();
-    print!("{}", bench.report);
+    print!("{report}");
     if let Some(path) = out {
-        std::fs::write(&path, &bench.report).unwrap();
+        std::fs::write(&path, &report).unwrap();
         eprintln!("wrote {path}");
     }
 }

@@ -1,0 +1,147 @@
+//! `bench --instructions`: what each system's operations cost the server in
+//! instructions, counted by callgrind. Timed rates drift with the machine;
+//! an instruction count does not (the same binaries give the same count
+//! whatever else the machine is doing), so these ratios can be compared
+//! across runs and machines exactly.
+//!
+//! The server runs under `scripts/callgrind-server.sh`; each measurement
+//! zeroes the counters, runs its operations on one connection and dumps the
+//! counters (`callgrind_control`), so set-up is never counted.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::{cycle_batch, enqueue_batch, fill_backlog, Bench, EnqueueShape, System};
+
+/// Control of the callgrind instance the server runs under.
+pub struct Callgrind {
+    pid: u32,
+    /// Where the wrapper script writes `callgrind.<pid>` and its dumps.
+    dir: PathBuf,
+    dumps: usize,
+}
+
+impl Callgrind {
+    pub fn new(pid: u32) -> Callgrind {
+        let dir = std::env::var_os("VTRR_CALLGRIND_DIR")
+            .map(PathBuf::from)
+            .expect("VTRR_CALLGRIND_DIR: where scripts/callgrind-server.sh writes its counts");
+        Callgrind { pid, dir, dumps: 0 }
+    }
+
+    fn control(&self, option: &str) {
+        let status = Command::new("callgrind_control")
+            .arg(option)
+            .arg(self.pid.to_string())
+            .output()
+            .expect("callgrind_control (valgrind) is not installed")
+            .status;
+        assert!(status.success(), "callgrind_control {option} failed");
+    }
+
+    fn zero(&self) {
+        self.control("-z");
+    }
+
+    /// Dumps the counters and returns the instructions since the last zero.
+    fn dump(&mut self) -> u64 {
+        self.control("-d");
+        self.dumps += 1;
+        let path = self
+            .dir
+            .join(format!("callgrind.{}.{}", self.pid, self.dumps));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let total = text.lines().find_map(|line| {
+                line.strip_prefix("summary:")
+                    .or_else(|| line.strip_prefix("totals:"))
+                    .and_then(|n| n.trim().parse().ok())
+            });
+            if let Some(total) = total {
+                return total;
+            }
+            assert!(Instant::now() < deadline, "no callgrind dump at {path:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Instructions per operation (per item for enqueue), by system.
+type Counts = Vec<(System, f64)>;
+
+impl Bench<'_> {
+    /// Counts a single-item enqueue and a lease+ack cycle for every system,
+    /// with `backlog` items queued over 100 partitions; one table row per
+    /// scenario, labelled with `setting`.
+    pub fn instruction_rows(&mut self, callgrind: &mut Callgrind, setting: &str) {
+        let sizes = self.sizes;
+        let partitions = 100;
+        super::reset(&mut self.admin);
+        for system in System::ALL {
+            fill_backlog(&mut self.admin, system, sizes.counted_backlog, partitions);
+        }
+        let shape = EnqueueShape {
+            partitions,
+            items_per_call: 1,
+        };
+        let enqueue = self.count(callgrind, |bench, system, start, n| {
+            enqueue_batch(&bench.lua, system, &shape, &mut bench.admin, 0, start, n)
+        });
+        let cycle = self.count(callgrind, |bench, system, start, n| {
+            cycle_batch(&bench.lua, system, &mut bench.admin, 0, start, n)
+        });
+        for (scenario, counts) in [
+            ("enqueue, 1 item per call", enqueue),
+            ("lease + ack cycle", cycle),
+        ] {
+            let of = |wanted: System| counts.iter().find(|(s, _)| *s == wanted).unwrap().1;
+            let cells: Vec<String> = counts.iter().map(|(_, n)| thousands(*n)).collect();
+            writeln!(
+                self.report,
+                "| {scenario}, {setting} | {} | {:.2}× | {:.2}× |",
+                cells.join(" | "),
+                of(System::Lua) / of(System::Module),
+                of(System::Streams) / of(System::Module),
+            )
+            .unwrap();
+        }
+    }
+
+    /// Runs `batch` for `counted_ops` operations per system, in batches of
+    /// 100, and returns the instructions per operation of each.
+    fn count(
+        &mut self,
+        callgrind: &mut Callgrind,
+        batch: impl Fn(&mut Self, System, usize, usize),
+    ) -> Counts {
+        let ops = self.sizes.counted_ops;
+        System::ALL
+            .into_iter()
+            .map(|system| {
+                callgrind.zero();
+                for start in (0..ops).step_by(100) {
+                    batch(self, system, start, 100.min(ops - start));
+                }
+                (system, callgrind.dump() as f64 / ops as f64)
+            })
+            .collect()
+    }
+}
+
+/// The table's head, before the rows of `instruction_rows`.
+pub fn table_head(report: &mut String, sizes: &super::Sizes) {
+    writeln!(
+        report,
+        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} operations per system on one connection, pipeline 100, {} items queued over 100 partitions. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give the same count whatever else the machine is doing. `module ÷ Lua` and `module ÷ Streams` compare speeds, as in the timed tables (the other's instructions over the module's).\n\n| scenario | module | Lua | Streams | list | PING | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|",
+        sizes.counted_ops, sizes.counted_backlog
+    )
+    .unwrap();
+}
+
+/// `56,123.4` as `56.1k`.
+fn thousands(n: f64) -> String {
+    format!("{:.1}k", n / 1000.0)
+}
