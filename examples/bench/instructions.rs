@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{cycle_batch, enqueue_batch, fill_backlog, Bench, EnqueueShape, System};
+use super::{cycle_batch, enqueue_batch, fill_backlog, spread, Bench, EnqueueShape, System};
 
 /// Control of the callgrind instance the server runs under.
 pub struct Callgrind {
@@ -69,8 +69,8 @@ impl Callgrind {
     }
 }
 
-/// Instructions per operation (per item for enqueue), by system.
-type Counts = Vec<(System, f64)>;
+/// Instructions per operation, by system: one figure per repeat.
+type Counts = Vec<(System, Vec<f64>)>;
 
 impl Bench<'_> {
     /// Counts a single-item enqueue and a lease+ack cycle for every system,
@@ -97,37 +97,45 @@ impl Bench<'_> {
             ("enqueue, 1 item per call", enqueue),
             ("lease + ack cycle", cycle),
         ] {
-            let of = |wanted: System| counts.iter().find(|(s, _)| *s == wanted).unwrap().1;
-            let cells: Vec<String> = counts.iter().map(|(_, n)| thousands(*n)).collect();
+            let of = |wanted: System| &counts.iter().find(|(s, _)| *s == wanted).unwrap().1;
+            let cells: Vec<String> = counts.iter().map(|(_, repeats)| cell(repeats)).collect();
+            // Speed ratios per repeat, as the timed tables compute them.
+            let module = of(System::Module);
+            let speedup = |other: &Vec<f64>| -> Vec<f64> {
+                other.iter().zip(module).map(|(o, m)| o / m).collect()
+            };
             writeln!(
                 self.report,
-                "| {scenario}, {setting} | {} | {:.2}× | {:.2}× |",
+                "| {scenario}, {setting} | {} | {} | {} |",
                 cells.join(" | "),
-                of(System::Lua) / of(System::Module),
-                of(System::Streams) / of(System::Module),
+                ratio_cell(&speedup(of(System::Lua))),
+                ratio_cell(&speedup(of(System::Streams))),
             )
             .unwrap();
         }
     }
 
-    /// Runs `batch` for `counted_ops` operations per system, in batches of
-    /// 100, and returns the instructions per operation of each.
+    /// Runs `batch` for `counted_ops` operations per system and repeat, in
+    /// batches of 100, the systems taking turns within each repeat; returns
+    /// each repeat's instructions per operation.
     fn count(
         &mut self,
         callgrind: &mut Callgrind,
         batch: impl Fn(&mut Self, System, usize, usize),
     ) -> Counts {
         let ops = self.sizes.counted_ops;
-        System::ALL
-            .into_iter()
-            .map(|system| {
+        let mut counts: Counts = System::ALL.map(|system| (system, Vec::new())).into();
+        for repeat in 0..self.sizes.repeats {
+            for (system, figures) in &mut counts {
                 callgrind.zero();
-                for start in (0..ops).step_by(100) {
-                    batch(self, system, start, 100.min(ops - start));
+                let end = (repeat + 1) * ops;
+                for start in (repeat * ops..end).step_by(100) {
+                    batch(self, *system, start, 100.min(end - start));
                 }
-                (system, callgrind.dump() as f64 / ops as f64)
-            })
-            .collect()
+                figures.push(callgrind.dump() as f64 / ops as f64);
+            }
+        }
+        counts
     }
 }
 
@@ -135,13 +143,24 @@ impl Bench<'_> {
 pub fn table_head(report: &mut String, sizes: &super::Sizes) {
     writeln!(
         report,
-        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} operations per system on one connection, pipeline 100, {} items queued over 100 partitions. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give the same count whatever else the machine is doing. `module ÷ Lua` and `module ÷ Streams` compare speeds, as in the timed tables (the other's instructions over the module's).\n\n| scenario | module | Lua | Streams | list | PING | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|",
-        sizes.counted_ops, sizes.counted_backlog
+        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} repeats of {} operations per system, the systems taking turns, on one connection, pipeline 100, {} items queued over 100 partitions; median (min–max) of the repeats. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give nearly the same count whatever else the machine is doing (what differs is the server's own background work and its random hash seeds). `module ÷ Lua` and `module ÷ Streams` compare speeds, as in the timed tables (the other's instructions over the module's).\n\n| scenario | module | Lua | Streams | list | PING | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|",
+        sizes.repeats, sizes.counted_ops, sizes.counted_backlog
     )
     .unwrap();
 }
 
-/// `56,123.4` as `56.1k`.
-fn thousands(n: f64) -> String {
-    format!("{:.1}k", n / 1000.0)
+/// Instructions as `125.6k (125.4–125.9)`: median (min–max) of the repeats.
+fn cell(repeats: &[f64]) -> String {
+    let (median, min, max) = spread(repeats);
+    format!(
+        "{:.1}k ({:.1}–{:.1})",
+        median / 1000.0,
+        min / 1000.0,
+        max / 1000.0
+    )
+}
+
+fn ratio_cell(ratios: &[f64]) -> String {
+    let (median, min, max) = spread(ratios);
+    format!("{median:.2}× ({min:.2}–{max:.2})")
 }

@@ -41,7 +41,8 @@ struct Sizes {
     weighted_items: usize,
     flood: usize,
     unrelated_keys: usize,
-    /// `--instructions`: operations counted per system, items queued first.
+    /// `--instructions`: operations counted per system and repeat, and the
+    /// items queued first (enough for every repeat's cycles).
     counted_ops: usize,
     counted_backlog: usize,
 }
@@ -62,7 +63,7 @@ const FULL: Sizes = Sizes {
     weighted_items: 3_000,
     flood: 100_000,
     unrelated_keys: 1_000_000,
-    counted_ops: 5_000,
+    counted_ops: 2_000,
     counted_backlog: 20_000,
 };
 
