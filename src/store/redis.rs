@@ -45,6 +45,7 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_ValueLength,
         RedisModule_CreateString,
         RedisModule_FreeString,
+        RedisModule_RetainString,
         RedisModule_StringPtrLen,
         RedisModule_StringDMA,
         RedisModule_StringSet,
@@ -146,6 +147,14 @@ impl OwnedString {
         })
     }
 
+    /// Another owner of the same string (Redis counts references).
+    fn retain(&self) -> Self {
+        // SAFETY: a valid string; with a NULL context RetainString only adds
+        // a reference, which the new owner's drop gives back.
+        unsafe { api!(RedisModule_RetainString)(ptr::null_mut(), self.0) };
+        OwnedString(self.0)
+    }
+
     fn bytes(&self) -> &[u8] {
         let mut len = 0usize;
         // SAFETY: a valid string; the bytes live as long as it does.
@@ -236,6 +245,11 @@ pub struct RedisStore<'ctx> {
     queue: Vec<u8>,
     access: Access,
     slots: [Option<Slot>; 9],
+    /// The last two member/field strings made (ids, partitions), shared by
+    /// the next operations on the same bytes: a lease names its id in seven
+    /// calls, an enqueue alternates id and partition. The key API copies
+    /// what it stores, so sharing is safe.
+    recent_members: [Option<OwnedString>; 2],
 }
 
 impl<'ctx> RedisStore<'ctx> {
@@ -271,6 +285,7 @@ impl<'ctx> RedisStore<'ctx> {
             queue: queue.to_vec(),
             access,
             slots: Default::default(),
+            recent_members: Default::default(),
         };
         for (key, name) in QueueKey::ALL.into_iter().zip(names) {
             if let Some(name) = name {
@@ -331,6 +346,23 @@ impl<'ctx> RedisStore<'ctx> {
             return None;
         }
         Some(slot.key)
+    }
+
+    /// The string for a member or field, shared with a recent one when the
+    /// bytes are the same.
+    fn member(&mut self, bytes: &[u8]) -> OwnedString {
+        if let Some(recent) = self
+            .recent_members
+            .iter()
+            .flatten()
+            .find(|s| s.bytes() == bytes)
+        {
+            return recent.retain();
+        }
+        let made = OwnedString::new(bytes);
+        self.recent_members.rotate_right(1);
+        self.recent_members[0] = Some(made.retain());
+        made
     }
 
     /// Whether this command wrote anything so far.
@@ -496,7 +528,7 @@ impl Drop for RedisStore<'_> {
 impl Store for RedisStore<'_> {
     fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
         let open = self.key(key.into())?;
-        let member = OwnedString::new(member);
+        let member = self.member(member);
         let mut score = 0.0;
         // SAFETY: open key of zset type, valid member string and out pointer.
         let found = unsafe { api!(RedisModule_ZsetScore)(open, member.0, &mut score) };
@@ -508,7 +540,7 @@ impl Store for RedisStore<'_> {
         let Some(open) = self.key_for_write(which, false) else {
             return;
         };
-        let element = OwnedString::new(member);
+        let element = self.member(member);
         let mut flags: c_int = 0;
         // SAFETY: key opened for writing; ZsetAdd creates the key if empty.
         unsafe { api!(RedisModule_ZsetAdd)(open, score, element.0, &mut flags) };
@@ -522,7 +554,7 @@ impl Store for RedisStore<'_> {
         let Some(open) = self.key_for_write(which, true) else {
             return false;
         };
-        let element = OwnedString::new(member);
+        let element = self.member(member);
         let mut deleted: c_int = 0;
         // SAFETY: key opened for writing and holding a zset.
         unsafe { api!(RedisModule_ZsetRem)(open, element.0, &mut deleted) };
@@ -565,7 +597,7 @@ impl Store for RedisStore<'_> {
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
         let open = self.key(key.into())?;
-        let field = OwnedString::new(field);
+        let field = self.member(field);
         let mut value: *mut raw::RedisModuleString = ptr::null_mut();
         // SAFETY: open hash key; NULL-terminated variadic list of one
         // field/out-pointer pair, as HashGet requires.
@@ -586,7 +618,7 @@ impl Store for RedisStore<'_> {
         let Some(open) = self.key_for_write(which, false) else {
             return;
         };
-        let field_string = OwnedString::new(field);
+        let field_string = self.member(field);
         let value_string = OwnedString::new(value);
         // SAFETY: key opened for writing; NULL-terminated field/value pair.
         unsafe {
@@ -606,7 +638,7 @@ impl Store for RedisStore<'_> {
         let Some(open) = self.key_for_write(which, true) else {
             return;
         };
-        let field_string = OwnedString::new(field);
+        let field_string = self.member(field);
         // SAFETY: key opened for writing and holding a hash; the DELETE marker
         // is the documented sentinel value.
         let deleted = unsafe {
