@@ -16,6 +16,16 @@ fn lease(con: &mut Connection, queue: &str, lease_ms: u64) -> Option<Lease> {
         .unwrap()
 }
 
+/// `VTRR.ACK <queue> <id> <token>`: the number acked (0 or 1).
+fn ack(con: &mut Connection, queue: &str, id: &[u8], token: &str) -> i64 {
+    redis::cmd("VTRR.ACK")
+        .arg(queue)
+        .arg(id)
+        .arg(token)
+        .query(con)
+        .unwrap()
+}
+
 fn lease_count(con: &mut Connection, queue: &str, lease_ms: u64, count: u64) -> Vec<Lease> {
     redis::cmd("VTRR.LEASE")
         .arg(queue)
@@ -235,13 +245,7 @@ fn ack_is_fenced_and_removes_all_lease_state() {
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    let stale: i64 = redis::cmd("VTRR.ACK")
-        .arg("q")
-        .arg(&id)
-        .arg("not-the-token")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(stale, 0);
+    assert_eq!(ack(&mut con, "q", &id, "not-the-token"), 0);
     let acked: i64 = redis::cmd("VTRR.ACK")
         .arg("q")
         .arg(&id)
@@ -348,13 +352,7 @@ fn reclaim_requeues_expired_leases_and_counts_timeouts() {
         .unwrap();
     assert_eq!(timeouts, 1);
     // The old holder's token no longer acks.
-    let acked: i64 = redis::cmd("VTRR.ACK")
-        .arg("q")
-        .arg("a")
-        .arg(&token)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(acked, 0);
+    assert_eq!(ack(&mut con, "q", b"a", &token), 0);
     let rest = lease_count(&mut con, "q", 60_000, 5);
     assert_eq!(ids(&rest), ["b", "a"]);
     assert_eq!(rest[1].3, 1, "timeouts reported on redelivery");
@@ -428,13 +426,7 @@ fn ids_payloads_and_partitions_are_binary_safe() {
         .query(&mut con)
         .unwrap();
     assert_eq!(meta, b"1:p\x00art");
-    let acked: i64 = redis::cmd("VTRR.ACK")
-        .arg("q")
-        .arg(&id[..])
-        .arg(token)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(acked, 1);
+    assert_eq!(ack(&mut con, "q", &id[..], &token), 1);
 }
 
 #[test]
@@ -615,13 +607,7 @@ fn idle_calls_do_not_abort_a_watching_client() {
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
         assert_eq!(lease(&mut worker, "q", 100), None);
-        let acked: i64 = redis::cmd("VTRR.ACK")
-            .arg("q")
-            .arg(&id)
-            .arg("stale")
-            .query(&mut worker)
-            .unwrap();
-        assert_eq!(acked, 0);
+        assert_eq!(ack(&mut worker, "q", &id, "stale"), 0);
         let renewed: i64 = redis::cmd("VTRR.RENEW")
             .arg("q")
             .arg(&id)
@@ -746,18 +732,8 @@ fn changes_fire_module_keyspace_notifications() {
         .arg(60_000)
         .query(&mut con)
         .unwrap();
-    let _: i64 = redis::cmd("VTRR.ACK")
-        .arg("q")
-        .arg(&id)
-        .arg("stale")
-        .query(&mut con)
-        .unwrap(); // no event
-    let _: i64 = redis::cmd("VTRR.ACK")
-        .arg("q")
-        .arg(&id)
-        .arg(&token)
-        .query(&mut con)
-        .unwrap();
+    ack(&mut con, "q", &id, "stale"); // no event
+    ack(&mut con, "q", &id, &token);
     let mut events = Vec::new();
     while events.len() < 6 {
         let Ok(message) = pubsub.get_message() else {
