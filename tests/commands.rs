@@ -26,6 +26,17 @@ fn ack(con: &mut Connection, queue: &str, id: &[u8], token: &str) -> i64 {
         .unwrap()
 }
 
+/// `VTRR.RENEW <queue> <id> <token> <lease_ms>`: 1 when renewed, else 0.
+fn renew(con: &mut Connection, queue: &str, id: &[u8], token: &str, lease_ms: u64) -> i64 {
+    redis::cmd("VTRR.RENEW")
+        .arg(queue)
+        .arg(id)
+        .arg(token)
+        .arg(lease_ms)
+        .query(con)
+        .unwrap()
+}
+
 fn lease_count(con: &mut Connection, queue: &str, lease_ms: u64, count: u64) -> Vec<Lease> {
     redis::cmd("VTRR.LEASE")
         .arg(queue)
@@ -283,22 +294,8 @@ fn renew_extends_only_the_current_lease() {
         .arg(&id)
         .query(&mut con)
         .unwrap();
-    let stale: i64 = redis::cmd("VTRR.RENEW")
-        .arg("q")
-        .arg(&id)
-        .arg("old")
-        .arg(100_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(stale, 0);
-    let renewed: i64 = redis::cmd("VTRR.RENEW")
-        .arg("q")
-        .arg(&id)
-        .arg(&token)
-        .arg(100_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(renewed, 1);
+    assert_eq!(renew(&mut con, "q", &id, "old", 100_000), 0);
+    assert_eq!(renew(&mut con, "q", &id, &token, 100_000), 1);
     let after: f64 = redis::cmd("ZSCORE")
         .arg("vtrr:q:inflight")
         .arg(&id)
@@ -326,14 +323,7 @@ fn reclaim_requeues_expired_leases_and_counts_timeouts() {
     assert_eq!(ids(&leased), ["a", "c"]);
     let token = leased[0].2.clone();
     // a's lease now expires in 1 ms; c's stays valid.
-    let renewed: i64 = redis::cmd("VTRR.RENEW")
-        .arg("q")
-        .arg("a")
-        .arg(&token)
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(renewed, 1);
+    assert_eq!(renew(&mut con, "q", b"a", &token, 1), 1);
     std::thread::sleep(std::time::Duration::from_millis(10));
     let stats: std::collections::HashMap<String, Value> =
         redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
@@ -608,14 +598,7 @@ fn idle_calls_do_not_abort_a_watching_client() {
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
         assert_eq!(lease(&mut worker, "q", 100), None);
         assert_eq!(ack(&mut worker, "q", &id, "stale"), 0);
-        let renewed: i64 = redis::cmd("VTRR.RENEW")
-            .arg("q")
-            .arg(&id)
-            .arg("stale")
-            .arg(5)
-            .query(&mut worker)
-            .unwrap();
-        assert_eq!(renewed, 0);
+        assert_eq!(renew(&mut worker, "q", &id, "stale", 5), 0);
         let reclaimed: i64 = redis::cmd("VTRR.RECLAIM")
             .arg("q")
             .query(&mut worker)
@@ -725,13 +708,7 @@ fn changes_fire_module_keyspace_notifications() {
     let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(&mut con).unwrap();
     assert_eq!(reclaimed, 1);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    let _: i64 = redis::cmd("VTRR.RENEW")
-        .arg("q")
-        .arg(&id)
-        .arg(&token)
-        .arg(60_000)
-        .query(&mut con)
-        .unwrap();
+    renew(&mut con, "q", &id, &token, 60_000);
     ack(&mut con, "q", &id, "stale"); // no event
     ack(&mut con, "q", &id, &token);
     let mut events = Vec::new();
