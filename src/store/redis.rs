@@ -17,9 +17,10 @@ use std::ptr;
 use chacha20::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
 use redis_module::{raw, Context};
+use smallvec::SmallVec;
 
 use super::{HashKey, Store, ZsetKey};
-use crate::keys::{key_name, write_key_name, KeyKind, QueueKey};
+use crate::keys::{write_key_name, KeyKind, QueueKey};
 
 /// Calls a module API function that `check_api` verified at load time.
 macro_rules! api {
@@ -226,23 +227,26 @@ impl Command {
 
 /// One replicated write command, possibly merged from several writes. The
 /// arguments are the very strings handed to the key API (shared, not
-/// copied), so recording an effect costs no allocation per argument.
+/// copied). A single write's two arguments (field and value, score and
+/// member) and a key's single effect are held inline, so a lease or an ack
+/// records its effects without allocating.
 struct Effect {
     command: Command,
-    args: Vec<OwnedString>,
+    args: SmallVec<[OwnedString; 2]>,
 }
 
 struct Slot {
     name: OwnedString,
     key: *mut raw::RedisModuleKey,
     written: bool,
-    effects: Vec<Effect>,
+    effects: SmallVec<[Effect; 1]>,
 }
 
 /// One queue's keys, open for the duration of a command or timer run.
 pub struct RedisStore<'ctx> {
     ctx: &'ctx Context,
-    queue: Vec<u8>,
+    /// `vtrr:<name>:queue`, opened or not: the keyspace notification names it.
+    queue_name: OwnedString,
     access: Access,
     slots: [Option<Slot>; 9],
     /// The last two member/field strings made (ids, partitions), shared by
@@ -269,6 +273,13 @@ impl<'ctx> RedisStore<'ctx> {
             write_key_name(&mut buffer, queue, key);
             names[key.index()] = Some(OwnedString::new(&buffer));
         }
+        let queue_name = match &names[QueueKey::Queue.index()] {
+            Some(name) => name.retain(),
+            None => {
+                write_key_name(&mut buffer, queue, QueueKey::Queue);
+                OwnedString::new(&buffer)
+            }
+        };
         let user = match caller {
             Caller::Client => AclUser::of_caller(ctx),
             Caller::Server => None,
@@ -282,7 +293,7 @@ impl<'ctx> RedisStore<'ctx> {
         }
         let mut store = RedisStore {
             ctx,
-            queue: queue.to_vec(),
+            queue_name,
             access,
             slots: Default::default(),
             recent_members: Default::default(),
@@ -321,7 +332,7 @@ impl<'ctx> RedisStore<'ctx> {
             name,
             key,
             written: false,
-            effects: Vec::new(),
+            effects: SmallVec::new(),
         });
         error.map_or(Ok(()), Err)
     }
@@ -377,24 +388,16 @@ impl<'ctx> RedisStore<'ctx> {
         if !self.changed() {
             return false;
         }
-        // The queue key's name (opened, or made for the notification).
-        let created;
-        let (queue_name, queue_grew) = match self.slots[QueueKey::Queue.index()].as_ref() {
-            Some(slot) => (
-                slot.name.0,
-                slot.effects.iter().any(|e| e.command == Command::Zadd),
-            ),
-            None => {
-                created = OwnedString::new(&key_name(&self.queue, QueueKey::Queue));
-                (created.0, false)
-            }
-        };
+        let queue_name = self.queue_name.0;
+        let queue_grew = self.slots[QueueKey::Queue.index()]
+            .as_ref()
+            .is_some_and(|slot| slot.effects.iter().any(|e| e.command == Command::Zadd));
         if queue_grew {
             // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
             // SAFETY: live context and key name.
             unsafe { api!(RedisModule_SignalKeyAsReady)(self.ctx.ctx, queue_name) };
         }
-        let mut argv: Vec<*mut raw::RedisModuleString> = Vec::new();
+        let mut argv: SmallVec<[*mut raw::RedisModuleString; 8]> = SmallVec::new();
         for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
             // SAFETY: ctx and the key name are valid for this call.
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
@@ -451,11 +454,11 @@ impl<'ctx> RedisStore<'ctx> {
             }
             // Only the last value of a string survives.
             Some(last) if last.command == Command::Set && command == Command::Set => {
-                last.args = args.into();
+                last.args = args.into_iter().collect();
             }
             _ => slot.effects.push(Effect {
                 command,
-                args: args.into(),
+                args: args.into_iter().collect(),
             }),
         }
     }
