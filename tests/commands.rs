@@ -155,6 +155,40 @@ fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
 }
 
 #[test]
+fn calls_on_many_queues_in_turn_keep_each_queues_keys_apart() {
+    // More queues than the module keeps key names for (8), with names that
+    // are prefixes of one another, used in an order that evicts and reuses.
+    let server = Server::start();
+    let mut con = server.connect();
+    let queues: Vec<String> = (0..20).map(|i| "q".repeat(i + 1)).collect();
+    for round in 0..3 {
+        for (i, queue) in queues.iter().enumerate() {
+            let id = format!("{queue}-{round}");
+            assert_eq!(enqueue_one(&mut con, queue, &format!("p{i}"), &id, &id), 1);
+        }
+    }
+    for round in 0..3 {
+        for queue in queues.iter().rev() {
+            let (id, payload, token, _) = lease(&mut con, queue, 60_000).unwrap();
+            assert_eq!(
+                String::from_utf8(id.clone()).unwrap(),
+                format!("{queue}-{round}")
+            );
+            assert_eq!(payload, id);
+            assert_eq!(ack(&mut con, queue, &id, &token), 1);
+        }
+    }
+    for queue in &queues {
+        let queued: i64 = redis::cmd("ZCARD")
+            .arg(format!("vtrr:{queue}:queue"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(queued, 0, "{queue}");
+        assert_invariants(&mut con, queue);
+    }
+}
+
+#[test]
 fn lease_grants_a_fresh_token_and_a_server_clock_expiry() {
     let server = Server::start();
     let mut con = server.connect();

@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::ffi::CStr;
 use std::io::Write as _;
+use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
@@ -20,7 +21,7 @@ use redis_module::{raw, Context};
 use smallvec::SmallVec;
 
 use super::{HashKey, Store, ZsetKey};
-use crate::keys::{write_key_name, KeyKind, QueueKey};
+use crate::keys::{key_name, KeyKind, QueueKey};
 
 /// Calls a module API function that `check_api` verified at load time.
 macro_rules! api {
@@ -166,6 +167,61 @@ impl OwnedString {
     }
 }
 
+/// The key names of one queue, each made on first use.
+struct QueueKeyNames {
+    queue: Vec<u8>,
+    names: [Option<OwnedString>; QueueKey::ALL.len()],
+}
+
+impl QueueKeyNames {
+    /// Another owner of the name of `key` (made now if it is the first use).
+    fn name(&mut self, key: QueueKey) -> OwnedString {
+        self.names[key.index()]
+            .get_or_insert_with(|| OwnedString::new(&key_name(&self.queue, key)))
+            .retain()
+    }
+}
+
+/// Key names of the most recently used queues, kept across calls: a queue's
+/// names never change, and making and freeing them anew for every call was
+/// 5% of a lease+ack cycle. Redis counts references to a string, so a name
+/// still held by the server (an open key, a pending effect) outlives its
+/// eviction here.
+struct KeyNameCache {
+    /// Most recently used first.
+    queues: Vec<QueueKeyNames>,
+}
+
+impl KeyNameCache {
+    /// Queues whose names are kept; a lookup compares at most this many.
+    const CAPACITY: usize = 8;
+
+    fn of_queue(&mut self, queue: &[u8]) -> &mut QueueKeyNames {
+        match self.queues.iter().position(|cached| cached.queue == queue) {
+            Some(found) => self.queues[..=found].rotate_right(1),
+            None => {
+                self.queues.truncate(Self::CAPACITY - 1);
+                self.queues.insert(
+                    0,
+                    QueueKeyNames {
+                        queue: queue.to_vec(),
+                        names: Default::default(),
+                    },
+                );
+            }
+        }
+        &mut self.queues[0]
+    }
+}
+
+thread_local! {
+    /// Only the main thread opens keys. `ManuallyDrop`: the names are left to
+    /// the process's exit rather than freed by a thread-exit destructor that
+    /// could run after the server stopped serving module calls.
+    static KEY_NAMES: RefCell<ManuallyDrop<KeyNameCache>> =
+        const { RefCell::new(ManuallyDrop::new(KeyNameCache { queues: Vec::new() })) };
+}
+
 /// Formats a score the way Redis parses it back exactly, into `buffer`:
 /// integers below 10^17 in plain digits, anything else in the shortest
 /// round-trip exponent form (at most 24 bytes, e.g. `-1.2345678901234567e-308`;
@@ -268,18 +324,13 @@ impl<'ctx> RedisStore<'ctx> {
         caller: Caller,
     ) -> Result<Self, OpenError> {
         let mut names: [Option<OwnedString>; QueueKey::ALL.len()] = Default::default();
-        let mut buffer = Vec::with_capacity(queue.len() + 32);
-        for &key in keys {
-            write_key_name(&mut buffer, queue, key);
-            names[key.index()] = Some(OwnedString::new(&buffer));
-        }
-        let queue_name = match &names[QueueKey::Queue.index()] {
-            Some(name) => name.retain(),
-            None => {
-                write_key_name(&mut buffer, queue, QueueKey::Queue);
-                OwnedString::new(&buffer)
+        let queue_name = KEY_NAMES.with_borrow_mut(|cache| {
+            let cached = cache.of_queue(queue);
+            for &key in keys {
+                names[key.index()] = Some(cached.name(key));
             }
-        };
+            cached.name(QueueKey::Queue)
+        });
         let user = match caller {
             Caller::Client => AclUser::of_caller(ctx),
             Caller::Server => None,
