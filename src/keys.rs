@@ -92,17 +92,11 @@ impl From<HashKey> for QueueKey {
 /// `vtrr:<queue>:<suffix>`.
 pub fn key_name(queue: &[u8], key: QueueKey) -> Vec<u8> {
     let mut name = Vec::with_capacity(PREFIX.len() + queue.len() + 1 + key.suffix().len());
-    write_key_name(&mut name, queue, key);
+    name.extend_from_slice(PREFIX);
+    name.extend_from_slice(queue);
+    name.push(b':');
+    name.extend_from_slice(key.suffix().as_bytes());
     name
-}
-
-/// Replaces `buffer`'s content with the name of `key` (reuses its capacity).
-pub fn write_key_name(buffer: &mut Vec<u8>, queue: &[u8], key: QueueKey) {
-    buffer.clear();
-    buffer.extend_from_slice(PREFIX);
-    buffer.extend_from_slice(queue);
-    buffer.push(b':');
-    buffer.extend_from_slice(key.suffix().as_bytes());
 }
 
 /// The queue name of a `vtrr:<name>:inflight` key, if it is one.
