@@ -87,10 +87,10 @@ fn the_instruction_counts_run_under_callgrind_at_tiny_sizes() {
         String::from_utf8_lossy(&output.stderr)
     );
     let report = String::from_utf8(output.stdout).unwrap();
-    // Four rows (two scenarios, persistence off and AOF on), each with a
-    // count, `<median>k (<min>–<max>)`, for all five systems.
+    // Six rows (two scenarios; persistence off, AOF on, no listpacks), each
+    // with a count, `<median>k (<min>–<max>)`, for all five systems.
     for scenario in ["enqueue, 1 item per call", "lease + ack cycle"] {
-        for setting in ["persistence off", "AOF on"] {
+        for setting in ["persistence off", "AOF on", "no listpacks"] {
             let row = report
                 .lines()
                 .find(|line| line.starts_with(&format!("| {scenario}, {setting} |")))
