@@ -1,6 +1,7 @@
 //! The reclaim timer: expired leases come back with no client traffic, after
 //! restarts, when written by other clients, in bounded batches; configs and
-//! INFO; idle ticks disturb no WATCH.
+//! INFO; idle ticks, and a reclaim that finds nothing expired, disturb no
+//! WATCH.
 
 mod common;
 
@@ -301,6 +302,40 @@ fn idle_ticks_do_not_abort_watch() {
         );
     });
     assert!(untouched, "an idle tick aborted WATCH");
+}
+
+#[test]
+fn a_timer_reclaim_that_finds_nothing_expired_does_not_abort_watch() {
+    // RENEW moves the lease past the due time the timer's index holds for
+    // the queue, so once that time passes the timer opens the queue for a
+    // reclaim that finds nothing: it must signal and replicate nothing.
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "10"])
+        .spawn();
+    let mut con = server.connect();
+    wait_past_startup_rebuild(&mut con);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
+    let (id, _, token, _): (Vec<u8>, Vec<u8>, String, i64) = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(500)
+        .query(&mut con)
+        .unwrap();
+    let renewed: i64 = redis::cmd("VTRR.RENEW")
+        .arg("q")
+        .arg(&id)
+        .arg(&token)
+        .arg(600_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(renewed, 1);
+    let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
+    let untouched = keys_untouched_by(&mut con, &keys, |con| {
+        std::thread::sleep(Duration::from_millis(800));
+        let info = vtrr_info(con);
+        assert_eq!(info["vtrr_timer_items_reclaimed"], 0);
+        assert_eq!(info["vtrr_timer_tracked_queues"], 1);
+    });
+    assert!(untouched, "a reclaim that found nothing aborted WATCH");
 }
 
 #[test]
