@@ -96,6 +96,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
+    if !store::redis::subscribe_to_swapdb(ctx, timer::on_swapdb) {
+        ctx.log_warning("vtrr: could not subscribe to SWAPDB events; not loading");
+        return Status::Err;
+    }
     timer::request_rebuild();
     timer::reschedule(ctx);
     Status::Ok

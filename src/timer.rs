@@ -8,7 +8,9 @@
 //!   replicated effects on a replica) reach it through a keyspace
 //!   subscription on `vtrr:*:inflight` keys, which queues a recheck;
 //! - after loading an RDB/AOF, a full sync, or a role change, one incremental
-//!   `SCAN MATCH vtrr:*:inflight` of every database rebuilds it.
+//!   `SCAN MATCH vtrr:*:inflight` of every database rebuilds it;
+//! - SWAPDB (which fires no keyspace event) moves its entries between the
+//!   two databases.
 //!
 //! A tick rechecks the queues written since the last tick, then reclaims the
 //! queues whose due time has passed, at most `vtrr.reclaim-batch` items in
@@ -59,6 +61,35 @@ impl Index {
     fn len(&self) -> usize {
         self.schedule.len()
     }
+
+    /// Databases `first` and `second` traded contents: every entry follows
+    /// its queue to the new number. O(queues tracked); SWAPDB is rare.
+    fn swap_dbs(&mut self, first: i32, second: i32) {
+        let moved = |db: i32| match db {
+            db if db == first => second,
+            db if db == second => first,
+            db => db,
+        };
+        let queues_of_first = self.due.remove(&first);
+        if let Some(queues) = self.due.remove(&second) {
+            self.due.insert(first, queues);
+        }
+        if let Some(queues) = queues_of_first {
+            self.due.insert(second, queues);
+        }
+        self.schedule = std::mem::take(&mut self.schedule)
+            .into_iter()
+            .map(|(due, db, queue)| (due, moved(db), queue))
+            .collect();
+        self.recheck = std::mem::take(&mut self.recheck)
+            .into_iter()
+            .map(|(db, queue)| (moved(db), queue))
+            .collect();
+        if self.scan.is_some() {
+            // A rebuild part-way through one of the two would miss keys.
+            self.scan = Some((0, "0".to_string()));
+        }
+    }
 }
 
 static INDEX: Mutex<Option<Index>> = Mutex::new(None);
@@ -98,6 +129,11 @@ pub fn on_keyspace_event(
         let db = selected_db(ctx);
         with_index(|index| index.recheck.insert((db, queue.to_vec())));
     }
+}
+
+/// SWAPDB traded the contents of two databases (no keyspace event tells).
+pub fn on_swapdb(first: i32, second: i32) {
+    with_index(|index| index.swap_dbs(first, second));
 }
 
 /// Rebuild the index from the keyspace (after loading, sync, role change,
@@ -254,4 +290,51 @@ fn scan_step(ctx: &Context) -> bool {
         index.scan = if finished { None } else { Some((db, cursor)) };
     });
     !finished
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Index;
+
+    #[test]
+    fn swapping_databases_moves_every_entry_and_leaves_others_alone() {
+        let mut index = Index::default();
+        index.set_due(0, b"a", Some(30));
+        index.set_due(1, b"b", Some(10));
+        index.set_due(2, b"c", Some(20));
+        index.recheck.insert((1, b"r".to_vec()));
+        index.swap_dbs(0, 1);
+
+        assert_eq!(index.due[&1][&b"a"[..]], 30);
+        assert_eq!(index.due[&0][&b"b"[..]], 10);
+        assert_eq!(index.due[&2][&b"c"[..]], 20);
+        let schedule: Vec<_> = index.schedule.iter().cloned().collect();
+        assert_eq!(
+            schedule,
+            [
+                (10, 0, b"b".to_vec()),
+                (20, 2, b"c".to_vec()),
+                (30, 1, b"a".to_vec())
+            ]
+        );
+        assert!(index.recheck.contains(&(0, b"r".to_vec())));
+        // Entries keep working under their new numbers.
+        index.set_due(1, b"a", None);
+        assert_eq!(index.len(), 2);
+
+        // A swap with a database that tracks nothing moves the one side.
+        index.swap_dbs(2, 5);
+        assert!(!index.due.contains_key(&2));
+        assert_eq!(index.due[&5][&b"c"[..]], 20);
+    }
+
+    #[test]
+    fn a_swap_during_a_rebuild_restarts_it() {
+        let mut index = Index {
+            scan: Some((1, "4242".to_string())),
+            ..Index::default()
+        };
+        index.swap_dbs(0, 1);
+        assert_eq!(index.scan, Some((0, "0".to_string())));
+    }
 }

@@ -1,7 +1,7 @@
 //! The reclaim timer: expired leases come back with no client traffic, after
 //! restarts, when written by other clients, in bounded batches; configs and
-//! INFO; idle ticks, and a reclaim that finds nothing expired, disturb no
-//! WATCH.
+//! INFO; SWAPDB; idle ticks, and a reclaim that finds nothing expired,
+//! disturb no WATCH.
 
 mod common;
 
@@ -142,6 +142,36 @@ fn leases_written_by_other_clients_are_found_and_reclaimed() {
         .query(&mut con)
         .unwrap();
     assert_eq!(pvt, 3, "rescored with weight 2 from meta");
+}
+
+#[test]
+fn a_queue_moved_by_swapdb_is_reclaimed_in_its_new_database() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .spawn();
+    let mut con = server.connect();
+    wait_past_startup_rebuild(&mut con);
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut con).unwrap();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
+    let leased: Value = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(300)
+        .query(&mut con)
+        .unwrap();
+    assert_ne!(leased, Value::Nil);
+    // SWAPDB fires no keyspace event; the lease now lives in database 0.
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut con).unwrap();
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(3), || queued_with_timeouts(
+            &mut con, "q", "a"
+        )),
+        "the moved lease was not reclaimed"
+    );
+    assert_eq!(vtrr_info(&mut con)["vtrr_timer_items_reclaimed"], 1);
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut con).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "database 1 got {keys:?}");
 }
 
 #[test]

@@ -14,6 +14,7 @@ use std::io::Write as _;
 use std::mem::ManuallyDrop;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::OnceLock;
 
 use chacha20::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
@@ -68,7 +69,8 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_GetRandomBytes,
         RedisModule_Milliseconds,
         RedisModule_GetSelectedDb,
-        RedisModule_SelectDb
+        RedisModule_SelectDb,
+        RedisModule_SubscribeToServerEvent
     );
     Ok(())
 }
@@ -819,6 +821,42 @@ pub fn selected_db(ctx: &Context) -> i32 {
 pub fn select_db(ctx: &Context, db: i32) -> bool {
     // SAFETY: live context; SelectDb validates `db` itself.
     unsafe { api!(RedisModule_SelectDb)(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// What `subscribe_to_swapdb` calls, with the two database numbers.
+static SWAPDB_HANDLER: OnceLock<fn(i32, i32)> = OnceLock::new();
+
+/// Calls `handler(first, second)` after every SWAPDB, which moves keys
+/// between databases without firing any keyspace event. False when the
+/// server refuses the subscription.
+pub fn subscribe_to_swapdb(ctx: &Context, handler: fn(i32, i32)) -> bool {
+    let _ = SWAPDB_HANDLER.set(handler);
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_SWAPDB,
+        dataver: 1,
+    };
+    // SAFETY: live context at load; the callback has the server-event
+    // signature and only reads the event data Redis passes for SWAPDB.
+    unsafe {
+        api!(RedisModule_SubscribeToServerEvent)(ctx.ctx, event, Some(on_swapdb))
+            == raw::REDISMODULE_OK as c_int
+    }
+}
+
+unsafe extern "C" fn on_swapdb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: for the SWAPDB event Redis passes a RedisModuleSwapDbInfo that
+    // lives for the duration of the call.
+    let Some(swapped) = (unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }) else {
+        return;
+    };
+    if let Some(handler) = SWAPDB_HANDLER.get() {
+        handler(swapped.dbnum_first, swapped.dbnum_second);
+    }
 }
 
 /// The lowest expiry in `vtrr:<queue>:inflight` of the selected database,
