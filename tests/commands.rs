@@ -157,10 +157,12 @@ fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
 #[test]
 fn calls_on_many_queues_in_turn_keep_each_queues_keys_apart() {
     // More queues than the module keeps key names for (8), with names that
-    // are prefixes of one another, used in an order that evicts and reuses.
+    // are prefixes of one another, used in an order that evicts and reuses;
+    // and two names too long to be kept (over 256 bytes).
     let server = Server::start();
     let mut con = server.connect();
-    let queues: Vec<String> = (0..20).map(|i| "q".repeat(i + 1)).collect();
+    let mut queues: Vec<String> = (0..20).map(|i| "q".repeat(i + 1)).collect();
+    queues.extend(["q".repeat(300), "q".repeat(301)]);
     for round in 0..3 {
         for (i, queue) in queues.iter().enumerate() {
             let id = format!("{queue}-{round}");

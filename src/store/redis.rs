@@ -176,6 +176,13 @@ struct QueueKeyNames {
 }
 
 impl QueueKeyNames {
+    fn new(queue: &[u8]) -> Self {
+        QueueKeyNames {
+            queue: queue.to_vec(),
+            names: Default::default(),
+        }
+    }
+
     /// Another owner of the name of `key` (made now if it is the first use).
     fn name(&mut self, key: QueueKey) -> OwnedString {
         self.names[key.index()]
@@ -188,7 +195,9 @@ impl QueueKeyNames {
 /// names never change, and making and freeing them anew for every call was
 /// 5% of a lease+ack cycle. Redis counts references to a string, so a name
 /// still held by the server (an open key, a pending effect) outlives its
-/// eviction here.
+/// eviction here. Only names of queues up to `LONGEST_QUEUE_NAME` bytes are
+/// kept, so the cache never holds more than a few kilobytes outside the
+/// keyspace, whatever names clients send.
 struct KeyNameCache {
     /// Most recently used first.
     queues: Vec<QueueKeyNames>,
@@ -197,19 +206,14 @@ struct KeyNameCache {
 impl KeyNameCache {
     /// Queues whose names are kept; a lookup compares at most this many.
     const CAPACITY: usize = 8;
+    const LONGEST_QUEUE_NAME: usize = 256;
 
     fn of_queue(&mut self, queue: &[u8]) -> &mut QueueKeyNames {
         match self.queues.iter().position(|cached| cached.queue == queue) {
             Some(found) => self.queues[..=found].rotate_right(1),
             None => {
                 self.queues.truncate(Self::CAPACITY - 1);
-                self.queues.insert(
-                    0,
-                    QueueKeyNames {
-                        queue: queue.to_vec(),
-                        names: Default::default(),
-                    },
-                );
+                self.queues.insert(0, QueueKeyNames::new(queue));
             }
         }
         &mut self.queues[0]
@@ -327,11 +331,17 @@ impl<'ctx> RedisStore<'ctx> {
     ) -> Result<Self, OpenError> {
         let mut names: [Option<OwnedString>; QueueKey::ALL.len()] = Default::default();
         let queue_name = KEY_NAMES.with_borrow_mut(|cache| {
-            let cached = cache.of_queue(queue);
+            let mut uncached;
+            let queue_names = if queue.len() <= KeyNameCache::LONGEST_QUEUE_NAME {
+                cache.of_queue(queue)
+            } else {
+                uncached = QueueKeyNames::new(queue);
+                &mut uncached
+            };
             for &key in keys {
-                names[key.index()] = Some(cached.name(key));
+                names[key.index()] = Some(queue_names.name(key));
             }
-            cached.name(QueueKey::Queue)
+            queue_names.name(QueueKey::Queue)
         });
         let user = match caller {
             Caller::Client => AclUser::of_caller(ctx),
