@@ -6,37 +6,6 @@ mod common;
 use common::*;
 use redis::Connection;
 
-type Lease = (Vec<u8>, Vec<u8>, String, i64);
-
-fn lease(con: &mut Connection, queue: &str, lease_ms: u64) -> Option<Lease> {
-    redis::cmd("VTRR.LEASE")
-        .arg(queue)
-        .arg(lease_ms)
-        .query(con)
-        .unwrap()
-}
-
-/// `VTRR.ACK <queue> <id> <token>`: the number acked (0 or 1).
-fn ack(con: &mut Connection, queue: &str, id: &[u8], token: &str) -> i64 {
-    redis::cmd("VTRR.ACK")
-        .arg(queue)
-        .arg(id)
-        .arg(token)
-        .query(con)
-        .unwrap()
-}
-
-/// `VTRR.RENEW <queue> <id> <token> <lease_ms>`: 1 when renewed, else 0.
-fn renew(con: &mut Connection, queue: &str, id: &[u8], token: &str, lease_ms: u64) -> i64 {
-    redis::cmd("VTRR.RENEW")
-        .arg(queue)
-        .arg(id)
-        .arg(token)
-        .arg(lease_ms)
-        .query(con)
-        .unwrap()
-}
-
 fn lease_count(con: &mut Connection, queue: &str, lease_ms: u64, count: u64) -> Vec<Lease> {
     redis::cmd("VTRR.LEASE")
         .arg(queue)

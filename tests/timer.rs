@@ -153,12 +153,7 @@ fn a_queue_moved_by_swapdb_is_reclaimed_in_its_new_database() {
     wait_past_startup_rebuild(&mut con);
     let _: () = redis::cmd("SELECT").arg(1).query(&mut con).unwrap();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
-    let leased: Value = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(300)
-        .query(&mut con)
-        .unwrap();
-    assert_ne!(leased, Value::Nil);
+    assert!(lease(&mut con, "q", 300).is_some());
     // SWAPDB fires no keyspace event; the lease now lives in database 0.
     let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut con).unwrap();
     let _: () = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
@@ -345,19 +340,8 @@ fn a_timer_reclaim_that_finds_nothing_expired_does_not_abort_watch() {
     let mut con = server.connect();
     wait_past_startup_rebuild(&mut con);
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
-    let (id, _, token, _): (Vec<u8>, Vec<u8>, String, i64) = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(500)
-        .query(&mut con)
-        .unwrap();
-    let renewed: i64 = redis::cmd("VTRR.RENEW")
-        .arg("q")
-        .arg(&id)
-        .arg(&token)
-        .arg(600_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(renewed, 1);
+    let (id, _, token, _) = lease(&mut con, "q", 500).unwrap();
+    assert_eq!(renew(&mut con, "q", &id, &token, 600_000), 1);
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
     let untouched = keys_untouched_by(&mut con, &keys, |con| {
         std::thread::sleep(Duration::from_millis(800));

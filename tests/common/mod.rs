@@ -318,6 +318,45 @@ pub fn enqueue_one(
     enqueue_items(con, queue, &[(partition, id, 1, payload.as_bytes())])
 }
 
+/// One lease as VTRR.LEASE replies: id, payload, token, timeouts.
+pub type Lease = (Vec<u8>, Vec<u8>, String, i64);
+
+/// `VTRR.LEASE <queue> <lease_ms>`: the lease, or None on an empty queue.
+pub fn lease(con: &mut redis::Connection, queue: &str, lease_ms: u64) -> Option<Lease> {
+    redis::cmd("VTRR.LEASE")
+        .arg(queue)
+        .arg(lease_ms)
+        .query(con)
+        .unwrap()
+}
+
+/// `VTRR.ACK <queue> <id> <token>`: the number acked (0 or 1).
+pub fn ack(con: &mut redis::Connection, queue: &str, id: &[u8], token: &str) -> i64 {
+    redis::cmd("VTRR.ACK")
+        .arg(queue)
+        .arg(id)
+        .arg(token)
+        .query(con)
+        .unwrap()
+}
+
+/// `VTRR.RENEW <queue> <id> <token> <lease_ms>`: 1 when renewed, else 0.
+pub fn renew(
+    con: &mut redis::Connection,
+    queue: &str,
+    id: &[u8],
+    token: &str,
+    lease_ms: u64,
+) -> i64 {
+    redis::cmd("VTRR.RENEW")
+        .arg(queue)
+        .arg(id)
+        .arg(token)
+        .arg(lease_ms)
+        .query(con)
+        .unwrap()
+}
+
 /// WATCHes `keys` on `watcher`, runs `act` (given the watcher, for reads),
 /// and says whether a transaction begun after it still executes: false when
 /// something in `act` touched one of the keys.
