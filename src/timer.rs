@@ -70,13 +70,10 @@ impl Index {
             db if db == second => first,
             db => db,
         };
-        let queues_of_first = self.due.remove(&first);
-        if let Some(queues) = self.due.remove(&second) {
-            self.due.insert(first, queues);
-        }
-        if let Some(queues) = queues_of_first {
-            self.due.insert(second, queues);
-        }
+        self.due = std::mem::take(&mut self.due)
+            .into_iter()
+            .map(|(db, queues)| (moved(db), queues))
+            .collect();
         self.schedule = std::mem::take(&mut self.schedule)
             .into_iter()
             .map(|(due, db, queue)| (due, moved(db), queue))
