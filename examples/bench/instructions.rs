@@ -74,7 +74,7 @@ type Counts = Vec<(System, Vec<f64>)>;
 
 impl Bench<'_> {
     /// Counts a single-item enqueue and a lease+ack cycle for every system,
-    /// with `backlog` items queued over 100 partitions; one table row per
+    /// with `counted_backlog` items queued over 100 partitions; one table row per
     /// scenario, labelled with `setting`.
     pub fn instruction_rows(&mut self, callgrind: &mut Callgrind, setting: &str) {
         let sizes = self.sizes;
