@@ -237,13 +237,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
     server.restart();
     let mut con = server.connect();
     assert_eq!(before, dump_all(&mut con), "RDB reload differs");
-    let acked: i64 = redis::cmd("VTRR.ACK")
-        .arg("durable")
-        .arg("keep")
-        .arg(token)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(acked, 1);
+    assert_eq!(ack(&mut con, "durable", b"keep", &token), 1);
     assert_invariants(&mut con, "durable");
 }
 
@@ -260,11 +254,7 @@ fn a_promoted_replica_starts_reclaiming() {
     let mut m = master.connect();
     let mut r = replica.connect();
     enqueue_one(&mut m, "q", "p", "a", "A");
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(30)
-        .query(&mut m)
-        .unwrap();
+    lease(&mut m, "q", 30).unwrap();
     wait_replicated(&mut m);
     std::thread::sleep(Duration::from_millis(200));
     let inflight: i64 = redis::cmd("ZCARD")

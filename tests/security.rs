@@ -57,12 +57,7 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
         .query(&mut worker)
         .unwrap();
     assert_eq!(added, 1);
-    let leased: Option<(String, String, String, i64)> = redis::cmd("VTRR.LEASE")
-        .arg("files")
-        .arg(60_000)
-        .query(&mut worker)
-        .unwrap();
-    let (id, _, token, _) = leased.unwrap();
+    let (id, _, token, _) = lease(&mut worker, "files", 60_000).unwrap();
     let after_own_queue = dump_all(&mut admin);
     for (command, args) in [
         ("VTRR.ENQUEUE", vec!["other", "p", "x", "1", "X"]),
@@ -105,13 +100,7 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
             .query(&mut reader),
     );
     assert!(err.starts_with("NOPERM"), "{err}");
-    let acked: i64 = redis::cmd("VTRR.ACK")
-        .arg("files")
-        .arg(&id)
-        .arg(&token)
-        .query(&mut worker)
-        .unwrap();
-    assert_eq!(acked, 1);
+    assert_eq!(ack(&mut worker, "files", &id, &token), 1);
 }
 
 #[test]

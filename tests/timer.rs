@@ -42,11 +42,7 @@ fn an_expired_lease_comes_back_with_no_command_sent() {
     // Past the start-up index rebuild, so only LEASE's own tracking can find it.
     wait_past_startup_rebuild(&mut con);
     enqueue_one(&mut con, "q", "p", "a", "A");
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(100)
-        .query(&mut con)
-        .unwrap();
+    lease(&mut con, "q", 100).unwrap();
     let leased_at = Instant::now();
     let mut observer = server.connect();
     // Only reads from here on.
@@ -82,11 +78,7 @@ fn leases_survive_a_restart_and_are_reclaimed_by_the_timer_alone() {
             .spawn();
         let mut con = server.connect();
         enqueue_one(&mut con, "q", "p", "a", "A");
-        let _: Value = redis::cmd("VTRR.LEASE")
-            .arg("q")
-            .arg(300)
-            .query(&mut con)
-            .unwrap();
+        lease(&mut con, "q", 300).unwrap();
         server.stop(true);
         server.restart();
         let mut con = server.connect();
@@ -205,11 +197,7 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
     std::thread::sleep(Duration::from_millis(5));
     // A LEASE reclaims at most vtrr.reclaim-batch before leasing.
     let before = vtrr_info(&mut con)["vtrr_items_reclaimed"];
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("flood")
-        .arg(600_000)
-        .query(&mut con)
-        .unwrap();
+    lease(&mut con, "flood", 600_000).unwrap();
     assert_eq!(vtrr_info(&mut con)["vtrr_items_reclaimed"] - before, 1000);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -282,11 +270,7 @@ fn config_set_stops_and_restarts_the_timer() {
     std::thread::sleep(Duration::from_millis(50));
     let runs = vtrr_info(&mut con)["vtrr_timer_runs"];
     enqueue_one(&mut con, "q", "p", "a", "A");
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(10)
-        .query(&mut con)
-        .unwrap();
+    lease(&mut con, "q", 10).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
         vtrr_info(&mut con)["vtrr_timer_runs"],
@@ -312,11 +296,7 @@ fn idle_ticks_do_not_abort_watch() {
         .spawn();
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(600_000)
-        .query(&mut con)
-        .unwrap();
+    lease(&mut con, "q", 600_000).unwrap();
     let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
     let untouched = keys_untouched_by(&mut con, &keys, |con| {
         let runs = vtrr_info(con)["vtrr_timer_runs"];
@@ -366,11 +346,7 @@ fn reclaims_fire_a_notification_dispatchers_can_wait_on() {
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
     enqueue_one(&mut con, "q", "p", "a", "A");
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(30)
-        .query(&mut con)
-        .unwrap();
+    lease(&mut con, "q", 30).unwrap();
     let events: Vec<String> = (0..3)
         .filter_map(|_| pubsub.get_message().ok())
         .map(|m| m.get_payload().unwrap())
@@ -386,16 +362,8 @@ fn info_reports_the_timer() {
     let mut con = server.connect();
     enqueue_one(&mut con, "a", "p", "x", "X");
     enqueue_one(&mut con, "b", "p", "y", "Y");
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("a")
-        .arg(600_000)
-        .query(&mut con)
-        .unwrap();
-    let _: Value = redis::cmd("VTRR.LEASE")
-        .arg("b")
-        .arg(600_000)
-        .query(&mut con)
-        .unwrap();
+    lease(&mut con, "a", 600_000).unwrap();
+    lease(&mut con, "b", 600_000).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let counters = vtrr_info(&mut con);
     assert_eq!(counters["vtrr_items_enqueued"], 2);
