@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-type Lease = (String, String, String, i64);
+/// A lease read with a text id and payload, for readable assertions.
+type TextLease = (String, String, String, i64);
 
 fn enqueue(con: &mut redis::Connection, queue: &str, partition: &str, id: &str) {
     assert_eq!(
@@ -17,7 +18,7 @@ fn enqueue(con: &mut redis::Connection, queue: &str, partition: &str, id: &str) 
 }
 
 /// `VTRR.LEASE q 60000 BLOCK <block_ms>`.
-fn lease_blocking(con: &mut redis::Connection, block_ms: u64) -> Option<Lease> {
+fn lease_blocking(con: &mut redis::Connection, block_ms: u64) -> Option<TextLease> {
     redis::cmd("VTRR.LEASE")
         .arg("q")
         .arg(60_000)
@@ -130,7 +131,7 @@ fn a_timeout_replies_nil_or_an_empty_array() {
     let server = Server::start();
     let mut con = server.connect();
     let started = Instant::now();
-    let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
+    let leased: Option<TextLease> = redis::cmd("VTRR.LEASE")
         .arg("q")
         .arg(1000)
         .arg("BLOCK")
@@ -139,7 +140,7 @@ fn a_timeout_replies_nil_or_an_empty_array() {
         .unwrap();
     assert!(leased.is_none());
     assert!(started.elapsed() >= Duration::from_millis(200));
-    let leased: Vec<Lease> = redis::cmd("VTRR.LEASE")
+    let leased: Vec<TextLease> = redis::cmd("VTRR.LEASE")
         .arg("q")
         .arg(1000)
         .arg("COUNT")
@@ -160,11 +161,7 @@ fn a_reclaimed_item_wakes_a_waiter() {
         .spawn();
     let mut con = server.connect();
     enqueue(&mut con, "q", "p", "a");
-    let _: Option<Lease> = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(100)
-        .query(&mut con)
-        .unwrap();
+    lease(&mut con, "q", 100).unwrap();
     let leased = lease_blocking(&mut con, 3_000);
     let (id, _, _, timeouts) = leased.expect("woken by the timer's reclaim");
     assert_eq!((id.as_str(), timeouts), ("a", 1));
@@ -178,7 +175,7 @@ fn a_disconnected_or_unblocked_waiter_loses_nothing() {
     let waiter = std::thread::spawn(move || {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
         let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
-        let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
+        let leased: Option<TextLease> = redis::cmd("VTRR.LEASE")
             .arg("q")
             .arg(1000)
             .arg("BLOCK")
@@ -237,7 +234,7 @@ fn inside_multi_and_lua_block_does_not_wait() {
     let server = Server::start();
     let mut con = server.connect();
     let started = Instant::now();
-    let (leased,): (Option<Lease>,) = redis::pipe()
+    let (leased,): (Option<TextLease>,) = redis::pipe()
         .atomic()
         .cmd("VTRR.LEASE")
         .arg("q")
@@ -247,7 +244,7 @@ fn inside_multi_and_lua_block_does_not_wait() {
         .query(&mut con)
         .unwrap();
     assert!(leased.is_none());
-    let from_lua: Option<Lease> = redis::cmd("EVAL")
+    let from_lua: Option<TextLease> = redis::cmd("EVAL")
         .arg("return redis.call('VTRR.LEASE', KEYS[1], 1000, 'BLOCK', 0)")
         .arg(1)
         .arg("q")

@@ -599,7 +599,7 @@ fn idle_calls_do_not_abort_a_watching_client() {
     let mut worker = server.connect();
     enqueue_items(&mut worker, "q", &[("p", "a", 1, b"A")]);
     let (id, _, _, _) = lease(&mut worker, "q", 60_000).unwrap();
-    let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
+    let keys = queue_keys("q");
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
         assert_eq!(lease(&mut worker, "q", 100), None);
         assert_eq!(ack(&mut worker, "q", &id, "stale"), 0);

@@ -311,17 +311,6 @@ fn a_full_server_refuses_enqueue_but_can_still_drain() {
         .query::<i64>(&mut con)
         .unwrap_err();
     assert_eq!(refused.code(), Some("OOM"), "{refused}");
-    let leased: Option<(String, String, String, i64)> = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(60_000)
-        .query(&mut con)
-        .unwrap();
-    let (id, _, token, _) = leased.expect("LEASE works on a full server");
-    let acked: i64 = redis::cmd("VTRR.ACK")
-        .arg("q")
-        .arg(&id)
-        .arg(&token)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(acked, 1);
+    let (id, _, token, _) = lease(&mut con, "q", 60_000).expect("LEASE works on a full server");
+    assert_eq!(ack(&mut con, "q", &id, &token), 1);
 }

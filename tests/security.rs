@@ -158,12 +158,7 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
                 Ok(added) => {
                     assert_eq!(added, 1);
                     owners += 1;
-                    let leased: Option<(String, String, String, i64)> = redis::cmd("VTRR.LEASE")
-                        .arg(queue)
-                        .arg(1000)
-                        .query(con)
-                        .unwrap();
-                    assert!(leased.is_some());
+                    assert!(lease(con, queue, 1000).is_some());
                     let keys: Vec<String> = redis::cmd("CLUSTER")
                         .arg("GETKEYSINSLOT")
                         .arg(slot)

@@ -297,7 +297,7 @@ fn idle_ticks_do_not_abort_watch() {
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     lease(&mut con, "q", 600_000).unwrap();
-    let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
+    let keys = queue_keys("q");
     let untouched = keys_untouched_by(&mut con, &keys, |con| {
         let runs = vtrr_info(con)["vtrr_timer_runs"];
         std::thread::sleep(Duration::from_millis(300));
@@ -322,7 +322,7 @@ fn a_timer_reclaim_that_finds_nothing_expired_does_not_abort_watch() {
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
     let (id, _, token, _) = lease(&mut con, "q", 500).unwrap();
     assert_eq!(renew(&mut con, "q", &id, &token, 600_000), 1);
-    let keys: Vec<String> = SUFFIXES.iter().map(|s| format!("vtrr:q:{s}")).collect();
+    let keys = queue_keys("q");
     let untouched = keys_untouched_by(&mut con, &keys, |con| {
         std::thread::sleep(Duration::from_millis(800));
         let info = vtrr_info(con);

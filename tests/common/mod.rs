@@ -250,12 +250,19 @@ pub const SUFFIXES: [&str; 9] = [
     "timeouts",
 ];
 
-/// DUMP of every key of queue `name` (None for missing keys).
-pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
+/// The nine key names of queue `name`, in `SUFFIXES` order.
+pub fn queue_keys(name: &str) -> Vec<String> {
     SUFFIXES
         .iter()
-        .map(|suffix| {
-            let key = format!("vtrr:{name}:{suffix}");
+        .map(|suffix| format!("vtrr:{name}:{suffix}"))
+        .collect()
+}
+
+/// DUMP of every key of queue `name` (None for missing keys).
+pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
+    queue_keys(name)
+        .into_iter()
+        .map(|key| {
             let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
             (key, dump)
         })
@@ -476,10 +483,7 @@ impl LuaScripts {
     /// `EVALSHA <script> 9 <the queue's keys>`; add the ARGV with `.arg()`.
     pub fn cmd(&self, script: &str, queue: &str) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.shas[script]).arg(9);
-        for suffix in SUFFIXES {
-            cmd.arg(format!("vtrr:{queue}:{suffix}"));
-        }
+        cmd.arg(&self.shas[script]).arg(9).arg(queue_keys(queue));
         cmd
     }
 }
