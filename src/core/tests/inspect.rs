@@ -1,0 +1,50 @@
+//! STATS and CHECK.
+
+use super::*;
+use crate::core::*;
+use crate::store::memory::MemoryStore;
+use crate::store::{HashKey, Store, ZsetKey};
+
+#[test]
+fn stats_counts_queue_state() {
+    let mut store = MemoryStore::new();
+    enqueue(
+        &mut store,
+        &[item("A", "a", 1), item("B", "b", 1), item("B", "c", 1)],
+    )
+    .unwrap();
+    lease(&mut store, 0, 10, 1, 0, tokens()).unwrap();
+    lease(&mut store, 0, 20, 1, 0, tokens()).unwrap();
+    let stats = stats(&mut store, 15).unwrap();
+    assert_eq!(
+        stats,
+        Stats {
+            queued: 1,
+            inflight: 2,
+            expired: 1,
+            partitions: 2,
+            current_virtual_time: 1,
+            next_expiry_ms: Some(10)
+        }
+    );
+}
+
+#[test]
+fn check_finds_broken_invariants() {
+    let mut store = MemoryStore::new();
+    enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
+    assert!(check::check(&mut store).is_empty());
+    store.zadd(ZsetKey::Inflight, b"a", 1.0);
+    store.hset(HashKey::Lease, b"ghost", b"t");
+    let problems = check::check(&mut store);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("a is both queued and in flight")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("lease holds ghost")),
+        "{problems:?}"
+    );
+}

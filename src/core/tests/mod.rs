@@ -1,0 +1,37 @@
+//! Unit and property tests of the VTRR core over the in-memory store, one
+//! file per concept.
+
+mod inspect;
+mod lease;
+mod properties;
+mod reclaim;
+mod scoring;
+
+use crate::core::*;
+use crate::store::memory::MemoryStore;
+
+pub fn item<'a>(partition: &'a str, id: &'a str, weight: u64) -> NewItem<'a> {
+    NewItem {
+        partition: partition.as_bytes(),
+        id: id.as_bytes(),
+        weight,
+        payload: id.as_bytes(),
+    }
+}
+
+pub fn tokens() -> impl FnMut() -> Vec<u8> {
+    let mut n = 0;
+    move || {
+        n += 1;
+        format!("token-{n}").into_bytes()
+    }
+}
+
+pub fn lease_ids(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String> {
+    lease(store, now_ms, 1000, count, 1000, tokens())
+        .unwrap()
+        .leased
+        .into_iter()
+        .map(|l| String::from_utf8(l.id).unwrap())
+        .collect()
+}

@@ -1,0 +1,91 @@
+//! Scoring: turns, weights, what enqueue writes.
+
+use super::*;
+use crate::core::*;
+use crate::store::memory::MemoryStore;
+use crate::store::{HashKey, Store, ZsetKey};
+
+#[test]
+fn partitions_are_served_in_turn_however_much_each_queued() {
+    let mut store = MemoryStore::new();
+    let a: Vec<_> = (1..=4).map(|i| format!("a{i}")).collect();
+    let a_items: Vec<_> = a.iter().map(|id| item("A", id, 1)).collect();
+    enqueue(&mut store, &a_items).unwrap();
+    enqueue(&mut store, &[item("B", "b1", 1), item("B", "b2", 1)]).unwrap();
+    assert_eq!(
+        lease_ids(&mut store, 0, 10),
+        ["a1", "b1", "a2", "b2", "a3", "a4"]
+    );
+}
+
+#[test]
+fn a_weight_n_item_costs_its_partition_n_turns() {
+    let mut store = MemoryStore::new();
+    enqueue(
+        &mut store,
+        &[item("heavy", "h1", 3), item("heavy", "h2", 3)],
+    )
+    .unwrap();
+    let light: Vec<_> = (1..=5).map(|i| format!("l{i}")).collect();
+    let light_items: Vec<_> = light.iter().map(|id| item("light", id, 1)).collect();
+    enqueue(&mut store, &light_items).unwrap();
+    // h1 at 1, h2 at 4; light at 1..=5.
+    assert_eq!(
+        lease_ids(&mut store, 0, 10),
+        ["h1", "l1", "l2", "l3", "h2", "l4", "l5"]
+    );
+}
+
+#[test]
+fn enqueue_writes_the_documented_keys() {
+    let mut store = MemoryStore::new();
+    store.set_raw_current_virtual_time(b"10");
+    let outcome = enqueue(&mut store, &[item("p:x", "i1", 2), item("p:x", "i2", 1)]).unwrap();
+    assert_eq!(outcome.added, 2);
+    assert_eq!(
+        store.zset_entries(ZsetKey::Queue),
+        [(b"i1".to_vec(), 11.0), (b"i2".to_vec(), 13.0)]
+    );
+    assert_eq!(
+        store.hget(HashKey::PartitionVirtualTime, b"p:x").unwrap(),
+        b"14"
+    );
+    assert_eq!(store.hget(HashKey::Meta, b"i1").unwrap(), b"2:p:x");
+    assert_eq!(store.hget(HashKey::Task, b"i2").unwrap(), b"i2");
+}
+
+#[test]
+fn enqueue_skips_ids_already_queued_or_leased() {
+    let mut store = MemoryStore::new();
+    enqueue(&mut store, &[item("A", "x", 1), item("A", "y", 1)]).unwrap();
+    lease(&mut store, 0, 100, 1, 0, tokens()).unwrap(); // x leased
+    let before = store.clone();
+    let outcome = enqueue(
+        &mut store,
+        &[item("B", "x", 5), item("B", "y", 5), item("B", "y", 1)],
+    )
+    .unwrap();
+    assert_eq!(outcome.added, 0);
+    assert_eq!(format!("{before:?}"), format!("{store:?}"));
+}
+
+#[test]
+fn a_non_numeric_current_virtual_time_refuses_and_changes_nothing() {
+    let mut store = MemoryStore::new();
+    enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
+    store.set_raw_current_virtual_time(b"garbage");
+    let before = format!("{store:?}");
+    assert_eq!(
+        enqueue(&mut store, &[item("A", "b", 1)]),
+        Err(CoreError::CurrentVirtualTimeNotInteger)
+    );
+    assert_eq!(
+        lease(&mut store, 0, 1, 1, 1, tokens()),
+        Err(CoreError::CurrentVirtualTimeNotInteger)
+    );
+    assert_eq!(
+        reclaim(&mut store, 0, 1),
+        Err(CoreError::CurrentVirtualTimeNotInteger)
+    );
+    assert_eq!(before, format!("{store:?}"));
+}
