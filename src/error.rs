@@ -5,11 +5,8 @@ use redis_module::RedisError;
 
 use crate::core::CoreError;
 use crate::keys::KeyKind;
+use crate::limits::{MAX_BLOCK_MS, MAX_LEASE_MS, MAX_WEIGHT};
 use crate::store::redis::OpenError;
-
-pub const MAX_WEIGHT: i64 = 1_000_000_000;
-/// Ten years: longer leases are a mistake, not a plan.
-pub const MAX_LEASE_MS: i64 = 315_360_000_000;
 
 fn err(message: String) -> RedisError {
     RedisError::String(message)
@@ -36,7 +33,9 @@ pub fn lease_ms() -> RedisError {
 }
 
 pub fn block_ms() -> RedisError {
-    err("ERR BLOCK timeout-ms must be an integer between 0 and 31536000000".into())
+    err(format!(
+        "ERR BLOCK timeout-ms must be an integer between 0 and {MAX_BLOCK_MS}"
+    ))
 }
 
 pub fn positive(option: &str) -> RedisError {

@@ -3,100 +3,45 @@
 //!
 //! This file only registers: commands, configs, INFO, timer and events.
 
-pub mod command_info;
 pub mod commands;
 pub mod config;
 pub mod core;
 pub mod error;
 pub mod info;
 pub mod keys;
+pub mod limits;
+pub mod ops;
 pub mod store;
 pub mod timer;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{LoadingSubevent, ServerRole};
 use redis_module::{
-    raw, redis_module, Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status,
+    redis_module, Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status,
 };
 use redis_module_macros::{
     config_changed_event_handler, info_command_handler, loading_event_handler,
     role_changed_event_handler,
 };
 
-use command_info::CommandInfo;
-use commands::{enqueue, lease, reclaim, stats};
-
-const KEY_READ: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
-const KEY_WRITE: u32 =
-    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
-
-const COMMAND_INFO: [CommandInfo; 7] = [
-    CommandInfo {
-        name: "vtrr.enqueue",
-        arity: -6,
-        summary: "Adds items to a fair queue, each scored by its partition's virtual time",
-        complexity: "O(log N) per item",
-        key_flags: KEY_WRITE,
-    },
-    CommandInfo {
-        name: "vtrr.lease",
-        arity: -3,
-        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; BLOCK waits for one",
-        complexity: "O(log N) per item leased or reclaimed",
-        key_flags: KEY_WRITE,
-    },
-    CommandInfo {
-        name: "vtrr.ack",
-        arity: -4,
-        summary: "Finishes leased items whose lease token is current",
-        complexity: "O(log N) per pair",
-        key_flags: KEY_WRITE,
-    },
-    CommandInfo {
-        name: "vtrr.renew",
-        arity: 5,
-        summary: "Extends a lease whose token is current",
-        complexity: "O(log N)",
-        key_flags: KEY_WRITE,
-    },
-    CommandInfo {
-        name: "vtrr.reclaim",
-        arity: -2,
-        summary: "Re-enqueues items whose lease has expired",
-        complexity: "O(log N) per item reclaimed",
-        key_flags: KEY_WRITE,
-    },
-    CommandInfo {
-        name: "vtrr.stats",
-        arity: 2,
-        summary: "Counts a queue's queued, leased and expired items",
-        complexity: "O(log N)",
-        key_flags: KEY_READ,
-    },
-    CommandInfo {
-        name: "vtrr.check",
-        arity: 2,
-        summary: "Verifies a queue's cross-key invariants",
-        complexity: "O(N)",
-        key_flags: KEY_READ,
-    },
-];
+use commands::{enqueue, lease, reclaim, stats, Command};
+use store::command_info;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    if let Err(missing) = store::redis::check_api() {
+    if let Err(missing) = store::api::check() {
         ctx.log_warning(&format!("vtrr: this server lacks {missing}; not loading"));
         return Status::Err;
     }
     // Keys are signalled as modified only when a command really changed
     // them, so an idle LEASE or timer tick never aborts a client's WATCH.
     ctx.set_module_options(ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
-    for info in &COMMAND_INFO {
-        if let Err(e) = command_info::set(ctx, info) {
+    for command in COMMANDS {
+        if let Err(e) = command_info::set(ctx, &command.info) {
             ctx.log_warning(&format!("vtrr: {e}"));
             return Status::Err;
         }
     }
-    if !store::redis::subscribe_to_swapdb(ctx, timer::on_swapdb) {
+    if !store::server::subscribe_to_swapdb(ctx, timer::on_swapdb) {
         ctx.log_warning("vtrr: could not subscribe to SWAPDB events; not loading");
         return Status::Err;
     }
@@ -139,20 +84,21 @@ type ModuleAllocator = std::alloc::System;
 #[cfg(test)]
 const MODULE_ALLOCATOR: ModuleAllocator = std::alloc::System;
 
-redis_module! {
+/// Registers the module with its commands, each listed once: the name,
+/// flags and handler come from the command's own file.
+macro_rules! register {
+    ($($command:expr),* $(,)?) => {
+        /// Every command, for the metadata `init` sets.
+        const COMMANDS: &[&Command] = &[$(&$command),*];
+
+        redis_module! {
     name: "vtrr",
     version: 1,
     allocator: (ModuleAllocator, MODULE_ALLOCATOR),
     data_types: [],
     init: init,
     commands: [
-        ["vtrr.enqueue", enqueue::enqueue, "write deny-oom fast", 1, 1, 1, ""],
-        ["vtrr.lease", lease::lease, "write fast", 1, 1, 1, ""],
-        ["vtrr.ack", lease::ack, "write fast", 1, 1, 1, ""],
-        ["vtrr.renew", lease::renew, "write fast", 1, 1, 1, ""],
-        ["vtrr.reclaim", reclaim::reclaim, "write", 1, 1, 1, ""],
-        ["vtrr.stats", stats::stats, "readonly fast", 1, 1, 1, ""],
-        ["vtrr.check", stats::check, "readonly", 1, 1, 1, ""],
+        $([$command.info.name, $command.handler, $command.info.flags, 1, 1, 1, ""]),*
     ],
     event_handlers: [
         [@ZSET @GENERIC: timer::on_keyspace_event],
@@ -168,3 +114,15 @@ redis_module! {
         module_args_as_configuration: true,
     ]
 }
+    };
+}
+
+register!(
+    enqueue::ENQUEUE,
+    lease::LEASE,
+    lease::ACK,
+    lease::RENEW,
+    reclaim::RECLAIM,
+    stats::STATS,
+    stats::CHECK,
+);

@@ -3,7 +3,7 @@
 
 use redis_module::{RedisError, RedisString};
 
-use crate::error;
+use crate::{error, limits};
 
 /// Parses a decimal integer the way Redis does: optional `-`, digits, no
 /// `+`, no spaces, no leading zeros, no overflow.
@@ -41,7 +41,7 @@ pub fn queue_name(raw: &RedisString) -> Result<&[u8], RedisError> {
 
 /// `lease-ms`.
 pub fn lease_ms(raw: &RedisString) -> Result<i64, RedisError> {
-    int_in(raw.as_slice(), 1, error::MAX_LEASE_MS, error::lease_ms)
+    int_in(raw.as_slice(), 1, limits::MAX_LEASE_MS, error::lease_ms)
 }
 
 /// Walks `[OPTION value ...]` pairs, matching option names case-insensitively.

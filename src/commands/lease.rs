@@ -2,11 +2,48 @@
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{args, bulk, core_error, log_anomalies, open, queue_name};
-use crate::core::{self, Leased};
+use super::{args, bulk, check_arity, id, queue_name, Command};
+use crate::core::Leased;
 use crate::keys::{key_name, QueueKey};
-use crate::store::redis::{block_on_key, new_token, now_ms, Access, Waiter};
-use crate::{config, error, info, timer};
+use crate::store::blocking::{block_on_key, Waiter};
+use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::{error, limits, ops};
+
+pub const LEASE: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.lease",
+        flags: "write fast",
+        arity: -3,
+        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; BLOCK waits for one",
+        complexity: "O(log N) per item leased or reclaimed",
+        key_flags: KEY_WRITE,
+    },
+    handler: lease,
+};
+
+pub const ACK: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.ack",
+        flags: "write fast",
+        arity: -4,
+        summary: "Finishes leased items whose lease token is current",
+        complexity: "O(log N) per pair",
+        key_flags: KEY_WRITE,
+    },
+    handler: ack,
+};
+
+pub const RENEW: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.renew",
+        flags: "write fast",
+        arity: 5,
+        summary: "Extends a lease whose token is current",
+        complexity: "O(log N)",
+        key_flags: KEY_WRITE,
+    },
+    handler: renew,
+};
 
 /// A parsed `VTRR.LEASE`, owned so a blocked client can keep it.
 struct LeaseRequest {
@@ -16,18 +53,12 @@ struct LeaseRequest {
     count: Option<usize>,
 }
 
-/// The longest BLOCK timeout: Redis stores it as milliseconds in a signed
-/// 64-bit deadline; a year is plenty (0 already means forever).
-const MAX_BLOCK_MS: i64 = 31_536_000_000;
-
 /// Parses `VTRR.LEASE`; the second value is the BLOCK timeout, if any.
 fn parse_lease(
     ctx: &Context,
     argv: &[RedisString],
 ) -> Result<(LeaseRequest, Option<i64>), RedisError> {
-    if argv.len() < 3 {
-        return Err(RedisError::WrongArity);
-    }
+    check_arity(argv, &LEASE)?;
     let queue = queue_name(ctx, &argv[1])?.to_vec();
     let lease_ms = args::lease_ms(&argv[2])?;
     let mut count = None;
@@ -42,7 +73,7 @@ fn parse_lease(
                 block = Some(args::int_in(
                     value.as_slice(),
                     0,
-                    MAX_BLOCK_MS,
+                    limits::MAX_BLOCK_MS,
                     error::block_ms,
                 )?)
             }
@@ -78,31 +109,12 @@ fn nothing(request: &LeaseRequest) -> RedisValue {
 
 /// Reclaims, then leases now; an empty vector when nothing is queued.
 fn grant(ctx: &Context, request: &LeaseRequest) -> Result<Vec<Leased>, RedisError> {
-    let queue = request.queue.as_slice();
-    let now = now_ms();
-    let mut store = open(ctx, queue, &QueueKey::ALL, Access::Write)?;
-    let outcome = core::lease(
-        &mut store,
-        now,
+    ops::lease(
+        ctx,
+        &request.queue,
         request.lease_ms,
         request.count.unwrap_or(1),
-        config::reclaim_batch(),
-        new_token,
     )
-    .map_err(core_error(queue))?;
-    store.commit(if outcome.leased.is_empty() {
-        c"vtrr.reclaim"
-    } else {
-        c"vtrr.lease"
-    });
-    drop(store);
-    log_anomalies(ctx, queue, &outcome.anomalies);
-    info::add(&info::RECLAIMED, outcome.reclaimed);
-    info::add(&info::LEASED, outcome.leased.len() as u64);
-    if !outcome.leased.is_empty() {
-        timer::track(ctx, queue, now.saturating_add(request.lease_ms));
-    }
-    Ok(outcome.leased)
 }
 
 fn reply(request: &LeaseRequest, leased: Vec<Leased>) -> RedisValue {
@@ -124,7 +136,7 @@ fn serve_blocked(ctx: &Context, request: &LeaseRequest) -> Option<RedisResult> {
 }
 
 /// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>]
-pub fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let (request, block) = parse_lease(ctx, &argv)?;
     let leased = grant(ctx, &request)?;
     // Inside MULTI or a script BLOCK acts as the non-blocking form, as
@@ -151,59 +163,27 @@ pub fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     }
 }
 
-const ACK_KEYS: [QueueKey; 5] = [
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
-    QueueKey::Meta,
-    QueueKey::Timeouts,
-];
-
 /// VTRR.ACK <name> <id> <token> [<id> <token> ...]
-pub fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    if argv.len() < 4 || !argv.len().is_multiple_of(2) {
+fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &ACK)?;
+    if !argv.len().is_multiple_of(2) {
         return Err(RedisError::WrongArity);
     }
     let queue = queue_name(ctx, &argv[1])?;
     let pairs = argv[2..]
         .chunks_exact(2)
-        .map(|pair| {
-            let id = pair[0].as_slice();
-            if id.is_empty() {
-                return Err(error::empty("id"));
-            }
-            Ok((id, pair[1].as_slice()))
-        })
+        .map(|pair| Ok((id(&pair[0])?, pair[1].as_slice())))
         .collect::<Result<Vec<_>, RedisError>>()?;
-    let mut store = open(ctx, queue, &ACK_KEYS, Access::Write)?;
-    let acked = core::ack(&mut store, &pairs);
-    store.commit(c"vtrr.ack");
-    info::add(&info::ACKED, acked);
+    let acked = ops::ack(ctx, queue, &pairs)?;
     Ok(RedisValue::Integer(acked as i64))
 }
 
 /// VTRR.RENEW <name> <id> <token> <lease-ms>
-pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    if argv.len() != 5 {
-        return Err(RedisError::WrongArity);
-    }
+fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &RENEW)?;
     let queue = queue_name(ctx, &argv[1])?;
-    let id = argv[2].as_slice();
-    if id.is_empty() {
-        return Err(error::empty("id"));
-    }
+    let id = id(&argv[2])?;
     let lease_ms = args::lease_ms(&argv[4])?;
-    let now = now_ms();
-    let mut store = open(
-        ctx,
-        queue,
-        &[QueueKey::Inflight, QueueKey::Lease],
-        Access::Write,
-    )?;
-    let renewed = core::renew(&mut store, id, argv[3].as_slice(), now, lease_ms);
-    store.commit(c"vtrr.renew");
-    if renewed {
-        info::add(&info::RENEWED, 1);
-    }
+    let renewed = ops::renew(ctx, queue, id, argv[3].as_slice(), lease_ms)?;
     Ok(RedisValue::Integer(i64::from(renewed)))
 }

@@ -1,5 +1,7 @@
-//! Command handlers: parse and validate every argument, open the queue's keys
-//! (checking their types), run the core, commit effects, format the reply.
+//! Command handlers: each file parses and validates every argument, hands
+//! off to the operations layer, and formats the reply. Each command's
+//! metadata (name, flags, arity, summary, complexity) sits beside its
+//! handler, and registration reads it from there.
 
 pub mod args;
 pub mod enqueue;
@@ -7,11 +9,29 @@ pub mod lease;
 pub mod reclaim;
 pub mod stats;
 
-use redis_module::{Context, ContextFlags, RedisError, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use crate::core::{Anomaly, CoreError};
 use crate::error;
-use crate::store::redis::{Access, Caller, RedisStore};
+use crate::store::command_info::CommandInfo;
+
+/// A command: what registers it, and the function that serves it.
+pub struct Command {
+    pub info: CommandInfo,
+    pub handler: fn(&Context, Vec<RedisString>) -> RedisResult,
+}
+
+/// `argv` has the declared arity (Redis checks it too where the server
+/// supports command info).
+fn check_arity(argv: &[RedisString], command: &Command) -> Result<(), RedisError> {
+    let argc = argv.len() as i64;
+    let arity = i64::from(command.info.arity);
+    let fits = if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    };
+    fits.then_some(()).ok_or(RedisError::WrongArity)
+}
 
 /// The queue-name argument: non-empty, and with a hash tag in cluster mode
 /// (so one queue's keys live in one slot, on one shard).
@@ -23,55 +43,13 @@ fn queue_name<'a>(ctx: &Context, raw: &'a RedisString) -> Result<&'a [u8], Redis
     Ok(name)
 }
 
-/// Opens all keys of `queue` for the given access, mapping a wrong type to
-/// the WRONGTYPE reply.
-fn open<'ctx>(
-    ctx: &'ctx Context,
-    queue: &[u8],
-    keys: &[crate::keys::QueueKey],
-    access: Access,
-) -> Result<RedisStore<'ctx>, RedisError> {
-    open_as(ctx, queue, keys, access, Caller::Client)
-}
-
-fn open_as<'ctx>(
-    ctx: &'ctx Context,
-    queue: &[u8],
-    keys: &[crate::keys::QueueKey],
-    access: Access,
-    caller: Caller,
-) -> Result<RedisStore<'ctx>, RedisError> {
-    RedisStore::open(ctx, queue, keys, access, caller).map_err(|e| error::open(&e))
-}
-
-fn core_error(queue: &[u8]) -> impl Fn(CoreError) -> RedisError + '_ {
-    move |e| error::core(&e, queue)
-}
-
-/// Logs what a command repaired in keys written by other clients.
-fn log_anomalies(ctx: &Context, queue: &[u8], anomalies: &[Anomaly]) {
-    let queue = String::from_utf8_lossy(queue);
-    for anomaly in anomalies {
-        let text = match anomaly {
-            Anomaly::MetaUnreadable { id } => format!(
-                "item {} had no readable meta; re-enqueued with weight 1 in the empty partition",
-                String::from_utf8_lossy(id)
-            ),
-            Anomaly::PayloadMissing { id } => format!(
-                "item {} had no payload; used an empty one",
-                String::from_utf8_lossy(id)
-            ),
-            Anomaly::TimeoutsUnreadable { id } => format!(
-                "item {} had an unreadable timeouts count; counted from 0",
-                String::from_utf8_lossy(id)
-            ),
-            Anomaly::PartitionVirtualTimeUnreadable { partition } => format!(
-                "partition {} had an unreadable virtual time; read as 0",
-                String::from_utf8_lossy(partition)
-            ),
-        };
-        ctx.log_warning(&format!("vtrr: queue {queue}: {text}"));
+/// A non-empty id.
+fn id(raw: &RedisString) -> Result<&[u8], RedisError> {
+    let id = raw.as_slice();
+    if id.is_empty() {
+        return Err(error::empty("id"));
     }
+    Ok(id)
 }
 
 fn bulk(bytes: Vec<u8>) -> RedisValue {

@@ -1,17 +1,28 @@
 //! `VTRR.RECLAIM`.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
-use super::{args, core_error, log_anomalies, open_as, queue_name};
-use crate::keys::QueueKey;
-use crate::store::redis::{now_ms, Access, Caller};
-use crate::{core, error, info};
+use super::{args, check_arity, queue_name, Command};
+use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::store::redis::Caller;
+use crate::store::server::now_ms;
+use crate::{error, ops};
+
+pub const RECLAIM: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.reclaim",
+        flags: "write",
+        arity: -2,
+        summary: "Re-enqueues items whose lease has expired",
+        complexity: "O(log N) per item reclaimed",
+        key_flags: KEY_WRITE,
+    },
+    handler: reclaim,
+};
 
 /// VTRR.RECLAIM <name> [LIMIT <n>]
-pub fn reclaim(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    if argv.len() < 2 {
-        return Err(RedisError::WrongArity);
-    }
+fn reclaim(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &RECLAIM)?;
     let queue = queue_name(ctx, &argv[1])?;
     let mut limit = usize::MAX;
     let mut options = args::Options::new(&argv[2..]);
@@ -23,24 +34,6 @@ pub fn reclaim(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             _ => return Err(error::syntax()),
         }
     }
-    let reclaimed = run(ctx, Caller::Client, queue, now_ms(), limit)?;
+    let reclaimed = ops::reclaim(ctx, Caller::Client, queue, now_ms(), limit)?;
     Ok(RedisValue::Integer(reclaimed as i64))
-}
-
-/// Reclaims up to `limit` expired leases of `queue` in the context's database
-/// and commits the effects. Shared by the command and the timer.
-pub fn run(
-    ctx: &Context,
-    caller: Caller,
-    queue: &[u8],
-    now_ms: i64,
-    limit: usize,
-) -> Result<u64, RedisError> {
-    let mut store = open_as(ctx, queue, &QueueKey::ALL, Access::Write, caller)?;
-    let outcome = core::reclaim(&mut store, now_ms, limit).map_err(core_error(queue))?;
-    store.commit(c"vtrr.reclaim");
-    drop(store);
-    log_anomalies(ctx, queue, &outcome.anomalies);
-    info::add(&info::RECLAIMED, outcome.reclaimed);
-    Ok(outcome.reclaimed)
 }

@@ -3,27 +3,41 @@
 use std::collections::BTreeMap;
 
 use redis_module::redisvalue::RedisValueKey;
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
-use super::{core_error, open, queue_name};
-use crate::core::{self, check};
-use crate::keys::QueueKey;
-use crate::store::redis::{now_ms, Access};
+use super::{check_arity, queue_name, Command};
+use crate::ops;
+use crate::store::command_info::{CommandInfo, KEY_READ};
+
+pub const STATS: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.stats",
+        flags: "readonly fast",
+        arity: 2,
+        summary: "Counts a queue's queued, leased and expired items",
+        complexity: "O(log N)",
+        key_flags: KEY_READ,
+    },
+    handler: stats,
+};
+
+pub const CHECK: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.check",
+        flags: "readonly",
+        arity: 2,
+        summary: "Verifies a queue's cross-key invariants",
+        complexity: "O(N)",
+        key_flags: KEY_READ,
+    },
+    handler: check,
+};
 
 /// VTRR.STATS <name>
-pub fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    if argv.len() != 2 {
-        return Err(RedisError::WrongArity);
-    }
+fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &STATS)?;
     let queue = queue_name(ctx, &argv[1])?;
-    let keys = [
-        QueueKey::Queue,
-        QueueKey::Inflight,
-        QueueKey::PartitionVirtualTime,
-        QueueKey::CurrentVirtualTime,
-    ];
-    let mut store = open(ctx, queue, &keys, Access::Read)?;
-    let stats = core::stats(&mut store, now_ms()).map_err(core_error(queue))?;
+    let stats = ops::stats(ctx, queue)?;
     let int = |n: u64| RedisValue::Integer(n as i64);
     let fields = [
         ("queued", int(stats.queued)),
@@ -49,13 +63,10 @@ pub fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// VTRR.CHECK <name>
-pub fn check(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    if argv.len() != 2 {
-        return Err(RedisError::WrongArity);
-    }
+fn check(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &CHECK)?;
     let queue = queue_name(ctx, &argv[1])?;
-    let mut store = open(ctx, queue, &QueueKey::ALL, Access::Read)?;
-    let problems = check::check(&mut store);
+    let problems = ops::check(ctx, queue)?;
     Ok(RedisValue::Array(
         problems.into_iter().map(RedisValue::BulkString).collect(),
     ))

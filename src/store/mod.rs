@@ -1,9 +1,24 @@
 //! The storage surface the VTRR core sees: the handful of sorted-set, hash
 //! and string operations on one queue's keys. `redis` implements it over the
 //! module key API, `memory` over plain collections for tests.
+//!
+//! Every `unsafe` block of the module lives in this folder, one file per
+//! concern: `api` (the load-time guard), `strings`, `acl`, `key_names`,
+//! `effects` (replication), `redis` (the key API), `blocking`, `server`
+//! (clock, tokens, databases, server events) and `command_info`.
 
+mod acl;
+pub mod api;
+pub mod blocking;
+pub mod command_info;
+mod effects;
+mod key_names;
 pub mod memory;
 pub mod redis;
+pub mod server;
+mod strings;
+
+pub use strings::bytes_of;
 
 /// The sorted sets of a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,9 +9,17 @@ use std::ptr;
 
 use redis_module::{raw, Context};
 
-/// What COMMAND INFO shows for one command.
+/// Key-spec flags of a command that only reads its queue.
+pub const KEY_READ: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
+/// Key-spec flags of a command that writes its queue.
+pub const KEY_WRITE: u32 =
+    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+/// How one command is registered and what COMMAND INFO shows for it.
 pub struct CommandInfo {
     pub name: &'static str,
+    /// Command flags for `RedisModule_CreateCommand` (`write fast` ...).
+    pub flags: &'static str,
     /// Redis arity: positive = exact argc, negative = at least |arity|.
     pub arity: c_int,
     pub summary: &'static str,

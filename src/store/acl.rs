@@ -1,0 +1,51 @@
+//! ACL checks on the keys a command opens. The commands name a queue, not
+//! keys, so Redis cannot check them itself. A user is looked up per call and
+//! never kept: `ACL DELUSER` frees it.
+
+use std::os::raw::c_int;
+use std::ptr;
+
+use redis_module::{raw, Context};
+
+use super::api::api;
+use super::redis::Access;
+use super::strings::OwnedString;
+
+/// The ACL user of the calling client.
+pub struct AclUser(*mut raw::RedisModuleUser);
+
+impl AclUser {
+    /// None in contexts without a client (the timer), where Redis itself acts.
+    pub fn of_caller(ctx: &Context) -> Option<AclUser> {
+        // SAFETY: live context; the returned name is freed right after use,
+        // the user is freed on drop.
+        unsafe {
+            let name = api!(RedisModule_GetCurrentUserName)(ctx.ctx);
+            if name.is_null() {
+                return None;
+            }
+            let user = api!(RedisModule_GetModuleUserFromUserName)(name);
+            api!(RedisModule_FreeString)(ptr::null_mut(), name);
+            (!user.is_null()).then_some(AclUser(user))
+        }
+    }
+
+    pub fn may(&self, key: &OwnedString, access: Access) -> bool {
+        let flags = match access {
+            Access::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
+            Access::Write => raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+        } as c_int;
+        // SAFETY: valid user and key name.
+        unsafe {
+            api!(RedisModule_ACLCheckKeyPermissions)(self.0, key.0, flags)
+                == raw::REDISMODULE_OK as c_int
+        }
+    }
+}
+
+impl Drop for AclUser {
+    fn drop(&mut self) {
+        // SAFETY: obtained from GetModuleUserFromUserName, freed once.
+        unsafe { api!(RedisModule_FreeModuleUser)(self.0) };
+    }
+}

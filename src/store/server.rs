@@ -1,0 +1,94 @@
+//! The server around the store: its clock, lease tokens, database selection
+//! and the server events the module follows.
+
+use std::cell::RefCell;
+use std::os::raw::{c_int, c_void};
+use std::sync::OnceLock;
+
+use chacha20::ChaCha20Rng;
+use rand_core::{Rng as _, SeedableRng as _};
+use redis_module::{raw, Context};
+
+use super::api::api;
+
+/// Server time in Unix milliseconds. Read once per command.
+pub fn now_ms() -> i64 {
+    // SAFETY: checked at load; no arguments.
+    unsafe { api!(RedisModule_Milliseconds)() }
+}
+
+thread_local! {
+    /// The lease-token generator: ChaCha20, seeded on first use from the
+    /// server's cryptographic random source. As unpredictable as asking the
+    /// server for every token (`GetRandomHexChars` runs SHA-256 per call),
+    /// for a fraction of the cost. Only the main thread leases.
+    static TOKENS: RefCell<Option<ChaCha20Rng>> = const { RefCell::new(None) };
+}
+
+/// A fresh lease token: 32 lowercase hex characters (128 random bits).
+pub fn new_token() -> Vec<u8> {
+    let mut random = [0u8; 16];
+    TOKENS.with_borrow_mut(|tokens| {
+        tokens
+            .get_or_insert_with(|| {
+                let mut seed = [0u8; 32];
+                // SAFETY: writes exactly `len` bytes into a buffer of that size.
+                unsafe { api!(RedisModule_GetRandomBytes)(seed.as_mut_ptr(), seed.len()) };
+                ChaCha20Rng::from_seed(seed)
+            })
+            .fill_bytes(&mut random)
+    });
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    random
+        .iter()
+        .flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]])
+        .collect()
+}
+
+/// The database the context works on.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: live context; checked at load.
+    unsafe { api!(RedisModule_GetSelectedDb)(ctx.ctx) }
+}
+
+/// Switches the context to database `db`; false when there is no such db.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: live context; SelectDb validates `db` itself.
+    unsafe { api!(RedisModule_SelectDb)(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// What `subscribe_to_swapdb` calls, with the two database numbers.
+static SWAPDB_HANDLER: OnceLock<fn(i32, i32)> = OnceLock::new();
+
+/// Calls `handler(first, second)` after every SWAPDB, which moves keys
+/// between databases without firing any keyspace event. False when the
+/// server refuses the subscription.
+pub fn subscribe_to_swapdb(ctx: &Context, handler: fn(i32, i32)) -> bool {
+    let _ = SWAPDB_HANDLER.set(handler);
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_SWAPDB,
+        dataver: 1,
+    };
+    // SAFETY: live context at load; the callback has the server-event
+    // signature and only reads the event data Redis passes for SWAPDB.
+    unsafe {
+        api!(RedisModule_SubscribeToServerEvent)(ctx.ctx, event, Some(on_swapdb))
+            == raw::REDISMODULE_OK as c_int
+    }
+}
+
+unsafe extern "C" fn on_swapdb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: for the SWAPDB event Redis passes a RedisModuleSwapDbInfo that
+    // lives for the duration of the call.
+    let Some(swapped) = (unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }) else {
+        return;
+    };
+    if let Some(handler) = SWAPDB_HANDLER.get() {
+        handler(swapped.dbnum_first, swapped.dbnum_second);
+    }
+}

@@ -1,0 +1,177 @@
+//! The timer's due-time index: for each (db, queue), the earliest time
+//! something in it may fall due (today a lease expiry; any other kind of
+//! due time is just another time), ordered by that time, plus the queues to
+//! reread and the state of a rebuild. A plain data structure: the
+//! operations write it, the tick reads it.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct Index {
+    /// db -> queue -> earliest time something may be due.
+    due: HashMap<i32, HashMap<Vec<u8>, i64>>,
+    /// (due, db, queue), earliest first.
+    schedule: BTreeSet<(i64, i32, Vec<u8>)>,
+    /// Queues written by other clients since the last tick.
+    pub recheck: HashSet<(i32, Vec<u8>)>,
+    /// Rebuild in progress: next database and its SCAN cursor.
+    pub scan: Option<(i32, String)>,
+}
+
+impl Index {
+    /// Sets (or with None, forgets) the due time of a queue.
+    pub fn set_due(&mut self, db: i32, queue: &[u8], due_ms: Option<i64>) {
+        let queues = self.due.entry(db).or_default();
+        if let Some(old) = queues.remove(queue) {
+            self.schedule.remove(&(old, db, queue.to_vec()));
+        }
+        if let Some(due_ms) = due_ms {
+            queues.insert(queue.to_vec(), due_ms);
+            self.schedule.insert((due_ms, db, queue.to_vec()));
+        }
+    }
+
+    /// Something of `queue` falls due at `due_ms`: kept when it is earlier
+    /// than what the index holds.
+    pub fn note_due(&mut self, db: i32, queue: &[u8], due_ms: i64) {
+        let current = self.due.get(&db).and_then(|q| q.get(queue)).copied();
+        if current.is_none_or(|due| due > due_ms) {
+            self.set_due(db, queue, Some(due_ms));
+        }
+    }
+
+    /// Removes and returns the earliest queue due at or before `now_ms`.
+    pub fn pop_due(&mut self, now_ms: i64) -> Option<(i32, Vec<u8>)> {
+        let (due, db, queue) = self.schedule.first()?.clone();
+        if due > now_ms {
+            return None;
+        }
+        self.set_due(db, &queue, None);
+        Some((db, queue))
+    }
+
+    /// Queues with a due time.
+    pub fn tracked(&self) -> usize {
+        self.schedule.len()
+    }
+
+    /// Databases `first` and `second` traded contents: every entry follows
+    /// its queue to the new number. O(queues tracked); SWAPDB is rare.
+    pub fn swap_dbs(&mut self, first: i32, second: i32) {
+        let moved = |db: i32| match db {
+            db if db == first => second,
+            db if db == second => first,
+            db => db,
+        };
+        self.due = std::mem::take(&mut self.due)
+            .into_iter()
+            .map(|(db, queues)| (moved(db), queues))
+            .collect();
+        self.schedule = std::mem::take(&mut self.schedule)
+            .into_iter()
+            .map(|(due, db, queue)| (due, moved(db), queue))
+            .collect();
+        self.recheck = std::mem::take(&mut self.recheck)
+            .into_iter()
+            .map(|(db, queue)| (moved(db), queue))
+            .collect();
+        if self.scan.is_some() {
+            // A rebuild part-way through one of the two would miss keys.
+            self.scan = Some((0, "0".to_string()));
+        }
+    }
+}
+
+static INDEX: Mutex<Option<Index>> = Mutex::new(None);
+
+/// Runs `f` on the module's one index.
+pub fn with_index<R>(f: impl FnOnce(&mut Index) -> R) -> R {
+    // Everything here runs on Redis's main thread; the mutex only satisfies
+    // Rust's rules for statics and is never contended. A poisoned lock (a
+    // panic elsewhere would already have aborted Redis) is still usable.
+    let mut guard = INDEX
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(guard.get_or_insert_with(Index::default))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Index;
+
+    #[test]
+    fn the_earliest_due_time_of_a_queue_wins() {
+        let mut index = Index::default();
+        index.note_due(0, b"a", 50);
+        index.note_due(0, b"a", 70);
+        index.note_due(0, b"a", 40);
+        index.note_due(1, b"a", 60);
+        assert_eq!(index.tracked(), 2);
+        assert_eq!(index.pop_due(39), None);
+        assert_eq!(index.pop_due(100), Some((0, b"a".to_vec())));
+        assert_eq!(index.pop_due(59), None);
+        assert_eq!(index.pop_due(60), Some((1, b"a".to_vec())));
+        assert_eq!(index.tracked(), 0);
+    }
+
+    #[test]
+    fn due_queues_come_out_earliest_first() {
+        let mut index = Index::default();
+        index.set_due(0, b"late", Some(30));
+        index.set_due(0, b"early", Some(10));
+        index.set_due(2, b"middle", Some(20));
+        index.set_due(0, b"late", Some(5)); // set_due replaces, earlier or not
+        let order: Vec<_> = std::iter::from_fn(|| index.pop_due(100)).collect();
+        assert_eq!(
+            order,
+            [
+                (0, b"late".to_vec()),
+                (0, b"early".to_vec()),
+                (2, b"middle".to_vec())
+            ]
+        );
+    }
+
+    #[test]
+    fn swapping_databases_moves_every_entry_and_leaves_others_alone() {
+        let mut index = Index::default();
+        index.set_due(0, b"a", Some(30));
+        index.set_due(1, b"b", Some(10));
+        index.set_due(2, b"c", Some(20));
+        index.recheck.insert((1, b"r".to_vec()));
+        index.swap_dbs(0, 1);
+
+        assert_eq!(index.due[&1][&b"a"[..]], 30);
+        assert_eq!(index.due[&0][&b"b"[..]], 10);
+        assert_eq!(index.due[&2][&b"c"[..]], 20);
+        let schedule: Vec<_> = index.schedule.iter().cloned().collect();
+        assert_eq!(
+            schedule,
+            [
+                (10, 0, b"b".to_vec()),
+                (20, 2, b"c".to_vec()),
+                (30, 1, b"a".to_vec())
+            ]
+        );
+        assert!(index.recheck.contains(&(0, b"r".to_vec())));
+        // Entries keep working under their new numbers.
+        index.set_due(1, b"a", None);
+        assert_eq!(index.tracked(), 2);
+
+        // A swap with a database that tracks nothing moves the one side.
+        index.swap_dbs(2, 5);
+        assert!(!index.due.contains_key(&2));
+        assert_eq!(index.due[&5][&b"c"[..]], 20);
+    }
+
+    #[test]
+    fn a_swap_during_a_rebuild_restarts_it() {
+        let mut index = Index {
+            scan: Some((1, "4242".to_string())),
+            ..Index::default()
+        };
+        index.swap_dbs(0, 1);
+        assert_eq!(index.scan, Some((0, "0".to_string())));
+    }
+}

@@ -1,0 +1,75 @@
+//! The reclaim timer: re-enqueues expired leases of every queue with no
+//! client traffic, with exactly the semantics of `VTRR.RECLAIM`.
+//!
+//! It never scans the keyspace per tick. Its [`index`] maps each (db, queue)
+//! with leases to the earliest time one may be due:
+//! - the operations layer notes the expiry of every lease it grants;
+//! - writes by other clients (Lua scripts, a plain ZADD, RESTORE, RENAME,
+//!   replicated effects on a replica) reach it through a keyspace
+//!   subscription on `vtrr:*:inflight` keys, which queues a recheck;
+//! - after loading an RDB/AOF, a full sync, or a role change, [`rebuild`]
+//!   walks every database once, in bounded steps;
+//! - SWAPDB (which fires no keyspace event) moves its entries between the
+//!   two databases.
+//!
+//! Each [`tick`] acts on the index through the operations layer; its cost is
+//! proportional to the queues due or written, not to the keyspace.
+
+pub mod index;
+mod rebuild;
+mod tick;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis_module::Context;
+
+use crate::store::server::selected_db;
+use crate::{config, keys};
+use index::with_index;
+
+/// Id of the armed timer, 0 when none.
+static TIMER_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Keyspace events on zset and generic keys: another client (or a replicated
+/// effect) wrote an inflight key, so its queue is rechecked at the next tick.
+pub fn on_keyspace_event(
+    ctx: &Context,
+    _kind: redis_module::NotifyEvent,
+    _event: &str,
+    key: &[u8],
+) {
+    if let Some(queue) = keys::queue_of_inflight_key(key) {
+        let db = selected_db(ctx);
+        with_index(|index| index.recheck.insert((db, queue.to_vec())));
+    }
+}
+
+/// SWAPDB traded the contents of two databases (no keyspace event tells).
+pub fn on_swapdb(first: i32, second: i32) {
+    with_index(|index| index.swap_dbs(first, second));
+}
+
+/// Rebuild the index from the keyspace (after loading, sync, role change,
+/// or module load on a populated server).
+pub fn request_rebuild() {
+    with_index(|index| index.scan = Some((0, "0".to_string())));
+}
+
+/// (Re)arms the timer for the current `vtrr.reclaim-interval-ms`; with 0 it
+/// stays stopped.
+pub fn reschedule(ctx: &Context) {
+    let armed = TIMER_ID.swap(0, Ordering::Relaxed);
+    if armed != 0 {
+        let _ = ctx.stop_timer::<()>(armed);
+    }
+    let interval = config::reclaim_interval_ms();
+    if interval > 0 {
+        arm(ctx, Duration::from_millis(interval as u64));
+    }
+}
+
+fn arm(ctx: &Context, after: Duration) {
+    let id = ctx.create_timer(after, tick::tick, ());
+    TIMER_ID.store(id, Ordering::Relaxed);
+}

@@ -1,0 +1,68 @@
+//! Rebuilding the index from the keyspace after loading an RDB/AOF, a full
+//! sync, a role change or module load on a populated server: an incremental
+//! `SCAN MATCH vtrr:*:inflight` of every database, a bounded step per tick.
+//! Every queue found is queued for a recheck.
+
+use redis_module::{Context, RedisValue};
+
+use super::index::with_index;
+use crate::keys;
+use crate::store::bytes_of;
+use crate::store::server::select_db;
+
+/// Keys one tick may walk while rebuilding the index.
+const SCAN_KEYS_PER_TICK: usize = 100_000;
+const SCAN_COUNT: &str = "10000";
+
+/// One bounded step of the index rebuild; true while unfinished.
+pub fn step(ctx: &Context) -> bool {
+    let Some((mut db, mut cursor)) = with_index(|index| index.scan.clone()) else {
+        return false;
+    };
+    let mut walked = 0usize;
+    let mut found: Vec<(i32, Vec<u8>)> = Vec::new();
+    let finished = loop {
+        if !select_db(ctx, db) {
+            break true;
+        }
+        let reply = ctx.call(
+            "SCAN",
+            &[
+                cursor.as_str(),
+                "MATCH",
+                "vtrr:*:inflight",
+                "COUNT",
+                SCAN_COUNT,
+            ][..],
+        );
+        let Ok(RedisValue::Array(parts)) = reply else {
+            break true;
+        };
+        let next_cursor = parts.first().and_then(bytes_of).map_or_else(
+            || "0".to_string(),
+            |b| String::from_utf8_lossy(&b).into_owned(),
+        );
+        if let Some(RedisValue::Array(keys_found)) = parts.get(1) {
+            for bytes in keys_found.iter().filter_map(bytes_of) {
+                if let Some(queue) = keys::queue_of_inflight_key(&bytes) {
+                    found.push((db, queue.to_vec()));
+                }
+            }
+        }
+        walked += 10_000;
+        if next_cursor == "0" {
+            db += 1;
+            cursor = "0".to_string();
+        } else {
+            cursor = next_cursor;
+        }
+        if walked >= SCAN_KEYS_PER_TICK {
+            break false;
+        }
+    };
+    with_index(|index| {
+        index.recheck.extend(found);
+        index.scan = if finished { None } else { Some((db, cursor)) };
+    });
+    !finished
+}
