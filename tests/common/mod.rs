@@ -364,6 +364,30 @@ pub fn renew(
         .unwrap()
 }
 
+/// `VTRR.LEASE <queue> <lease_ms> COUNT <count>`: up to `count` leases.
+pub fn lease_count(
+    con: &mut redis::Connection,
+    queue: &str,
+    lease_ms: u64,
+    count: u64,
+) -> Vec<Lease> {
+    redis::cmd("VTRR.LEASE")
+        .arg(queue)
+        .arg(lease_ms)
+        .arg("COUNT")
+        .arg(count)
+        .query(con)
+        .unwrap()
+}
+
+/// The ids of `leases`, as text, in order.
+pub fn ids(leases: &[Lease]) -> Vec<String> {
+    leases
+        .iter()
+        .map(|l| String::from_utf8(l.0.clone()).unwrap())
+        .collect()
+}
+
 /// WATCHes `keys` on `watcher`, runs `act` (given the watcher, for reads),
 /// and says whether a transaction begun after it still executes: false when
 /// something in `act` touched one of the keys.

@@ -1,0 +1,201 @@
+//! `VTRR.LEASE`, `VTRR.ACK` and `VTRR.RENEW`: tokens and server-clock
+//! expiries, empty queues, draining, fenced acks and renews, and
+//! current_virtual_time written only when it changes.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn lease_grants_a_fresh_token_and_a_server_clock_expiry() {
+    let server = Server::start();
+    let mut con = server.connect();
+    enqueue_items(
+        &mut con,
+        "q",
+        &[
+            ("p", "a", 1, b"A"),
+            ("p", "b", 1, b"B"),
+            ("p", "c", 1, b"C"),
+        ],
+    );
+    let (sec, usec): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let before_ms = sec * 1000 + usec / 1000;
+    let leased = lease_count(&mut con, "q", 5_000, 2);
+    let tokens: Vec<&String> = leased.iter().map(|l| &l.2).collect();
+    assert_eq!(tokens.len(), 2);
+    assert_ne!(tokens[0], tokens[1]);
+    for token in &tokens {
+        assert_eq!(token.len(), 32);
+        assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+    let inflight: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg("vtrr:q:inflight")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(inflight.len(), 2);
+    assert_eq!(
+        inflight[0].1, inflight[1].1,
+        "one clock reading per command"
+    );
+    let expiry = inflight[0].1 as i64;
+    assert!(
+        (before_ms + 5_000..before_ms + 5_000 + 1_000).contains(&expiry),
+        "{expiry} vs {before_ms}"
+    );
+    let stored: String = redis::cmd("HGET")
+        .arg("vtrr:q:lease")
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(&stored, tokens[0]);
+    let cvt: i64 = redis::cmd("GET")
+        .arg("vtrr:q:current_virtual_time")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(cvt, 2);
+    let inflight_payload: Vec<u8> = redis::cmd("HGET")
+        .arg("vtrr:q:inflight_task")
+        .arg("b")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(inflight_payload, b"B");
+}
+
+#[test]
+fn lease_replies_nil_or_empty_on_an_empty_queue() {
+    let server = Server::start();
+    let mut con = server.connect();
+    assert_eq!(lease(&mut con, "none", 100), None);
+    assert!(lease_count(&mut con, "none", 100, 5).is_empty());
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[test]
+fn draining_resets_virtual_time_and_keeps_leases() {
+    let server = Server::start();
+    let mut con = server.connect();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("r", "b", 1, b"B")]);
+    lease_count(&mut con, "q", 60_000, 5);
+    let cvt: String = redis::cmd("GET")
+        .arg("vtrr:q:current_virtual_time")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(cvt, "0");
+    for gone in ["queue", "task", "partition_virtual_time"] {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(format!("vtrr:q:{gone}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(exists, 0, "{gone}");
+    }
+    for kept in ["inflight", "inflight_task", "lease", "meta"] {
+        let len: i64 = redis::cmd("EXISTS")
+            .arg(format!("vtrr:q:{kept}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(len, 1, "{kept}");
+    }
+}
+
+#[test]
+fn ack_is_fenced_and_removes_all_lease_state() {
+    let server = Server::start();
+    let mut con = server.connect();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(ack(&mut con, "q", &id, "not-the-token"), 0);
+    let acked: i64 = redis::cmd("VTRR.ACK")
+        .arg("q")
+        .arg(&id)
+        .arg(&token)
+        .arg(&id)
+        .arg(&token)
+        .arg("b")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(acked, 1);
+    for key in ["inflight", "inflight_task", "lease", "timeouts"] {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(format!("vtrr:q:{key}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(exists, 0, "{key}");
+    }
+    let meta: Vec<String> = redis::cmd("HKEYS")
+        .arg("vtrr:q:meta")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(meta, ["b"]);
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn renew_extends_only_the_current_lease() {
+    let server = Server::start();
+    let mut con = server.connect();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
+    let (id, _, token, _) = lease(&mut con, "q", 1_000).unwrap();
+    let before: f64 = redis::cmd("ZSCORE")
+        .arg("vtrr:q:inflight")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(renew(&mut con, "q", &id, "old", 100_000), 0);
+    assert_eq!(renew(&mut con, "q", &id, &token, 100_000), 1);
+    let after: f64 = redis::cmd("ZSCORE")
+        .arg("vtrr:q:inflight")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    assert!(after >= before + 99_000.0, "{before} -> {after}");
+}
+
+#[test]
+fn a_lease_writes_current_virtual_time_only_when_it_changes() {
+    let server = Server::start();
+    let mut watcher = server.connect();
+    let mut worker = server.connect();
+    let key = "vtrr:q:current_virtual_time";
+    // Scores: a 1, b 1, c 2, d 2.
+    enqueue_items(
+        &mut worker,
+        "q",
+        &[
+            ("p1", "a", 1, b"A"),
+            ("p2", "b", 1, b"B"),
+            ("p1", "c", 1, b"C"),
+            ("p2", "d", 1, b"D"),
+        ],
+    );
+    assert!(!keys_untouched_by(&mut watcher, key, |_| {
+        lease(&mut worker, "q", 60_000).unwrap();
+    }));
+    assert!(
+        keys_untouched_by(&mut watcher, key, |_| {
+            lease(&mut worker, "q", 60_000).unwrap();
+        }),
+        "popping score 1 again rewrote current_virtual_time 1"
+    );
+    assert!(!keys_untouched_by(&mut watcher, key, |_| {
+        lease(&mut worker, "q", 60_000).unwrap();
+    }));
+    let value: String = redis::cmd("GET").arg(key).query(&mut worker).unwrap();
+    assert_eq!(value, "2");
+    // Another client's spelling of the same number is written back as ours
+    // (e, scored 3, keeps the queue from draining).
+    enqueue_items(&mut worker, "q", &[("p3", "e", 1, b"E")]);
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("02")
+        .query(&mut worker)
+        .unwrap();
+    lease(&mut worker, "q", 60_000).unwrap();
+    let value: String = redis::cmd("GET").arg(key).query(&mut worker).unwrap();
+    assert_eq!(value, "2");
+}
