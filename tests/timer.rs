@@ -194,7 +194,18 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
             .query(&mut con)
             .unwrap();
     }
-    std::thread::sleep(Duration::from_millis(5));
+    // The leases were for 1 ms; the timer is off, so they stay expired.
+    wait_until(
+        Duration::from_secs(5),
+        "every flood lease has expired",
+        || {
+            let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
+                .arg("flood")
+                .query(&mut con)
+                .unwrap();
+            stats["expired"] == stats["inflight"]
+        },
+    );
     // A LEASE reclaims at most vtrr.reclaim-batch before leasing.
     let before = vtrr_info(&mut con)["vtrr_items_reclaimed"];
     lease(&mut con, "flood", 600_000).unwrap();
@@ -267,10 +278,16 @@ fn config_set_stops_and_restarts_the_timer() {
         .arg(0)
         .query(&mut con)
         .unwrap();
+    // A duration on purpose, with no condition to wait for: CONFIG SET
+    // disarms the timer before it replies; this is only a margin before the
+    // baseline count below.
     std::thread::sleep(Duration::from_millis(50));
     let runs = vtrr_info(&mut con)["vtrr_timer_runs"];
     enqueue_one(&mut con, "q", "p", "a", "A");
     lease(&mut con, "q", 10).unwrap();
+    // A duration on purpose: this shows that nothing happens. 200 ms is ten
+    // of the 20 ms intervals the timer ran at and far past the 10 ms lease,
+    // so a timer still running would have ticked and reclaimed "a".
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
         vtrr_info(&mut con)["vtrr_timer_runs"],
@@ -300,6 +317,9 @@ fn idle_ticks_do_not_abort_watch() {
     let keys = queue_keys("q");
     let untouched = keys_untouched_by(&mut con, &keys, |con| {
         let runs = vtrr_info(con)["vtrr_timer_runs"];
+        // A duration on purpose: this shows that idle ticks do NOT touch the
+        // keys, so it lets about 30 ticks' time pass, then checks that enough
+        // of them really ran.
         std::thread::sleep(Duration::from_millis(300));
         assert!(
             vtrr_info(con)["vtrr_timer_runs"] >= runs + 10,
@@ -324,6 +344,9 @@ fn a_timer_reclaim_that_finds_nothing_expired_does_not_abort_watch() {
     assert_eq!(renew(&mut con, "q", &id, &token, 600_000), 1);
     let keys = queue_keys("q");
     let untouched = keys_untouched_by(&mut con, &keys, |con| {
+        // A duration on purpose: this shows that the reclaim does NOT touch
+        // the keys, so it lets time pass well beyond the lease's first due
+        // time (500 ms), for the timer to open the queue and find nothing.
         std::thread::sleep(Duration::from_millis(800));
         let info = vtrr_info(con);
         assert_eq!(info["vtrr_timer_items_reclaimed"], 0);
@@ -364,7 +387,12 @@ fn info_reports_the_timer() {
     enqueue_one(&mut con, "b", "p", "y", "Y");
     lease(&mut con, "a", 600_000).unwrap();
     lease(&mut con, "b", 600_000).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    // The tracked count is published by a tick.
+    wait_until(
+        Duration::from_secs(2),
+        "a tick has counted both queues",
+        || vtrr_info(&mut con)["vtrr_timer_tracked_queues"] == 2,
+    );
     let counters = vtrr_info(&mut con);
     assert_eq!(counters["vtrr_items_enqueued"], 2);
     assert_eq!(counters["vtrr_items_leased"], 2);

@@ -299,6 +299,17 @@ pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool 
     condition()
 }
 
+/// Polls `condition` until it holds, and panics naming `what` if `timeout`
+/// passes first. For waiting on something that must happen; a test showing
+/// that something does *not* happen lets a fixed time pass instead.
+#[track_caller]
+pub fn wait_until(timeout: Duration, what: &str, condition: impl FnMut() -> bool) {
+    assert!(
+        wait_for(timeout, condition),
+        "timed out after {timeout:?} waiting until {what}"
+    );
+}
+
 /// `VTRR.ENQUEUE queue` with `(partition, id, weight, payload)` items in one
 /// call; the number added.
 pub fn enqueue_items(
