@@ -28,9 +28,9 @@ fn queued_with_timeouts(con: &mut Connection, queue: &str, id: &str) -> bool {
 /// Waits for the timer's second run: by then the start-up index rebuild has
 /// run, so whatever the timer finds later came through another mechanism.
 fn wait_past_startup_rebuild(con: &mut redis::Connection) {
-    assert!(wait_for(Duration::from_secs(2), || vtrr_info(con)
-        ["vtrr_timer_runs"]
-        >= 2));
+    wait_until(Duration::from_secs(2), "the timer has run twice", || {
+        vtrr_info(con)["vtrr_timer_runs"] >= 2
+    });
 }
 
 #[test]
@@ -46,14 +46,9 @@ fn an_expired_lease_comes_back_with_no_command_sent() {
     let leased_at = Instant::now();
     let mut observer = server.connect();
     // Only reads from here on.
-    assert!(
-        wait_for(Duration::from_millis(500), || queued_with_timeouts(
-            &mut observer,
-            "q",
-            "a"
-        )),
-        "not reclaimed within 500 ms"
-    );
+    wait_until(Duration::from_millis(500), "a is reclaimed", || {
+        queued_with_timeouts(&mut observer, "q", "a")
+    });
     eprintln!(
         "reclaimed {} ms after the lease",
         leased_at.elapsed().as_millis()
@@ -82,12 +77,10 @@ fn leases_survive_a_restart_and_are_reclaimed_by_the_timer_alone() {
         server.stop(true);
         server.restart();
         let mut con = server.connect();
-        assert!(
-            wait_for(Duration::from_secs(2), || queued_with_timeouts(
-                &mut con, "q", "a"
-            )),
-            "{persistence}: not reclaimed after restart"
-        );
+        let what = format!("{persistence}: a is reclaimed after restart");
+        wait_until(Duration::from_secs(2), &what, || {
+            queued_with_timeouts(&mut con, "q", "a")
+        });
     }
 }
 
@@ -125,9 +118,9 @@ fn leases_written_by_other_clients_are_found_and_reclaimed() {
         .ignore()
         .query(&mut con)
         .unwrap();
-    assert!(wait_for(Duration::from_secs(1), || queued_with_timeouts(
-        &mut con, "foreign", "f"
-    )));
+    wait_until(Duration::from_secs(1), "f is reclaimed", || {
+        queued_with_timeouts(&mut con, "foreign", "f")
+    });
     let pvt: i64 = redis::cmd("HGET")
         .arg("vtrr:foreign:partition_virtual_time")
         .arg("tenant")
@@ -149,11 +142,10 @@ fn a_queue_moved_by_swapdb_is_reclaimed_in_its_new_database() {
     // SWAPDB fires no keyspace event; the lease now lives in database 0.
     let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut con).unwrap();
     let _: () = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
-    assert!(
-        wait_for(Duration::from_secs(3), || queued_with_timeouts(
-            &mut con, "q", "a"
-        )),
-        "the moved lease was not reclaimed"
+    wait_until(
+        Duration::from_secs(3),
+        "the moved lease is reclaimed",
+        || queued_with_timeouts(&mut con, "q", "a"),
     );
     assert_eq!(vtrr_info(&mut con)["vtrr_timer_items_reclaimed"], 1);
     let _: () = redis::cmd("SELECT").arg(1).query(&mut con).unwrap();
@@ -217,15 +209,16 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
         .query(&mut con)
         .unwrap();
     let started = Instant::now();
-    assert!(
-        wait_for(Duration::from_secs(30), || {
+    wait_until(
+        Duration::from_secs(30),
+        "every flood lease is reclaimed",
+        || {
             let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
                 .arg("flood")
                 .query(&mut con)
                 .unwrap();
             stats["expired"] == Value::Int(0)
-        }),
-        "not all reclaimed"
+        },
     );
     let counters = vtrr_info(&mut con);
     let most = counters["vtrr_timer_most_reclaimed_in_one_run"];
@@ -301,9 +294,11 @@ fn config_set_stops_and_restarts_the_timer() {
         .arg(20)
         .query(&mut con)
         .unwrap();
-    assert!(wait_for(Duration::from_millis(500), || {
-        queued_with_timeouts(&mut con, "q", "a")
-    }));
+    wait_until(
+        Duration::from_millis(500),
+        "the restarted timer reclaims a",
+        || queued_with_timeouts(&mut con, "q", "a"),
+    );
 }
 
 #[test]
