@@ -5,7 +5,7 @@ use redis_module::RedisError;
 
 use crate::core::CoreError;
 use crate::keys::KeyKind;
-use crate::limits::{MAX_BLOCK_MS, MAX_LEASE_MS, MAX_WEIGHT};
+use crate::limits::{MAX_BLOCK_MS, MAX_DELAY_MS, MAX_LEASE_MS, MAX_POLICY_LIMIT, MAX_WEIGHT};
 use crate::store::redis::OpenError;
 
 fn err(message: String) -> RedisError {
@@ -36,6 +36,23 @@ pub fn block_ms() -> RedisError {
     err(format!(
         "ERR BLOCK timeout-ms must be an integer between 0 and {MAX_BLOCK_MS}"
     ))
+}
+
+/// `argument` is a delay: `delay-ms` of DEFER, `DELAY ms` of NACK.
+pub fn delay_ms(argument: &str) -> RedisError {
+    err(format!(
+        "ERR {argument} must be an integer between 0 and {MAX_DELAY_MS}"
+    ))
+}
+
+pub fn policy_limit(option: &str) -> RedisError {
+    err(format!(
+        "ERR {option} must be an integer between 0 and {MAX_POLICY_LIMIT}, or NONE"
+    ))
+}
+
+pub fn exclusive(first: &str, second: &str) -> RedisError {
+    err(format!("ERR {first} and {second} cannot be combined"))
 }
 
 pub fn positive(option: &str) -> RedisError {

@@ -9,8 +9,15 @@ pub static LEASED: AtomicU64 = AtomicU64::new(0);
 pub static ACKED: AtomicU64 = AtomicU64::new(0);
 pub static RENEWED: AtomicU64 = AtomicU64::new(0);
 pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
+pub static DEFERRED: AtomicU64 = AtomicU64::new(0);
+pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
+pub static NACKED: AtomicU64 = AtomicU64::new(0);
+pub static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
+pub static REVIVED: AtomicU64 = AtomicU64::new(0);
+pub static CANCELLED: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_RUNS: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_RECLAIMED: AtomicU64 = AtomicU64::new(0);
+pub static TIMER_PROMOTED: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_LAST_RUN_US: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_LONGEST_RUN_US: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_MOST_RECLAIMED_IN_ONE_RUN: AtomicU64 = AtomicU64::new(0);
@@ -33,8 +40,15 @@ pub fn section(ctx: &InfoContext) -> RedisResult<()> {
         .field("items_acked", get(&ACKED))?
         .field("items_renewed", get(&RENEWED))?
         .field("items_reclaimed", get(&RECLAIMED))?
+        .field("items_deferred", get(&DEFERRED))?
+        .field("items_promoted", get(&PROMOTED))?
+        .field("items_nacked", get(&NACKED))?
+        .field("items_dead_lettered", get(&DEAD_LETTERED))?
+        .field("items_revived", get(&REVIVED))?
+        .field("items_cancelled", get(&CANCELLED))?
         .field("timer_runs", get(&TIMER_RUNS))?
         .field("timer_items_reclaimed", get(&TIMER_RECLAIMED))?
+        .field("timer_items_promoted", get(&TIMER_PROMOTED))?
         .field("timer_tracked_queues", get(&TRACKED_QUEUES))?
         .field("timer_last_run_us", get(&TIMER_LAST_RUN_US))?
         .field("timer_longest_run_us", get(&TIMER_LONGEST_RUN_US))?

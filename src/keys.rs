@@ -13,7 +13,9 @@ pub enum KeyKind {
     Zset,
 }
 
-/// The nine keys of a queue.
+/// The keys of a queue: vtrr-queue's nine, then the module's own (delayed
+/// and dead items, nack counts, the dead-letter policy), which the Lua
+/// scripts never see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueKey {
     Queue,
@@ -25,10 +27,37 @@ pub enum QueueKey {
     InflightTask,
     Lease,
     Timeouts,
+    Delayed,
+    DelayedTask,
+    Nacks,
+    Dead,
+    DeadTask,
+    DeadReason,
+    Policy,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 9] = [
+    pub const ALL: [QueueKey; 16] = [
+        QueueKey::Queue,
+        QueueKey::CurrentVirtualTime,
+        QueueKey::PartitionVirtualTime,
+        QueueKey::Task,
+        QueueKey::Meta,
+        QueueKey::Inflight,
+        QueueKey::InflightTask,
+        QueueKey::Lease,
+        QueueKey::Timeouts,
+        QueueKey::Delayed,
+        QueueKey::DelayedTask,
+        QueueKey::Nacks,
+        QueueKey::Dead,
+        QueueKey::DeadTask,
+        QueueKey::DeadReason,
+        QueueKey::Policy,
+    ];
+
+    /// vtrr-queue's keys, which its Lua scripts share with the module.
+    pub const VTRR_QUEUE: [QueueKey; 9] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -55,12 +84,21 @@ impl QueueKey {
             QueueKey::InflightTask => "inflight_task",
             QueueKey::Lease => "lease",
             QueueKey::Timeouts => "timeouts",
+            QueueKey::Delayed => "delayed",
+            QueueKey::DelayedTask => "delayed_task",
+            QueueKey::Nacks => "nacks",
+            QueueKey::Dead => "dead",
+            QueueKey::DeadTask => "dead_task",
+            QueueKey::DeadReason => "dead_reason",
+            QueueKey::Policy => "policy",
         }
     }
 
     pub const fn kind(self) -> KeyKind {
         match self {
-            QueueKey::Queue | QueueKey::Inflight => KeyKind::Zset,
+            QueueKey::Queue | QueueKey::Inflight | QueueKey::Delayed | QueueKey::Dead => {
+                KeyKind::Zset
+            }
             QueueKey::CurrentVirtualTime => KeyKind::String,
             _ => KeyKind::Hash,
         }
@@ -72,6 +110,8 @@ impl From<ZsetKey> for QueueKey {
         match key {
             ZsetKey::Queue => QueueKey::Queue,
             ZsetKey::Inflight => QueueKey::Inflight,
+            ZsetKey::Delayed => QueueKey::Delayed,
+            ZsetKey::Dead => QueueKey::Dead,
         }
     }
 }
@@ -85,6 +125,11 @@ impl From<HashKey> for QueueKey {
             HashKey::InflightTask => QueueKey::InflightTask,
             HashKey::Lease => QueueKey::Lease,
             HashKey::Timeouts => QueueKey::Timeouts,
+            HashKey::DelayedTask => QueueKey::DelayedTask,
+            HashKey::Nacks => QueueKey::Nacks,
+            HashKey::DeadTask => QueueKey::DeadTask,
+            HashKey::DeadReason => QueueKey::DeadReason,
+            HashKey::Policy => QueueKey::Policy,
         }
     }
 }
@@ -99,10 +144,13 @@ pub fn key_name(queue: &[u8], key: QueueKey) -> Vec<u8> {
     name
 }
 
-/// The queue name of a `vtrr:<name>:inflight` key, if it is one.
-pub fn queue_of_inflight_key(key: &[u8]) -> Option<&[u8]> {
+/// The queue name of a key whose entries fall due (`vtrr:<name>:inflight`,
+/// lease expiries; `vtrr:<name>:delayed`, delayed items), if it is one.
+pub fn queue_of_due_key(key: &[u8]) -> Option<&[u8]> {
     let rest = key.strip_prefix(PREFIX)?;
-    let name = rest.strip_suffix(b":inflight")?;
+    let name = rest
+        .strip_suffix(b":inflight")
+        .or_else(|| rest.strip_suffix(b":delayed"))?;
     (!name.is_empty()).then_some(name)
 }
 
@@ -144,13 +192,12 @@ mod tests {
     }
 
     #[test]
-    fn inflight_keys_name_their_queue() {
-        assert_eq!(
-            queue_of_inflight_key(b"vtrr:a:b:inflight"),
-            Some(&b"a:b"[..])
-        );
-        assert_eq!(queue_of_inflight_key(b"vtrr:a:inflight_task"), None);
-        assert_eq!(queue_of_inflight_key(b"vtrr::inflight"), None);
-        assert_eq!(queue_of_inflight_key(b"other:a:inflight"), None);
+    fn due_keys_name_their_queue() {
+        assert_eq!(queue_of_due_key(b"vtrr:a:b:inflight"), Some(&b"a:b"[..]));
+        assert_eq!(queue_of_due_key(b"vtrr:a:delayed"), Some(&b"a"[..]));
+        assert_eq!(queue_of_due_key(b"vtrr:a:inflight_task"), None);
+        assert_eq!(queue_of_due_key(b"vtrr:a:delayed_task"), None);
+        assert_eq!(queue_of_due_key(b"vtrr::inflight"), None);
+        assert_eq!(queue_of_due_key(b"other:a:inflight"), None);
     }
 }

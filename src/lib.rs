@@ -24,7 +24,7 @@ use redis_module_macros::{
     role_changed_event_handler,
 };
 
-use commands::{enqueue, lease, reclaim, stats, Command};
+use commands::{cancel, dead_letter, enqueue, lease, reclaim, stats, Command};
 use store::command_info;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -119,10 +119,16 @@ macro_rules! register {
 
 register!(
     enqueue::ENQUEUE,
+    enqueue::DEFER,
     lease::LEASE,
     lease::ACK,
     lease::RENEW,
+    lease::NACK,
     reclaim::RECLAIM,
     stats::STATS,
     stats::CHECK,
+    dead_letter::POLICY,
+    dead_letter::DEAD,
+    dead_letter::REVIVE,
+    cancel::CANCEL,
 );

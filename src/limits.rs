@@ -8,3 +8,9 @@ pub const MAX_LEASE_MS: i64 = 315_360_000_000;
 /// The longest BLOCK timeout: a year (0 already means forever). Redis keeps
 /// it as a signed 64-bit deadline in milliseconds.
 pub const MAX_BLOCK_MS: i64 = 31_536_000_000;
+/// The longest delay (DEFER, NACK ... DELAY): ten years, as a lease.
+pub const MAX_DELAY_MS: i64 = MAX_LEASE_MS;
+/// The largest dead-letter policy limit (MAX-TIMEOUTS, MAX-NACKS).
+pub const MAX_POLICY_LIMIT: i64 = 1_000_000_000;
+/// How many dead items `VTRR.DEAD` lists without COUNT.
+pub const DEAD_DEFAULT_COUNT: usize = 10;

@@ -4,9 +4,14 @@
 //! and notes in the timer's index what it must watch ([`watch`], the one
 //! hook). It knows nothing of how its callers parse or reply.
 
+use std::ffi::CStr;
+
 use redis_module::{Context, RedisError};
 
-use crate::core::{self, check, Anomaly, Leased, NewItem, Stats};
+use crate::core::{
+    self, check, Anomaly, DeadItem, Due, LeaseRequest, Leased, Nack, Nacked, NewItem, Policy,
+    PolicyChange, Stats,
+};
 use crate::keys::QueueKey;
 use crate::store::redis::{Access, Caller, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
@@ -14,31 +19,75 @@ use crate::store::{Store, ZsetKey};
 use crate::timer::index::with_index;
 use crate::{config, error, info};
 
-const ENQUEUE_KEYS: [QueueKey; 6] = [
+const ENQUEUE_KEYS: [QueueKey; 8] = [
     QueueKey::Queue,
     QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
     QueueKey::CurrentVirtualTime,
     QueueKey::PartitionVirtualTime,
     QueueKey::Task,
     QueueKey::Meta,
 ];
 
-const ACK_KEYS: [QueueKey; 5] = [
+const DEFER_KEYS: [QueueKey; 9] = [
+    QueueKey::Queue,
+    QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
+    QueueKey::CurrentVirtualTime,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::Task,
+    QueueKey::Meta,
+    QueueKey::DelayedTask,
+];
+
+const ACK_KEYS: [QueueKey; 6] = [
     QueueKey::Inflight,
     QueueKey::InflightTask,
     QueueKey::Lease,
     QueueKey::Meta,
     QueueKey::Timeouts,
+    QueueKey::Nacks,
 ];
 
 const RENEW_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Lease];
 
-const STATS_KEYS: [QueueKey; 4] = [
+const STATS_KEYS: [QueueKey; 6] = [
     QueueKey::Queue,
     QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
     QueueKey::PartitionVirtualTime,
     QueueKey::CurrentVirtualTime,
 ];
+
+const DEAD_KEYS: [QueueKey; 6] = [
+    QueueKey::Dead,
+    QueueKey::DeadTask,
+    QueueKey::DeadReason,
+    QueueKey::Meta,
+    QueueKey::Timeouts,
+    QueueKey::Nacks,
+];
+
+const CANCEL_KEYS: [QueueKey; 13] = [
+    QueueKey::Queue,
+    QueueKey::Task,
+    QueueKey::Delayed,
+    QueueKey::DelayedTask,
+    QueueKey::Dead,
+    QueueKey::DeadTask,
+    QueueKey::DeadReason,
+    QueueKey::Inflight,
+    QueueKey::InflightTask,
+    QueueKey::Lease,
+    QueueKey::Meta,
+    QueueKey::Timeouts,
+    QueueKey::Nacks,
+];
+
+const DUE_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Delayed];
 
 /// Opens the given keys of `queue`, mapping a wrong type or a denied key to
 /// its error reply.
@@ -74,36 +123,64 @@ pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64
     Ok(outcome.added)
 }
 
-/// `VTRR.LEASE` (and a blocked lease's turn): reclaims, then leases up to
-/// `count` items now; empty when nothing is queued.
+/// `VTRR.DEFER`: the number of items added, leasable `delay_ms` from now.
+pub fn defer(
+    ctx: &Context,
+    queue: &[u8],
+    delay_ms: i64,
+    items: &[NewItem<'_>],
+) -> Result<u64, RedisError> {
+    let now = now_ms();
+    let due_ms = now.saturating_add(delay_ms);
+    let mut store = open(ctx, Caller::Client, queue, &DEFER_KEYS, Access::Write)?;
+    let outcome = core::defer(&mut store, now, due_ms, items).map_err(core_error(queue))?;
+    store.commit(if delay_ms > 0 {
+        c"vtrr.defer"
+    } else {
+        c"vtrr.enqueue"
+    });
+    drop(store);
+    log_anomalies(ctx, queue, &outcome.anomalies);
+    if delay_ms > 0 {
+        info::add(&info::DEFERRED, outcome.added);
+        if outcome.added > 0 {
+            watch(ctx, queue, due_ms);
+        }
+    } else {
+        info::add(&info::ENQUEUED, outcome.added);
+    }
+    Ok(outcome.added)
+}
+
+/// `VTRR.LEASE` (and a blocked lease's turn): acts on due items, then leases
+/// up to `count` items now; empty when nothing is queued.
 pub fn lease(
     ctx: &Context,
     queue: &[u8],
     lease_ms: i64,
     count: usize,
+    with_counters: bool,
 ) -> Result<Vec<Leased>, RedisError> {
-    let now = now_ms();
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
-    let outcome = core::lease(
-        &mut store,
-        now,
+    let request = LeaseRequest {
+        now_ms: now_ms(),
         lease_ms,
         count,
-        config::reclaim_batch(),
-        new_token,
-    )
-    .map_err(core_error(queue))?;
+        due_limit: config::reclaim_batch(),
+        with_counters,
+    };
+    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let outcome = core::lease(&mut store, &request, new_token).map_err(core_error(queue))?;
+    notify_dead(&store, &outcome.due);
     store.commit(if outcome.leased.is_empty() {
-        c"vtrr.reclaim"
+        due_event(&outcome.due)
     } else {
         c"vtrr.lease"
     });
     drop(store);
-    log_anomalies(ctx, queue, &outcome.anomalies);
-    info::add(&info::RECLAIMED, outcome.reclaimed);
+    count_due(ctx, queue, &outcome.due);
     info::add(&info::LEASED, outcome.leased.len() as u64);
     if !outcome.leased.is_empty() {
-        watch(ctx, queue, now.saturating_add(lease_ms));
+        watch(ctx, queue, request.now_ms.saturating_add(lease_ms));
     }
     Ok(outcome.leased)
 }
@@ -136,22 +213,143 @@ pub fn renew(
     Ok(renewed)
 }
 
-/// `VTRR.RECLAIM` and the timer: reclaims up to `limit` leases of `queue`
-/// (in the context's database) expired at `now_ms`.
-pub fn reclaim(
+/// `VTRR.NACK`: None when the token was stale (nothing changed), else
+/// where the item went.
+pub fn nack(
     ctx: &Context,
-    caller: Caller,
     queue: &[u8],
-    now_ms: i64,
-    limit: usize,
-) -> Result<u64, RedisError> {
-    let mut store = open(ctx, caller, queue, &QueueKey::ALL, Access::Write)?;
-    let outcome = core::reclaim(&mut store, now_ms, limit).map_err(core_error(queue))?;
+    id: &[u8],
+    token: &[u8],
+    how: Nack,
+) -> Result<Option<Nacked>, RedisError> {
+    let now = now_ms();
+    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let mut anomalies = Vec::new();
+    let nacked =
+        core::nack(&mut store, id, token, now, how, &mut anomalies).map_err(core_error(queue))?;
+    if matches!(nacked, Some(Nacked::Dead(_))) {
+        store.notify(c"vtrr.dead");
+    }
+    store.commit(c"vtrr.nack");
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
+    match nacked {
+        None => {}
+        Some(how) => {
+            info::add(&info::NACKED, 1);
+            match how {
+                Nacked::Dead(_) => info::add(&info::DEAD_LETTERED, 1),
+                Nacked::Delayed { due_ms } => watch(ctx, queue, due_ms),
+                Nacked::Requeued => {}
+            }
+        }
+    }
+    Ok(nacked)
+}
+
+/// `VTRR.RECLAIM`: takes back up to `limit` leases of `queue` expired now.
+pub fn reclaim(ctx: &Context, queue: &[u8], limit: usize) -> Result<u64, RedisError> {
+    let now = now_ms();
+    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let outcome = core::reclaim(&mut store, now, limit).map_err(core_error(queue))?;
+    notify_dead(&store, &outcome);
     store.commit(c"vtrr.reclaim");
     drop(store);
-    log_anomalies(ctx, queue, &outcome.anomalies);
-    info::add(&info::RECLAIMED, outcome.reclaimed);
+    count_due(ctx, queue, &outcome);
     Ok(outcome.reclaimed)
+}
+
+/// The timer's run on one queue (in the context's database): up to `limit`
+/// items due at `now_ms`, expired leases first, then due delayed items. The
+/// number of items acted on.
+pub fn run_due(ctx: &Context, queue: &[u8], now_ms: i64, limit: usize) -> Result<Due, RedisError> {
+    let mut store = open(ctx, Caller::Server, queue, &QueueKey::ALL, Access::Write)?;
+    let outcome = core::run_due(&mut store, now_ms, limit).map_err(core_error(queue))?;
+    notify_dead(&store, &outcome);
+    store.commit(due_event(&outcome));
+    drop(store);
+    count_due(ctx, queue, &outcome);
+    Ok(outcome)
+}
+
+/// `VTRR.POLICY` without options.
+pub fn policy(ctx: &Context, queue: &[u8]) -> Result<Policy, RedisError> {
+    let mut store = open(
+        ctx,
+        Caller::Client,
+        queue,
+        &[QueueKey::Policy],
+        Access::Read,
+    )?;
+    let mut anomalies = Vec::new();
+    let policy = core::read_policy(&mut store, &mut anomalies);
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
+    Ok(policy)
+}
+
+/// `VTRR.POLICY` with options.
+pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Result<(), RedisError> {
+    let mut store = open(
+        ctx,
+        Caller::Client,
+        queue,
+        &[QueueKey::Policy],
+        Access::Write,
+    )?;
+    core::set_policy(&mut store, changes);
+    store.commit(c"vtrr.policy");
+    Ok(())
+}
+
+/// `VTRR.DEAD`: the `count` oldest dead items.
+pub fn dead_items(ctx: &Context, queue: &[u8], count: usize) -> Result<Vec<DeadItem>, RedisError> {
+    let mut store = open(ctx, Caller::Client, queue, &DEAD_KEYS, Access::Read)?;
+    Ok(core::dead_items(&mut store, count))
+}
+
+/// `VTRR.REVIVE`: the number of dead items put back in the queue.
+pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
+    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let outcome = core::revive(&mut store, ids).map_err(core_error(queue))?;
+    store.commit(c"vtrr.revive");
+    drop(store);
+    log_anomalies(ctx, queue, &outcome.anomalies);
+    info::add(&info::REVIVED, outcome.count);
+    Ok(outcome.count)
+}
+
+/// `VTRR.CANCEL`: the number of items deleted.
+pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
+    let mut store = open(ctx, Caller::Client, queue, &CANCEL_KEYS, Access::Write)?;
+    let cancelled = core::cancel(&mut store, ids);
+    store.commit(c"vtrr.cancel");
+    info::add(&info::CANCELLED, cancelled);
+    Ok(cancelled)
+}
+
+/// The event of a call that only acted on due items.
+fn due_event(due: &Due) -> &'static CStr {
+    if due.reclaimed > 0 || due.promoted == 0 {
+        c"vtrr.reclaim"
+    } else {
+        c"vtrr.promote"
+    }
+}
+
+/// `vtrr.dead` beside the call's own event when it dead-lettered anything.
+fn notify_dead(store: &RedisStore<'_>, due: &Due) {
+    if due.dead_lettered > 0 {
+        store.notify(c"vtrr.dead");
+    }
+}
+
+/// Logs and counts what a call did to due items.
+fn count_due(ctx: &Context, queue: &[u8], due: &Due) {
+    log_anomalies(ctx, queue, &due.anomalies);
+    info::add(&info::RECLAIMED, due.reclaimed);
+    info::add(&info::PROMOTED, due.promoted);
+    info::add(&info::DEAD_LETTERED, due.dead_lettered);
 }
 
 /// `VTRR.STATS`.
@@ -170,17 +368,11 @@ pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
 /// due, read without opening anything for writing (so no WATCH is
 /// disturbed); None when nothing is.
 pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
-    let mut store = open(
-        ctx,
-        Caller::Server,
-        queue,
-        &[QueueKey::Inflight],
-        Access::Read,
-    )
-    .ok()?;
-    store
-        .zfirst(ZsetKey::Inflight)
-        .map(|(_, score)| score as i64)
+    let mut store = open(ctx, Caller::Server, queue, &DUE_KEYS, Access::Read).ok()?;
+    let mut first = |key| store.zfirst(key).map(|(_, score)| score as i64);
+    let expiry = first(ZsetKey::Inflight);
+    let delayed = first(ZsetKey::Delayed);
+    expiry.into_iter().chain(delayed).min()
 }
 
 /// Logs what an operation repaired in keys written by other clients.
@@ -196,13 +388,16 @@ fn log_anomalies(ctx: &Context, queue: &[u8], anomalies: &[Anomaly]) {
                 String::from_utf8_lossy(id)
             ),
             Anomaly::PayloadMissing { id } => format!(
-                "item {} had no payload; used an empty one",
+                "item {} had no payload; moved to the dead-letter set (reason: payload missing)",
                 String::from_utf8_lossy(id)
             ),
-            Anomaly::TimeoutsUnreadable { id } => format!(
-                "item {} had an unreadable timeouts count; counted from 0",
+            Anomaly::CounterUnreadable { counter, id } => format!(
+                "item {} had an unreadable {counter} count; counted from 0",
                 String::from_utf8_lossy(id)
             ),
+            Anomaly::PolicyUnreadable { field } => {
+                format!("policy field {field} is not a count; read as NONE")
+            }
             Anomaly::PartitionVirtualTimeUnreadable { partition } => format!(
                 "partition {} had an unreadable virtual time; read as 0",
                 String::from_utf8_lossy(partition)

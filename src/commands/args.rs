@@ -44,7 +44,8 @@ pub fn lease_ms(raw: &RedisString) -> Result<i64, RedisError> {
     int_in(raw.as_slice(), 1, limits::MAX_LEASE_MS, error::lease_ms)
 }
 
-/// Walks `[OPTION value ...]` pairs, matching option names case-insensitively.
+/// Walks options: names matched case-insensitively, each followed by its
+/// value, if it takes one.
 pub struct Options<'a> {
     rest: std::slice::Iter<'a, RedisString>,
 }
@@ -54,17 +55,15 @@ impl<'a> Options<'a> {
         Options { rest: rest.iter() }
     }
 
-    /// The next option name (upper-cased) and its value; a name with no value
-    /// is a syntax error.
-    pub fn next_pair(&mut self) -> Result<Option<(String, &'a RedisString)>, RedisError> {
-        let Some(name) = self.rest.next() else {
-            return Ok(None);
-        };
-        let value = self.rest.next().ok_or_else(error::syntax)?;
-        Ok(Some((
-            String::from_utf8_lossy(name.as_slice()).to_ascii_uppercase(),
-            value,
-        )))
+    /// The next option name, upper-cased.
+    pub fn next_name(&mut self) -> Option<String> {
+        let name = self.rest.next()?;
+        Some(String::from_utf8_lossy(name.as_slice()).to_ascii_uppercase())
+    }
+
+    /// The value of the option just named; missing is a syntax error.
+    pub fn value(&mut self) -> Result<&'a RedisString, RedisError> {
+        self.rest.next().ok_or_else(error::syntax)
     }
 }
 

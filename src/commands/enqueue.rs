@@ -1,4 +1,4 @@
-//! `VTRR.ENQUEUE`.
+//! Items entering a queue: `VTRR.ENQUEUE` and `VTRR.DEFER`.
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -19,14 +19,22 @@ pub const ENQUEUE: Command = Command {
     handler: enqueue,
 };
 
-/// VTRR.ENQUEUE <name> <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
-fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    check_arity(&argv, &ENQUEUE)?;
-    if !(argv.len() - 2).is_multiple_of(4) {
-        return Err(RedisError::WrongArity);
-    }
-    let queue = queue_name(ctx, &argv[1])?;
-    let items = argv[2..]
+pub const DEFER: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.defer",
+        flags: "write deny-oom fast",
+        arity: -7,
+        summary: "Adds items that become leasable after a delay, then are scored as if enqueued at that moment",
+        complexity: "O(log N) per item",
+        key_flags: KEY_WRITE,
+    },
+    handler: defer,
+};
+
+/// The `<partition> <id> <weight> <payload>` groups of ENQUEUE and DEFER;
+/// arity already checked.
+fn items(groups: &[RedisString]) -> Result<Vec<NewItem<'_>>, RedisError> {
+    groups
         .chunks_exact(4)
         .map(|group| {
             let id = id(&group[1])?;
@@ -38,7 +46,32 @@ fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 payload: group[3].as_slice(),
             })
         })
-        .collect::<Result<Vec<_>, RedisError>>()?;
+        .collect()
+}
+
+/// VTRR.ENQUEUE <name> <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
+fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &ENQUEUE)?;
+    if !(argv.len() - 2).is_multiple_of(4) {
+        return Err(RedisError::WrongArity);
+    }
+    let queue = queue_name(ctx, &argv[1])?;
+    let items = items(&argv[2..])?;
     let added = ops::enqueue(ctx, queue, &items)?;
+    Ok(RedisValue::Integer(added as i64))
+}
+
+/// VTRR.DEFER <name> <delay-ms> <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
+fn defer(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &DEFER)?;
+    if !(argv.len() - 3).is_multiple_of(4) {
+        return Err(RedisError::WrongArity);
+    }
+    let queue = queue_name(ctx, &argv[1])?;
+    let delay_ms = args::int_in(argv[2].as_slice(), 0, limits::MAX_DELAY_MS, || {
+        error::delay_ms("delay-ms")
+    })?;
+    let items = items(&argv[3..])?;
+    let added = ops::defer(ctx, queue, delay_ms, &items)?;
     Ok(RedisValue::Integer(added as i64))
 }

@@ -1,9 +1,9 @@
-//! The lease family: `VTRR.LEASE`, `VTRR.ACK`, `VTRR.RENEW`.
+//! The lease family: `VTRR.LEASE`, `VTRR.ACK`, `VTRR.RENEW`, `VTRR.NACK`.
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, id, queue_name, Command};
-use crate::core::Leased;
+use crate::core::{Leased, Nack};
 use crate::keys::{key_name, QueueKey};
 use crate::store::blocking::{block_on_key, Waiter};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
@@ -33,6 +33,18 @@ pub const ACK: Command = Command {
     handler: ack,
 };
 
+pub const NACK: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.nack",
+        flags: "write fast",
+        arity: -4,
+        summary: "Gives a leased item back whose lease token is current: requeued, delayed, or dead-lettered",
+        complexity: "O(log N)",
+        key_flags: KEY_WRITE,
+    },
+    handler: nack,
+};
+
 pub const RENEW: Command = Command {
     info: CommandInfo {
         name: "vtrr.renew",
@@ -51,6 +63,8 @@ struct LeaseRequest {
     lease_ms: i64,
     /// `Some(n)` when COUNT was given: the reply is then an array of leases.
     count: Option<usize>,
+    /// WITHCOUNTERS: each lease reply carries the nack count too.
+    with_counters: bool,
 }
 
 /// Parses `VTRR.LEASE`; the second value is the BLOCK timeout, if any.
@@ -63,13 +77,16 @@ fn parse_lease(
     let lease_ms = args::lease_ms(&argv[2])?;
     let mut count = None;
     let mut block = None;
+    let mut with_counters = false;
     let mut options = args::Options::new(&argv[3..]);
-    while let Some((name, value)) = options.next_pair()? {
+    while let Some(name) = options.next_name() {
         match name.as_str() {
             "COUNT" => {
+                let value = options.value()?;
                 count = Some(usize::try_from(args::positive(value, "COUNT")?).unwrap_or(usize::MAX))
             }
             "BLOCK" => {
+                let value = options.value()?;
                 block = Some(args::int_in(
                     value.as_slice(),
                     0,
@@ -77,6 +94,7 @@ fn parse_lease(
                     error::block_ms,
                 )?)
             }
+            "WITHCOUNTERS" => with_counters = true,
             _ => return Err(error::syntax()),
         }
     }
@@ -85,18 +103,23 @@ fn parse_lease(
             queue,
             lease_ms,
             count,
+            with_counters,
         },
         block,
     ))
 }
 
 fn lease_reply(leased: Leased) -> RedisValue {
-    RedisValue::Array(vec![
+    let mut reply = vec![
         bulk(leased.id),
         bulk(leased.payload),
         bulk(leased.token),
         RedisValue::Integer(leased.timeouts),
-    ])
+    ];
+    if let Some(nacks) = leased.nacks {
+        reply.push(RedisValue::Integer(nacks));
+    }
+    RedisValue::Array(reply)
 }
 
 /// The reply for no lease: nil, or an empty array with COUNT.
@@ -114,6 +137,7 @@ fn grant(ctx: &Context, request: &LeaseRequest) -> Result<Vec<Leased>, RedisErro
         &request.queue,
         request.lease_ms,
         request.count.unwrap_or(1),
+        request.with_counters,
     )
 }
 
@@ -135,7 +159,7 @@ fn serve_blocked(ctx: &Context, request: &LeaseRequest) -> Option<RedisResult> {
     }
 }
 
-/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>]
+/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS]
 fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let (request, block) = parse_lease(ctx, &argv)?;
     let leased = grant(ctx, &request)?;
@@ -186,4 +210,37 @@ fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let lease_ms = args::lease_ms(&argv[4])?;
     let renewed = ops::renew(ctx, queue, id, argv[3].as_slice(), lease_ms)?;
     Ok(RedisValue::Integer(i64::from(renewed)))
+}
+
+/// VTRR.NACK <name> <id> <token> [DELAY <ms>] [DEAD]
+fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &NACK)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let id = id(&argv[2])?;
+    let mut delay = None;
+    let mut dead = false;
+    let mut options = args::Options::new(&argv[4..]);
+    while let Some(name) = options.next_name() {
+        match name.as_str() {
+            "DELAY" => {
+                let value = options.value()?;
+                delay = Some(args::int_in(
+                    value.as_slice(),
+                    0,
+                    limits::MAX_DELAY_MS,
+                    || error::delay_ms("DELAY ms"),
+                )?)
+            }
+            "DEAD" => dead = true,
+            _ => return Err(error::syntax()),
+        }
+    }
+    let how = match (delay, dead) {
+        (Some(_), true) => return Err(error::exclusive("DELAY", "DEAD")),
+        (Some(ms), false) => Nack::Delay { ms },
+        (None, true) => Nack::Dead,
+        (None, false) => Nack::Requeue,
+    };
+    let nacked = ops::nack(ctx, queue, id, argv[3].as_slice(), how)?;
+    Ok(RedisValue::Integer(i64::from(nacked.is_some())))
 }

@@ -4,6 +4,8 @@
 //! handler, and registration reads it from there.
 
 pub mod args;
+pub mod cancel;
+pub mod dead_letter;
 pub mod enqueue;
 pub mod lease;
 pub mod reclaim;

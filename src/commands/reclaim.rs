@@ -4,8 +4,6 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, queue_name, Command};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
-use crate::store::redis::Caller;
-use crate::store::server::now_ms;
 use crate::{error, ops};
 
 pub const RECLAIM: Command = Command {
@@ -13,7 +11,8 @@ pub const RECLAIM: Command = Command {
         name: "vtrr.reclaim",
         flags: "write",
         arity: -2,
-        summary: "Re-enqueues items whose lease has expired",
+        summary:
+            "Takes back items whose lease has expired: requeued, or dead-lettered past the policy",
         complexity: "O(log N) per item reclaimed",
         key_flags: KEY_WRITE,
     },
@@ -26,14 +25,15 @@ fn reclaim(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let queue = queue_name(ctx, &argv[1])?;
     let mut limit = usize::MAX;
     let mut options = args::Options::new(&argv[2..]);
-    while let Some((name, value)) = options.next_pair()? {
+    while let Some(name) = options.next_name() {
         match name.as_str() {
             "LIMIT" => {
+                let value = options.value()?;
                 limit = usize::try_from(args::positive(value, "LIMIT")?).unwrap_or(usize::MAX)
             }
             _ => return Err(error::syntax()),
         }
     }
-    let reclaimed = ops::reclaim(ctx, Caller::Client, queue, now_ms(), limit)?;
+    let reclaimed = ops::reclaim(ctx, queue, limit)?;
     Ok(RedisValue::Integer(reclaimed as i64))
 }

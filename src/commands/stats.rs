@@ -14,7 +14,7 @@ pub const STATS: Command = Command {
         name: "vtrr.stats",
         flags: "readonly fast",
         arity: 2,
-        summary: "Counts a queue's queued, leased and expired items",
+        summary: "Counts a queue's queued, leased, expired, delayed and dead items",
         complexity: "O(log N)",
         key_flags: KEY_READ,
     },
@@ -52,6 +52,14 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             "next_expiry_ms",
             stats
                 .next_expiry_ms
+                .map_or(RedisValue::Null, RedisValue::Integer),
+        ),
+        ("delayed", int(stats.delayed)),
+        ("dead", int(stats.dead)),
+        (
+            "next_due_ms",
+            stats
+                .next_due_ms
                 .map_or(RedisValue::Null, RedisValue::Integer),
         ),
     ];

@@ -15,35 +15,59 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
             .map(|(member, _)| member)
             .collect()
     };
-    let queued = members(store, ZsetKey::Queue);
-    let inflight = members(store, ZsetKey::Inflight);
+    // Each state: its sorted set, its name, and the hashes its ids must
+    // (and only its ids may) have.
+    let states = [
+        (ZsetKey::Queue, "queued", vec![(HashKey::Task, "task")]),
+        (
+            ZsetKey::Inflight,
+            "in flight",
+            vec![
+                (HashKey::InflightTask, "inflight_task"),
+                (HashKey::Lease, "lease"),
+            ],
+        ),
+        (
+            ZsetKey::Delayed,
+            "delayed",
+            vec![(HashKey::DelayedTask, "delayed_task")],
+        ),
+        (
+            ZsetKey::Dead,
+            "dead",
+            vec![
+                (HashKey::DeadTask, "dead_task"),
+                (HashKey::DeadReason, "dead_reason"),
+            ],
+        ),
+    ];
     let fields = |store: &mut _, key| -> HashSet<Vec<u8>> {
         Store::hfields(store, key).into_iter().collect()
     };
-    let task = fields(store, HashKey::Task);
-    let inflight_task = fields(store, HashKey::InflightTask);
-    let lease = fields(store, HashKey::Lease);
-    let meta = fields(store, HashKey::Meta);
-    let timeouts = fields(store, HashKey::Timeouts);
     let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
 
-    for id in queued.intersection(&inflight) {
-        problems.push(format!("{} is both queued and in flight", show(id)));
-    }
-    for id in &queued {
-        if !task.contains(id) {
-            problems.push(format!("queued {} has no task payload", show(id)));
+    let mut everyone: HashSet<Vec<u8>> = HashSet::new();
+    let mut seen: Vec<(&str, HashSet<Vec<u8>>)> = Vec::new();
+    for (zset, state, hashes) in &states {
+        let ids = members(store, *zset);
+        for (other, other_ids) in &seen {
+            for id in ids.intersection(other_ids) {
+                problems.push(format!("{} is both {other} and {state}", show(id)));
+            }
         }
-    }
-    for id in &inflight {
-        if !inflight_task.contains(id) {
-            problems.push(format!("leased {} has no inflight_task payload", show(id)));
+        for (hash, name) in hashes {
+            let held = fields(store, *hash);
+            for id in ids.difference(&held) {
+                problems.push(format!("{state} {} has no {name} entry", show(id)));
+            }
+            for id in held.difference(&ids) {
+                problems.push(format!("{name} holds {} which is not {state}", show(id)));
+            }
         }
-        if !lease.contains(id) {
-            problems.push(format!("leased {} has no lease token", show(id)));
-        }
+        everyone.extend(ids.iter().cloned());
+        seen.push((state, ids));
     }
-    for id in queued.iter().chain(inflight.iter()) {
+    for id in &everyone {
         match store.hget(HashKey::Meta, id) {
             None => problems.push(format!("{} has no meta", show(id))),
             Some(raw) if parse_meta(&raw).is_none() => {
@@ -52,31 +76,14 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
             Some(_) => {}
         }
     }
-    let orphans = [
-        ("task", &task, &queued as &HashSet<_>),
-        ("inflight_task", &inflight_task, &inflight),
-        ("lease", &lease, &inflight),
-    ];
-    for (name, hash, owners) in orphans {
-        for id in hash.difference(owners) {
+    for (hash, name) in [
+        (HashKey::Meta, "meta"),
+        (HashKey::Timeouts, "timeouts"),
+        (HashKey::Nacks, "nacks"),
+    ] {
+        for id in fields(store, hash).difference(&everyone) {
             problems.push(format!(
-                "{name} holds {} which is not {}",
-                show(id),
-                if name == "task" {
-                    "queued"
-                } else {
-                    "in flight"
-                }
-            ));
-        }
-    }
-    for (name, hash) in [("meta", &meta), ("timeouts", &timeouts)] {
-        for id in hash
-            .iter()
-            .filter(|id| !queued.contains(*id) && !inflight.contains(*id))
-        {
-            problems.push(format!(
-                "{name} holds {} which is neither queued nor in flight",
+                "{name} holds {} which is neither queued, in flight, delayed nor dead",
                 show(id)
             ));
         }

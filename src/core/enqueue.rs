@@ -1,8 +1,8 @@
 //! `VTRR.ENQUEUE`.
 
-use super::scoring::{place, read_current_virtual_time};
+use super::scoring::{is_present, place, read_current_virtual_time};
 use super::{Anomaly, CoreError, NewItem};
-use crate::store::{Store, ZsetKey};
+use crate::store::Store;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct EnqueueOutcome {
@@ -10,14 +10,13 @@ pub struct EnqueueOutcome {
     pub anomalies: Vec<Anomaly>,
 }
 
-/// `VTRR.ENQUEUE`: adds each item not already queued or leased.
+/// `VTRR.ENQUEUE`: adds each item whose id is not already in the queue's
+/// life (queued, leased, delayed or dead).
 pub fn enqueue(store: &mut impl Store, items: &[NewItem<'_>]) -> Result<EnqueueOutcome, CoreError> {
     let current_virtual_time = read_current_virtual_time(store)?;
     let mut outcome = EnqueueOutcome::default();
     for item in items {
-        let present = store.zscore(ZsetKey::Queue, item.id).is_some()
-            || store.zscore(ZsetKey::Inflight, item.id).is_some();
-        if present {
+        if is_present(store, item.id) {
             continue;
         }
         place(

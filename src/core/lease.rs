@@ -1,71 +1,90 @@
-//! `VTRR.LEASE`, `VTRR.ACK` and `VTRR.RENEW`: a lease's life.
+//! `VTRR.LEASE`, `VTRR.ACK` and `VTRR.RENEW`: a lease's life. (`VTRR.NACK`,
+//! the other way a lease ends, is in `nack.rs`.)
 
-use super::reclaim::{read_timeouts, reclaim_at, ReclaimOutcome};
+use super::dead::{bury, Reason};
+use super::delay::due_at;
 use super::scoring::parse_current_virtual_time;
-use super::{Anomaly, CoreError, Leased};
+use super::{counters, Anomaly, CoreError, Due, Leased};
 use crate::store::{HashKey, Store, ZsetKey};
+
+/// What `VTRR.LEASE` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRequest {
+    pub now_ms: i64,
+    pub lease_ms: i64,
+    /// Most items to lease.
+    pub count: usize,
+    /// Most due items (expired leases, due delayed items) to act on first.
+    pub due_limit: usize,
+    /// Read each item's nack count too (WITHCOUNTERS).
+    pub with_counters: bool,
+}
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct LeaseOutcome {
     pub leased: Vec<Leased>,
-    pub reclaimed: u64,
-    pub anomalies: Vec<Anomaly>,
+    /// What the call did to due items first, and what it dead-lettered.
+    pub due: Due,
 }
 
-/// `VTRR.LEASE`: reclaims up to `reclaim_limit` expired leases, then leases up
-/// to `count` items, lowest score first, all with expiry `now_ms + lease_ms`.
-/// `new_token` is called once per granted lease.
+/// `VTRR.LEASE`: acts on up to `due_limit` due items (expired leases, then
+/// due delayed items), then leases up to `count` items, lowest score first,
+/// all with expiry `now_ms + lease_ms`. A popped item without a payload is
+/// dead-lettered instead of served. `new_token` is called once per lease.
 pub fn lease(
     store: &mut impl Store,
-    now_ms: i64,
-    lease_ms: i64,
-    count: usize,
-    reclaim_limit: usize,
+    request: &LeaseRequest,
     mut new_token: impl FnMut() -> Vec<u8>,
 ) -> Result<LeaseOutcome, CoreError> {
     // Kept as stored: the end compares against it to skip an unchanged write.
     let stored_virtual_time = store.current_virtual_time();
     let current_virtual_time = parse_current_virtual_time(stored_virtual_time.as_deref())?;
-    let mut reclaimed = ReclaimOutcome::default();
-    reclaim_at(
+    let mut outcome = LeaseOutcome::default();
+    due_at(
         store,
         current_virtual_time,
-        now_ms,
-        reclaim_limit,
-        &mut reclaimed,
+        request.now_ms,
+        request.due_limit,
+        &mut outcome.due,
     );
-    let mut outcome = LeaseOutcome {
-        leased: Vec::new(),
-        reclaimed: reclaimed.reclaimed,
-        anomalies: reclaimed.anomalies,
-    };
-    let expiry_ms = now_ms.saturating_add(lease_ms);
-    while outcome.leased.len() < count {
+    let expiry_ms = request.now_ms.saturating_add(request.lease_ms);
+    let mut last_popped = None;
+    while outcome.leased.len() < request.count {
         let Some((id, score)) = store.zfirst(ZsetKey::Queue) else {
             break;
         };
+        last_popped = Some(score);
         store.zrem(ZsetKey::Queue, &id);
-        let payload = store.hget(HashKey::Task, &id).unwrap_or_else(|| {
+        let payload = store.hget(HashKey::Task, &id);
+        store.hdel(HashKey::Task, &id);
+        let Some(payload) = payload else {
             outcome
+                .due
                 .anomalies
                 .push(Anomaly::PayloadMissing { id: id.clone() });
-            Vec::new()
-        });
-        store.hdel(HashKey::Task, &id);
+            bury(store, &id, &[], request.now_ms, Reason::PayloadMissing);
+            outcome.due.dead_lettered += 1;
+            continue;
+        };
         store.hset(HashKey::InflightTask, &id, &payload);
         store.zadd(ZsetKey::Inflight, &id, expiry_ms as f64);
         let token = new_token();
         store.hset(HashKey::Lease, &id, &token);
-        let timeouts = read_timeouts(store, &id, &mut outcome.anomalies);
+        let anomalies = &mut outcome.due.anomalies;
+        let timeouts = counters::read(store, HashKey::Timeouts, &id, anomalies);
+        let nacks = request
+            .with_counters
+            .then(|| counters::read(store, HashKey::Nacks, &id, anomalies));
         outcome.leased.push(Leased {
             id,
             payload,
             token,
             timeouts,
+            nacks,
             score,
         });
     }
-    if let Some(last) = outcome.leased.last() {
+    if let Some(last) = last_popped {
         if store.zcard(ZsetKey::Queue) == 0 {
             // Drained: restart virtual time; lease state is left alone.
             store.set_current_virtual_time(0);
@@ -74,7 +93,7 @@ pub fn lease(
         } else {
             // Rewriting an unchanged value would cost an effect per lease
             // (most leases pop a score the previous one already set).
-            let popped = last.score.floor() as i64;
+            let popped = last.floor() as i64;
             if stored_virtual_time.as_deref() != Some(popped.to_string().as_bytes()) {
                 store.set_current_virtual_time(popped);
             }
@@ -84,7 +103,7 @@ pub fn lease(
 }
 
 /// Fenced: true when `token` is the item's current lease token.
-fn holds_lease(store: &mut impl Store, id: &[u8], token: &[u8]) -> bool {
+pub(super) fn holds_lease(store: &mut impl Store, id: &[u8], token: &[u8]) -> bool {
     store
         .hget(HashKey::Lease, id)
         .is_some_and(|stored| stored == token)
@@ -102,6 +121,7 @@ pub fn ack(store: &mut impl Store, pairs: &[(&[u8], &[u8])]) -> u64 {
         store.hdel(HashKey::Lease, id);
         store.hdel(HashKey::Meta, id);
         store.hdel(HashKey::Timeouts, id);
+        store.hdel(HashKey::Nacks, id);
         acked += 1;
     }
     acked

@@ -7,17 +7,27 @@
 //! reclaim, stats, check.
 
 pub mod check;
+mod counters;
+mod dead;
+mod delay;
 mod enqueue;
 mod lease;
+mod nack;
 mod numbers;
 mod reclaim;
 mod scoring;
 mod stats;
 
+pub use dead::{
+    cancel, dead_items, read_policy, revive, set_policy, DeadItem, Moved, Policy, PolicyChange,
+    Reason,
+};
+pub use delay::{defer, run_due};
 pub use enqueue::{enqueue, EnqueueOutcome};
-pub use lease::{ack, lease, renew, LeaseOutcome};
+pub use lease::{ack, lease, renew, LeaseOutcome, LeaseRequest};
+pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
-pub use reclaim::{reclaim, ReclaimOutcome};
+pub use reclaim::reclaim;
 pub use scoring::read_current_virtual_time;
 pub use stats::{stats, Stats};
 
@@ -28,19 +38,35 @@ pub enum CoreError {
     CurrentVirtualTimeNotInteger,
 }
 
-/// Something odd found in the keys (written by another client) and repaired
-/// without losing the item. The command layer logs these.
+/// Something odd found in the keys (written by another client) and handled
+/// without losing the item. The operations layer logs these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Anomaly {
-    /// A reclaimed item had no readable `meta`; re-enqueued with weight 1 in
-    /// the empty partition.
+    /// An item re-entering the queue had no readable `meta`; enqueued with
+    /// weight 1 in the empty partition.
     MetaUnreadable { id: Vec<u8> },
-    /// A queued or leased item had no payload; an empty one was used.
+    /// A queued, leased or delayed item had no payload; it was moved to the
+    /// dead-letter set (reason `payload missing`) instead of being served.
     PayloadMissing { id: Vec<u8> },
-    /// `timeouts[id]` was not an integer; counted from 0.
-    TimeoutsUnreadable { id: Vec<u8> },
+    /// A per-item counter (`timeouts`, `nacks`) was not a count; counted from 0.
+    CounterUnreadable { counter: &'static str, id: Vec<u8> },
     /// `partition_virtual_time[partition]` was not a number; read as 0.
     PartitionVirtualTimeUnreadable { partition: Vec<u8> },
+    /// A `policy` field was not a count; read as NONE (never give up).
+    PolicyUnreadable { field: &'static str },
+}
+
+/// What one call did to items that fell due (expired leases, due delayed
+/// items) and to items it dead-lettered.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// Expired leases taken back: requeued or, past the policy, dead.
+    pub reclaimed: u64,
+    /// Delayed items that joined the queue.
+    pub promoted: u64,
+    /// Items moved to the dead-letter set.
+    pub dead_lettered: u64,
+    pub anomalies: Vec<Anomaly>,
 }
 
 /// One item to enqueue.
@@ -59,6 +85,8 @@ pub struct Leased {
     pub payload: Vec<u8>,
     pub token: Vec<u8>,
     pub timeouts: i64,
+    /// The item's nack count, read only when asked for (WITHCOUNTERS).
+    pub nacks: Option<i64>,
     /// The item's virtual-time score when it was popped.
     pub score: f64,
 }

@@ -1,6 +1,8 @@
 //! The VTRR scoring rule and the virtual time it reads.
 
-use super::{format_meta, parse_virtual_time, Anomaly, CoreError, NewItem, MAX_VIRTUAL_TIME};
+use super::{
+    format_meta, parse_meta, parse_virtual_time, Anomaly, CoreError, NewItem, MAX_VIRTUAL_TIME,
+};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Reads `current_virtual_time` (missing: 0). Call once per command, before
@@ -52,4 +54,52 @@ pub(super) fn place(
     if stored_meta != Some(meta.as_slice()) {
         store.hset(HashKey::Meta, item.id, &meta);
     }
+}
+
+/// Puts an item that is already known (its `meta` holds weight and
+/// partition) back in the queue through [`place`]: a reclaimed lease, a due
+/// delayed item, a nacked or revived item. A missing or unreadable `meta`
+/// is reported and the item still enters the queue (weight 1, the empty
+/// partition): nothing is lost.
+pub(super) fn requeue(
+    store: &mut impl Store,
+    current_virtual_time: i64,
+    id: &[u8],
+    payload: &[u8],
+    anomalies: &mut Vec<Anomaly>,
+) {
+    let meta = store.hget(HashKey::Meta, id);
+    let (weight, partition) = match meta.as_deref().and_then(parse_meta) {
+        Some((weight, partition)) => (weight, partition.to_vec()),
+        None => {
+            anomalies.push(Anomaly::MetaUnreadable { id: id.to_vec() });
+            (1, Vec::new())
+        }
+    };
+    let item = NewItem {
+        partition: &partition,
+        id,
+        weight,
+        payload,
+    };
+    place(
+        store,
+        current_virtual_time,
+        &item,
+        meta.as_deref(),
+        anomalies,
+    );
+}
+
+/// Whether `id` is anywhere in the queue's life: queued, leased, delayed or
+/// dead. An id lives in exactly one of these.
+pub(super) fn is_present(store: &mut impl Store, id: &[u8]) -> bool {
+    [
+        ZsetKey::Queue,
+        ZsetKey::Inflight,
+        ZsetKey::Delayed,
+        ZsetKey::Dead,
+    ]
+    .into_iter()
+    .any(|key| store.zscore(key, id).is_some())
 }

@@ -12,6 +12,10 @@ pub struct Stats {
     pub partitions: u64,
     pub current_virtual_time: i64,
     pub next_expiry_ms: Option<i64>,
+    pub delayed: u64,
+    pub dead: u64,
+    /// When the earliest delayed item falls due.
+    pub next_due_ms: Option<i64>,
 }
 
 /// `VTRR.STATS`.
@@ -23,5 +27,8 @@ pub fn stats(store: &mut impl Store, now_ms: i64) -> Result<Stats, CoreError> {
         partitions: store.hlen(HashKey::PartitionVirtualTime),
         current_virtual_time: read_current_virtual_time(store)?,
         next_expiry_ms: store.zfirst(ZsetKey::Inflight).map(|(_, s)| s as i64),
+        delayed: store.zcard(ZsetKey::Delayed),
+        dead: store.zcard(ZsetKey::Dead),
+        next_due_ms: store.zfirst(ZsetKey::Delayed).map(|(_, s)| s as i64),
     })
 }

@@ -27,6 +27,10 @@ pub enum ZsetKey {
     Queue,
     /// `vtrr:<name>:inflight`: leased task id -> lease expiry (Unix ms).
     Inflight,
+    /// `vtrr:<name>:delayed`: delayed task id -> due time (Unix ms).
+    Delayed,
+    /// `vtrr:<name>:dead`: dead task id -> when it died (Unix ms).
+    Dead,
 }
 
 /// The hashes of a queue.
@@ -44,6 +48,16 @@ pub enum HashKey {
     Lease,
     /// `vtrr:<name>:timeouts`: id -> number of reclaims.
     Timeouts,
+    /// `vtrr:<name>:delayed_task`: id -> payload of a delayed item.
+    DelayedTask,
+    /// `vtrr:<name>:nacks`: id -> number of nacks.
+    Nacks,
+    /// `vtrr:<name>:dead_task`: id -> payload of a dead item.
+    DeadTask,
+    /// `vtrr:<name>:dead_reason`: id -> why it died.
+    DeadReason,
+    /// `vtrr:<name>:policy`: `max-timeouts` / `max-nacks` -> n.
+    Policy,
 }
 
 /// Operations on one queue's keys. Implementations have already checked the

@@ -58,7 +58,7 @@ pub struct RedisStore<'ctx> {
     /// `vtrr:<name>:queue`, opened or not: the keyspace notification names it.
     queue_name: OwnedString,
     access: Access,
-    slots: [Option<Slot>; 9],
+    slots: [Option<Slot>; QueueKey::ALL.len()],
     /// The last two member/field strings made (ids, partitions), shared by
     /// the next operations on the same bytes: a lease names its id in seven
     /// calls, an enqueue alternates id and partition. The key API copies
@@ -198,6 +198,12 @@ impl<'ctx> RedisStore<'ctx> {
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
             slot.effects.replicate(self.ctx, &slot.name);
         }
+        self.notify(event);
+        true
+    }
+
+    /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
+    pub fn notify(&self, event: &CStr) {
         // SAFETY: live context, NUL-terminated event name, valid key name.
         unsafe {
             api!(RedisModule_NotifyKeyspaceEvent)(
@@ -207,7 +213,6 @@ impl<'ctx> RedisStore<'ctx> {
                 self.queue_name.0,
             )
         };
-        true
     }
 
     fn record<const N: usize>(

@@ -1,12 +1,15 @@
-//! The reclaim timer: re-enqueues expired leases of every queue with no
-//! client traffic, with exactly the semantics of `VTRR.RECLAIM`.
+//! The timer: with no client traffic, re-enqueues expired leases of every
+//! queue (exactly as `VTRR.RECLAIM`) and moves due delayed items into their
+//! queue (exactly as LEASE's promotion step).
 //!
 //! It never scans the keyspace per tick. Its [`index`] maps each (db, queue)
-//! with leases to the earliest time one may be due:
-//! - the operations layer notes the expiry of every lease it grants;
+//! with leases or delayed items to the earliest time one may be due:
+//! - the operations layer notes the expiry of every lease it grants and the
+//!   due time of every item it delays;
 //! - writes by other clients (Lua scripts, a plain ZADD, RESTORE, RENAME,
 //!   replicated effects on a replica) reach it through a keyspace
-//!   subscription on `vtrr:*:inflight` keys, which queues a recheck;
+//!   subscription on `vtrr:*:inflight` and `vtrr:*:delayed` keys, which
+//!   queues a recheck;
 //! - after loading an RDB/AOF, a full sync, or a role change, [`rebuild`]
 //!   walks every database once, in bounded steps;
 //! - SWAPDB (which fires no keyspace event) moves its entries between the
@@ -32,14 +35,15 @@ use index::with_index;
 static TIMER_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Keyspace events on zset and generic keys: another client (or a replicated
-/// effect) wrote an inflight key, so its queue is rechecked at the next tick.
+/// effect) wrote an inflight or delayed key, so its queue is rechecked at the
+/// next tick.
 pub fn on_keyspace_event(
     ctx: &Context,
     _kind: redis_module::NotifyEvent,
     _event: &str,
     key: &[u8],
 ) {
-    if let Some(queue) = keys::queue_of_inflight_key(key) {
+    if let Some(queue) = keys::queue_of_due_key(key) {
         let db = selected_db(ctx);
         with_index(|index| index.recheck.insert((db, queue.to_vec())));
     }

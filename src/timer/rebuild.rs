@@ -1,7 +1,7 @@
 //! Rebuilding the index from the keyspace after loading an RDB/AOF, a full
 //! sync, a role change or module load on a populated server: an incremental
-//! `SCAN MATCH vtrr:*:inflight` of every database, a bounded step per tick.
-//! Every queue found is queued for a recheck.
+//! `SCAN MATCH vtrr:*` of every database, a bounded step per tick. Every
+//! queue with an inflight or delayed key is queued for a recheck.
 
 use redis_module::{Context, RedisValue};
 
@@ -27,13 +27,7 @@ pub fn step(ctx: &Context) -> bool {
         }
         let reply = ctx.call(
             "SCAN",
-            &[
-                cursor.as_str(),
-                "MATCH",
-                "vtrr:*:inflight",
-                "COUNT",
-                SCAN_COUNT,
-            ][..],
+            &[cursor.as_str(), "MATCH", "vtrr:*", "COUNT", SCAN_COUNT][..],
         );
         let Ok(RedisValue::Array(parts)) = reply else {
             break true;
@@ -44,7 +38,7 @@ pub fn step(ctx: &Context) -> bool {
         );
         if let Some(RedisValue::Array(keys_found)) = parts.get(1) {
             for bytes in keys_found.iter().filter_map(bytes_of) {
-                if let Some(queue) = keys::queue_of_inflight_key(&bytes) {
+                if let Some(queue) = keys::queue_of_due_key(&bytes) {
                     found.push((db, queue.to_vec()));
                 }
             }

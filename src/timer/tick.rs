@@ -1,7 +1,8 @@
 //! One run of the timer: a rebuild step, a reread of the queues others
 //! wrote, then the queues whose due time has passed, at most
-//! `vtrr.reclaim-batch` items in all. It acts only through the operations
-//! layer, with the semantics of `VTRR.RECLAIM`. A tick with nothing due opens
+//! `vtrr.reclaim-batch` items in all: expired leases reclaimed (as
+//! `VTRR.RECLAIM`) and due delayed items promoted. It acts only through the
+//! operations layer. A tick with nothing due opens
 //! no key for writing, so it signals nothing.
 
 use std::sync::atomic::Ordering;
@@ -12,7 +13,6 @@ use redis_module::{Context, ContextFlags};
 use super::index::with_index;
 use super::{arm, rebuild, TIMER_ID};
 use crate::ops;
-use crate::store::redis::Caller;
 use crate::store::server::{now_ms, select_db, selected_db};
 use crate::{config, info};
 
@@ -63,7 +63,8 @@ fn recheck_written(ctx: &Context) {
     }
 }
 
-/// Reclaims the queues whose earliest lease is due, within the batch budget.
+/// Acts on the queues with something due (expired leases, due delayed
+/// items), within the batch budget.
 fn reclaim_due(ctx: &Context, now: i64) {
     let batch = config::reclaim_batch();
     let mut budget = batch;
@@ -74,10 +75,11 @@ fn reclaim_due(ctx: &Context, now: i64) {
         if !select_db(ctx, db) {
             continue;
         }
-        match ops::reclaim(ctx, Caller::Server, &queue, now, budget) {
-            Ok(reclaimed) => {
-                info::add(&info::TIMER_RECLAIMED, reclaimed);
-                budget = budget.saturating_sub(reclaimed as usize);
+        match ops::run_due(ctx, &queue, now, budget) {
+            Ok(done) => {
+                info::add(&info::TIMER_RECLAIMED, done.reclaimed);
+                info::add(&info::TIMER_PROMOTED, done.promoted);
+                budget = budget.saturating_sub((done.reclaimed + done.promoted) as usize);
             }
             Err(error) => {
                 // A wrong key type or unreadable virtual time: leave the queue

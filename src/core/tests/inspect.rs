@@ -13,8 +13,8 @@ fn stats_counts_queue_state() {
         &[item("A", "a", 1), item("B", "b", 1), item("B", "c", 1)],
     )
     .unwrap();
-    lease(&mut store, 0, 10, 1, 0, tokens()).unwrap();
-    lease(&mut store, 0, 20, 1, 0, tokens()).unwrap();
+    lease_at(&mut store, 0, 10, 1, 0).unwrap();
+    lease_at(&mut store, 0, 20, 1, 0).unwrap();
     let stats = stats(&mut store, 15).unwrap();
     assert_eq!(
         stats,
@@ -24,7 +24,10 @@ fn stats_counts_queue_state() {
             expired: 1,
             partitions: 2,
             current_virtual_time: 1,
-            next_expiry_ms: Some(10)
+            next_expiry_ms: Some(10),
+            delayed: 0,
+            dead: 0,
+            next_due_ms: None,
         }
     );
 }

@@ -9,7 +9,7 @@ use crate::store::{HashKey, Store, ZsetKey};
 fn lease_moves_the_item_and_grants_a_token() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
-    let outcome = lease(&mut store, 5_000, 300, 1, 1000, tokens()).unwrap();
+    let outcome = lease_at(&mut store, 5_000, 300, 1, 1000).unwrap();
     let leased = &outcome.leased[0];
     assert_eq!(
         (leased.id.as_slice(), leased.payload.as_slice()),
@@ -35,7 +35,7 @@ fn lease_count_gives_every_item_the_same_expiry() {
         &[item("A", "a1", 1), item("B", "b1", 1), item("C", "c1", 1)],
     )
     .unwrap();
-    let outcome = lease(&mut store, 7, 10, 2, 1000, tokens()).unwrap();
+    let outcome = lease_at(&mut store, 7, 10, 2, 1000).unwrap();
     assert_eq!(outcome.leased.len(), 2);
     assert!(store
         .zset_entries(ZsetKey::Inflight)
@@ -48,7 +48,7 @@ fn lease_count_gives_every_item_the_same_expiry() {
 fn draining_resets_virtual_time_but_keeps_lease_state() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, &[item("A", "a1", 1)]).unwrap();
-    lease(&mut store, 0, 100, 5, 1000, tokens()).unwrap();
+    lease_at(&mut store, 0, 100, 5, 1000).unwrap();
     assert_eq!(store.current_virtual_time().unwrap(), b"0");
     assert_eq!(store.hlen(HashKey::PartitionVirtualTime), 0);
     assert_eq!(store.hlen(HashKey::Task), 0);
@@ -59,7 +59,7 @@ fn draining_resets_virtual_time_but_keeps_lease_state() {
 #[test]
 fn lease_on_an_empty_queue_changes_nothing() {
     let mut store = MemoryStore::new();
-    let outcome = lease(&mut store, 0, 100, 1, 1000, tokens()).unwrap();
+    let outcome = lease_at(&mut store, 0, 100, 1, 1000).unwrap();
     assert!(outcome.leased.is_empty());
     assert_eq!(store.current_virtual_time(), None);
 }
@@ -68,7 +68,7 @@ fn lease_on_an_empty_queue_changes_nothing() {
 fn ack_is_fenced_by_the_token() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, &[item("A", "a1", 1)]).unwrap();
-    lease(&mut store, 0, 100, 1, 1000, tokens()).unwrap();
+    lease_at(&mut store, 0, 100, 1, 1000).unwrap();
     let before = store.clone();
     assert_eq!(
         ack(&mut store, &[(b"a1", b"wrong"), (b"zz", b"token-1")]),
@@ -94,7 +94,7 @@ fn ack_is_fenced_by_the_token() {
 fn renew_moves_the_expiry_only_with_the_current_token() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, &[item("A", "a1", 1)]).unwrap();
-    lease(&mut store, 0, 100, 1, 1000, tokens()).unwrap();
+    lease_at(&mut store, 0, 100, 1, 1000).unwrap();
     assert!(!renew(&mut store, b"a1", b"old", 50, 1000));
     assert_eq!(store.zscore(ZsetKey::Inflight, b"a1"), Some(100.0));
     assert!(renew(&mut store, b"a1", b"token-1", 50, 1000));

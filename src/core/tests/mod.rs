@@ -27,8 +27,26 @@ pub fn tokens() -> impl FnMut() -> Vec<u8> {
     }
 }
 
+/// `lease` with fresh test tokens, without counters.
+pub fn lease_at(
+    store: &mut MemoryStore,
+    now_ms: i64,
+    lease_ms: i64,
+    count: usize,
+    due_limit: usize,
+) -> Result<LeaseOutcome, CoreError> {
+    let request = LeaseRequest {
+        now_ms,
+        lease_ms,
+        count,
+        due_limit,
+        with_counters: false,
+    };
+    lease(store, &request, tokens())
+}
+
 pub fn lease_ids(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String> {
-    lease(store, now_ms, 1000, count, 1000, tokens())
+    lease_at(store, now_ms, 1000, count, 1000)
         .unwrap()
         .leased
         .into_iter()

@@ -149,19 +149,19 @@ impl Simulation {
                 reclaim(&mut self.store, self.now_ms, usize::MAX).unwrap();
                 let mut queued = self.queued();
                 let tokens = &mut self.tokens;
-                let outcome = lease(
-                    &mut self.store,
-                    self.now_ms,
+                let request = LeaseRequest {
+                    now_ms: self.now_ms,
                     lease_ms,
-                    count as usize,
-                    1000,
-                    || {
-                        *tokens += 1;
-                        tokens.to_string().into_bytes()
-                    },
-                )
+                    count: count as usize,
+                    due_limit: 1000,
+                    with_counters: false,
+                };
+                let outcome = lease(&mut self.store, &request, || {
+                    *tokens += 1;
+                    tokens.to_string().into_bytes()
+                })
                 .unwrap();
-                prop_assert_eq!(outcome.reclaimed, 0);
+                prop_assert_eq!(outcome.due.reclaimed, 0);
                 for leased in outcome.leased {
                     prop_assert_eq!(&leased.id, &queued[0], "not the lowest score");
                     self.observe_pop(&queued, &leased.id)?;

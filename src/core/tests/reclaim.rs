@@ -13,7 +13,7 @@ fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
         &[item("A", "a1", 2), item("A", "a2", 1), item("B", "b1", 1)],
     )
     .unwrap();
-    lease(&mut store, 0, 100, 1, 1000, tokens()).unwrap(); // a1, expiry 100
+    lease_at(&mut store, 0, 100, 1, 1000).unwrap(); // a1, expiry 100
     assert_eq!(reclaim(&mut store, 99, usize::MAX).unwrap().reclaimed, 0);
     assert_eq!(reclaim(&mut store, 100, usize::MAX).unwrap().reclaimed, 1);
     assert_eq!(store.hget(HashKey::Timeouts, b"a1").unwrap(), b"1");
@@ -25,7 +25,7 @@ fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
         store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
         b"6"
     );
-    let leased = lease(&mut store, 200, 100, 3, 1000, tokens())
+    let leased = lease_at(&mut store, 200, 100, 3, 1000)
         .unwrap()
         .leased;
     let order: Vec<_> = leased.iter().map(|l| (l.id.clone(), l.timeouts)).collect();
@@ -47,9 +47,9 @@ fn reclaim_takes_the_oldest_expiry_first_and_honours_the_limit() {
         &[item("A", "a", 1), item("B", "b", 1), item("C", "c", 1)],
     )
     .unwrap();
-    lease(&mut store, 0, 30, 1, 0, tokens()).unwrap(); // a expires 30
-    lease(&mut store, 0, 10, 1, 0, tokens()).unwrap(); // b expires 10
-    lease(&mut store, 0, 20, 1, 0, tokens()).unwrap(); // c expires 20
+    lease_at(&mut store, 0, 30, 1, 0).unwrap(); // a expires 30
+    lease_at(&mut store, 0, 10, 1, 0).unwrap(); // b expires 10
+    lease_at(&mut store, 0, 20, 1, 0).unwrap(); // c expires 20
     assert_eq!(reclaim(&mut store, 100, 2).unwrap().reclaimed, 2);
     assert_eq!(
         store.zset_entries(ZsetKey::Inflight),
@@ -61,9 +61,9 @@ fn reclaim_takes_the_oldest_expiry_first_and_honours_the_limit() {
 fn lease_reclaims_first_within_its_limit() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
-    lease(&mut store, 0, 10, 2, 0, tokens()).unwrap();
-    let outcome = lease(&mut store, 50, 10, 1, 1, tokens()).unwrap();
-    assert_eq!(outcome.reclaimed, 1);
+    lease_at(&mut store, 0, 10, 2, 0).unwrap();
+    let outcome = lease_at(&mut store, 50, 10, 1, 1).unwrap();
+    assert_eq!(outcome.due.reclaimed, 1);
     assert_eq!(outcome.leased[0].id, b"a");
     assert_eq!(outcome.leased[0].timeouts, 1);
     assert_eq!(store.zcard(ZsetKey::Inflight), 2);

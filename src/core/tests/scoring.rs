@@ -58,7 +58,7 @@ fn enqueue_writes_the_documented_keys() {
 fn enqueue_skips_ids_already_queued_or_leased() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, &[item("A", "x", 1), item("A", "y", 1)]).unwrap();
-    lease(&mut store, 0, 100, 1, 0, tokens()).unwrap(); // x leased
+    lease_at(&mut store, 0, 100, 1, 0).unwrap(); // x leased
     let before = store.clone();
     let outcome = enqueue(
         &mut store,
@@ -80,7 +80,7 @@ fn a_non_numeric_current_virtual_time_refuses_and_changes_nothing() {
         Err(CoreError::CurrentVirtualTimeNotInteger)
     );
     assert_eq!(
-        lease(&mut store, 0, 1, 1, 1, tokens()),
+        lease_at(&mut store, 0, 1, 1, 1),
         Err(CoreError::CurrentVirtualTimeNotInteger)
     );
     assert_eq!(

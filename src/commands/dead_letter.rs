@@ -1,0 +1,135 @@
+//! The dead-letter family: `VTRR.POLICY`, `VTRR.DEAD`, `VTRR.REVIVE`.
+
+use std::collections::BTreeMap;
+
+use redis_module::redisvalue::RedisValueKey;
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::{args, bulk, check_arity, id, queue_name, Command};
+use crate::core::PolicyChange;
+use crate::store::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
+use crate::{error, limits, ops};
+
+pub const POLICY: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.policy",
+        flags: "write fast",
+        arity: -2,
+        summary: "Sets or reads when a queue gives up on an item (MAX-TIMEOUTS, MAX-NACKS)",
+        complexity: "O(1)",
+        key_flags: KEY_WRITE,
+    },
+    handler: policy,
+};
+
+pub const DEAD: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.dead",
+        flags: "readonly",
+        arity: -2,
+        summary: "Lists the oldest dead-lettered items with their counters and why they died",
+        complexity: "O(log N + n) for n items listed",
+        key_flags: KEY_READ,
+    },
+    handler: dead,
+};
+
+pub const REVIVE: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.revive",
+        flags: "write deny-oom fast",
+        arity: -3,
+        summary: "Puts dead-lettered items back in the queue, counters reset, scored as if fresh",
+        complexity: "O(log N) per id",
+        key_flags: KEY_WRITE,
+    },
+    handler: revive,
+};
+
+/// A MAX-TIMEOUTS / MAX-NACKS value: a limit, or NONE.
+fn policy_limit(raw: &RedisString, option: &str) -> Result<Option<i64>, RedisError> {
+    if raw.as_slice().eq_ignore_ascii_case(b"NONE") {
+        return Ok(None);
+    }
+    args::int_in(raw.as_slice(), 0, limits::MAX_POLICY_LIMIT, || {
+        error::policy_limit(option)
+    })
+    .map(Some)
+}
+
+/// VTRR.POLICY <name> [MAX-TIMEOUTS <n>|NONE] [MAX-NACKS <n>|NONE]
+fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &POLICY)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let mut changes = Vec::new();
+    let mut options = args::Options::new(&argv[2..]);
+    while let Some(name) = options.next_name() {
+        let change = match name.as_str() {
+            "MAX-TIMEOUTS" => {
+                PolicyChange::MaxTimeouts(policy_limit(options.value()?, "MAX-TIMEOUTS")?)
+            }
+            "MAX-NACKS" => PolicyChange::MaxNacks(policy_limit(options.value()?, "MAX-NACKS")?),
+            _ => return Err(error::syntax()),
+        };
+        changes.push(change);
+    }
+    if !changes.is_empty() {
+        ops::set_policy(ctx, queue, &changes)?;
+        return Ok(RedisValue::SimpleStringStatic("OK"));
+    }
+    let policy = ops::policy(ctx, queue)?;
+    let limit = |n: Option<i64>| n.map_or(RedisValue::Null, RedisValue::Integer);
+    let map: BTreeMap<RedisValueKey, RedisValue> = [
+        ("max-timeouts", limit(policy.max_timeouts)),
+        ("max-nacks", limit(policy.max_nacks)),
+    ]
+    .into_iter()
+    .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))
+    .collect();
+    Ok(RedisValue::OrderedMap(map))
+}
+
+/// VTRR.DEAD <name> [COUNT <n>]
+fn dead(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &DEAD)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let mut count = limits::DEAD_DEFAULT_COUNT;
+    let mut options = args::Options::new(&argv[2..]);
+    while let Some(name) = options.next_name() {
+        match name.as_str() {
+            "COUNT" => {
+                let value = options.value()?;
+                count = usize::try_from(args::positive(value, "COUNT")?).unwrap_or(usize::MAX)
+            }
+            _ => return Err(error::syntax()),
+        }
+    }
+    let items = ops::dead_items(ctx, queue, count)?;
+    Ok(RedisValue::Array(
+        items
+            .into_iter()
+            .map(|item| {
+                RedisValue::Array(vec![
+                    bulk(item.id),
+                    bulk(item.payload),
+                    item.partition.map_or(RedisValue::Null, bulk),
+                    item.weight
+                        .map_or(RedisValue::Null, |w| RedisValue::Integer(w as i64)),
+                    RedisValue::Integer(item.timeouts),
+                    RedisValue::Integer(item.nacks),
+                    RedisValue::Integer(item.died_at_ms),
+                    bulk(item.reason),
+                ])
+            })
+            .collect(),
+    ))
+}
+
+/// VTRR.REVIVE <name> <id> [<id> ...]
+fn revive(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &REVIVE)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let ids = argv[2..].iter().map(id).collect::<Result<Vec<_>, _>>()?;
+    let revived = ops::revive(ctx, queue, &ids)?;
+    Ok(RedisValue::Integer(revived as i64))
+}

@@ -1,0 +1,43 @@
+//! Per-item counters kept beside the item: `timeouts` (its lease expired)
+//! and `nacks` (its worker gave it back). Both are cleared on ack.
+
+use super::Anomaly;
+use crate::store::{HashKey, Store};
+
+/// The counter `key` of `id`: missing is 0; a value that is not a count is
+/// read as 0 and reported.
+pub fn read(store: &mut impl Store, key: HashKey, id: &[u8], anomalies: &mut Vec<Anomaly>) -> i64 {
+    match store.hget(key, id) {
+        None => 0,
+        Some(raw) => std::str::from_utf8(&raw)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|n| *n >= 0)
+            .unwrap_or_else(|| {
+                anomalies.push(Anomaly::CounterUnreadable {
+                    counter: name(key),
+                    id: id.to_vec(),
+                });
+                0
+            }),
+    }
+}
+
+/// Adds one to the counter `key` of `id`; the new value.
+pub fn increment(
+    store: &mut impl Store,
+    key: HashKey,
+    id: &[u8],
+    anomalies: &mut Vec<Anomaly>,
+) -> i64 {
+    let value = read(store, key, id, anomalies).saturating_add(1);
+    store.hset(key, id, value.to_string().as_bytes());
+    value
+}
+
+fn name(key: HashKey) -> &'static str {
+    match key {
+        HashKey::Nacks => "nacks",
+        _ => "timeouts",
+    }
+}

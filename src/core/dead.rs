@@ -1,0 +1,187 @@
+//! The dead-letter set and its policy: where items go when the queue gives
+//! up on them, how an operator reads them, revives them or cancels items.
+
+use super::scoring::{read_current_virtual_time, requeue};
+use super::{counters, parse_meta, Anomaly, CoreError};
+use crate::store::{HashKey, Store, ZsetKey};
+
+/// Why an item died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Its lease expired once more than MAX-TIMEOUTS allows.
+    MaxTimeouts,
+    /// It was nacked once more than MAX-NACKS allows.
+    MaxNacks,
+    /// Its worker nacked it with DEAD.
+    Nacked,
+    /// It had no payload when it was to be served.
+    PayloadMissing,
+}
+
+impl Reason {
+    pub const fn text(self) -> &'static str {
+        match self {
+            Reason::MaxTimeouts => "max-timeouts",
+            Reason::MaxNacks => "max-nacks",
+            Reason::Nacked => "nack",
+            Reason::PayloadMissing => "payload missing",
+        }
+    }
+}
+
+/// `vtrr:<name>:policy`: when the queue gives up on an item. None (the
+/// default, vtrr-queue's behaviour) never gives up.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub max_timeouts: Option<i64>,
+    pub max_nacks: Option<i64>,
+}
+
+pub const MAX_TIMEOUTS_FIELD: &str = "max-timeouts";
+pub const MAX_NACKS_FIELD: &str = "max-nacks";
+
+/// One change of `VTRR.POLICY`: a field set to a limit, or (None) cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyChange {
+    MaxTimeouts(Option<i64>),
+    MaxNacks(Option<i64>),
+}
+
+/// Reads the policy; a field that is not a count reads as NONE and is
+/// reported.
+pub fn read_policy(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Policy {
+    let mut field = |name: &'static str| {
+        let raw = store.hget(HashKey::Policy, name.as_bytes())?;
+        let value = std::str::from_utf8(&raw)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|n| *n >= 0);
+        if value.is_none() {
+            anomalies.push(Anomaly::PolicyUnreadable { field: name });
+        }
+        value
+    };
+    Policy {
+        max_timeouts: field(MAX_TIMEOUTS_FIELD),
+        max_nacks: field(MAX_NACKS_FIELD),
+    }
+}
+
+/// `VTRR.POLICY` with options: applies every change.
+pub fn set_policy(store: &mut impl Store, changes: &[PolicyChange]) {
+    for change in changes {
+        let (field, value) = match *change {
+            PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value),
+            PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value),
+        };
+        match value {
+            Some(n) => store.hset(HashKey::Policy, field.as_bytes(), n.to_string().as_bytes()),
+            None => store.hdel(HashKey::Policy, field.as_bytes()),
+        }
+    }
+}
+
+/// Moves an item (already out of queue, inflight or delayed) to the
+/// dead-letter set at `now_ms`. Its `meta` and counters stay beside it.
+pub(super) fn bury(store: &mut impl Store, id: &[u8], payload: &[u8], now_ms: i64, reason: Reason) {
+    store.zadd(ZsetKey::Dead, id, now_ms as f64);
+    store.hset(HashKey::DeadTask, id, payload);
+    store.hset(HashKey::DeadReason, id, reason.text().as_bytes());
+}
+
+/// One dead item, as `VTRR.DEAD` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadItem {
+    pub id: Vec<u8>,
+    pub payload: Vec<u8>,
+    /// None when `meta` is missing or unreadable.
+    pub partition: Option<Vec<u8>>,
+    pub weight: Option<u64>,
+    pub timeouts: i64,
+    pub nacks: i64,
+    pub died_at_ms: i64,
+    pub reason: Vec<u8>,
+}
+
+/// `VTRR.DEAD`: the `count` oldest dead items, oldest first.
+pub fn dead_items(store: &mut impl Store, count: usize) -> Vec<DeadItem> {
+    let mut anomalies = Vec::new();
+    store
+        .zrange_upto(ZsetKey::Dead, f64::INFINITY, count)
+        .into_iter()
+        .map(|(id, died_at)| {
+            let meta = store.hget(HashKey::Meta, &id);
+            let parsed = meta.as_deref().and_then(parse_meta);
+            DeadItem {
+                payload: store.hget(HashKey::DeadTask, &id).unwrap_or_default(),
+                partition: parsed.map(|(_, partition)| partition.to_vec()),
+                weight: parsed.map(|(weight, _)| weight),
+                timeouts: counters::read(store, HashKey::Timeouts, &id, &mut anomalies),
+                nacks: counters::read(store, HashKey::Nacks, &id, &mut anomalies),
+                died_at_ms: died_at as i64,
+                reason: store.hget(HashKey::DeadReason, &id).unwrap_or_default(),
+                id,
+            }
+        })
+        .collect()
+}
+
+/// What a call that moves items out of their state did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub count: u64,
+    pub anomalies: Vec<Anomaly>,
+}
+
+/// `VTRR.REVIVE`: each dead id goes back to the queue with its counters
+/// reset, rescored as if freshly enqueued.
+pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError> {
+    let current_virtual_time = read_current_virtual_time(store)?;
+    let mut outcome = Moved::default();
+    for id in ids {
+        if !store.zrem(ZsetKey::Dead, id) {
+            continue;
+        }
+        let payload = store.hget(HashKey::DeadTask, id).unwrap_or_default();
+        store.hdel(HashKey::DeadTask, id);
+        store.hdel(HashKey::DeadReason, id);
+        store.hdel(HashKey::Timeouts, id);
+        store.hdel(HashKey::Nacks, id);
+        requeue(
+            store,
+            current_virtual_time,
+            id,
+            &payload,
+            &mut outcome.anomalies,
+        );
+        outcome.count += 1;
+    }
+    Ok(outcome)
+}
+
+/// `VTRR.CANCEL`: deletes each id outright, whatever its state. A leased
+/// item loses its lease too, so its worker's RENEW and ACK reply 0.
+pub fn cancel(store: &mut impl Store, ids: &[&[u8]]) -> u64 {
+    let mut cancelled = 0;
+    for id in ids {
+        let payload_key = if store.zrem(ZsetKey::Queue, id) {
+            HashKey::Task
+        } else if store.zrem(ZsetKey::Delayed, id) {
+            HashKey::DelayedTask
+        } else if store.zrem(ZsetKey::Dead, id) {
+            store.hdel(HashKey::DeadReason, id);
+            HashKey::DeadTask
+        } else if store.zrem(ZsetKey::Inflight, id) {
+            store.hdel(HashKey::Lease, id);
+            HashKey::InflightTask
+        } else {
+            continue;
+        };
+        store.hdel(payload_key, id);
+        store.hdel(HashKey::Meta, id);
+        store.hdel(HashKey::Timeouts, id);
+        store.hdel(HashKey::Nacks, id);
+        cancelled += 1;
+    }
+    cancelled
+}

@@ -1,0 +1,113 @@
+//! Delayed items: held outside the queue (`delayed`, scored by due time,
+//! with payloads in `delayed_task`) until due, then scored into the queue
+//! as if enqueued at that moment: no credit for the time waited, no jump
+//! ahead of their partition.
+
+use super::dead::{bury, Reason};
+use super::enqueue::{enqueue, EnqueueOutcome};
+use super::reclaim::reclaim_at;
+use super::scoring::{is_present, read_current_virtual_time, requeue};
+use super::{format_meta, Anomaly, CoreError, Due, NewItem};
+use crate::store::{HashKey, Store, ZsetKey};
+
+/// `VTRR.DEFER`: each item whose id is not already in the queue's life
+/// becomes leasable at `due_ms`. A due time not after `now_ms` enqueues at
+/// once, exactly as `VTRR.ENQUEUE`.
+pub fn defer(
+    store: &mut impl Store,
+    now_ms: i64,
+    due_ms: i64,
+    items: &[NewItem<'_>],
+) -> Result<EnqueueOutcome, CoreError> {
+    if due_ms <= now_ms {
+        return enqueue(store, items);
+    }
+    let mut outcome = EnqueueOutcome::default();
+    for item in items {
+        if is_present(store, item.id) {
+            continue;
+        }
+        store.hset(
+            HashKey::Meta,
+            item.id,
+            &format_meta(item.weight, item.partition),
+        );
+        hold(store, item.id, item.payload, due_ms);
+        outcome.added += 1;
+    }
+    Ok(outcome)
+}
+
+/// Holds an item (its `meta` already written) until `due_ms`.
+pub(super) fn hold(store: &mut impl Store, id: &[u8], payload: &[u8], due_ms: i64) {
+    store.zadd(ZsetKey::Delayed, id, due_ms as f64);
+    store.hset(HashKey::DelayedTask, id, payload);
+}
+
+/// Moves up to `limit` delayed items due at `now_ms` into the queue, in
+/// ascending (due, id) order. One without a payload is dead-lettered.
+pub(super) fn promote_at(
+    store: &mut impl Store,
+    current_virtual_time: i64,
+    now_ms: i64,
+    limit: usize,
+    outcome: &mut Due,
+) {
+    if limit == 0 {
+        return;
+    }
+    for (id, _due) in store.zrange_upto(ZsetKey::Delayed, now_ms as f64, limit) {
+        store.zrem(ZsetKey::Delayed, &id);
+        let payload = store.hget(HashKey::DelayedTask, &id);
+        store.hdel(HashKey::DelayedTask, &id);
+        match payload {
+            Some(payload) => {
+                requeue(
+                    store,
+                    current_virtual_time,
+                    &id,
+                    &payload,
+                    &mut outcome.anomalies,
+                );
+                outcome.promoted += 1;
+            }
+            None => {
+                outcome
+                    .anomalies
+                    .push(Anomaly::PayloadMissing { id: id.clone() });
+                bury(store, &id, &[], now_ms, Reason::PayloadMissing);
+                outcome.dead_lettered += 1;
+            }
+        }
+    }
+}
+
+/// Everything of a queue due at `now_ms`, at most `limit` items: expired
+/// leases first, then due delayed items. What LEASE runs before it pops,
+/// and what the timer runs.
+pub(super) fn due_at(
+    store: &mut impl Store,
+    current_virtual_time: i64,
+    now_ms: i64,
+    limit: usize,
+    outcome: &mut Due,
+) {
+    let before = outcome.reclaimed;
+    reclaim_at(store, current_virtual_time, now_ms, limit, outcome);
+    let reclaimed = (outcome.reclaimed - before) as usize;
+    promote_at(
+        store,
+        current_virtual_time,
+        now_ms,
+        limit.saturating_sub(reclaimed),
+        outcome,
+    );
+}
+
+/// The timer's run on one queue: [`due_at`].
+pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due, CoreError> {
+    let current_virtual_time = read_current_virtual_time(store)?;
+    let mut outcome = Due::default();
+    due_at(store, current_virtual_time, now_ms, limit, &mut outcome);
+    Ok(outcome)
+}
