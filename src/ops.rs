@@ -71,8 +71,9 @@ const DEAD_KEYS: [QueueKey; 6] = [
     QueueKey::Nacks,
 ];
 
-const CANCEL_KEYS: [QueueKey; 13] = [
+const CANCEL_KEYS: [QueueKey; 14] = [
     QueueKey::Queue,
+    QueueKey::PartitionVirtualTime,
     QueueKey::Task,
     QueueKey::Delayed,
     QueueKey::DelayedTask,

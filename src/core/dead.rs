@@ -2,7 +2,7 @@
 //! up on them, how an operator reads them, revives them or cancels items.
 
 use super::scoring::{read_current_virtual_time, requeue};
-use super::{counters, parse_meta, Anomaly, CoreError};
+use super::{counters, parse_meta, parse_virtual_time, Anomaly, CoreError, MAX_VIRTUAL_TIME};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Why an item died.
@@ -161,12 +161,35 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
 
 /// `VTRR.CANCEL`: deletes each id outright, whatever its state. A leased
 /// item loses its lease too, so its worker's RENEW and ACK reply 0.
+///
+/// A queued item that is its partition's last gives its cost back (the
+/// partition's virtual time returns to the item's start, as if it had
+/// never been enqueued). The ids are taken from the highest score down, so
+/// cancelling all of a partition's queued items gives all of it back; one
+/// with later items of its partition behind it leaves a gap in the
+/// partition's turns until the partition is next idle.
 pub fn cancel(store: &mut impl Store, ids: &[&[u8]]) -> u64 {
-    let mut cancelled = 0;
+    let mut queued: Vec<(f64, &[u8])> = Vec::new();
+    let mut others: Vec<&[u8]> = Vec::new();
     for id in ids {
-        let payload_key = if store.zrem(ZsetKey::Queue, id) {
-            HashKey::Task
-        } else if store.zrem(ZsetKey::Delayed, id) {
+        match store.zscore(ZsetKey::Queue, id) {
+            Some(score) => queued.push((score, id)),
+            None => others.push(id),
+        }
+    }
+    queued.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut cancelled = 0;
+    for (score, id) in queued {
+        if !store.zrem(ZsetKey::Queue, id) {
+            continue; // named twice
+        }
+        give_back(store, id, score);
+        store.hdel(HashKey::Task, id);
+        forget(store, id);
+        cancelled += 1;
+    }
+    for id in others {
+        let payload_key = if store.zrem(ZsetKey::Delayed, id) {
             HashKey::DelayedTask
         } else if store.zrem(ZsetKey::Dead, id) {
             store.hdel(HashKey::DeadReason, id);
@@ -178,10 +201,38 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]]) -> u64 {
             continue;
         };
         store.hdel(payload_key, id);
-        store.hdel(HashKey::Meta, id);
-        store.hdel(HashKey::Timeouts, id);
-        store.hdel(HashKey::Nacks, id);
+        forget(store, id);
         cancelled += 1;
     }
     cancelled
+}
+
+/// Returns a cancelled queued item's cost to its partition when nothing of
+/// the partition was placed after it.
+fn give_back(store: &mut impl Store, id: &[u8], score: f64) {
+    let Some(meta) = store.hget(HashKey::Meta, id) else {
+        return;
+    };
+    let Some((weight, partition)) = parse_meta(&meta) else {
+        return;
+    };
+    let start = score as i64;
+    let end = start.saturating_add(i64::try_from(weight).unwrap_or(i64::MAX));
+    let next = store
+        .hget(HashKey::PartitionVirtualTime, partition)
+        .and_then(|raw| parse_virtual_time(&raw));
+    if next == Some(end.min(MAX_VIRTUAL_TIME)) {
+        store.hset(
+            HashKey::PartitionVirtualTime,
+            partition,
+            start.to_string().as_bytes(),
+        );
+    }
+}
+
+/// Deletes what an item leaves beside its state: `meta` and its counters.
+fn forget(store: &mut impl Store, id: &[u8]) {
+    store.hdel(HashKey::Meta, id);
+    store.hdel(HashKey::Timeouts, id);
+    store.hdel(HashKey::Nacks, id);
 }

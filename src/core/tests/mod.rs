@@ -1,8 +1,11 @@
 //! Unit and property tests of the VTRR core over the in-memory store, one
 //! file per concept.
 
+mod dead;
+mod delay;
 mod inspect;
 mod lease;
+mod nack;
 mod properties;
 mod reclaim;
 mod scoring;

@@ -25,9 +25,7 @@ fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
         store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
         b"6"
     );
-    let leased = lease_at(&mut store, 200, 100, 3, 1000)
-        .unwrap()
-        .leased;
+    let leased = lease_at(&mut store, 200, 100, 3, 1000).unwrap().leased;
     let order: Vec<_> = leased.iter().map(|l| (l.id.clone(), l.timeouts)).collect();
     assert_eq!(
         order,

@@ -1,0 +1,118 @@
+//! Nacks: fenced, counted, and sent where the worker (or the policy) says.
+
+use super::*;
+use crate::core::*;
+use crate::store::memory::MemoryStore;
+use crate::store::{HashKey, Store, ZsetKey};
+
+/// One item "a" of partition A, leased at 0 for 100 ms: its token.
+fn leased_one(store: &mut MemoryStore) -> Vec<u8> {
+    enqueue(store, &[item("A", "a", 2)]).unwrap();
+    lease_at(store, 0, 100, 1, 0).unwrap().leased[0]
+        .token
+        .clone()
+}
+
+fn nack_now(store: &mut MemoryStore, token: &[u8], how: Nack) -> Option<Nacked> {
+    nack(store, b"a", token, 10, how, &mut Vec::new()).unwrap()
+}
+
+#[test]
+fn a_stale_token_changes_nothing() {
+    let mut store = MemoryStore::new();
+    leased_one(&mut store);
+    let before = format!("{store:?}");
+    assert_eq!(nack_now(&mut store, b"stale", Nack::Requeue), None);
+    assert_eq!(format!("{store:?}"), before);
+}
+
+#[test]
+fn a_plain_nack_requeues_rescored_and_counts_apart_from_timeouts() {
+    let mut store = MemoryStore::new();
+    // b keeps the queue from draining, so virtual times carry on.
+    enqueue(&mut store, &[item("B", "b", 1)]).unwrap();
+    let token = leased_one(&mut store);
+    assert_eq!(
+        nack_now(&mut store, &token, Nack::Requeue),
+        Some(Nacked::Requeued)
+    );
+    assert_eq!(store.zcard(ZsetKey::Inflight), 0);
+    assert_eq!(store.hget(HashKey::Lease, b"a"), None);
+    assert_eq!(store.hget(HashKey::Nacks, b"a").unwrap(), b"1");
+    assert_eq!(store.hget(HashKey::Timeouts, b"a"), None);
+    // A's virtual time had moved to 3; the requeued item starts there.
+    assert_eq!(store.zscore(ZsetKey::Queue, b"a"), Some(3.0));
+    assert_eq!(store.hget(HashKey::Task, b"a").unwrap(), b"a");
+    // The old token no longer acks.
+    assert_eq!(ack(&mut store, &[(b"a", &token)]), 0);
+}
+
+#[test]
+fn a_delayed_nack_holds_the_item_until_due() {
+    let mut store = MemoryStore::new();
+    let token = leased_one(&mut store);
+    assert_eq!(
+        nack_now(&mut store, &token, Nack::Delay { ms: 500 }),
+        Some(Nacked::Delayed { due_ms: 510 })
+    );
+    assert_eq!(
+        store.zset_entries(ZsetKey::Delayed),
+        [(b"a".to_vec(), 510.0)]
+    );
+    assert!(lease_at(&mut store, 509, 100, 1, 10)
+        .unwrap()
+        .leased
+        .is_empty());
+    let outcome = lease_at(&mut store, 510, 100, 1, 10).unwrap();
+    assert_eq!(outcome.leased[0].id, b"a");
+    assert_eq!(outcome.leased[0].payload, b"a");
+}
+
+#[test]
+fn dead_and_max_nacks_send_the_item_to_the_dead_letter_set() {
+    let mut store = MemoryStore::new();
+    let token = leased_one(&mut store);
+    assert_eq!(
+        nack_now(&mut store, &token, Nack::Dead),
+        Some(Nacked::Dead(Reason::Nacked))
+    );
+    assert_eq!(store.zset_entries(ZsetKey::Dead), [(b"a".to_vec(), 10.0)]);
+    assert_eq!(store.hget(HashKey::DeadTask, b"a").unwrap(), b"a");
+    assert_eq!(store.hget(HashKey::DeadReason, b"a").unwrap(), b"nack");
+    assert_eq!(store.hget(HashKey::Meta, b"a").unwrap(), b"2:A");
+
+    let mut store = MemoryStore::new();
+    set_policy(&mut store, &[PolicyChange::MaxNacks(Some(1))]);
+    let token = leased_one(&mut store);
+    assert_eq!(
+        nack_now(&mut store, &token, Nack::Delay { ms: 0 }),
+        Some(Nacked::Requeued)
+    );
+    let token = lease_at(&mut store, 20, 100, 1, 0).unwrap().leased[0]
+        .token
+        .clone();
+    assert_eq!(
+        nack_now(&mut store, &token, Nack::Delay { ms: 50 }),
+        Some(Nacked::Dead(Reason::MaxNacks))
+    );
+    assert_eq!(store.hget(HashKey::Nacks, b"a").unwrap(), b"2");
+}
+
+#[test]
+fn lease_with_counters_reports_nacks() {
+    let mut store = MemoryStore::new();
+    let token = leased_one(&mut store);
+    nack_now(&mut store, &token, Nack::Requeue);
+    let request = LeaseRequest {
+        now_ms: 20,
+        lease_ms: 100,
+        count: 1,
+        due_limit: 0,
+        with_counters: true,
+    };
+    let leased = lease(&mut store, &request, tokens()).unwrap().leased;
+    assert_eq!((leased[0].timeouts, leased[0].nacks), (0, Some(1)));
+    let token = leased[0].token.clone();
+    assert_eq!(ack(&mut store, &[(b"a", &token)]), 1);
+    assert_eq!(store.hlen(HashKey::Nacks), 0);
+}
