@@ -1,13 +1,16 @@
-"""A vtrr worker with nothing but Redis (redis-py). Env: VTRR_URL, VTRR_QUEUE."""
+"""A vtrr worker with nothing but Redis (redis-py). Env: VTRR_URL, VTRR_QUEUE, VTRR_BACKOFF_MS."""
 import os, sys, threading
 import redis
 
 r = redis.Redis.from_url(os.environ.get("VTRR_URL", "redis://127.0.0.1:6379"))
 QUEUE = os.environ.get("VTRR_QUEUE", "files")
-LEASE_MS, BLOCK_MS, MAX_TIMEOUTS = 30_000, 2_000, 3
+LEASE_MS, BLOCK_MS, MAX_TIMEOUTS, MAX_NACKS = 30_000, 2_000, 3, 3
+BACKOFF_MS = int(os.environ.get("VTRR_BACKOFF_MS", "1000"))  # first retry's delay, doubled each time
 EXIT_WHEN_IDLE = os.environ.get("VTRR_EXIT_WHEN_IDLE") == "1"
 
 def run_task(item_id, payload):  # your work; must be idempotent (at-least-once)
+    if payload.startswith(b"fail"):  # stands in for a task that keeps failing
+        raise RuntimeError("task failed")
     print(f"processed {item_id.decode()} {payload.decode()}", flush=True)
 
 def keep_renewing(item_id, token, done):
@@ -16,20 +19,27 @@ def keep_renewing(item_id, token, done):
         if not r.execute_command("VTRR.RENEW", QUEUE, item_id, token, LEASE_MS):
             return
 
+# Give up on an item that keeps killing workers or failing: the queue moves it
+# to the dead-letter set (VTRR.DEAD lists it, VTRR.REVIVE retries it).
+r.execute_command("VTRR.POLICY", QUEUE, "MAX-TIMEOUTS", MAX_TIMEOUTS, "MAX-NACKS", MAX_NACKS)
+
 while True:
-    leased = r.execute_command("VTRR.LEASE", QUEUE, LEASE_MS, "BLOCK", BLOCK_MS)
+    leased = r.execute_command("VTRR.LEASE", QUEUE, LEASE_MS, "BLOCK", BLOCK_MS, "WITHCOUNTERS")
     if leased is None:  # nothing arrived within BLOCK_MS
         if EXIT_WHEN_IDLE:
             break
         continue
-    item_id, payload, token, timeouts = leased
+    item_id, payload, token, timeouts, nacks = leased
     done = threading.Event()
     threading.Thread(target=keep_renewing, args=(item_id, token, done), daemon=True).start()
     try:
-        if timeouts >= MAX_TIMEOUTS:  # it keeps killing workers: give up on it
-            print(f"dead-letter {item_id.decode()}", file=sys.stderr, flush=True)
-        else:
-            run_task(item_id, payload)
+        run_task(item_id, payload)
+    except Exception as error:  # retry later: 1, 2, 4, ... times BACKOFF_MS
+        delay = BACKOFF_MS * 2**nacks
+        print(f"failed {item_id.decode()} ({error}), attempt {nacks + 1}, nack DELAY {delay}",
+              file=sys.stderr, flush=True)
+        r.execute_command("VTRR.NACK", QUEUE, item_id, token, "DELAY", delay)
+    else:
+        r.execute_command("VTRR.ACK", QUEUE, item_id, token)  # 0 if the lease was lost: harmless
     finally:
         done.set()
-        r.execute_command("VTRR.ACK", QUEUE, item_id, token)  # 0 if the lease was lost: harmless

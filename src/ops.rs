@@ -171,12 +171,13 @@ pub fn lease(
     };
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let outcome = core::lease(&mut store, &request, new_token).map_err(core_error(queue))?;
-    notify_dead(&store, &outcome.due);
-    store.commit(if outcome.leased.is_empty() {
+    let event = if outcome.leased.is_empty() {
         due_event(&outcome.due)
     } else {
         c"vtrr.lease"
-    });
+    };
+    notify_dead(&store, &outcome.due, event);
+    store.commit(event);
     drop(store);
     count_due(ctx, queue, &outcome.due);
     info::add(&info::LEASED, outcome.leased.len() as u64);
@@ -229,7 +230,7 @@ pub fn nack(
     let nacked =
         core::nack(&mut store, id, token, now, how, &mut anomalies).map_err(core_error(queue))?;
     if matches!(nacked, Some(Nacked::Dead(_))) {
-        store.notify(c"vtrr.dead");
+        store.notify(DEAD_EVENT);
     }
     store.commit(c"vtrr.nack");
     drop(store);
@@ -253,7 +254,7 @@ pub fn reclaim(ctx: &Context, queue: &[u8], limit: usize) -> Result<u64, RedisEr
     let now = now_ms();
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let outcome = core::reclaim(&mut store, now, limit).map_err(core_error(queue))?;
-    notify_dead(&store, &outcome);
+    notify_dead(&store, &outcome, c"vtrr.reclaim");
     store.commit(c"vtrr.reclaim");
     drop(store);
     count_due(ctx, queue, &outcome);
@@ -266,8 +267,9 @@ pub fn reclaim(ctx: &Context, queue: &[u8], limit: usize) -> Result<u64, RedisEr
 pub fn run_due(ctx: &Context, queue: &[u8], now_ms: i64, limit: usize) -> Result<Due, RedisError> {
     let mut store = open(ctx, Caller::Server, queue, &QueueKey::ALL, Access::Write)?;
     let outcome = core::run_due(&mut store, now_ms, limit).map_err(core_error(queue))?;
-    notify_dead(&store, &outcome);
-    store.commit(due_event(&outcome));
+    let event = due_event(&outcome);
+    notify_dead(&store, &outcome, event);
+    store.commit(event);
     drop(store);
     count_due(ctx, queue, &outcome);
     Ok(outcome)
@@ -329,19 +331,23 @@ pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
     Ok(cancelled)
 }
 
-/// The event of a call that only acted on due items.
+/// The event of a call that leased nothing: what it did to due items.
 fn due_event(due: &Due) -> &'static CStr {
-    if due.reclaimed > 0 || due.promoted == 0 {
+    if due.reclaimed > 0 {
         c"vtrr.reclaim"
-    } else {
+    } else if due.promoted > 0 {
         c"vtrr.promote"
+    } else {
+        DEAD_EVENT
     }
 }
 
-/// `vtrr.dead` beside the call's own event when it dead-lettered anything.
-fn notify_dead(store: &RedisStore<'_>, due: &Due) {
-    if due.dead_lettered > 0 {
-        store.notify(c"vtrr.dead");
+const DEAD_EVENT: &CStr = c"vtrr.dead";
+
+/// `vtrr.dead` beside the call's own `event` when it dead-lettered anything.
+fn notify_dead(store: &RedisStore<'_>, due: &Due, event: &CStr) {
+    if due.dead_lettered > 0 && event != DEAD_EVENT {
+        store.notify(DEAD_EVENT);
     }
 }
 

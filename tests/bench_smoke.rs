@@ -32,6 +32,7 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "| lease+ack cycle | Streams |",
         "| reclaim 10k expired | module |",
         "### 10000 partition(s)",
+        "## Job lifecycle",
         "## Scaling",
         "| VTRR (module) |",
         "| FIFO list |",
@@ -44,6 +45,20 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
             report.contains(expected),
             "missing {expected:?} in:\n{report}"
         );
+    }
+    // The lifecycle rows, each with the server cost of what it measures.
+    for (row, cost) in [
+        ("| defer 1/call |", "vtrr.defer "),
+        ("| defer 100/call |", "vtrr.defer "),
+        ("| lease+nack cycle |", "vtrr.nack "),
+        ("| promotion of 100 due items, by LEASE |", "vtrr.lease "),
+        ("| promotion of 100 due items, by the timer |", "timer run "),
+    ] {
+        let line = report
+            .lines()
+            .find(|line| line.starts_with(row))
+            .unwrap_or_else(|| panic!("no {row} row in:\n{report}"));
+        assert!(line.contains(cost), "{row} has no {cost}cost: {line}");
     }
     let svg = std::fs::read_to_string(&plot).unwrap();
     std::fs::remove_file(&plot).unwrap();

@@ -268,7 +268,20 @@ fn commands_declare_arity_flags_and_key_position() {
         ("vtrr.reclaim", -2, vec!["write", "module"]),
         ("vtrr.stats", 2, vec!["readonly", "module", "fast"]),
         ("vtrr.check", 2, vec!["readonly", "module"]),
+        // The README's command reference: syntax gives the arity, "Flags:"
+        // the flags (`deny-oom` is shown as `denyoom`).
+        ("vtrr.defer", -7, vec!["write", "denyoom", "module", "fast"]),
+        ("vtrr.nack", -4, vec!["write", "module", "fast"]),
+        ("vtrr.policy", -2, vec!["write", "module", "fast"]),
+        ("vtrr.dead", -2, vec!["readonly", "module"]),
+        (
+            "vtrr.revive",
+            -3,
+            vec!["write", "denyoom", "module", "fast"],
+        ),
+        ("vtrr.cancel", -3, vec!["write", "module", "fast"]),
     ];
+    let listed: Vec<&str> = expected.iter().map(|(name, _, _)| *name).collect();
     for (name, arity, flags) in expected {
         let info: Vec<Vec<Value>> = redis::cmd("COMMAND")
             .arg("INFO")
@@ -284,7 +297,37 @@ fn commands_declare_arity_flags_and_key_position() {
             (Value::Int(1), Value::Int(1), Value::Int(1)),
             "{name} keys"
         );
+        // One key spec, the queue name: read-only for a readonly command,
+        // read-write otherwise; never an ACL-checked key itself.
+        let specs: Vec<Vec<Value>> = redis::from_redis_value(entry[8].clone()).unwrap();
+        assert_eq!(specs.len(), 1, "{name} key specs: {specs:?}");
+        let spec = &specs[0];
+        let at = spec
+            .iter()
+            .position(|v| *v == Value::BulkString(b"flags".to_vec()))
+            .unwrap_or_else(|| panic!("{name}: no key-spec flags in {spec:?}"));
+        let mut spec_flags: Vec<String> = redis::from_redis_value(spec[at + 1].clone()).unwrap();
+        spec_flags.sort();
+        let mut expected_spec_flags = if flags.contains(&"readonly") {
+            vec!["RO", "access", "not_key"]
+        } else {
+            vec!["RW", "access", "update", "not_key"]
+        };
+        expected_spec_flags.sort();
+        assert_eq!(spec_flags, expected_spec_flags, "{name} key-spec flags");
     }
+    // Every vtrr command the module registered is listed above.
+    let mut registered: Vec<String> = redis::cmd("COMMAND")
+        .arg("LIST")
+        .arg("FILTERBY")
+        .arg("MODULE")
+        .arg("vtrr")
+        .query(&mut con)
+        .unwrap();
+    registered.sort();
+    let mut listed: Vec<String> = listed.into_iter().map(String::from).collect();
+    listed.sort();
+    assert_eq!(registered, listed, "commands registered vs. tested");
 }
 
 #[test]
@@ -315,5 +358,613 @@ fn commands_are_atomic_inside_multi_and_lua() {
         .query(&mut con)
         .unwrap();
     assert_eq!(acked, 1);
+    assert_invariants(&mut con, "q");
+}
+
+/// A command from its words.
+fn command(words: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        cmd.arg(*word);
+    }
+    cmd
+}
+
+/// `VTRR.DEFER queue delay_ms` of one weight-1 item; the number added.
+fn defer_one(con: &mut redis::Connection, queue: &str, delay_ms: u64, id: &str) -> i64 {
+    command(&["VTRR.DEFER", queue, &delay_ms.to_string(), "p", id, "1", id])
+        .query(con)
+        .unwrap()
+}
+
+/// Queue `name` with an item in every state, so all sixteen keys exist:
+/// `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
+/// queued after one expired lease and one nack (so `timeouts` and `nacks`
+/// hold it), `d` delayed by a minute, and a MAX-TIMEOUTS policy. Needs a
+/// server whose timer is off (`reclaim-interval-ms 0`).
+fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
+    enqueue_items(
+        con,
+        name,
+        &[
+            ("p", "a", 1, b"A"),
+            ("p", "b", 1, b"B"),
+            ("p", "c", 1, b"C"),
+        ],
+    );
+    let (id, _, token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"a");
+    let (id, _, dead_token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"b");
+    let nacked: i64 = command(&["VTRR.NACK", name, "b", &dead_token, "DEAD"])
+        .query(con)
+        .unwrap();
+    assert_eq!(nacked, 1);
+    let (id, _, _, _) = lease(con, name, 1).unwrap();
+    assert_eq!(id, b"c");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let reclaimed: i64 = command(&["VTRR.RECLAIM", name]).query(con).unwrap();
+    assert_eq!(reclaimed, 1);
+    let (id, _, c_token, timeouts) = lease(con, name, 60_000).unwrap();
+    assert_eq!((id.as_slice(), timeouts), (&b"c"[..], 1));
+    let nacked: i64 = command(&["VTRR.NACK", name, "c", &c_token])
+        .query(con)
+        .unwrap();
+    assert_eq!(nacked, 1);
+    assert_eq!(defer_one(con, name, 60_000, "d"), 1);
+    let ok: String = command(&["VTRR.POLICY", name, "MAX-TIMEOUTS", "3"])
+        .query(con)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    let missing: Vec<String> = dump_queue(con, name)
+        .into_iter()
+        .filter(|(_, dump)| dump.is_none())
+        .map(|(key, _)| key)
+        .collect();
+    assert!(missing.is_empty(), "set-up left keys missing: {missing:?}");
+    assert_invariants(con, name);
+    token
+}
+
+#[test]
+fn bad_input_to_the_lifecycle_commands_gets_a_clear_error_and_changes_nothing() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let mut con = server.connect();
+    let token = queue_in_every_state(&mut con, "q");
+    let t = token.as_str();
+    let arity = |name: &str| format!("ERR wrong number of arguments for '{name}' command");
+    let delay_ms = "ERR delay-ms must be an integer between 0 and 315360000000";
+    let nack_delay = "ERR DELAY ms must be an integer between 0 and 315360000000";
+    let weight = "ERR weight must be an integer between 1 and 1000000000";
+    let max_timeouts = "ERR MAX-TIMEOUTS must be an integer between 0 and 1000000000, or NONE";
+    let max_nacks = "ERR MAX-NACKS must be an integer between 0 and 1000000000, or NONE";
+    let count = "ERR COUNT must be a positive integer";
+    let empty_name = "ERR queue name must not be empty";
+    let empty_id = "ERR id must not be empty";
+    let syntax = "ERR syntax error";
+    let exclusive = "ERR DELAY and DEAD cannot be combined";
+    let mut cases: Vec<(Vec<String>, String)> = Vec::new();
+    let mut case = |words: &[&str], expected: &str| {
+        let words = words.iter().map(|w| w.to_string()).collect();
+        cases.push((words, expected.to_string()));
+    };
+
+    // VTRR.DEFER
+    case(&["VTRR.DEFER", "q", "1000"], &arity("vtrr.defer"));
+    case(
+        &["VTRR.DEFER", "q", "1000", "p", "x", "1"],
+        &arity("vtrr.defer"),
+    );
+    case(
+        &["VTRR.DEFER", "q", "1000", "p", "x", "1", "X", "p2"],
+        &arity("vtrr.defer"),
+    );
+    case(&["VTRR.DEFER", "", "1000", "p", "x", "1", "X"], empty_name);
+    case(&["VTRR.DEFER", "q", "1000", "p", "", "1", "X"], empty_id);
+    for bad in [
+        "-1",
+        "315360000001",
+        "1.5",
+        "abc",
+        "",
+        "+5",
+        "05",
+        "9223372036854775808",
+    ] {
+        case(&["VTRR.DEFER", "q", bad, "p", "x", "1", "X"], delay_ms);
+    }
+    for bad in ["0", "-1", "1000000001", "1.5", "abc"] {
+        case(&["VTRR.DEFER", "q", "1000", "p", "x", bad, "X"], weight);
+    }
+    // Delay 0 is ENQUEUE, and validates the same.
+    case(&["VTRR.DEFER", "q", "0", "p", "x", "abc", "X"], weight);
+    // The first item is valid: the bad second one refuses the whole call.
+    case(
+        &[
+            "VTRR.DEFER",
+            "q",
+            "1000",
+            "p",
+            "ok",
+            "1",
+            "X",
+            "p",
+            "y",
+            "-2",
+            "Y",
+        ],
+        weight,
+    );
+
+    // VTRR.NACK, with a's current token: any of these would change the queue.
+    case(&["VTRR.NACK", "q", "a"], &arity("vtrr.nack"));
+    case(&["VTRR.NACK", "", "a", t], empty_name);
+    case(&["VTRR.NACK", "q", "", t], empty_id);
+    for bad in ["-1", "315360000001", "x", "1.5", "", "01"] {
+        case(&["VTRR.NACK", "q", "a", t, "DELAY", bad], nack_delay);
+    }
+    // Options are validated before the token is looked at.
+    case(&["VTRR.NACK", "q", "a", "stale", "DELAY", "-1"], nack_delay);
+    case(
+        &["VTRR.NACK", "q", "a", t, "DELAY", "10", "DEAD"],
+        exclusive,
+    );
+    case(
+        &["VTRR.NACK", "q", "a", t, "DEAD", "DELAY", "10"],
+        exclusive,
+    );
+    case(&["VTRR.NACK", "q", "a", t, "delay", "0", "dead"], exclusive);
+    case(&["VTRR.NACK", "q", "a", t, "DELAY"], syntax);
+    case(&["VTRR.NACK", "q", "a", t, "BOGUS"], syntax);
+    case(&["VTRR.NACK", "q", "a", t, "DEAD", "EXTRA"], syntax);
+    case(&["VTRR.NACK", "q", "a", t, "COUNT", "1"], syntax);
+
+    // VTRR.POLICY: a bad option refuses the valid ones before it too.
+    case(&["VTRR.POLICY"], &arity("vtrr.policy"));
+    case(&["VTRR.POLICY", ""], empty_name);
+    case(&["VTRR.POLICY", "", "MAX-TIMEOUTS", "1"], empty_name);
+    for bad in ["-1", "1000000001", "abc", "1.5", "", "NONEX", "+1"] {
+        case(&["VTRR.POLICY", "q", "MAX-TIMEOUTS", bad], max_timeouts);
+        case(&["VTRR.POLICY", "q", "MAX-NACKS", bad], max_nacks);
+    }
+    case(
+        &["VTRR.POLICY", "q", "MAX-TIMEOUTS", "NONE", "MAX-NACKS", "x"],
+        max_nacks,
+    );
+    case(&["VTRR.POLICY", "q", "MAX-TIMEOUTS"], syntax);
+    case(
+        &["VTRR.POLICY", "q", "MAX-TIMEOUTS", "5", "MAX-NACKS"],
+        syntax,
+    );
+    case(
+        &["VTRR.POLICY", "q", "MAX-NACKS", "5", "BOGUS", "1"],
+        syntax,
+    );
+    case(&["VTRR.POLICY", "q", "COUNT", "1"], syntax);
+
+    // VTRR.DEAD
+    case(&["VTRR.DEAD"], &arity("vtrr.dead"));
+    case(&["VTRR.DEAD", ""], empty_name);
+    for bad in ["0", "-1", "x", "1.5", ""] {
+        case(&["VTRR.DEAD", "q", "COUNT", bad], count);
+    }
+    case(&["VTRR.DEAD", "q", "COUNT"], syntax);
+    case(&["VTRR.DEAD", "q", "LIMIT", "1"], syntax);
+    case(&["VTRR.DEAD", "q", "COUNT", "1", "BOGUS"], syntax);
+
+    // VTRR.REVIVE: b is dead, so a valid call would revive it.
+    case(&["VTRR.REVIVE", "q"], &arity("vtrr.revive"));
+    case(&["VTRR.REVIVE", "", "b"], empty_name);
+    case(&["VTRR.REVIVE", "q", "b", ""], empty_id);
+    case(&["VTRR.REVIVE", "q", "", "b"], empty_id);
+
+    // VTRR.CANCEL: c is queued, so a valid call would delete it.
+    case(&["VTRR.CANCEL", "q"], &arity("vtrr.cancel"));
+    case(&["VTRR.CANCEL", "", "c"], empty_name);
+    case(&["VTRR.CANCEL", "q", "c", ""], empty_id);
+    case(&["VTRR.CANCEL", "q", "", "c"], empty_id);
+
+    // VTRR.LEASE ... WITHCOUNTERS (c is queued: a valid call would lease it).
+    case(
+        &["VTRR.LEASE", "q", "0", "WITHCOUNTERS"],
+        "ERR lease-ms must be an integer between 1 and 315360000000",
+    );
+    case(&["VTRR.LEASE", "q", "100", "WITHCOUNTERS", "1"], syntax);
+    case(&["VTRR.LEASE", "q", "100", "WITHCOUNTERS", "BLOCK"], syntax);
+    case(
+        &["VTRR.LEASE", "q", "100", "WITHCOUNTERS", "COUNT", "0"],
+        count,
+    );
+
+    let before = dump_queue(&mut con, "q");
+    for (words, expected) in &cases {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let got = error_of(command(&words).query(&mut con));
+        assert_eq!(&got, expected, "{words:?}");
+        assert_eq!(
+            before,
+            dump_queue(&mut con, "q"),
+            "{words:?} changed the queue"
+        );
+    }
+    // The same calls, well formed, do change it: the cases above were
+    // refused for their bad argument, not for want of anything to do.
+    let nacked: i64 = command(&["VTRR.NACK", "q", "a", t, "DELAY", "10"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(nacked, 1);
+    let revived: i64 = command(&["VTRR.REVIVE", "q", "b"]).query(&mut con).unwrap();
+    assert_eq!(revived, 1);
+    let cancelled: i64 = command(&["VTRR.CANCEL", "q", "c"]).query(&mut con).unwrap();
+    assert_eq!(cancelled, 1);
+    assert_ne!(before, dump_queue(&mut con, "q"));
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn a_lifecycle_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let mut con = server.connect();
+    let token = queue_in_every_state(&mut con, "q");
+    let t = token.as_str();
+    // a's lease expires now: RECLAIM and LEASE too would write if let through.
+    assert_eq!(renew(&mut con, "q", b"a", t, 1), 1);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let calls: [(&str, Vec<&str>); 13] = [
+        ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
+        (
+            "defer",
+            vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
+        ),
+        ("lease", vec!["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"]),
+        ("ack", vec!["VTRR.ACK", "q", "a", t]),
+        ("nack", vec!["VTRR.NACK", "q", "a", t]),
+        ("reclaim", vec!["VTRR.RECLAIM", "q"]),
+        ("stats", vec!["VTRR.STATS", "q"]),
+        ("check", vec!["VTRR.CHECK", "q"]),
+        ("dead", vec!["VTRR.DEAD", "q"]),
+        ("policy-set", vec!["VTRR.POLICY", "q", "MAX-NACKS", "2"]),
+        ("policy-read", vec!["VTRR.POLICY", "q"]),
+        ("revive", vec!["VTRR.REVIVE", "q", "b"]),
+        ("cancel", vec!["VTRR.CANCEL", "q", "c"]),
+    ];
+    // Each new key, and the commands that open it (src/ops.rs).
+    let openers: [(&str, &[&str]); 7] = [
+        (
+            "delayed",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
+                "cancel",
+            ],
+        ),
+        (
+            "delayed_task",
+            &[
+                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel",
+            ],
+        ),
+        (
+            "nacks",
+            &[
+                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "dead",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
+                "cancel",
+            ],
+        ),
+        (
+            "dead_task",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "dead_reason",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "policy",
+            &[
+                "lease",
+                "nack",
+                "reclaim",
+                "check",
+                "policy-set",
+                "policy-read",
+                "revive",
+            ],
+        ),
+    ];
+    for (suffix, commands) in openers {
+        let key = format!("vtrr:q:{suffix}");
+        let original: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut con).unwrap();
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
+        // A hash where a sorted set belongs and the other way round.
+        let expected = if matches!(suffix, "delayed" | "dead") {
+            let _: () = redis::cmd("HSET")
+                .arg(&key)
+                .arg("f")
+                .arg("v")
+                .query(&mut con)
+                .unwrap();
+            "a sorted set"
+        } else {
+            let _: () = redis::cmd("ZADD")
+                .arg(&key)
+                .arg(1)
+                .arg("m")
+                .query(&mut con)
+                .unwrap();
+            "a hash"
+        };
+        let before = dump_all(&mut con);
+        for name in commands {
+            let (_, words) = calls.iter().find(|(n, _)| n == name).unwrap();
+            let got = error_of(command(words).query(&mut con));
+            assert_eq!(
+                got,
+                format!(
+                    "WRONGTYPE Operation against a key holding the wrong kind of value: {key} must be {expected}"
+                ),
+                "{words:?} with {key} of the wrong type"
+            );
+            assert_eq!(before, dump_all(&mut con), "{words:?} wrote something");
+        }
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
+        let _: () = redis::cmd("RESTORE")
+            .arg(&key)
+            .arg(0)
+            .arg(original)
+            .query(&mut con)
+            .unwrap();
+    }
+    // Put right, the same calls go through.
+    assert_invariants(&mut con, "q");
+    let reclaimed: i64 = command(&["VTRR.RECLAIM", "q"]).query(&mut con).unwrap();
+    assert_eq!(reclaimed, 1);
+    let revived: i64 = command(&["VTRR.REVIVE", "q", "b"]).query(&mut con).unwrap();
+    assert_eq!(revived, 1);
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let mut watcher = server.connect();
+    let mut worker = server.connect();
+    let token = queue_in_every_state(&mut worker, "q");
+    let t = token.as_str();
+    let keys = all_queue_keys("q");
+    let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
+        let idle: [(Vec<&str>, i64); 20] = [
+            (vec!["VTRR.NACK", "q", "a", "stale"], 0),
+            (vec!["VTRR.NACK", "q", "a", "stale", "DELAY", "10"], 0),
+            (vec!["VTRR.NACK", "q", "a", "stale", "DEAD"], 0),
+            (vec!["VTRR.NACK", "q", "missing", "stale"], 0),
+            (vec!["VTRR.CANCEL", "q", "missing"], 0),
+            (vec!["VTRR.CANCEL", "q", "missing", "other"], 0),
+            (vec!["VTRR.REVIVE", "q", "missing"], 0),
+            (vec!["VTRR.REVIVE", "q", "a"], 0), // leased
+            (vec!["VTRR.REVIVE", "q", "c"], 0), // queued
+            (vec!["VTRR.REVIVE", "q", "d"], 0), // delayed
+            (vec!["VTRR.DEFER", "q", "60000", "p", "a", "1", "X"], 0),
+            (vec!["VTRR.DEFER", "q", "60000", "p", "b", "1", "X"], 0),
+            (vec!["VTRR.DEFER", "q", "60000", "p", "c", "1", "X"], 0),
+            (vec!["VTRR.DEFER", "q", "60000", "p", "d", "1", "X"], 0),
+            (vec!["VTRR.DEFER", "q", "0", "p", "c", "1", "X"], 0),
+            (vec!["VTRR.ENQUEUE", "q", "p", "b", "1", "X"], 0), // dead
+            (vec!["VTRR.ENQUEUE", "q", "p", "d", "1", "X"], 0), // delayed
+            (vec!["VTRR.ACK", "q", "a", "stale"], 0),
+            (vec!["VTRR.RENEW", "q", "a", "stale", "5"], 0),
+            (vec!["VTRR.RECLAIM", "q"], 0),
+        ];
+        for (words, expected) in idle {
+            let got: i64 = command(&words).query(&mut worker).unwrap();
+            assert_eq!(got, expected, "{words:?}");
+        }
+        let dead: Vec<Value> = command(&["VTRR.DEAD", "q"]).query(&mut worker).unwrap();
+        assert_eq!(dead.len(), 1);
+        let dead: Vec<Value> = command(&["VTRR.DEAD", "q", "COUNT", "5"])
+            .query(&mut worker)
+            .unwrap();
+        assert_eq!(dead.len(), 1);
+        let policy: Vec<Value> = command(&["VTRR.POLICY", "q"]).query(&mut worker).unwrap();
+        assert_eq!(
+            policy,
+            [
+                Value::BulkString(b"max-nacks".to_vec()),
+                Value::Nil,
+                Value::BulkString(b"max-timeouts".to_vec()),
+                Value::Int(3),
+            ]
+        );
+        let _: Value = command(&["VTRR.STATS", "q"]).query(&mut worker).unwrap();
+        assert_invariants(&mut worker, "q");
+    });
+    assert!(
+        untouched,
+        "EXEC aborted by a lifecycle command that changed nothing"
+    );
+    // Each real change aborts it.
+    let changes: [(Vec<&str>, Value); 7] = [
+        (
+            vec!["VTRR.NACK", "q", "a", t, "DELAY", "60000"],
+            Value::Int(1),
+        ),
+        (vec!["VTRR.CANCEL", "q", "a"], Value::Int(1)), // delayed now
+        (vec!["VTRR.REVIVE", "q", "b"], Value::Int(1)),
+        (
+            vec!["VTRR.DEFER", "q", "60000", "p", "e", "1", "E"],
+            Value::Int(1),
+        ),
+        (vec!["VTRR.POLICY", "q", "MAX-NACKS", "2"], Value::Okay),
+        (
+            vec!["VTRR.POLICY", "q", "MAX-TIMEOUTS", "NONE"],
+            Value::Okay,
+        ),
+        (vec!["VTRR.CANCEL", "q", "d"], Value::Int(1)),
+    ];
+    for (words, expected) in changes {
+        let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
+            let got: Value = command(&words).query(&mut worker).unwrap();
+            assert_eq!(got, expected, "{words:?}");
+        });
+        assert!(!untouched, "{words:?} changed the queue but EXEC ran");
+    }
+    let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
+        let leased: Vec<Value> = command(&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"])
+            .query(&mut worker)
+            .unwrap();
+        assert_eq!(leased.len(), 5, "{leased:?}");
+    });
+    assert!(!untouched, "LEASE ... WITHCOUNTERS leased but EXEC ran");
+    assert_invariants(&mut worker, "q");
+}
+
+#[test]
+fn lifecycle_commands_work_inside_multi_and_lua() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let mut con = server.connect();
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("VTRR.POLICY")
+        .arg("q")
+        .arg("MAX-NACKS")
+        .arg(5)
+        .cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("p")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .cmd("VTRR.DEFER")
+        .arg("q")
+        .arg(60_000)
+        .arg("p")
+        .arg("later")
+        .arg(1)
+        .arg("L")
+        .cmd("VTRR.DEFER")
+        .arg("q")
+        .arg(0)
+        .arg("p")
+        .arg("now")
+        .arg(1)
+        .arg("N")
+        .cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("WITHCOUNTERS")
+        .cmd("VTRR.NACK")
+        .arg("q")
+        .arg("a")
+        .arg("stale")
+        .cmd("VTRR.CANCEL")
+        .arg("q")
+        .arg("now")
+        .cmd("VTRR.REVIVE")
+        .arg("q")
+        .arg("a")
+        .cmd("VTRR.DEAD")
+        .arg("q")
+        .cmd("VTRR.POLICY")
+        .arg("q")
+        .query(&mut con)
+        .unwrap();
+    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    assert_eq!(replies[0], Value::Okay);
+    assert_eq!(replies[1..4], [Value::Int(1), Value::Int(1), Value::Int(1)]);
+    let Value::Array(leased) = &replies[4] else {
+        panic!("LEASE in MULTI: {:?}", replies[4]);
+    };
+    assert_eq!(leased.len(), 5, "{leased:?}");
+    assert_eq!(
+        (&leased[0], &leased[1], &leased[3], &leased[4]),
+        (&bulk("a"), &bulk("A"), &Value::Int(0), &Value::Int(0))
+    );
+    assert_eq!(replies[5..8], [Value::Int(0), Value::Int(1), Value::Int(0)]);
+    assert_eq!(replies[8], Value::Array(vec![]));
+    assert_eq!(
+        replies[9],
+        Value::Array(vec![
+            bulk("max-nacks"),
+            Value::Int(5),
+            bulk("max-timeouts"),
+            Value::Nil
+        ])
+    );
+    assert_invariants(&mut con, "q");
+
+    // A script: the token one call returns feeds the next.
+    let script = r#"
+        local q = KEYS[1]
+        local added = redis.call('VTRR.ENQUEUE', q, 'p', 'b', 1, 'B')
+        local first = redis.call('VTRR.LEASE', q, 60000, 'WITHCOUNTERS')
+        local requeued = redis.call('VTRR.NACK', q, first[1], first[3])
+        local second = redis.call('VTRR.LEASE', q, 60000, 'WITHCOUNTERS')
+        local buried = redis.call('VTRR.NACK', q, second[1], second[3], 'DEAD')
+        local dead = redis.call('VTRR.DEAD', q, 'COUNT', 5)
+        local revived = redis.call('VTRR.REVIVE', q, second[1])
+        local deferred = redis.call('VTRR.DEFER', q, 60000, 'p', 'lua', 1, 'U')
+        local policy = redis.call('VTRR.POLICY', q, 'MAX-TIMEOUTS', 2)
+        local cancelled = redis.call('VTRR.CANCEL', q, 'later', 'lua', 'missing')
+        return {added, first[1], requeued, second[1], second[5], buried, #dead, dead[1][8],
+                revived, deferred, policy['ok'], cancelled}
+    "#;
+    let got: Vec<Value> = redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg("q")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        got,
+        [
+            Value::Int(1),
+            bulk("b"),
+            Value::Int(1),
+            bulk("b"),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(1),
+            bulk("nack"),
+            Value::Int(1),
+            Value::Int(1),
+            bulk("OK"),
+            Value::Int(2),
+        ]
+    );
+    let policy: Vec<Value> = command(&["VTRR.POLICY", "q"]).query(&mut con).unwrap();
+    assert_eq!(
+        policy,
+        [
+            bulk("max-nacks"),
+            Value::Int(5),
+            bulk("max-timeouts"),
+            Value::Int(2)
+        ]
+    );
+    // b is queued again, revived with its counters reset.
+    let leased: Vec<Value> = command(&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        (&leased[0], &leased[3], &leased[4]),
+        (&bulk("b"), &Value::Int(0), &Value::Int(0))
+    );
     assert_invariants(&mut con, "q");
 }

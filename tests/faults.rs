@@ -1,5 +1,5 @@
-//! Faults and hostile input: kill -9 under load with appendfsync always,
-//! random argument fuzzing against a live server (every call answered, failed
+//! Faults and hostile input: kill -9 under load with appendfsync always
+//! (also with items in every state of the job lifecycle), random argument fuzzing against a live server (every call answered, failed
 //! calls change nothing), and running out of memory.
 
 mod common;
@@ -143,9 +143,268 @@ fn kill_9_mid_workload_loses_and_duplicates_nothing() {
     assert_invariants(&mut con, "crash");
 }
 
+/// What the lifecycle crash workload knows for sure: only replies received
+/// count (with `appendfsync always` a reply means the write is on disk).
+#[derive(Default)]
+struct Outcomes {
+    /// Added by VTRR.ENQUEUE or VTRR.DEFER (reply 1).
+    added: BTreeSet<String>,
+    /// Acked (reply 1): must never come back.
+    acked: BTreeSet<String>,
+    /// Cancelled (reply 1): must never come back.
+    cancelled: BTreeSet<String>,
+    /// An ACK or CANCEL the kill interrupted: it may or may not have applied.
+    unknown: BTreeSet<String>,
+}
+
+const LIFE: &str = "life";
+/// A delay no test outlives.
+const FAR_MS: u64 = 1_000_000_000;
+
+/// Until `stop` or the server dies: each step adds one item (queued, or
+/// delayed: due soon, for the timer or a LEASE to promote, or far in the
+/// future), and half the steps lease one (WITHCOUNTERS) and then ack it,
+/// nack it (plain, DELAY, DEAD) or keep it (short leases expire, and past
+/// MAX-TIMEOUTS the reclaim dead-letters them); now and then a CANCEL or a
+/// REVIVE. Stops at the first failed call: the server is gone.
+fn lifecycle_crash_workload(url: String, outcomes: &Mutex<Outcomes>, stop: &AtomicBool) {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let mut rng = Rng::new(seed());
+    for n in 0u64.. {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let id = format!("job{n}");
+        let kind = rng.below(10);
+        let mut add = redis::cmd(if kind < 6 {
+            "VTRR.ENQUEUE"
+        } else {
+            "VTRR.DEFER"
+        });
+        add.arg(LIFE);
+        match kind {
+            6 | 7 => add.arg(5 + rng.below(50)),
+            8 | 9 => add.arg(FAR_MS),
+            _ => &mut add,
+        };
+        let reply = add
+            .arg(format!("p{}", n % 7))
+            .arg(&id)
+            .arg(1 + rng.below(3))
+            .arg("payload")
+            .query::<i64>(&mut con);
+        match reply {
+            Ok(1) => {
+                outcomes.lock().unwrap().added.insert(id);
+            }
+            // Killed mid-call: the item may or may not be there, and
+            // nothing is claimed about it.
+            other => return eprintln!("add stopped: {other:?}"),
+        }
+        if rng.chance(50) {
+            let lease_ms = if rng.chance(30) { 5 } else { 60_000 };
+            let leased = redis::cmd("VTRR.LEASE")
+                .arg(LIFE)
+                .arg(lease_ms)
+                .arg("WITHCOUNTERS")
+                .query::<Option<(String, Vec<u8>, String, i64, i64)>>(&mut con);
+            let lease = match leased {
+                Ok(lease) => lease,
+                Err(error) => return eprintln!("lease stopped: {error}"),
+            };
+            if let Some((leased_id, _, token, _, _)) = lease {
+                let mut nack = redis::cmd("VTRR.NACK");
+                nack.arg(LIFE).arg(&leased_id).arg(&token);
+                let fate = rng.below(20);
+                match fate {
+                    0..=7 => {
+                        let acked = redis::cmd("VTRR.ACK")
+                            .arg(LIFE)
+                            .arg(&leased_id)
+                            .arg(&token)
+                            .query::<i64>(&mut con);
+                        match acked {
+                            Ok(1) => {
+                                outcomes.lock().unwrap().acked.insert(leased_id);
+                            }
+                            Ok(_) => {}
+                            Err(error) => {
+                                outcomes.lock().unwrap().unknown.insert(leased_id);
+                                return eprintln!("ack stopped: {error}");
+                            }
+                        }
+                    }
+                    8..=15 => {
+                        match fate {
+                            8..=10 => {}
+                            11 | 12 => {
+                                nack.arg("DELAY").arg(5 + rng.below(50));
+                            }
+                            13 => {
+                                nack.arg("DELAY").arg(FAR_MS);
+                            }
+                            _ => {
+                                nack.arg("DEAD");
+                            }
+                        }
+                        if let Err(error) = nack.query::<i64>(&mut con) {
+                            return eprintln!("nack stopped: {error}");
+                        }
+                    }
+                    _ => {} // kept: it expires, or is still leased at the kill
+                }
+            }
+        }
+        if rng.chance(4) {
+            let victim = format!("job{}", rng.below(n + 1));
+            match redis::cmd("VTRR.CANCEL")
+                .arg(LIFE)
+                .arg(&victim)
+                .query::<i64>(&mut con)
+            {
+                Ok(1) => {
+                    outcomes.lock().unwrap().cancelled.insert(victim);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    outcomes.lock().unwrap().unknown.insert(victim);
+                    return eprintln!("cancel stopped: {error}");
+                }
+            }
+        }
+        if rng.chance(2) {
+            let revived = redis::cmd("ZRANGE")
+                .arg(format!("vtrr:{LIFE}:dead"))
+                .arg(0)
+                .arg(0)
+                .query::<Vec<String>>(&mut con)
+                .and_then(|oldest| {
+                    redis::cmd("VTRR.REVIVE")
+                        .arg(LIFE)
+                        .arg(oldest.first().map_or("none", String::as_str))
+                        .query::<i64>(&mut con)
+                });
+            if let Err(error) = revived {
+                return eprintln!("revive stopped: {error}");
+            }
+        }
+    }
+}
+
+/// The ids in each of a queue's four states, read in one transaction (the
+/// timer may move an item between two separate reads).
+fn states(con: &mut Connection, queue: &str) -> [(&'static str, BTreeSet<String>); 4] {
+    const STATES: [&str; 4] = ["queue", "inflight", "delayed", "dead"];
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for state in STATES {
+        pipe.cmd("ZRANGE")
+            .arg(format!("vtrr:{queue}:{state}"))
+            .arg(0)
+            .arg(-1);
+    }
+    let ids: Vec<Vec<String>> = pipe.query(con).unwrap();
+    let mut ids = ids.into_iter().map(|ids| ids.into_iter().collect());
+    STATES.map(|state| (state, ids.next().unwrap()))
+}
+
+#[test]
+fn kill_9_with_items_in_every_state_loses_nothing() {
+    let mut server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .spawn();
+    let mut con = server.connect();
+    let _: () = redis::cmd("VTRR.POLICY")
+        .arg(LIFE)
+        .arg("MAX-TIMEOUTS")
+        .arg(1)
+        .arg("MAX-NACKS")
+        .arg(2)
+        .query(&mut con)
+        .unwrap();
+    let outcomes = Arc::new(Mutex::new(Outcomes::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (url, outcomes, stop) = (server.url(), outcomes.clone(), stop.clone());
+        std::thread::spawn(move || lifecycle_crash_workload(url, &outcomes, &stop))
+    };
+    // Kill only once items are in every state: queued, leased, delayed,
+    // dead, and acked ones gone.
+    wait_until(Duration::from_secs(30), "items were in every state", || {
+        let stats: std::collections::HashMap<String, Value> =
+            redis::cmd("VTRR.STATS").arg(LIFE).query(&mut con).unwrap();
+        let at_least = |field: &str, n: i64| matches!(stats[field], Value::Int(m) if m >= n);
+        assert!(
+            !worker.is_finished(),
+            "the workload stopped before the kill"
+        );
+        let outcomes = outcomes.lock().unwrap();
+        outcomes.added.len() >= 300
+            && outcomes.acked.len() >= 20
+            && ["queued", "inflight", "delayed", "dead"]
+                .iter()
+                .all(|field| at_least(field, 10))
+    });
+    server.kill();
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    server.restart();
+    let mut con = server.connect();
+    let outcomes = outcomes.lock().unwrap();
+    let states = states(&mut con, LIFE);
+    for (i, (state, ids)) in states.iter().enumerate() {
+        assert!(!ids.is_empty(), "no {state} item survived the restart");
+        for (other, other_ids) in &states[i + 1..] {
+            let both: Vec<_> = ids.intersection(other_ids).collect();
+            assert!(both.is_empty(), "in both {state} and {other}: {both:?}");
+        }
+    }
+    let state_of = |id: &String| -> Vec<&str> {
+        states
+            .iter()
+            .filter(|(_, ids)| ids.contains(id))
+            .map(|(state, _)| *state)
+            .collect()
+    };
+    for (gone, ids) in [
+        ("acked", &outcomes.acked),
+        ("cancelled", &outcomes.cancelled),
+    ] {
+        for id in ids {
+            let found = state_of(id);
+            assert!(found.is_empty(), "{gone} {id} came back in {found:?}");
+        }
+    }
+    let mut alive = 0;
+    for id in outcomes
+        .added
+        .iter()
+        .filter(|id| !outcomes.acked.contains(*id))
+        .filter(|id| !outcomes.cancelled.contains(*id))
+        .filter(|id| !outcomes.unknown.contains(*id))
+    {
+        assert_eq!(state_of(id).len(), 1, "{id} was lost");
+        alive += 1;
+    }
+    eprintln!(
+        "{} added, {} acked, {} cancelled, {} unknown, {alive} alive: {}",
+        outcomes.added.len(),
+        outcomes.acked.len(),
+        outcomes.cancelled.len(),
+        outcomes.unknown.len(),
+        states
+            .iter()
+            .map(|(state, ids)| format!("{} {state}", ids.len()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    assert_invariants(&mut con, LIFE);
+}
+
 /// Argument values chosen to break parsers.
 fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
-    const WORDS: [&str; 24] = [
+    const WORDS: [&str; 38] = [
         "fz",
         "wt",
         "",
@@ -170,6 +429,21 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
         "BLOCK",
         "p:x",
         "nan",
+        // The lifecycle commands' options and bounds.
+        "DELAY",
+        "delay",
+        "DEAD",
+        "MAX-TIMEOUTS",
+        "max-nacks",
+        "MAX-NACKS",
+        "NONE",
+        "WITHCOUNTERS",
+        "315360000000",
+        "315360000001",
+        "1000000000",
+        "1000000001",
+        "seed",
+        "stale",
     ];
     match rng.below(10) {
         0 => (0..rng.below(16)).map(|_| rng.below(256) as u8).collect(), // binary, invalid UTF-8, NUL
@@ -177,6 +451,187 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
         _ => WORDS[rng.below(WORDS.len() as u64) as usize]
             .as_bytes()
             .to_vec(),
+    }
+}
+
+/// Every command the fuzz calls.
+const FUZZED: [&str; 13] = [
+    "VTRR.ENQUEUE",
+    "VTRR.DEFER",
+    "VTRR.LEASE",
+    "VTRR.ACK",
+    "VTRR.RENEW",
+    "VTRR.NACK",
+    "VTRR.RECLAIM",
+    "VTRR.STATS",
+    "VTRR.CHECK",
+    "VTRR.POLICY",
+    "VTRR.DEAD",
+    "VTRR.REVIVE",
+    "VTRR.CANCEL",
+];
+
+/// The commands of shaped calls, weighted so items keep flowing: enough
+/// enqueues and leases to nack, enough deaths to revive.
+const SHAPED_MIX: [&str; 22] = [
+    "VTRR.ENQUEUE",
+    "VTRR.ENQUEUE",
+    "VTRR.ENQUEUE",
+    "VTRR.DEFER",
+    "VTRR.DEFER",
+    "VTRR.LEASE",
+    "VTRR.LEASE",
+    "VTRR.LEASE",
+    "VTRR.LEASE",
+    "VTRR.NACK",
+    "VTRR.NACK",
+    "VTRR.NACK",
+    "VTRR.ACK",
+    "VTRR.RENEW",
+    "VTRR.RECLAIM",
+    "VTRR.STATS",
+    "VTRR.CHECK",
+    "VTRR.POLICY",
+    "VTRR.DEAD",
+    "VTRR.REVIVE",
+    "VTRR.REVIVE",
+    "VTRR.CANCEL",
+];
+
+/// One of `options`, or now and then a nasty value instead.
+fn one_of(rng: &mut Rng, options: &[&str]) -> Vec<u8> {
+    if rng.chance(8) {
+        return nasty_arg(rng);
+    }
+    options[rng.below(options.len() as u64) as usize]
+        .as_bytes()
+        .to_vec()
+}
+
+/// An (id, token) pair: mostly a lease seen recently (current or stale by
+/// now), else made up.
+fn lease_pair(rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> [Vec<u8>; 2] {
+    if !leases.is_empty() && rng.chance(85) {
+        // The newest most often: it is the likeliest to be still current.
+        let back = if rng.chance(50) {
+            0
+        } else {
+            rng.below(8) as usize
+        };
+        let (id, token) = &leases[leases.len() - 1 - back.min(leases.len() - 1)];
+        return [id.clone(), token.clone()];
+    }
+    [one_of(rng, ITEM_IDS), one_of(rng, &["stale", ""])]
+}
+
+const ITEM_IDS: &[&str] = &["seed", "a", "b", "c", "d", "e"];
+
+/// Arguments shaped like `command`'s syntax, each value drawn from a few
+/// plausible ones (now and then a nasty one), so calls often succeed and
+/// drive items through every state: leased, nacked, delayed, dead,
+/// revived, cancelled.
+fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let mut args = vec![one_of(rng, &["fz", "fz", "fz", "fz", "fz", "wt"])];
+    let items = |rng: &mut Rng, args: &mut Vec<Vec<u8>>| {
+        for _ in 0..1 + rng.below(2) {
+            args.push(one_of(rng, &["p", "q", ""]));
+            args.push(one_of(rng, ITEM_IDS));
+            args.push(one_of(rng, &["1", "2", "3"]));
+            args.push(one_of(rng, &["P", "", "payload"]));
+        }
+    };
+    match command {
+        "VTRR.ENQUEUE" => items(rng, &mut args),
+        "VTRR.DEFER" => {
+            args.push(one_of(rng, &["0", "1", "5", "60000"]));
+            items(rng, &mut args);
+        }
+        "VTRR.LEASE" => {
+            args.push(one_of(rng, &["1", "5", "60000"]));
+            if rng.chance(30) {
+                args.extend([b"COUNT".to_vec(), one_of(rng, &["1", "3"])]);
+            }
+            if rng.chance(50) {
+                args.push(b"WITHCOUNTERS".to_vec());
+            }
+            if rng.chance(3) {
+                // Blocks at most about one `hz` tick on an empty queue.
+                args.extend([b"BLOCK".to_vec(), b"1".to_vec()]);
+            }
+        }
+        "VTRR.ACK" => {
+            for _ in 0..1 + rng.below(2) {
+                args.extend(lease_pair(rng, leases));
+            }
+        }
+        "VTRR.RENEW" => {
+            args.extend(lease_pair(rng, leases));
+            args.push(one_of(rng, &["1", "60000"]));
+        }
+        "VTRR.NACK" => {
+            args.extend(lease_pair(rng, leases));
+            match rng.below(5) {
+                0 => args.extend([b"DELAY".to_vec(), one_of(rng, &["0", "1", "5", "60000"])]),
+                1 => args.push(b"DEAD".to_vec()),
+                2 if rng.chance(20) => {
+                    args.extend([b"DELAY".to_vec(), b"1".to_vec(), b"DEAD".to_vec()])
+                }
+                _ => {}
+            }
+        }
+        "VTRR.RECLAIM" if rng.chance(30) => {
+            args.extend([b"LIMIT".to_vec(), one_of(rng, &["1", "2"])]);
+        }
+        "VTRR.POLICY" => {
+            for option in ["MAX-TIMEOUTS", "MAX-NACKS"] {
+                if rng.chance(40) {
+                    args.push(option.as_bytes().to_vec());
+                    args.push(one_of(rng, &["0", "1", "2", "NONE", "none"]));
+                }
+            }
+        }
+        "VTRR.DEAD" if rng.chance(40) => {
+            args.extend([b"COUNT".to_vec(), one_of(rng, &["1", "5"])]);
+        }
+        "VTRR.REVIVE" | "VTRR.CANCEL" => {
+            for _ in 0..1 + rng.below(2) {
+                args.push(one_of(rng, ITEM_IDS));
+            }
+        }
+        _ => {}
+    }
+    args
+}
+
+/// A LEASE ... BLOCK on an empty queue waits for its timeout (0: forever,
+/// 1000000000: eleven days): timeouts of 0 and from 11 ms up to the largest
+/// valid one (a year) become 10 ms, so the run never hangs; out-of-range
+/// and malformed ones stay, to be refused.
+fn cap_block_timeouts(args: &mut [Vec<u8>]) {
+    const MAX_BLOCK_MS: i64 = 31_536_000_000;
+    for i in 1..args.len() {
+        if args[i - 1].eq_ignore_ascii_case(b"BLOCK") {
+            let timeout = std::str::from_utf8(&args[i])
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok());
+            if timeout.is_some_and(|ms| ms == 0 || (11..=MAX_BLOCK_MS).contains(&ms)) {
+                args[i] = b"10".to_vec();
+            }
+        }
+    }
+}
+
+/// The (id, token) of every lease in a LEASE reply (one lease, or an
+/// array of them with COUNT), in order.
+fn leases_in(reply: &Value, found: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+    let Value::Array(elements) = reply else {
+        return;
+    };
+    match elements.as_slice() {
+        [Value::BulkString(id), _, Value::BulkString(token), Value::Int(_), ..] => {
+            found.push((id.clone(), token.clone()))
+        }
+        _ => elements.iter().for_each(|e| leases_in(e, found)),
     }
 }
 
@@ -209,40 +664,75 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
         .arg("v")
         .query(&mut con)
         .unwrap();
+    // ... and among the lifecycle keys, so ACK, DEAD and POLICY are refused
+    // on it too.
+    let _: () = redis::cmd("SET")
+        .arg("vtrr:wt:nacks")
+        .arg("not a hash")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("LPUSH")
+        .arg("vtrr:wt:policy")
+        .arg("not a hash")
+        .query(&mut con)
+        .unwrap();
     enqueue_one(&mut con, "fz", "p", "seed", "S");
-    const COMMANDS: [&str; 7] = [
-        "VTRR.ENQUEUE",
-        "VTRR.LEASE",
-        "VTRR.ACK",
-        "VTRR.RENEW",
-        "VTRR.RECLAIM",
-        "VTRR.STATS",
-        "VTRR.CHECK",
-    ];
     let mut rng = Rng::new(seed());
     let (mut ok, mut failed) = (0, 0);
+    // Per command: calls answered, calls refused.
+    let mut per_command: std::collections::BTreeMap<&str, (u64, u64)> =
+        FUZZED.iter().map(|c| (*c, (0, 0))).collect();
+    // Replies of 1 from NACK and REVIVE on fz: items really moved.
+    let (mut nacked, mut revived) = (0, 0);
+    let mut leases: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     // `make fuzz` runs a longer campaign through VTRR_FUZZ_CALLS.
     let calls: usize = std::env::var("VTRR_FUZZ_CALLS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(2500);
     for _ in 0..calls {
-        let command = COMMANDS[rng.below(COMMANDS.len() as u64) as usize];
-        let mut args: Vec<Vec<u8>> = (0..rng.below(11)).map(|_| nasty_arg(&mut rng)).collect();
-        // Mostly aim at the two watched queues, so the before/after check bites.
-        if !args.is_empty() && rng.chance(80) {
-            args[0] = if rng.chance(70) {
-                b"fz".to_vec()
-            } else {
-                b"wt".to_vec()
-            };
+        let shaped = rng.chance(50);
+        let command = if shaped {
+            SHAPED_MIX[rng.below(SHAPED_MIX.len() as u64) as usize]
+        } else {
+            FUZZED[rng.below(FUZZED.len() as u64) as usize]
+        };
+        let mut args = if shaped {
+            shaped_args(command, &mut rng, &leases)
+        } else {
+            let mut args: Vec<Vec<u8>> = (0..rng.below(11)).map(|_| nasty_arg(&mut rng)).collect();
+            // Mostly aim at the two watched queues, so the before/after check bites.
+            if !args.is_empty() && rng.chance(80) {
+                args[0] = if rng.chance(70) {
+                    b"fz".to_vec()
+                } else {
+                    b"wt".to_vec()
+                };
+            }
+            args
+        };
+        if command == "VTRR.LEASE" {
+            cap_block_timeouts(&mut args);
         }
         let before = snapshot(&mut con);
         let result: redis::RedisResult<Value> = redis::cmd(command).arg(&args).query(&mut con);
+        let counts = per_command.get_mut(command).unwrap();
         match result {
-            Ok(_) => ok += 1,
+            Ok(reply) => {
+                ok += 1;
+                counts.0 += 1;
+                if args.first().is_some_and(|queue| queue == b"fz") {
+                    match command {
+                        "VTRR.LEASE" => leases_in(&reply, &mut leases),
+                        "VTRR.NACK" if reply == Value::Int(1) => nacked += 1,
+                        "VTRR.REVIVE" if reply != Value::Int(0) => revived += 1,
+                        _ => {}
+                    }
+                }
+            }
             Err(error) => {
                 failed += 1;
+                counts.1 += 1;
                 assert!(
                     error.code().is_some(),
                     "{command}: not a server error reply: {error}"
@@ -265,10 +755,27 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
     assert_eq!(pong, "PONG");
     assert_invariants(&mut con, "fz");
     eprintln!("{ok} calls succeeded, {failed} were refused");
+    eprintln!("per command (answered, refused): {per_command:?}");
+    eprintln!(
+        "{} leases seen, {nacked} nacks and {revived} revives took effect",
+        leases.len()
+    );
     assert!(
         ok > 50 && failed > 50,
         "the generator should exercise both paths: {ok} ok, {failed} refused"
     );
+    if calls >= 2000 {
+        for (command, (answered, refused)) in &per_command {
+            assert!(
+                *answered > 0 && *refused > 0,
+                "{command} should be both answered and refused: {answered} answered, {refused} refused"
+            );
+        }
+        assert!(
+            nacked > 0 && revived > 0,
+            "the shaped calls should move items: {nacked} nacks, {revived} revives took effect"
+        );
+    }
 }
 
 #[test]

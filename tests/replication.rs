@@ -1,9 +1,15 @@
 //! Every write reaches replicas and the AOF as effects: after a random
-//! workload a replica's keys equal the master's byte for byte, whether or not
-//! the replica loads the module, and an AOF/RDB reload gives the same state.
+//! workload of every command (the job lifecycle's DEFER, NACK, POLICY,
+//! REVIVE and CANCEL included, large enough that the lifecycle keys are
+//! hash tables and skip lists, not listpacks) a replica's keys hold the
+//! master's content, whether or not the replica loads the module, and an
+//! AOF/RDB reload gives the same content. Content, not DUMP bytes: a hash
+//! table's DUMP lists entries in table order, which two servers with equal
+//! content need not share.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
@@ -101,19 +107,463 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
     std::thread::sleep(Duration::from_millis(200));
 }
 
+/// A far-future delay: items deferred by it never fall due during a test.
+const FAR_MS: u64 = 1_000_000_000;
+
+/// `[id, token]` of each lease in a LEASE reply (one lease, nil, or a
+/// COUNT array; four or five elements with WITHCOUNTERS).
+fn leases_in(reply: &Value) -> Vec<(Vec<u8>, Vec<u8>)> {
+    match reply {
+        Value::Array(items) => match items.first() {
+            Some(Value::Array(_)) => items.iter().flat_map(leases_in).collect(),
+            Some(_) => vec![(
+                redis::from_redis_value(items[0].clone()).unwrap(),
+                redis::from_redis_value(items[2].clone()).unwrap(),
+            )],
+            None => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// `VTRR.DEFER queue delay_ms` of `ids`, each in a random partition (p0-p4)
+/// with a random weight (1-3).
+fn defer(con: &mut Connection, rng: &mut Rng, queue: &str, delay_ms: u64, ids: &[String]) {
+    let mut cmd = redis::cmd("VTRR.DEFER");
+    cmd.arg(queue).arg(delay_ms);
+    for id in ids {
+        cmd.arg(format!("p{}", rng.below(5)))
+            .arg(id)
+            .arg(1 + rng.below(3))
+            .arg(format!("deferred-{id}"));
+    }
+    let _: i64 = cmd.query(con).unwrap();
+}
+
+/// The job lifecycle, on `queue` under a dead-letter policy: DEFER (due
+/// soon, for the timer or LEASE to promote, and far in the future), NACK
+/// (plain, DELAY, DEAD), leases left to expire until MAX-TIMEOUTS
+/// dead-letters them, MAX-NACKS, REVIVE, CANCEL, POLICY changes, and some
+/// of it from Lua and inside MULTI/EXEC. Large enough (more than 512
+/// entries) that `delayed`, `dead` and their hashes leave the listpack
+/// encoding before the random part runs.
+fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let mut leases: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    // Ids are numbered life1, life2, ...: `made` so far.
+    let mut made = 0u64;
+    fn fresh(n: u64, made: &mut u64) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                *made += 1;
+                format!("life{made}")
+            })
+            .collect()
+    }
+    let _: () = redis::cmd("VTRR.POLICY")
+        .arg(queue)
+        .arg("MAX-TIMEOUTS")
+        .arg(1)
+        .arg("MAX-NACKS")
+        .arg(2)
+        .query(con)
+        .unwrap();
+    // Bulk first, so the random part works on hash tables and skip lists:
+    // more than 512 delayed and dead items (Redis keeps a hash of up to 512
+    // entries, a sorted set of up to 128, as a listpack).
+    for _ in 0..60 {
+        let (far, soon) = (FAR_MS + rng.below(1000), 1 + rng.below(30));
+        defer(con, &mut rng, queue, far, &fresh(10, &mut made));
+        if rng.chance(30) {
+            defer(con, &mut rng, queue, soon, &fresh(4, &mut made));
+        }
+    }
+    for round in 0..5 {
+        for _ in 0..4 {
+            let mut cmd = redis::cmd("VTRR.ENQUEUE");
+            cmd.arg(queue);
+            for id in fresh(50, &mut made) {
+                cmd.arg(format!("p{}", rng.below(5)))
+                    .arg(id)
+                    .arg(1)
+                    .arg("P");
+            }
+            let _: i64 = cmd.query(con).unwrap();
+        }
+        // Every item queued so far: most die by NACK DEAD, some by
+        // MAX-NACKS, some by MAX-TIMEOUTS (their leases of 1 ms below
+        // expire twice); the rest are nacked back with or without a delay.
+        let reply: Value = redis::cmd("VTRR.LEASE")
+            .arg(queue)
+            .arg(600_000)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("WITHCOUNTERS")
+            .query(con)
+            .unwrap();
+        let mut nacks = redis::pipe();
+        for (id, token) in leases_in(&reply) {
+            let nack = nacks.cmd("VTRR.NACK").arg(queue).arg(&id).arg(&token);
+            match rng.below(10) {
+                0..=5 => {
+                    nack.arg("DEAD");
+                }
+                6 => {
+                    nack.arg("DELAY").arg(1 + rng.below(20));
+                }
+                7 if round < 2 => {
+                    nack.arg("DELAY").arg(FAR_MS);
+                }
+                _ => {}
+            }
+        }
+        let _: Vec<i64> = nacks.query(con).unwrap();
+        for _ in 0..3 {
+            let _: Value = redis::cmd("VTRR.LEASE")
+                .arg(queue)
+                .arg(1)
+                .arg("COUNT")
+                .arg(40)
+                .query(con)
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+    for step in 0..1200u64 {
+        match rng.below(16) {
+            0 | 1 => {
+                let n = 1 + rng.below(3);
+                let mut cmd = redis::cmd("VTRR.ENQUEUE");
+                cmd.arg(queue);
+                for id in fresh(n, &mut made) {
+                    cmd.arg(format!("p{}", rng.below(5)))
+                        .arg(id)
+                        .arg(1 + rng.below(3))
+                        .arg(format!("payload-{step}"));
+                }
+                let _: i64 = cmd.query(con).unwrap();
+            }
+            2 => {
+                let ids = fresh(1 + rng.below(3), &mut made);
+                let delay = if rng.chance(10) { 0 } else { 1 + rng.below(40) };
+                defer(con, &mut rng, queue, delay, &ids);
+            }
+            3 => {
+                let ids = fresh(1 + rng.below(2), &mut made);
+                let far = FAR_MS + rng.below(1000);
+                defer(con, &mut rng, queue, far, &ids);
+            }
+            4..=6 => {
+                let lease_ms = if rng.chance(40) {
+                    1 + rng.below(20)
+                } else {
+                    600_000
+                };
+                let mut cmd = redis::cmd("VTRR.LEASE");
+                cmd.arg(queue)
+                    .arg(lease_ms)
+                    .arg("COUNT")
+                    .arg(1 + rng.below(5));
+                if rng.chance(50) {
+                    cmd.arg("WITHCOUNTERS");
+                }
+                let reply: Value = cmd.query(con).unwrap();
+                leases.extend(leases_in(&reply));
+            }
+            7..=9 if !leases.is_empty() => {
+                let (id, token) = leases.swap_remove(rng.below(leases.len() as u64) as usize);
+                let mut nack = redis::cmd("VTRR.NACK");
+                nack.arg(queue).arg(&id).arg(&token);
+                match rng.below(6) {
+                    0 | 1 => {}
+                    2 => {
+                        nack.arg("DELAY").arg(1 + rng.below(30));
+                    }
+                    3 => {
+                        nack.arg("DELAY").arg(FAR_MS);
+                    }
+                    4 => {
+                        nack.arg("DELAY").arg(0);
+                    }
+                    _ => {
+                        nack.arg("DEAD");
+                    }
+                }
+                let _: i64 = nack.query(con).unwrap();
+            }
+            10 if !leases.is_empty() => {
+                let (id, token) = leases.swap_remove(rng.below(leases.len() as u64) as usize);
+                if rng.chance(70) {
+                    let _: i64 = ack(con, queue, &id, std::str::from_utf8(&token).unwrap());
+                } else {
+                    leases.push((id.clone(), token.clone()));
+                    let lease_ms = if rng.chance(50) {
+                        1 + rng.below(30)
+                    } else {
+                        600_000
+                    };
+                    let _: i64 = renew(
+                        con,
+                        queue,
+                        &id,
+                        std::str::from_utf8(&token).unwrap(),
+                        lease_ms,
+                    );
+                }
+            }
+            11 => {
+                // The oldest dead items back to the queue.
+                let dead: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(format!("vtrr:{queue}:dead"))
+                    .arg(0)
+                    .arg(rng.below(2))
+                    .query(con)
+                    .unwrap();
+                if !dead.is_empty() {
+                    let _: i64 = redis::cmd("VTRR.REVIVE")
+                        .arg(queue)
+                        .arg(&dead)
+                        .query(con)
+                        .unwrap();
+                }
+            }
+            12 => {
+                // Any state: ids drawn from everything made so far.
+                let mut cmd = redis::cmd("VTRR.CANCEL");
+                cmd.arg(queue);
+                for _ in 0..1 + rng.below(2) {
+                    cmd.arg(format!("life{}", 1 + rng.below(made.max(1))));
+                }
+                let _: i64 = cmd.query(con).unwrap();
+            }
+            13 => {
+                let limit = |rng: &mut Rng| match rng.below(4) {
+                    0 => "NONE".to_string(),
+                    n => n.to_string(),
+                };
+                let _: () = redis::cmd("VTRR.POLICY")
+                    .arg(queue)
+                    .arg("MAX-TIMEOUTS")
+                    .arg(limit(&mut rng))
+                    .arg("MAX-NACKS")
+                    .arg(limit(&mut rng))
+                    .query(con)
+                    .unwrap();
+            }
+            14 => {
+                // From Lua: the script's effects are what replicates.
+                let id = fresh(1, &mut made).remove(0);
+                let reply: Value = redis::cmd("EVAL")
+                    .arg(
+                        "redis.call('VTRR.DEFER', KEYS[1], ARGV[1], 'lua', ARGV[2], 1, 'L') \
+                         return redis.call('VTRR.LEASE', KEYS[1], ARGV[3], 'COUNT', 2, 'WITHCOUNTERS')",
+                    )
+                    .arg(1)
+                    .arg(queue)
+                    .arg(rng.below(20))
+                    .arg(&id)
+                    .arg(if rng.chance(50) { 5 } else { 600_000 })
+                    .query(con)
+                    .unwrap();
+                leases.extend(leases_in(&reply));
+            }
+            15 if !leases.is_empty() => {
+                // Inside MULTI/EXEC.
+                let (id, token) = leases.swap_remove(rng.below(leases.len() as u64) as usize);
+                let ids = fresh(2, &mut made);
+                let _: Value = redis::pipe()
+                    .atomic()
+                    .cmd("VTRR.NACK")
+                    .arg(queue)
+                    .arg(&id)
+                    .arg(&token)
+                    .arg("DELAY")
+                    .arg(1 + rng.below(10))
+                    .cmd("VTRR.DEFER")
+                    .arg(queue)
+                    .arg(1 + rng.below(10))
+                    .arg("multi")
+                    .arg(&ids[0])
+                    .arg(2)
+                    .arg("M")
+                    .cmd("VTRR.CANCEL")
+                    .arg(queue)
+                    .arg(&ids[1])
+                    .cmd("VTRR.LEASE")
+                    .arg(queue)
+                    .arg(1 + rng.below(20))
+                    .cmd("VTRR.RECLAIM")
+                    .arg(queue)
+                    .query(con)
+                    .unwrap();
+            }
+            _ => {
+                let _: i64 = redis::cmd("VTRR.RECLAIM").arg(queue).query(con).unwrap();
+            }
+        }
+        if rng.chance(3) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // Leave every key of the queue non-empty: a dead-letter policy, long
+    // leases, and queued items after them (no drain).
+    let _: () = redis::cmd("VTRR.POLICY")
+        .arg(queue)
+        .arg("MAX-TIMEOUTS")
+        .arg(1)
+        .arg("MAX-NACKS")
+        .arg(2)
+        .query(con)
+        .unwrap();
+    for round in 0..2 {
+        let mut cmd = redis::cmd("VTRR.ENQUEUE");
+        cmd.arg(queue);
+        for id in fresh(3, &mut made) {
+            cmd.arg(format!("tail{round}")).arg(id).arg(1).arg("T");
+        }
+        let _: i64 = cmd.query(con).unwrap();
+        if round == 0 {
+            let _: Value = redis::cmd("VTRR.LEASE")
+                .arg(queue)
+                .arg(600_000)
+                .arg("COUNT")
+                .arg(2)
+                .query(con)
+                .unwrap();
+        }
+    }
+}
+
+/// A key's type and content, read back in an order that does not depend on
+/// its encoding: sorted fields, members by (score, member), the string.
+#[derive(Debug, PartialEq)]
+enum Content {
+    String(Vec<u8>),
+    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    Zset(Vec<(Vec<u8>, String)>),
+}
+
+fn content(con: &mut Connection, key: &[u8]) -> Option<Content> {
+    let kind: String = redis::cmd("TYPE").arg(key).query(con).unwrap();
+    Some(match kind.as_str() {
+        "none" => return None,
+        "string" => Content::String(redis::cmd("GET").arg(key).query(con).unwrap()),
+        "hash" => Content::Hash(redis::cmd("HGETALL").arg(key).query(con).unwrap()),
+        // Scores as the server prints them: exact, no float rounding here.
+        "zset" => Content::Zset(
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(con)
+                .unwrap(),
+        ),
+        other => panic!("{} has type {other}", String::from_utf8_lossy(key)),
+    })
+}
+
+/// Every key of the database with its content, sorted by name.
+fn contents_all(con: &mut Connection) -> Vec<(Vec<u8>, Option<Content>)> {
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let content = content(con, &key);
+            (key, content)
+        })
+        .collect()
+}
+
+/// Asserts two snapshots of `contents_all` are equal, naming the first key
+/// that differs.
+#[track_caller]
+fn assert_same_contents(
+    expected: &[(Vec<u8>, Option<Content>)],
+    got: &[(Vec<u8>, Option<Content>)],
+    what: &str,
+) {
+    assert!(!expected.is_empty(), "{what}: nothing to compare");
+    let names = |snapshot: &[(Vec<u8>, Option<Content>)]| -> Vec<String> {
+        snapshot
+            .iter()
+            .map(|(key, _)| String::from_utf8_lossy(key).into_owned())
+            .collect()
+    };
+    assert_eq!(names(expected), names(got), "{what}: key names differ");
+    for ((key, e), (_, g)) in expected.iter().zip(got) {
+        assert!(
+            e == g,
+            "{what}: {} differs:\nexpected {e:?}\ngot      {g:?}",
+            String::from_utf8_lossy(key)
+        );
+    }
+}
+
+/// Asserts every one of the queue's sixteen keys exists on `con` (so the
+/// comparison covers each), and that `delayed`, `delayed_task`, `dead`,
+/// `dead_task` and `dead_reason` are no longer listpacks.
+fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
+    for key in all_queue_keys(queue) {
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(con).unwrap();
+        assert_eq!(
+            exists, 1,
+            "{key} is missing: the workload never left it filled"
+        );
+    }
+    for (suffix, encoding) in [
+        ("delayed", "skiplist"),
+        ("delayed_task", "hashtable"),
+        ("dead", "skiplist"),
+        ("dead_task", "hashtable"),
+        ("dead_reason", "hashtable"),
+    ] {
+        let key = format!("vtrr:{queue}:{suffix}");
+        let got: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&key)
+            .query(con)
+            .unwrap();
+        let size: i64 = redis::cmd(if encoding == "skiplist" {
+            "ZCARD"
+        } else {
+            "HLEN"
+        })
+        .arg(&key)
+        .query(con)
+        .unwrap();
+        eprintln!("{key}: {size} entries, {got}");
+        assert_eq!(got, encoding, "{key} is still small ({size} entries)");
+    }
+}
+
 fn wait_replicated(master: &mut Connection) {
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(master).unwrap();
     assert_eq!(acked, 1);
 }
 
-fn assert_same_keys(master: &mut Connection, replica: &mut Connection) {
-    let (m, r) = (dump_all(master), dump_all(replica));
-    assert!(!m.is_empty());
-    assert_eq!(m.len(), r.len(), "key count differs");
-    for ((mk, mv), (rk, rv)) in m.iter().zip(r.iter()) {
-        assert_eq!(String::from_utf8_lossy(mk), String::from_utf8_lossy(rk));
-        assert_eq!(mv, rv, "{} differs", String::from_utf8_lossy(mk));
-    }
+/// Waits until the master's timer has nothing left to do on `queue`: no
+/// expired lease, no delayed item due (only the far-future ones remain).
+fn wait_timer_idle(master: &mut Connection, queue: &str) {
+    wait_until(
+        Duration::from_secs(5),
+        "the master's timer caught up",
+        || {
+            let (stats, time): (BTreeMap<String, Value>, (i64, i64)) = redis::pipe()
+                .cmd("VTRR.STATS")
+                .arg(queue)
+                .cmd("TIME")
+                .query(master)
+                .unwrap();
+            let now_ms = time.0 * 1000 + time.1 / 1000;
+            let nothing_due = match &stats["next_due_ms"] {
+                Value::Nil => true,
+                Value::Int(due) => *due > now_ms + FAR_MS as i64 / 2,
+                other => panic!("next_due_ms {other:?}"),
+            };
+            stats["expired"] == Value::Int(0) && nothing_due
+        },
+    );
 }
 
 #[test]
@@ -127,8 +577,11 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
     attach_replica(&replica, &master);
     let mut m = master.connect();
     let mut r = replica.connect();
-    workload(&mut m, seed(), "jobs");
-    // Expired leases on the master, reclaimed by its timer only.
+    let seed = seed();
+    workload(&mut m, seed, "jobs");
+    lifecycle_workload(&mut m, seed, "jobs");
+    // Expired leases and due delayed items on the master, for its timer
+    // only: nothing leases after them.
     enqueue_one(&mut m, "jobs", "late", "z", "Z");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("jobs")
@@ -137,33 +590,44 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
         .arg(100)
         .query(&mut m)
         .unwrap();
+    let mut rng = Rng::new(seed);
+    let late: Vec<String> = (0..20).map(|n| format!("late{n}")).collect();
+    defer(&mut m, &mut rng, "jobs", 30, &late);
+    let promoted_before = vtrr_info(&mut m)["vtrr_timer_items_promoted"];
     wait_replicated(&mut m);
-    let info: String = redis::cmd("INFO").arg("vtrr").query(&mut r).unwrap();
-    assert!(
-        info.contains("vtrr_timer_items_reclaimed:0"),
-        "replica timer wrote:\n{info}"
+    let on_replica = vtrr_info(&mut r);
+    assert_eq!(
+        (
+            on_replica["vtrr_timer_items_reclaimed"],
+            on_replica["vtrr_timer_items_promoted"]
+        ),
+        (0, 0),
+        "replica timer wrote"
     );
-    assert!(
-        wait_for(Duration::from_secs(3), || {
-            let stats: std::collections::HashMap<String, Value> =
-                redis::cmd("VTRR.STATS").arg("jobs").query(&mut m).unwrap();
-            stats["expired"] == Value::Int(0)
-        }),
-        "master timer did not reclaim"
-    );
+    wait_timer_idle(&mut m, "jobs");
     std::thread::sleep(Duration::from_millis(100));
     wait_replicated(&mut m);
-    assert_same_keys(&mut m, &mut r);
+    assert_all_keys_present_and_large(&mut m, "jobs");
+    assert_same_contents(&contents_all(&mut m), &contents_all(&mut r), "replica");
+    assert_invariants(&mut m, "jobs");
     assert_invariants(&mut r, "jobs");
-    let info: String = redis::cmd("INFO").arg("vtrr").query(&mut r).unwrap();
-    assert!(
-        info.contains("vtrr_timer_items_reclaimed:0"),
-        "replica timer wrote:\n{info}"
+    let on_replica = vtrr_info(&mut r);
+    assert_eq!(
+        (
+            on_replica["vtrr_timer_items_reclaimed"],
+            on_replica["vtrr_timer_items_promoted"]
+        ),
+        (0, 0),
+        "replica timer wrote"
     );
-    let master_info: String = redis::cmd("INFO").arg("vtrr").query(&mut m).unwrap();
+    let on_master = vtrr_info(&mut m);
     assert!(
-        !master_info.contains("vtrr_timer_items_reclaimed:0\r"),
-        "master timer reclaimed nothing:\n{master_info}"
+        on_master["vtrr_timer_items_reclaimed"] > 0,
+        "master timer reclaimed nothing"
+    );
+    assert!(
+        on_master["vtrr_timer_items_promoted"] >= promoted_before + 20,
+        "master timer did not promote the late items"
     );
 }
 
@@ -176,9 +640,13 @@ fn a_replica_without_the_module_ends_identical() {
     attach_replica(&replica, &master);
     let mut m = master.connect();
     let mut r = replica.connect();
-    workload(&mut m, seed(), "plain");
+    let seed = seed();
+    workload(&mut m, seed, "plain");
+    lifecycle_workload(&mut m, seed, "plain");
+    wait_timer_idle(&mut m, "plain");
     wait_replicated(&mut m);
-    assert_same_keys(&mut m, &mut r);
+    assert_all_keys_present_and_large(&mut m, "plain");
+    assert_same_contents(&contents_all(&mut m), &contents_all(&mut r), "replica");
 }
 
 #[test]
@@ -188,7 +656,9 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
         .args(&["--appendonly", "yes", "--appendfsync", "always"])
         .spawn();
     let mut con = server.connect();
-    workload(&mut con, seed(), "durable");
+    let seed = seed();
+    workload(&mut con, seed, "durable");
+    lifecycle_workload(&mut con, seed, "durable");
     enqueue_one(&mut con, "durable", "p", "keep", "K");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("durable")
@@ -202,13 +672,16 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
         .arg("keep")
         .query(&mut con)
         .unwrap();
-    let before = dump_all(&mut con);
+    // Queued items again (that LEASE drained the queue), so every key is there.
+    enqueue_one(&mut con, "durable", "p", "after", "A");
+    assert_all_keys_present_and_large(&mut con, "durable");
+    let before = contents_all(&mut con);
 
     // From the AOF (commands as effects).
     server.kill();
     server.restart();
     let mut con = server.connect();
-    assert_eq!(before, dump_all(&mut con), "AOF reload differs");
+    assert_same_contents(&before, &contents_all(&mut con), "AOF reload");
 
     // After a rewrite, and from an RDB snapshot.
     let _: String = redis::cmd("BGREWRITEAOF").query(&mut con).unwrap();
@@ -222,7 +695,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
     server.kill();
     server.restart();
     let mut con = server.connect();
-    assert_eq!(before, dump_all(&mut con), "rewritten AOF reload differs");
+    assert_same_contents(&before, &contents_all(&mut con), "rewritten AOF reload");
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("appendonly")
@@ -236,7 +709,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
     server.set_option("--appendonly", "no");
     server.restart();
     let mut con = server.connect();
-    assert_eq!(before, dump_all(&mut con), "RDB reload differs");
+    assert_same_contents(&before, &contents_all(&mut con), "RDB reload");
     assert_eq!(ack(&mut con, "durable", b"keep", &token), 1);
     assert_invariants(&mut con, "durable");
 }

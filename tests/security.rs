@@ -159,6 +159,9 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
                     assert_eq!(added, 1);
                     owners += 1;
                     assert!(lease(con, queue, 1000).is_some());
+                    // The lifecycle commands work on the owner too, and
+                    // their keys land in the same slot.
+                    lifecycle_on_owner(con, queue);
                     let keys: Vec<String> = redis::cmd("CLUSTER")
                         .arg("GETKEYSINSLOT")
                         .arg(slot)
@@ -171,6 +174,10 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
                             && !keys.is_empty(),
                         "{keys:?}"
                     );
+                    for suffix in ["delayed", "delayed_task", "policy"] {
+                        let key = format!("vtrr:{queue}:{suffix}");
+                        assert!(keys.contains(&key), "{key} not in {keys:?}");
+                    }
                 }
                 Err(error) => {
                     assert_eq!(error.code(), Some("MOVED"), "{error}");
@@ -196,4 +203,306 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
         }
     }
     assert_eq!(refused, 1);
+    // So is every other command, the lifecycle ones included, each with
+    // its well-formed arguments.
+    for words in [
+        &["VTRR.ENQUEUE", "plain", "p", "x", "1", "X"][..],
+        &["VTRR.DEFER", "plain", "1000", "p", "x", "1", "X"],
+        &["VTRR.LEASE", "plain", "1000", "WITHCOUNTERS"],
+        &["VTRR.ACK", "plain", "x", "t"],
+        &["VTRR.RENEW", "plain", "x", "t", "1000"],
+        &["VTRR.NACK", "plain", "x", "t"],
+        &["VTRR.NACK", "plain", "x", "t", "DELAY", "10"],
+        &["VTRR.NACK", "plain", "x", "t", "DEAD"],
+        &["VTRR.RECLAIM", "plain"],
+        &["VTRR.CHECK", "plain"],
+        &["VTRR.POLICY", "plain"],
+        &["VTRR.POLICY", "plain", "MAX-TIMEOUTS", "3"],
+        &["VTRR.DEAD", "plain"],
+        &["VTRR.REVIVE", "plain", "x"],
+        &["VTRR.CANCEL", "plain", "x"],
+    ] {
+        let mut refused = 0;
+        for con in connections.iter_mut() {
+            let error = command(words)
+                .query::<Value>(con)
+                .expect_err("a queue without a hash tag is never served");
+            if error.code() == Some("ERR") {
+                assert_eq!(
+                    error_text(Err(error)),
+                    "ERR in cluster mode the queue name must contain a hash tag, like {files}, so all its keys share one slot",
+                    "{words:?}"
+                );
+                refused += 1;
+            } else {
+                assert_eq!(error.code(), Some("MOVED"), "{words:?}: {error}");
+            }
+        }
+        assert_eq!(refused, 1, "{words:?}");
+    }
+    for con in connections.iter_mut() {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("vtrr:plain:*").query(con).unwrap();
+        assert!(keys.is_empty(), "{keys:?}");
+    }
+}
+
+/// A command from its words.
+fn command(words: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        cmd.arg(*word);
+    }
+    cmd
+}
+
+/// On the node owning `queue` (which holds one lease): DEFER, POLICY,
+/// LEASE WITHCOUNTERS, NACK, DEAD, REVIVE and CANCEL are served.
+fn lifecycle_on_owner(con: &mut redis::Connection, queue: &str) {
+    let int =
+        |con: &mut redis::Connection, words: &[&str]| -> i64 { command(words).query(con).unwrap() };
+    assert_eq!(
+        int(con, &["VTRR.DEFER", queue, "60000", "p", "d", "1", "D"]),
+        1
+    );
+    let ok: String = command(&["VTRR.POLICY", queue, "MAX-NACKS", "0"])
+        .query(con)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(int(con, &["VTRR.ENQUEUE", queue, "p", "b", "1", "B"]), 1);
+    let (id, _, token, _, nacks): (String, String, String, i64, i64) =
+        command(&["VTRR.LEASE", queue, "60000", "WITHCOUNTERS"])
+            .query(con)
+            .unwrap();
+    assert_eq!((id.as_str(), nacks), ("b", 0));
+    // MAX-NACKS 0: the first nack dead-letters it.
+    assert_eq!(int(con, &["VTRR.NACK", queue, "b", &token]), 1);
+    let dead: Vec<Vec<Value>> = command(&["VTRR.DEAD", queue]).query(con).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0][7], Value::BulkString(b"max-nacks".to_vec()));
+    assert_eq!(int(con, &["VTRR.REVIVE", queue, "b"]), 1);
+    assert_eq!(int(con, &["VTRR.CANCEL", queue, "b"]), 1);
+    assert_invariants(con, queue);
+}
+
+/// A queue with an item in every state (so every key exists), on a server
+/// whose timer is off: `a` leased with an expired lease (its token is
+/// returned), `b` dead, `c` queued after a nack, `d` delayed, a policy set.
+fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
+    enqueue_items(
+        con,
+        name,
+        &[
+            ("p", "a", 1, b"A"),
+            ("p", "b", 1, b"B"),
+            ("p", "c", 1, b"C"),
+        ],
+    );
+    let (_, _, token, _) = lease(con, name, 60_000).unwrap();
+    let (id, _, b_token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"b");
+    let nacked: i64 = command(&["VTRR.NACK", name, "b", &b_token, "DEAD"])
+        .query(con)
+        .unwrap();
+    assert_eq!(nacked, 1);
+    let (id, _, c_token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"c");
+    let nacked: i64 = command(&["VTRR.NACK", name, "c", &c_token])
+        .query(con)
+        .unwrap();
+    assert_eq!(nacked, 1);
+    let deferred: i64 = command(&["VTRR.DEFER", name, "60000", "p", "d", "1", "D"])
+        .query(con)
+        .unwrap();
+    assert_eq!(deferred, 1);
+    let ok: String = command(&["VTRR.POLICY", name, "MAX-TIMEOUTS", "3"])
+        .query(con)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(renew(con, name, b"a", &token, 1), 1);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_invariants(con, name);
+    token
+}
+
+/// Creates ACL user `name` (password `secret`, every command) with the
+/// given selectors, and connects as it.
+fn connect_as(
+    server: &Server,
+    admin: &mut redis::Connection,
+    name: &str,
+    selectors: &[String],
+) -> redis::Connection {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(name)
+        .arg("reset")
+        .arg("on")
+        .arg(">secret")
+        .arg(selectors)
+        .arg("+@all")
+        .query(admin)
+        .unwrap();
+    redis::Client::open(format!("redis://{name}:secret@127.0.0.1:{}/", server.port))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+#[test]
+fn a_user_denied_one_lifecycle_key_gets_noperm_naming_it_and_nothing_changes() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let mut admin = server.connect();
+    let token = queue_in_every_state(&mut admin, "q");
+    let t = token.as_str();
+    let calls: [(&str, Vec<&str>); 13] = [
+        ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
+        (
+            "defer",
+            vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
+        ),
+        ("lease", vec!["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"]),
+        ("ack", vec!["VTRR.ACK", "q", "a", t]),
+        ("nack", vec!["VTRR.NACK", "q", "a", t]),
+        ("reclaim", vec!["VTRR.RECLAIM", "q"]),
+        ("stats", vec!["VTRR.STATS", "q"]),
+        ("check", vec!["VTRR.CHECK", "q"]),
+        ("dead", vec!["VTRR.DEAD", "q"]),
+        ("policy-set", vec!["VTRR.POLICY", "q", "MAX-NACKS", "2"]),
+        ("policy-read", vec!["VTRR.POLICY", "q"]),
+        ("revive", vec!["VTRR.REVIVE", "q", "b"]),
+        ("cancel", vec!["VTRR.CANCEL", "q", "c"]),
+    ];
+    // Each new key, and the commands that touch it (src/ops.rs).
+    let touching: [(&str, &[&str]); 7] = [
+        (
+            "delayed",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
+                "cancel",
+            ],
+        ),
+        (
+            "delayed_task",
+            &[
+                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel",
+            ],
+        ),
+        (
+            "nacks",
+            &[
+                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "dead",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
+                "cancel",
+            ],
+        ),
+        (
+            "dead_task",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "dead_reason",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "policy",
+            &[
+                "lease",
+                "nack",
+                "reclaim",
+                "check",
+                "policy-set",
+                "policy-read",
+                "revive",
+            ],
+        ),
+    ];
+    let before = dump_all(&mut admin);
+    for (denied, commands) in touching {
+        // Every other key of the queue, each named on its own.
+        let selectors: Vec<String> = ALL_SUFFIXES
+            .iter()
+            .filter(|suffix| **suffix != denied)
+            .map(|suffix| format!("~vtrr:q:{suffix}"))
+            .collect();
+        let mut user = connect_as(&server, &mut admin, &format!("no-{denied}"), &selectors);
+        for name in commands {
+            let (_, words) = calls.iter().find(|(n, _)| n == name).unwrap();
+            assert_eq!(
+                error_text(command(words).query(&mut user)),
+                format!(
+                    "NOPERM this user has no permissions to access the key vtrr:q:{denied} of this queue"
+                ),
+                "{words:?} without {denied}"
+            );
+            assert_eq!(before, dump_all(&mut admin), "{words:?} changed something");
+        }
+    }
+    // With every key granted, the same user's calls go through.
+    let mut user = connect_as(
+        &server,
+        &mut admin,
+        "all-keys",
+        &[String::from("~vtrr:q:*")],
+    );
+    let revived: i64 = command(&["VTRR.REVIVE", "q", "b"])
+        .query(&mut user)
+        .unwrap();
+    assert_eq!(revived, 1);
+    let deferred: i64 = command(&["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"])
+        .query(&mut user)
+        .unwrap();
+    assert_eq!(deferred, 1);
+    assert_invariants(&mut admin, "q");
+}
+
+#[test]
+fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let mut admin = server.connect();
+    let token = queue_in_every_state(&mut admin, "q");
+    let t = token.as_str();
+    let mut reader = connect_as(&server, &mut admin, "reader", &[String::from("%R~vtrr:*")]);
+    let before = dump_all(&mut admin);
+    let dead: Vec<Vec<Value>> = command(&["VTRR.DEAD", "q"]).query(&mut reader).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0][0], Value::BulkString(b"b".to_vec()));
+    assert_eq!(dead[0][7], Value::BulkString(b"nack".to_vec()));
+    let _: Value = command(&["VTRR.STATS", "q"]).query(&mut reader).unwrap();
+    let noperm = |key: &str| {
+        format!("NOPERM this user has no permissions to access the key vtrr:q:{key} of this queue")
+    };
+    for (words, key) in [
+        (&["VTRR.CANCEL", "q", "c"][..], "queue"),
+        (&["VTRR.CANCEL", "q", "missing"], "queue"),
+        (&["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"], "queue"),
+        (&["VTRR.NACK", "q", "a", t], "queue"),
+        (&["VTRR.NACK", "q", "a", t, "DEAD"], "queue"),
+        (&["VTRR.REVIVE", "q", "b"], "queue"),
+        (&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"], "queue"),
+        (&["VTRR.POLICY", "q", "MAX-TIMEOUTS", "NONE"], "policy"),
+    ] {
+        assert_eq!(
+            error_text(command(words).query(&mut reader)),
+            noperm(key),
+            "{words:?}"
+        );
+        assert_eq!(before, dump_all(&mut admin), "{words:?} changed something");
+    }
+    let cancelled: i64 = command(&["VTRR.CANCEL", "q", "c"])
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(cancelled, 1);
 }

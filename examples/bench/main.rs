@@ -1,6 +1,7 @@
 //! `make bench`: what the same queue work costs as the module, as the Lua
 //! scripts it replaces, as Redis Streams and as a plain list, measured side by
-//! side on one server in one run; plus scaling, fairness and the timer.
+//! side on one server in one run; then the job lifecycle's own commands
+//! (DEFER, NACK, promotion), scaling, fairness and the timer.
 //!
 //! `bench [--smoke] [--out FILE] [--plot FILE]`. `--smoke` runs tiny sizes
 //! once (seconds), so `make test` keeps this program working; it measures,
@@ -428,6 +429,67 @@ fn cycle_batch(
     }
 }
 
+/// A delay that never falls due during a run: deferred items stay delayed.
+const HOUR_MS: u64 = 3_600_000;
+
+/// One pipelined batch of `n` VTRR.DEFER calls (operations `start..start + n`
+/// of connection `worker`), each of `shape.items_per_call` items due in
+/// `delay_ms`.
+fn defer_batch(
+    shape: &EnqueueShape,
+    delay_ms: u64,
+    con: &mut Connection,
+    worker: usize,
+    start: usize,
+    n: usize,
+) {
+    let mut pipe = redis::pipe();
+    for op in start..start + n {
+        let cmd = pipe.cmd("VTRR.DEFER").arg("qm").arg(delay_ms);
+        for k in 0..shape.items_per_call {
+            let item = op * shape.items_per_call + k;
+            cmd.arg(format!("p{}", item % shape.partitions))
+                .arg(format!("w{worker}-{op}-{k}"))
+                .arg(1)
+                .arg(PAYLOAD);
+        }
+        cmd.ignore();
+    }
+    let _: () = pipe.query(con).unwrap();
+}
+
+/// One pipelined batch of `n` leases, then one of their `n` plain NACKs: each
+/// item goes back to the queue, so the backlog never runs dry.
+fn nack_cycle_batch(con: &mut Connection, n: usize) {
+    let mut leases = redis::pipe();
+    for _ in 0..n {
+        leases.cmd("VTRR.LEASE").arg("qm").arg(60_000);
+    }
+    let leased: Vec<Option<common::Lease>> = leases.query(con).unwrap();
+    let mut nacks = redis::pipe();
+    for lease in leased {
+        let (id, _, token, _) = lease.expect("backlog ran dry");
+        nacks.cmd("VTRR.NACK").arg("qm").arg(id).arg(token).ignore();
+    }
+    let _: () = nacks.query(con).unwrap();
+}
+
+/// DEFERs `count` items of `partitions` partitions, due in `delay_ms`, in
+/// calls of 100 (setup).
+fn fill_delayed(con: &mut Connection, queue: &str, count: usize, partitions: usize, delay_ms: u64) {
+    for start in (0..count).step_by(100) {
+        let mut cmd = redis::cmd("VTRR.DEFER");
+        cmd.arg(queue).arg(delay_ms);
+        for n in start..(start + 100).min(count) {
+            cmd.arg(format!("p{}", n % partitions))
+                .arg(format!("i{n}"))
+                .arg(1)
+                .arg(PAYLOAD);
+        }
+        let _: i64 = cmd.query(con).unwrap();
+    }
+}
+
 /// Queues `count` items of weight 1 for `system`'s lease+ack cycle (setup).
 fn fill_backlog(con: &mut Connection, system: System, count: usize, partitions: usize) {
     match system {
@@ -601,6 +663,31 @@ where
             (system, run)
         })
         .collect()
+}
+
+/// `batch` on the module alone, in the interleaved runner's slices.
+fn module_only<F>(
+    server: &Server,
+    sizes: &Sizes,
+    admin: &mut Connection,
+    pipeline: usize,
+    items_per_op: usize,
+    batch: F,
+) -> Run
+where
+    F: Fn(&mut Connection, usize, usize, usize) + Sync,
+{
+    let per_batch = |_, con: &mut Connection, worker, start, n| batch(con, worker, start, n);
+    let mut runs = interleaved(
+        server,
+        sizes,
+        admin,
+        &[System::Module],
+        pipeline,
+        |_| items_per_op,
+        per_batch,
+    );
+    runs.remove(&System::Module).unwrap()
 }
 
 impl Bench<'_> {
@@ -839,6 +926,208 @@ impl Bench<'_> {
             (probe_max / probe - 1.0) * 100.0
         )
         .unwrap();
+    }
+
+    /// VTRR.DEFER of `items_per_call` items per call, due in an hour (the
+    /// delayed set grows as the queue does under ENQUEUE).
+    fn defer(&mut self, partitions: usize, items_per_call: usize) -> Run {
+        reset(&mut self.admin);
+        let shape = EnqueueShape {
+            partitions,
+            items_per_call,
+        };
+        let pipeline = if items_per_call == 1 {
+            self.sizes.pipeline
+        } else {
+            self.sizes.pipeline_100
+        };
+        module_only(
+            self.server,
+            self.sizes,
+            &mut self.admin,
+            pipeline,
+            items_per_call,
+            |con, worker, start, n| defer_batch(&shape, HOUR_MS, con, worker, start, n),
+        )
+    }
+
+    /// Lease + plain NACK with a standing backlog of 1,000.
+    fn nack_cycle(&mut self, partitions: usize) -> Run {
+        reset(&mut self.admin);
+        fill_module(&mut self.admin, "qm", 1_000, partitions, |_| 1);
+        let pipeline = self.sizes.pipeline;
+        module_only(
+            self.server,
+            self.sizes,
+            &mut self.admin,
+            pipeline,
+            1,
+            |con, _, _, n| nack_cycle_batch(con, n),
+        )
+    }
+
+    /// Promotion of `reclaim_items` due delayed items at once, by one LEASE
+    /// (its first step) or by one timer run, `reclaim_calls` times, rated by
+    /// the median. `vtrr.reclaim-batch` is raised so one call or run takes
+    /// them all.
+    fn promotion(&mut self, partitions: usize, by_timer: bool) -> Run {
+        let count = self.sizes.reclaim_items;
+        let con = &mut self.admin;
+        let config = |con: &mut Connection, name: &str, value: usize| {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query(con)
+                .unwrap();
+        };
+        let batch: (String, usize) = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("vtrr.reclaim-batch")
+            .query(con)
+            .unwrap();
+        config(con, "vtrr.reclaim-batch", count);
+        let (mut seconds, mut cost) = (Vec::new(), 0.0);
+        for _ in 0..self.sizes.reclaim_calls {
+            reset(con);
+            fill_delayed(con, "q", count, partitions, 1);
+            std::thread::sleep(Duration::from_millis(5));
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
+            if by_timer {
+                // A long interval, so no later tick overwrites the last
+                // run's time before it is read.
+                let promoted = |con: &mut Connection| vtrr_info(con)["vtrr_timer_items_promoted"];
+                let before = promoted(con);
+                config(con, "vtrr.reclaim-interval-ms", 200);
+                let started = Instant::now();
+                while promoted(con) - before < count as i64 {
+                    assert!(started.elapsed() < Duration::from_secs(60), "timer stalled");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let run_us = vtrr_info(con)["vtrr_timer_last_run_us"] as f64;
+                config(con, "vtrr.reclaim-interval-ms", 0);
+                seconds.push(run_us / 1e6);
+                cost += run_us;
+            } else {
+                let started = Instant::now();
+                let _: Value = redis::cmd("VTRR.LEASE")
+                    .arg("q")
+                    .arg(60_000)
+                    .query(con)
+                    .unwrap();
+                seconds.push(started.elapsed().as_secs_f64());
+                cost += command_stats(con).get("vtrr.lease").copied().unwrap_or(0.0);
+            }
+        }
+        config(con, "vtrr.reclaim-batch", batch.1);
+        seconds.sort_by(f64::total_cmp);
+        let median = percentile(&seconds, 0.5);
+        let what = if by_timer { "timer run" } else { "vtrr.lease" };
+        Run {
+            items_per_sec: count as f64 / median,
+            p50_us: median * 1e6,
+            p99_us: percentile(&seconds, 0.99) * 1e6,
+            usec_per_call: BTreeMap::from([(
+                what.to_string(),
+                cost / self.sizes.reclaim_calls as f64,
+            )]),
+        }
+    }
+
+    /// The job lifecycle's own commands, which neither the Lua scripts nor
+    /// Streams have: DEFER, lease + NACK, and the promotion of due delayed
+    /// items; beside the module's ENQUEUE and lease + ACK for scale.
+    fn lifecycle_section(&mut self) {
+        const PARTITIONS: usize = 100;
+        let sizes = self.sizes;
+        writeln!(
+            self.report,
+            "## Job lifecycle: DEFER, NACK, promotion (module, {PARTITIONS} partitions)\n\nMeasured as the throughput rows, the module alone ({} repeats, {} slices of {} ms each; promotion: {} calls per repeat, rated by the median call). DEFER's items are due in an hour, so the delayed set grows as the queue does under ENQUEUE; the NACK cycle leases one item and nacks it back to the queue (no option), over a backlog of 1,000. Promotion: {} delayed items all due at once, moved into the queue by the first step of one LEASE, or by one timer run (its time from `INFO vtrr` `timer_last_run_us`), `vtrr.reclaim-batch` raised to take them all. `server µs per item`: the row's commands' `usec_per_call` from INFO commandstats (the timer run's time for the timer), per item.\n",
+            sizes.repeats,
+            sizes.rounds,
+            sizes.slice.as_millis(),
+            sizes.reclaim_calls,
+            sizes.reclaim_items,
+        )
+        .unwrap();
+        writeln!(
+            self.report,
+            "| scenario | items/s median (min–max) | p50 µs | p99 µs | server µs/call | server µs per item |\n|---|---|---|---|---|---|"
+        )
+        .unwrap();
+        let promoted = format!("promotion of {} due items", sizes.reclaim_items);
+        // Name, items per call, measurement.
+        type Scenario<'s> = (String, usize, &'s dyn Fn(&mut Bench<'_>) -> Run);
+        let scenarios: [Scenario<'_>; 7] = [
+            ("enqueue 1/call (for scale)".to_string(), 1, &|b| {
+                b.module_enqueue(PARTITIONS)
+            }),
+            ("defer 1/call".to_string(), 1, &|b| b.defer(PARTITIONS, 1)),
+            ("defer 100/call".to_string(), 100, &|b| {
+                b.defer(PARTITIONS, 100)
+            }),
+            ("lease+ack cycle (for scale)".to_string(), 1, &|b| {
+                b.cycle(&[System::Module], PARTITIONS, 1_000)[&System::Module].clone()
+            }),
+            ("lease+nack cycle".to_string(), 1, &|b| {
+                b.nack_cycle(PARTITIONS)
+            }),
+            (format!("{promoted}, by LEASE"), sizes.reclaim_items, &|b| {
+                b.promotion(PARTITIONS, false)
+            }),
+            (
+                format!("{promoted}, by the timer"),
+                sizes.reclaim_items,
+                &|b| b.promotion(PARTITIONS, true),
+            ),
+        ];
+        let mut results: Vec<Repeats> = scenarios.iter().map(|_| Repeats::default()).collect();
+        // The scenarios take turns within each repeat, as the systems do.
+        for _ in 0..sizes.repeats {
+            for ((_, _, scenario), repeats) in scenarios.iter().zip(&mut results) {
+                repeats.0.push(scenario(self));
+            }
+        }
+        for ((name, items_per_call, _), repeats) in scenarios.iter().zip(&results) {
+            let median = repeats.median();
+            let (rate, min, max) = spread(&repeats.rates());
+            let stats: Vec<String> = median
+                .usec_per_call
+                .iter()
+                .map(|(c, u)| format!("{c} {u:.2}"))
+                .collect();
+            let per_item = median.usec_per_call.values().sum::<f64>() / *items_per_call as f64;
+            writeln!(
+                self.report,
+                "| {name} | {rate:.0} ({min:.0}–{max:.0}) | {:.0} | {:.0} | {} | {per_item:.2} |",
+                median.p50_us,
+                median.p99_us,
+                stats.join(", "),
+            )
+            .unwrap();
+        }
+        writeln!(self.report).unwrap();
+    }
+
+    /// VTRR.ENQUEUE of one item per call, the module alone.
+    fn module_enqueue(&mut self, partitions: usize) -> Run {
+        reset(&mut self.admin);
+        let lua = &self.lua;
+        let shape = EnqueueShape {
+            partitions,
+            items_per_call: 1,
+        };
+        let pipeline = self.sizes.pipeline;
+        module_only(
+            self.server,
+            self.sizes,
+            &mut self.admin,
+            pipeline,
+            1,
+            |con, worker, start, n| {
+                enqueue_batch(lua, System::Module, &shape, con, worker, start, n)
+            },
+        )
     }
 
     fn scaling_section(&mut self) {
@@ -1269,6 +1558,7 @@ fn main() {
             "persistence off, run by `make bench`, which pins the server to CPU 0 and this load generator to CPU 1",
         );
         bench.throughput_section();
+        bench.lifecycle_section();
         bench.scaling_section();
         bench.fairness_section();
         bench.timer_section();

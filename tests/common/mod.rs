@@ -258,9 +258,38 @@ pub fn queue_keys(name: &str) -> Vec<String> {
         .collect()
 }
 
-/// DUMP of every key of queue `name` (None for missing keys).
+/// Every key suffix of a queue: vtrr-queue's nine (`SUFFIXES`), then the
+/// module's own (delayed and dead items, nack counts, the dead-letter policy).
+pub const ALL_SUFFIXES: [&str; 16] = [
+    "queue",
+    "current_virtual_time",
+    "partition_virtual_time",
+    "task",
+    "meta",
+    "inflight",
+    "inflight_task",
+    "lease",
+    "timeouts",
+    "delayed",
+    "delayed_task",
+    "nacks",
+    "dead",
+    "dead_task",
+    "dead_reason",
+    "policy",
+];
+
+/// All sixteen key names of queue `name`, in `ALL_SUFFIXES` order.
+pub fn all_queue_keys(name: &str) -> Vec<String> {
+    ALL_SUFFIXES
+        .iter()
+        .map(|suffix| format!("vtrr:{name}:{suffix}"))
+        .collect()
+}
+
+/// DUMP of every key of queue `name`, all sixteen (None for missing keys).
 pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
-    queue_keys(name)
+    all_queue_keys(name)
         .into_iter()
         .map(|key| {
             let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
@@ -336,6 +365,28 @@ pub fn enqueue_one(
     enqueue_items(con, queue, &[(partition, id, 1, payload.as_bytes())])
 }
 
+/// `VTRR.DEFER queue delay_ms` with `(partition, id, weight, payload)`
+/// items in one call; the number added.
+pub fn defer_items(
+    con: &mut redis::Connection,
+    queue: &str,
+    delay_ms: u64,
+    items: &[(&str, &str, u64, &[u8])],
+) -> i64 {
+    let mut cmd = redis::cmd("VTRR.DEFER");
+    cmd.arg(queue).arg(delay_ms);
+    for (partition, id, weight, payload) in items {
+        cmd.arg(*partition).arg(*id).arg(*weight).arg(*payload);
+    }
+    cmd.query(con).unwrap()
+}
+
+/// The server's clock (`TIME`) in Unix ms.
+pub fn server_time_ms(con: &mut redis::Connection) -> i64 {
+    let (sec, usec): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
+    sec * 1000 + usec / 1000
+}
+
 /// One lease as VTRR.LEASE replies: id, payload, token, timeouts.
 pub type Lease = (Vec<u8>, Vec<u8>, String, i64);
 
@@ -371,6 +422,43 @@ pub fn renew(
         .arg(id)
         .arg(token)
         .arg(lease_ms)
+        .query(con)
+        .unwrap()
+}
+
+/// `VTRR.NACK <queue> <id> <token> [options...]` (options such as
+/// `["DELAY", "100"]` or `["DEAD"]`): 1 when the token was current, else 0.
+pub fn nack(
+    con: &mut redis::Connection,
+    queue: &str,
+    id: &[u8],
+    token: &str,
+    options: &[&str],
+) -> i64 {
+    redis::cmd("VTRR.NACK")
+        .arg(queue)
+        .arg(id)
+        .arg(token)
+        .arg(options)
+        .query(con)
+        .unwrap()
+}
+
+/// One lease as `VTRR.LEASE ... WITHCOUNTERS` replies: id, payload, token,
+/// timeouts, nacks.
+pub type CountedLease = (Vec<u8>, Vec<u8>, String, i64, i64);
+
+/// `VTRR.LEASE <queue> <lease_ms> WITHCOUNTERS`: the lease, or None on an
+/// empty queue.
+pub fn lease_with_counters(
+    con: &mut redis::Connection,
+    queue: &str,
+    lease_ms: u64,
+) -> Option<CountedLease> {
+    redis::cmd("VTRR.LEASE")
+        .arg(queue)
+        .arg(lease_ms)
+        .arg("WITHCOUNTERS")
         .query(con)
         .unwrap()
 }
