@@ -56,19 +56,6 @@ impl QueueKey {
         QueueKey::Policy,
     ];
 
-    /// vtrr-queue's keys, which its Lua scripts share with the module.
-    pub const VTRR_QUEUE: [QueueKey; 9] = [
-        QueueKey::Queue,
-        QueueKey::CurrentVirtualTime,
-        QueueKey::PartitionVirtualTime,
-        QueueKey::Task,
-        QueueKey::Meta,
-        QueueKey::Inflight,
-        QueueKey::InflightTask,
-        QueueKey::Lease,
-        QueueKey::Timeouts,
-    ];
-
     pub const fn index(self) -> usize {
         self as usize
     }

@@ -89,6 +89,18 @@ pub(super) fn bury(store: &mut impl Store, id: &[u8], payload: &[u8], now_ms: i6
     store.hset(HashKey::DeadReason, id, reason.text().as_bytes());
 }
 
+/// An item found without its payload where it was to be served or moved:
+/// dead-lettered (reason `payload missing`) and reported, never served empty.
+pub(super) fn bury_without_payload(
+    store: &mut impl Store,
+    id: &[u8],
+    now_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) {
+    anomalies.push(Anomaly::PayloadMissing { id: id.to_vec() });
+    bury(store, id, &[], now_ms, Reason::PayloadMissing);
+}
+
 /// One dead item, as `VTRR.DEAD` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadItem {

@@ -3,11 +3,11 @@
 //! as if enqueued at that moment: no credit for the time waited, no jump
 //! ahead of their partition.
 
-use super::dead::{bury, Reason};
+use super::dead::bury_without_payload;
 use super::enqueue::{enqueue, EnqueueOutcome};
 use super::reclaim::reclaim_at;
 use super::scoring::{is_present, read_current_virtual_time, requeue};
-use super::{format_meta, Anomaly, CoreError, Due, NewItem};
+use super::{format_meta, CoreError, Due, NewItem};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// `VTRR.DEFER`: each item whose id is not already in the queue's life
@@ -72,10 +72,7 @@ pub(super) fn promote_at(
                 outcome.promoted += 1;
             }
             None => {
-                outcome
-                    .anomalies
-                    .push(Anomaly::PayloadMissing { id: id.clone() });
-                bury(store, &id, &[], now_ms, Reason::PayloadMissing);
+                bury_without_payload(store, &id, now_ms, &mut outcome.anomalies);
                 outcome.dead_lettered += 1;
             }
         }

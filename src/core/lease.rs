@@ -1,10 +1,10 @@
 //! `VTRR.LEASE`, `VTRR.ACK` and `VTRR.RENEW`: a lease's life. (`VTRR.NACK`,
 //! the other way a lease ends, is in `nack.rs`.)
 
-use super::dead::{bury, Reason};
+use super::dead::bury_without_payload;
 use super::delay::due_at;
 use super::scoring::parse_current_virtual_time;
-use super::{counters, Anomaly, CoreError, Due, Leased};
+use super::{counters, CoreError, Due, Leased};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// What `VTRR.LEASE` asks for.
@@ -58,11 +58,7 @@ pub fn lease(
         let payload = store.hget(HashKey::Task, &id);
         store.hdel(HashKey::Task, &id);
         let Some(payload) = payload else {
-            outcome
-                .due
-                .anomalies
-                .push(Anomaly::PayloadMissing { id: id.clone() });
-            bury(store, &id, &[], request.now_ms, Reason::PayloadMissing);
+            bury_without_payload(store, &id, request.now_ms, &mut outcome.due.anomalies);
             outcome.due.dead_lettered += 1;
             continue;
         };

@@ -1,6 +1,6 @@
 //! `VTRR.NACK`: a worker gives its leased item back, fenced by its token.
 
-use super::dead::{bury, read_policy, Reason};
+use super::dead::{bury, bury_without_payload, read_policy, Reason};
 use super::delay::hold;
 use super::lease::holds_lease;
 use super::scoring::{read_current_virtual_time, requeue};
@@ -49,8 +49,7 @@ pub fn nack(
     let nacks = counters::increment(store, HashKey::Nacks, id, anomalies);
     let policy = read_policy(store, anomalies);
     let Some(payload) = payload else {
-        anomalies.push(Anomaly::PayloadMissing { id: id.to_vec() });
-        bury(store, id, &[], now_ms, Reason::PayloadMissing);
+        bury_without_payload(store, id, now_ms, anomalies);
         return Ok(Some(Nacked::Dead(Reason::PayloadMissing)));
     };
     let past_policy = policy.max_nacks.is_some_and(|max| nacks > max);

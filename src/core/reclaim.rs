@@ -1,7 +1,7 @@
 //! Reclaim of expired leases: `VTRR.RECLAIM`, and the step that LEASE and
 //! the timer run first.
 
-use super::dead::{bury, read_policy, Reason};
+use super::dead::{bury, bury_without_payload, read_policy, Reason};
 use super::scoring::{read_current_virtual_time, requeue};
 use super::{counters, CoreError, Due};
 use crate::store::{HashKey, Store, ZsetKey};
@@ -40,36 +40,22 @@ pub(super) fn reclaim_at(
         store.hdel(HashKey::Lease, &id);
         let timeouts = counters::increment(store, HashKey::Timeouts, &id, &mut outcome.anomalies);
         outcome.reclaimed += 1;
-        let reason = match &payload {
-            None => Some(Reason::PayloadMissing),
-            Some(_) if policy.max_timeouts.is_some_and(|max| timeouts > max) => {
-                Some(Reason::MaxTimeouts)
-            }
-            Some(_) => None,
+        let Some(payload) = payload else {
+            bury_without_payload(store, &id, now_ms, &mut outcome.anomalies);
+            outcome.dead_lettered += 1;
+            continue;
         };
-        match reason {
-            Some(reason) => {
-                if reason == Reason::PayloadMissing {
-                    outcome
-                        .anomalies
-                        .push(super::Anomaly::PayloadMissing { id: id.clone() });
-                }
-                bury(
-                    store,
-                    &id,
-                    payload.as_deref().unwrap_or_default(),
-                    now_ms,
-                    reason,
-                );
-                outcome.dead_lettered += 1;
-            }
-            None => requeue(
+        if policy.max_timeouts.is_some_and(|max| timeouts > max) {
+            bury(store, &id, &payload, now_ms, Reason::MaxTimeouts);
+            outcome.dead_lettered += 1;
+        } else {
+            requeue(
                 store,
                 current_virtual_time,
                 &id,
-                payload.as_deref().unwrap_or_default(),
+                &payload,
                 &mut outcome.anomalies,
-            ),
+            );
         }
     }
 }

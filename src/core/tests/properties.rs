@@ -10,6 +10,18 @@ use crate::core::*;
 use crate::store::memory::MemoryStore;
 use crate::store::{HashKey, Store, ZsetKey};
 
+/// The items with these ids, of one partition and weight.
+fn new_items_of<'a>(partition: &'a [u8], weight: u64, ids: &'a [Vec<u8>]) -> Vec<NewItem<'a>> {
+    ids.iter()
+        .map(|id| NewItem {
+            partition,
+            id,
+            weight,
+            payload: b"x",
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Enqueue {
@@ -191,15 +203,7 @@ impl Simulation {
                 let before = self.queued();
                 let ids = self.new_items(partition, weight, count);
                 let name = [b'p', partition];
-                let batch: Vec<NewItem> = ids
-                    .iter()
-                    .map(|id| NewItem {
-                        partition: &name,
-                        id,
-                        weight,
-                        payload: b"x",
-                    })
-                    .collect();
+                let batch = new_items_of(&name, weight, &ids);
                 let added = enqueue(&mut self.store, &batch).unwrap().added;
                 prop_assert_eq!(added, u64::from(count));
                 self.note_entries(before);
@@ -213,15 +217,7 @@ impl Simulation {
                 let before = self.queued();
                 let ids = self.new_items(partition, weight, count);
                 let name = [b'p', partition];
-                let batch: Vec<NewItem> = ids
-                    .iter()
-                    .map(|id| NewItem {
-                        partition: &name,
-                        id,
-                        weight,
-                        payload: b"x",
-                    })
-                    .collect();
+                let batch = new_items_of(&name, weight, &ids);
                 let due_ms = self.now_ms + delay_ms;
                 let added = defer(&mut self.store, self.now_ms, due_ms, &batch)
                     .unwrap()
