@@ -3,6 +3,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -19,13 +20,17 @@ fn enqueue(con: &mut redis::Connection, queue: &str, partition: &str, id: &str) 
 
 /// `VTRR.LEASE q 60000 BLOCK <block_ms>`.
 fn lease_blocking(con: &mut redis::Connection, block_ms: u64) -> Option<TextLease> {
-    redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(60_000)
-        .arg("BLOCK")
-        .arg(block_ms)
-        .query(con)
-        .unwrap()
+    lease_block_cmd("q", 60_000, block_ms).query(con).unwrap()
+}
+
+/// A thread waiting in `VTRR.LEASE q 60000 BLOCK <block_ms>` on `server`;
+/// it ends with the reply.
+fn spawn_waiter(server: &Server, block_ms: u64) -> JoinHandle<Option<TextLease>> {
+    let url = server.url();
+    std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        lease_blocking(&mut con, block_ms)
+    })
 }
 
 #[test]
@@ -131,13 +136,7 @@ fn a_timeout_replies_nil_or_an_empty_array() {
     let server = Server::start();
     let mut con = server.connect();
     let started = Instant::now();
-    let leased: Option<TextLease> = redis::cmd("VTRR.LEASE")
-        .arg("q")
-        .arg(1000)
-        .arg("BLOCK")
-        .arg(200)
-        .query(&mut con)
-        .unwrap();
+    let leased: Option<TextLease> = lease_block_cmd("q", 1000, 200).query(&mut con).unwrap();
     assert!(leased.is_none());
     assert!(started.elapsed() >= Duration::from_millis(200));
     let leased: Vec<TextLease> = redis::cmd("VTRR.LEASE")
@@ -175,13 +174,7 @@ fn a_disconnected_or_unblocked_waiter_loses_nothing() {
     let waiter = std::thread::spawn(move || {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
         let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
-        let leased: Option<TextLease> = redis::cmd("VTRR.LEASE")
-            .arg("q")
-            .arg(1000)
-            .arg("BLOCK")
-            .arg(0)
-            .query(&mut con)
-            .unwrap();
+        let leased: Option<TextLease> = lease_block_cmd("q", 1000, 0).query(&mut con).unwrap();
         (id, leased)
     });
     wait_blocked(&mut con, 1);
@@ -207,14 +200,7 @@ fn a_disconnected_or_unblocked_waiter_loses_nothing() {
     // A waiter that disconnects: the item enqueued afterwards stays queued.
     let mut doomed = server.connect();
     doomed
-        .send_packed_command(
-            &redis::cmd("VTRR.LEASE")
-                .arg("q")
-                .arg(1000)
-                .arg("BLOCK")
-                .arg(0)
-                .get_packed_command(),
-        )
+        .send_packed_command(&lease_block_cmd("q", 1000, 0).get_packed_command())
         .unwrap();
     wait_blocked(&mut con, 1);
     drop(doomed);
@@ -260,29 +246,20 @@ fn a_served_waiter_replicates_its_lease_as_effects() {
     let replica = Server::start();
     attach_replica(&replica, &master);
     let mut r = replica.connect();
-    let url = master.url();
-    let waiter = std::thread::spawn(move || {
-        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        lease_blocking(&mut con, 5_000)
-    });
+    let waiter = spawn_waiter(&master, 5_000);
     let mut m = master.connect();
     wait_blocked(&mut m, 1);
     enqueue(&mut m, "q", "p", "a");
     enqueue(&mut m, "q", "p", "b");
     assert!(waiter.join().unwrap().is_some());
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replicated(&mut m);
     assert_eq!(dump_all(&mut m), dump_all(&mut r));
 }
 
 #[test]
 fn a_plain_zadd_by_another_client_wakes_a_waiter() {
     let server = Server::start();
-    let url = server.url();
-    let waiter = std::thread::spawn(move || {
-        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        lease_blocking(&mut con, 5_000)
-    });
+    let waiter = spawn_waiter(&server, 5_000);
     let mut con = server.connect();
     wait_blocked(&mut con, 1);
     // What the old Lua enqueue writes, without any module command.

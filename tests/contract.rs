@@ -7,13 +7,41 @@ mod common;
 
 use common::*;
 
-fn error_of(result: redis::RedisResult<Value>) -> String {
-    let error = result.expect_err("expected an error reply");
-    format!(
-        "{} {}",
-        error.code().unwrap_or("?"),
-        error.detail().unwrap_or("")
-    )
+/// `ERR wrong number of arguments for '<name>' command`.
+fn arity(name: &str) -> String {
+    format!("ERR wrong number of arguments for '{name}' command")
+}
+
+/// Calls that must each be refused with exactly their error: (words, error).
+#[derive(Default)]
+struct Refusals(Vec<(Vec<String>, String)>);
+
+impl Refusals {
+    fn case(&mut self, words: &[&str], error: &str) {
+        let words = words.iter().map(|w| w.to_string()).collect();
+        self.0.push((words, error.to_string()));
+    }
+
+    /// Makes each call on `con`: it must be refused with its error and leave
+    /// queue `queue` as it was. Returns the queue's DUMP they were held to.
+    fn assert_refused(
+        &self,
+        con: &mut redis::Connection,
+        queue: &str,
+    ) -> Vec<(String, Option<Vec<u8>>)> {
+        let before = dump_queue(con, queue);
+        for (words, expected) in &self.0 {
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            let got = error_of(command(&words).query(con));
+            assert_eq!(&got, expected, "{words:?}");
+            assert_eq!(
+                before,
+                dump_queue(con, queue),
+                "{words:?} changed the queue"
+            );
+        }
+        before
+    }
 }
 
 #[test]
@@ -23,140 +51,84 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
     let id = String::from_utf8(id).unwrap();
-    let before = dump_queue(&mut con, "q");
-    let cases: Vec<(Vec<&str>, &str)> = vec![
-        (
-            vec!["VTRR.ENQUEUE", "q", "p", "x", "1"],
-            "ERR wrong number of arguments for 'vtrr.enqueue' command",
-        ),
-        (
-            vec!["VTRR.ENQUEUE", "q", "p", "x", "1", "X", "p2"],
-            "ERR wrong number of arguments for 'vtrr.enqueue' command",
-        ),
-        (
-            vec!["VTRR.ENQUEUE", "", "p", "x", "1", "X"],
-            "ERR queue name must not be empty",
-        ),
-        (
-            vec!["VTRR.ENQUEUE", "q", "p", "", "1", "X"],
-            "ERR id must not be empty",
-        ),
-        (
-            vec!["VTRR.ENQUEUE", "q", "p", "x", "0", "X"],
-            "ERR weight must be an integer between 1 and 1000000000",
-        ),
-        (
-            vec!["VTRR.ENQUEUE", "q", "p", "x", "-1", "X"],
-            "ERR weight must be an integer between 1 and 1000000000",
-        ),
-        (
-            vec!["VTRR.ENQUEUE", "q", "p", "x", "1.5", "X"],
-            "ERR weight must be an integer between 1 and 1000000000",
-        ),
-        (
-            vec!["VTRR.ENQUEUE", "q", "p", "x", "99999999999999999999", "X"],
-            "ERR weight must be an integer between 1 and 1000000000",
-        ),
-        // The first item is valid: the bad second one refuses the whole call.
-        (
-            vec![
-                "VTRR.ENQUEUE",
-                "q",
-                "p",
-                "ok",
-                "1",
-                "X",
-                "p",
-                "y",
-                "abc",
-                "Y",
-            ],
-            "ERR weight must be an integer between 1 and 1000000000",
-        ),
-        (
-            vec!["VTRR.LEASE", "q"],
-            "ERR wrong number of arguments for 'vtrr.lease' command",
-        ),
-        (
-            vec!["VTRR.LEASE", "q", "0"],
-            "ERR lease-ms must be an integer between 1 and 315360000000",
-        ),
-        (
-            vec!["VTRR.LEASE", "q", "ten"],
-            "ERR lease-ms must be an integer between 1 and 315360000000",
-        ),
-        (
-            vec!["VTRR.LEASE", "q", "100", "COUNT", "0"],
-            "ERR COUNT must be a positive integer",
-        ),
-        (vec!["VTRR.LEASE", "q", "100", "COUNT"], "ERR syntax error"),
-        (
-            vec!["VTRR.LEASE", "q", "100", "LIMIT", "1"],
-            "ERR syntax error",
-        ),
-        (
-            vec!["VTRR.ACK", "q", &id],
-            "ERR wrong number of arguments for 'vtrr.ack' command",
-        ),
-        (
-            vec!["VTRR.ACK", "q", &id, &token, "b"],
-            "ERR wrong number of arguments for 'vtrr.ack' command",
-        ),
-        (
-            vec!["VTRR.ACK", "q", &id, &token, "", "t"],
-            "ERR id must not be empty",
-        ),
-        (
-            vec!["VTRR.RENEW", "q", &id, &token],
-            "ERR wrong number of arguments for 'vtrr.renew' command",
-        ),
-        (
-            vec!["VTRR.RENEW", "q", &id, &token, "-5"],
-            "ERR lease-ms must be an integer between 1 and 315360000000",
-        ),
-        (
-            vec!["VTRR.RECLAIM", "q", "LIMIT", "0"],
-            "ERR LIMIT must be a positive integer",
-        ),
-        (vec!["VTRR.RECLAIM", "q", "BOGUS", "1"], "ERR syntax error"),
-        (
-            vec!["VTRR.STATS", "q", "extra"],
-            "ERR wrong number of arguments for 'vtrr.stats' command",
-        ),
-    ];
-    for (args, expected) in cases {
-        let mut cmd = redis::cmd(args[0]);
-        for arg in &args[1..] {
-            cmd.arg(*arg);
-        }
-        let got = error_of(cmd.query(&mut con));
-        assert_eq!(got, expected, "{args:?}");
-        assert_eq!(
-            before,
-            dump_queue(&mut con, "q"),
-            "{args:?} changed the queue"
-        );
+    let weight = "ERR weight must be an integer between 1 and 1000000000";
+    let lease_ms = "ERR lease-ms must be an integer between 1 and 315360000000";
+    let syntax = "ERR syntax error";
+    let mut refusals = Refusals::default();
+    let mut case = |words: &[&str], expected: &str| refusals.case(words, expected);
+    case(
+        &["VTRR.ENQUEUE", "q", "p", "x", "1"],
+        &arity("vtrr.enqueue"),
+    );
+    case(
+        &["VTRR.ENQUEUE", "q", "p", "x", "1", "X", "p2"],
+        &arity("vtrr.enqueue"),
+    );
+    case(
+        &["VTRR.ENQUEUE", "", "p", "x", "1", "X"],
+        "ERR queue name must not be empty",
+    );
+    case(
+        &["VTRR.ENQUEUE", "q", "p", "", "1", "X"],
+        "ERR id must not be empty",
+    );
+    for bad in ["0", "-1", "1.5", "99999999999999999999"] {
+        case(&["VTRR.ENQUEUE", "q", "p", "x", bad, "X"], weight);
     }
+    // The first item is valid: the bad second one refuses the whole call.
+    case(
+        &[
+            "VTRR.ENQUEUE",
+            "q",
+            "p",
+            "ok",
+            "1",
+            "X",
+            "p",
+            "y",
+            "abc",
+            "Y",
+        ],
+        weight,
+    );
+    case(&["VTRR.LEASE", "q"], &arity("vtrr.lease"));
+    for bad in ["0", "ten"] {
+        case(&["VTRR.LEASE", "q", bad], lease_ms);
+    }
+    case(
+        &["VTRR.LEASE", "q", "100", "COUNT", "0"],
+        "ERR COUNT must be a positive integer",
+    );
+    case(&["VTRR.LEASE", "q", "100", "COUNT"], syntax);
+    case(&["VTRR.LEASE", "q", "100", "LIMIT", "1"], syntax);
+    case(&["VTRR.ACK", "q", &id], &arity("vtrr.ack"));
+    case(&["VTRR.ACK", "q", &id, &token, "b"], &arity("vtrr.ack"));
+    case(
+        &["VTRR.ACK", "q", &id, &token, "", "t"],
+        "ERR id must not be empty",
+    );
+    case(&["VTRR.RENEW", "q", &id, &token], &arity("vtrr.renew"));
+    case(&["VTRR.RENEW", "q", &id, &token, "-5"], lease_ms);
+    case(
+        &["VTRR.RECLAIM", "q", "LIMIT", "0"],
+        "ERR LIMIT must be a positive integer",
+    );
+    case(&["VTRR.RECLAIM", "q", "BOGUS", "1"], syntax);
+    case(&["VTRR.STATS", "q", "extra"], &arity("vtrr.stats"));
+    refusals.assert_refused(&mut con, "q");
 }
 
 #[test]
 fn a_key_of_the_wrong_type_is_refused_before_any_write() {
     let server = Server::start();
     let mut con = server.connect();
+    let enqueue_x = command(&["VTRR.ENQUEUE", "q", "p", "x", "1", "X"]);
     let _: () = redis::cmd("SET")
         .arg("vtrr:q:meta")
         .arg("oops")
         .query(&mut con)
         .unwrap();
-    let err = error_of(
-        redis::cmd("VTRR.ENQUEUE")
-            .arg("q")
-            .arg("p")
-            .arg("x")
-            .arg(1)
-            .arg("X")
-            .query(&mut con),
-    );
+    let err = error_of(enqueue_x.query(&mut con));
     assert!(err.starts_with("WRONGTYPE"), "{err}");
     assert!(err.contains("vtrr:q:meta must be a hash"), "{err}");
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
@@ -172,15 +144,7 @@ fn a_key_of_the_wrong_type_is_refused_before_any_write() {
         .arg("garbage")
         .query(&mut con)
         .unwrap();
-    let err = error_of(
-        redis::cmd("VTRR.ENQUEUE")
-            .arg("q")
-            .arg("p")
-            .arg("x")
-            .arg(1)
-            .arg("X")
-            .query(&mut con),
-    );
+    let err = error_of(enqueue_x.query(&mut con));
     assert_eq!(err, "ERR vtrr:q:current_virtual_time is not an integer");
 }
 
@@ -212,17 +176,10 @@ fn idle_calls_do_not_abort_a_watching_client() {
 
 #[test]
 fn changes_fire_module_keyspace_notifications() {
-    let server = Server::builder()
-        .args(&["--notify-keyspace-events", "Kd"])
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let server = notifying_server("0");
     let mut con = server.connect();
     let mut sub_con = server.connect();
-    let mut pubsub = sub_con.as_pubsub();
-    pubsub.subscribe("__keyspace@0__:vtrr:q:queue").unwrap();
-    pubsub
-        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .unwrap();
+    let mut pubsub = keyspace_events(&mut sub_con, "vtrr:q:queue");
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
     lease(&mut con, "q", 1).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
@@ -232,15 +189,8 @@ fn changes_fire_module_keyspace_notifications() {
     renew(&mut con, "q", &id, &token, 60_000);
     ack(&mut con, "q", &id, "stale"); // no event
     ack(&mut con, "q", &id, &token);
-    let mut events = Vec::new();
-    while events.len() < 6 {
-        let Ok(message) = pubsub.get_message() else {
-            break;
-        };
-        events.push(message.get_payload::<String>().unwrap());
-    }
     assert_eq!(
-        events,
+        next_events(&mut pubsub, 6),
         [
             "vtrr.enqueue",
             "vtrr.lease",
@@ -361,80 +311,10 @@ fn commands_are_atomic_inside_multi_and_lua() {
     assert_invariants(&mut con, "q");
 }
 
-/// A command from its words.
-fn command(words: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd
-}
-
-/// `VTRR.DEFER queue delay_ms` of one weight-1 item; the number added.
-fn defer_one(con: &mut redis::Connection, queue: &str, delay_ms: u64, id: &str) -> i64 {
-    command(&["VTRR.DEFER", queue, &delay_ms.to_string(), "p", id, "1", id])
-        .query(con)
-        .unwrap()
-}
-
-/// Queue `name` with an item in every state, so all sixteen keys exist:
-/// `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
-/// queued after one expired lease and one nack (so `timeouts` and `nacks`
-/// hold it), `d` delayed by a minute, and a MAX-TIMEOUTS policy. Needs a
-/// server whose timer is off (`reclaim-interval-ms 0`).
-fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
-    enqueue_items(
-        con,
-        name,
-        &[
-            ("p", "a", 1, b"A"),
-            ("p", "b", 1, b"B"),
-            ("p", "c", 1, b"C"),
-        ],
-    );
-    let (id, _, token, _) = lease(con, name, 60_000).unwrap();
-    assert_eq!(id, b"a");
-    let (id, _, dead_token, _) = lease(con, name, 60_000).unwrap();
-    assert_eq!(id, b"b");
-    let nacked: i64 = command(&["VTRR.NACK", name, "b", &dead_token, "DEAD"])
-        .query(con)
-        .unwrap();
-    assert_eq!(nacked, 1);
-    let (id, _, _, _) = lease(con, name, 1).unwrap();
-    assert_eq!(id, b"c");
-    std::thread::sleep(std::time::Duration::from_millis(5));
-    let reclaimed: i64 = command(&["VTRR.RECLAIM", name]).query(con).unwrap();
-    assert_eq!(reclaimed, 1);
-    let (id, _, c_token, timeouts) = lease(con, name, 60_000).unwrap();
-    assert_eq!((id.as_slice(), timeouts), (&b"c"[..], 1));
-    let nacked: i64 = command(&["VTRR.NACK", name, "c", &c_token])
-        .query(con)
-        .unwrap();
-    assert_eq!(nacked, 1);
-    assert_eq!(defer_one(con, name, 60_000, "d"), 1);
-    let ok: String = command(&["VTRR.POLICY", name, "MAX-TIMEOUTS", "3"])
-        .query(con)
-        .unwrap();
-    assert_eq!(ok, "OK");
-    let missing: Vec<String> = dump_queue(con, name)
-        .into_iter()
-        .filter(|(_, dump)| dump.is_none())
-        .map(|(key, _)| key)
-        .collect();
-    assert!(missing.is_empty(), "set-up left keys missing: {missing:?}");
-    assert_invariants(con, name);
-    token
-}
-
 #[test]
 fn bad_input_to_the_lifecycle_commands_gets_a_clear_error_and_changes_nothing() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
-    let mut con = server.connect();
-    let token = queue_in_every_state(&mut con, "q");
+    let (_server, mut con, token) = queue_in_every_state_on_a_quiet_server();
     let t = token.as_str();
-    let arity = |name: &str| format!("ERR wrong number of arguments for '{name}' command");
     let delay_ms = "ERR delay-ms must be an integer between 0 and 315360000000";
     let nack_delay = "ERR DELAY ms must be an integer between 0 and 315360000000";
     let weight = "ERR weight must be an integer between 1 and 1000000000";
@@ -445,11 +325,8 @@ fn bad_input_to_the_lifecycle_commands_gets_a_clear_error_and_changes_nothing() 
     let empty_id = "ERR id must not be empty";
     let syntax = "ERR syntax error";
     let exclusive = "ERR DELAY and DEAD cannot be combined";
-    let mut cases: Vec<(Vec<String>, String)> = Vec::new();
-    let mut case = |words: &[&str], expected: &str| {
-        let words = words.iter().map(|w| w.to_string()).collect();
-        cases.push((words, expected.to_string()));
-    };
+    let mut refusals = Refusals::default();
+    let mut case = |words: &[&str], expected: &str| refusals.case(words, expected);
 
     // VTRR.DEFER
     case(&["VTRR.DEFER", "q", "1000"], &arity("vtrr.defer"));
@@ -578,17 +455,7 @@ fn bad_input_to_the_lifecycle_commands_gets_a_clear_error_and_changes_nothing() 
         count,
     );
 
-    let before = dump_queue(&mut con, "q");
-    for (words, expected) in &cases {
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        let got = error_of(command(&words).query(&mut con));
-        assert_eq!(&got, expected, "{words:?}");
-        assert_eq!(
-            before,
-            dump_queue(&mut con, "q"),
-            "{words:?} changed the queue"
-        );
-    }
+    let before = refusals.assert_refused(&mut con, "q");
     // The same calls, well formed, do change it: the cases above were
     // refused for their bad argument, not for want of anything to do.
     let nacked: i64 = command(&["VTRR.NACK", "q", "a", t, "DELAY", "10"])
@@ -605,87 +472,11 @@ fn bad_input_to_the_lifecycle_commands_gets_a_clear_error_and_changes_nothing() 
 
 #[test]
 fn a_lifecycle_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
-    let mut con = server.connect();
-    let token = queue_in_every_state(&mut con, "q");
+    let (_server, mut con, token) = queue_in_every_state_on_a_quiet_server();
     let t = token.as_str();
     // a's lease expires now: RECLAIM and LEASE too would write if let through.
-    assert_eq!(renew(&mut con, "q", b"a", t, 1), 1);
-    std::thread::sleep(std::time::Duration::from_millis(5));
-    let calls: [(&str, Vec<&str>); 13] = [
-        ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
-        (
-            "defer",
-            vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
-        ),
-        ("lease", vec!["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"]),
-        ("ack", vec!["VTRR.ACK", "q", "a", t]),
-        ("nack", vec!["VTRR.NACK", "q", "a", t]),
-        ("reclaim", vec!["VTRR.RECLAIM", "q"]),
-        ("stats", vec!["VTRR.STATS", "q"]),
-        ("check", vec!["VTRR.CHECK", "q"]),
-        ("dead", vec!["VTRR.DEAD", "q"]),
-        ("policy-set", vec!["VTRR.POLICY", "q", "MAX-NACKS", "2"]),
-        ("policy-read", vec!["VTRR.POLICY", "q"]),
-        ("revive", vec!["VTRR.REVIVE", "q", "b"]),
-        ("cancel", vec!["VTRR.CANCEL", "q", "c"]),
-    ];
-    // Each new key, and the commands that open it (src/ops.rs).
-    let openers: [(&str, &[&str]); 7] = [
-        (
-            "delayed",
-            &[
-                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
-                "cancel",
-            ],
-        ),
-        (
-            "delayed_task",
-            &[
-                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel",
-            ],
-        ),
-        (
-            "nacks",
-            &[
-                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
-            ],
-        ),
-        (
-            "dead",
-            &[
-                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
-                "cancel",
-            ],
-        ),
-        (
-            "dead_task",
-            &[
-                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
-            ],
-        ),
-        (
-            "dead_reason",
-            &[
-                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
-            ],
-        ),
-        (
-            "policy",
-            &[
-                "lease",
-                "nack",
-                "reclaim",
-                "check",
-                "policy-set",
-                "policy-read",
-                "revive",
-            ],
-        ),
-    ];
-    for (suffix, commands) in openers {
+    expire_lease(&mut con, "q", b"a", t);
+    for (suffix, calls) in lifecycle_key_openers(t) {
         let key = format!("vtrr:q:{suffix}");
         let original: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut con).unwrap();
         let _: () = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
@@ -708,8 +499,7 @@ fn a_lifecycle_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it()
             "a hash"
         };
         let before = dump_all(&mut con);
-        for name in commands {
-            let (_, words) = calls.iter().find(|(n, _)| n == name).unwrap();
+        for words in &calls {
             let got = error_of(command(words).query(&mut con));
             assert_eq!(
                 got,
@@ -739,12 +529,8 @@ fn a_lifecycle_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it()
 
 #[test]
 fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let (server, mut worker, token) = queue_in_every_state_on_a_quiet_server();
     let mut watcher = server.connect();
-    let mut worker = server.connect();
-    let token = queue_in_every_state(&mut worker, "q");
     let t = token.as_str();
     let keys = all_queue_keys("q");
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
@@ -835,9 +621,7 @@ fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
 
 #[test]
 fn lifecycle_commands_work_inside_multi_and_lua() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let server = quiet_server();
     let mut con = server.connect();
     let replies: Vec<Value> = redis::pipe()
         .atomic()

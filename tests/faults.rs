@@ -7,97 +7,164 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::*;
 use redis::Connection;
 
-#[test]
-fn kill_9_mid_workload_loses_and_duplicates_nothing() {
-    let mut server = Server::builder()
+/// What a crash workload knows for sure: only replies received count (with
+/// `appendfsync always` a reply means the write is on disk).
+#[derive(Default)]
+struct Outcomes {
+    /// Added by VTRR.ENQUEUE or VTRR.DEFER (reply 1).
+    added: BTreeSet<String>,
+    /// Acked (reply 1): must never come back.
+    acked: BTreeSet<String>,
+    /// Cancelled (reply 1): must never come back.
+    cancelled: BTreeSet<String>,
+    /// An ACK or CANCEL the kill interrupted: it may or may not have applied.
+    unknown: BTreeSet<String>,
+}
+
+/// Records the reply to a call that removes `id` for good (ACK, CANCEL):
+/// 1 puts it in the set `removed` picks, an error (the kill came mid-call)
+/// in `unknown`, and the error is passed on.
+fn record_removal(
+    outcomes: &Mutex<Outcomes>,
+    removed: fn(&mut Outcomes) -> &mut BTreeSet<String>,
+    id: String,
+    reply: redis::RedisResult<i64>,
+) -> redis::RedisResult<()> {
+    let mut outcomes = outcomes.lock().unwrap();
+    match reply {
+        Ok(1) => {
+            removed(&mut outcomes).insert(id);
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(error) => {
+            outcomes.unknown.insert(id);
+            Err(error)
+        }
+    }
+}
+
+/// One step of a crash workload: its number, and what it learns goes into
+/// the outcomes; an error (its message) when the server is gone.
+type Step = fn(&mut Connection, &mut Rng, u64, &Mutex<Outcomes>) -> Result<(), String>;
+
+/// A server with its timer on that fsyncs every write before the reply
+/// (`appendfsync always`): a reply means the write survives kill -9.
+fn durable_server() -> Server {
+    Server::builder()
         .module_args(&["reclaim-interval-ms", "20"])
         .args(&["--appendonly", "yes", "--appendfsync", "always"])
-        .spawn();
-    let enqueued = Arc::new(Mutex::new(BTreeSet::new()));
-    let acked = Arc::new(Mutex::new(BTreeSet::new()));
-    let unknown = Arc::new(Mutex::new(BTreeSet::new()));
+        .spawn()
+}
+
+/// Runs `step` against `server` on a thread, n = 0, 1, ..., until told to
+/// stop or the server is gone: what it learns, the stop flag, the thread.
+fn start_workload(
+    server: &Server,
+    step: Step,
+) -> (Arc<Mutex<Outcomes>>, Arc<AtomicBool>, JoinHandle<()>) {
+    let outcomes = Arc::new(Mutex::new(Outcomes::default()));
     let stop = Arc::new(AtomicBool::new(false));
-    let url = server.url();
     let worker = {
-        let (enqueued, acked, unknown, stop) = (
-            enqueued.clone(),
-            acked.clone(),
-            unknown.clone(),
-            stop.clone(),
-        );
+        let (url, outcomes, stop) = (server.url(), outcomes.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
             let mut rng = Rng::new(seed());
             for n in 0u64.. {
                 if stop.load(Ordering::Relaxed) {
-                    break;
+                    return;
                 }
-                let id = format!("job{n}");
-                let reply: redis::RedisResult<i64> = redis::cmd("VTRR.ENQUEUE")
-                    .arg("crash")
-                    .arg(format!("p{}", n % 7))
-                    .arg(&id)
-                    .arg(1 + rng.below(3))
-                    .arg("payload")
-                    .query(&mut con);
-                match reply {
-                    Ok(1) => {
-                        enqueued.lock().unwrap().insert(id);
-                    }
-                    other => {
-                        eprintln!("enqueue stopped: {other:?}");
-                        break;
-                    } // the server died mid-call: outcome unknown
-                }
-                let leased: redis::RedisResult<Option<(String, String, String, i64)>> =
-                    redis::cmd("VTRR.LEASE")
-                        .arg("crash")
-                        .arg(if rng.chance(30) { 5 } else { 60_000 })
-                        .query(&mut con);
-                let Ok(Some((leased_id, _, token, _))) = leased else {
-                    eprintln!("lease stopped: {leased:?}");
-                    break;
-                };
-                if rng.chance(70) {
-                    match redis::cmd("VTRR.ACK")
-                        .arg("crash")
-                        .arg(&leased_id)
-                        .arg(&token)
-                        .query::<i64>(&mut con)
-                    {
-                        Ok(1) => {
-                            acked.lock().unwrap().insert(leased_id);
-                        }
-                        Ok(_) => {}
-                        Err(_) => {
-                            // Killed during the ACK: it may or may not have applied.
-                            unknown.lock().unwrap().insert(leased_id);
-                            break;
-                        }
-                    }
+                if let Err(why) = step(&mut con, &mut rng, n, &outcomes) {
+                    return eprintln!("{why}");
                 }
             }
         })
     };
-    // appendfsync always makes every write wait for the disk: let the
-    // workload get going, then kill at an arbitrary point.
-    assert!(
-        wait_for(Duration::from_secs(20), || enqueued.lock().unwrap().len()
-            >= 300),
-        "workload did not start"
-    );
+    (outcomes, stop, worker)
+}
+
+/// Kills `server` with SIGKILL mid-workload, stops the workload and starts
+/// the server again from its AOF; a connection to it.
+fn kill_9_and_restart(
+    server: &mut Server,
+    stop: &AtomicBool,
+    worker: JoinHandle<()>,
+) -> Connection {
     server.kill();
     stop.store(true, Ordering::Relaxed);
     worker.join().unwrap();
     server.restart();
-    let mut con = server.connect();
-    let enqueued = enqueued.lock().unwrap().clone();
-    let acked = acked.lock().unwrap().clone();
+    server.connect()
+}
+
+/// Enqueues one item, leases one (some leases short enough to expire) and
+/// acks most.
+fn crash_step(
+    con: &mut Connection,
+    rng: &mut Rng,
+    n: u64,
+    outcomes: &Mutex<Outcomes>,
+) -> Result<(), String> {
+    let id = format!("job{n}");
+    let reply: redis::RedisResult<i64> = redis::cmd("VTRR.ENQUEUE")
+        .arg("crash")
+        .arg(format!("p{}", n % 7))
+        .arg(&id)
+        .arg(1 + rng.below(3))
+        .arg("payload")
+        .query(con);
+    match reply {
+        Ok(1) => {
+            outcomes.lock().unwrap().added.insert(id);
+        }
+        // The server died mid-call: outcome unknown.
+        other => return Err(format!("enqueue stopped: {other:?}")),
+    }
+    let leased: redis::RedisResult<Option<(String, String, String, i64)>> =
+        redis::cmd("VTRR.LEASE")
+            .arg("crash")
+            .arg(if rng.chance(30) { 5 } else { 60_000 })
+            .query(con);
+    let Ok(Some((leased_id, _, token, _))) = leased else {
+        return Err(format!("lease stopped: {leased:?}"));
+    };
+    if rng.chance(70) {
+        let acked = redis::cmd("VTRR.ACK")
+            .arg("crash")
+            .arg(&leased_id)
+            .arg(&token)
+            .query::<i64>(con);
+        // Killed during the ACK: it may or may not have applied.
+        record_removal(outcomes, |o| &mut o.acked, leased_id, acked)
+            .map_err(|error| format!("ack stopped: {error}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn kill_9_mid_workload_loses_and_duplicates_nothing() {
+    let mut server = durable_server();
+    let (outcomes, stop, worker) = start_workload(&server, crash_step);
+    // appendfsync always makes every write wait for the disk: let the
+    // workload get going, then kill at an arbitrary point.
+    assert!(
+        wait_for(Duration::from_secs(20), || outcomes
+            .lock()
+            .unwrap()
+            .added
+            .len()
+            >= 300),
+        "workload did not start"
+    );
+    let mut con = kill_9_and_restart(&mut server, &stop, worker);
+    let outcomes = outcomes.lock().unwrap();
+    let (enqueued, acked) = (&outcomes.added, &outcomes.acked);
     assert!(
         enqueued.len() >= 300,
         "workload too small: {}",
@@ -124,16 +191,15 @@ fn kill_9_mid_workload_loses_and_duplicates_nothing() {
         queued.is_disjoint(&inflight),
         "an id is both queued and leased"
     );
-    for id in &acked {
+    for id in acked {
         assert!(
             !queued.contains(id) && !inflight.contains(id),
             "acked {id} came back"
         );
     }
-    let unknown = unknown.lock().unwrap().clone();
     for id in enqueued
-        .difference(&acked)
-        .filter(|id| !unknown.contains(*id))
+        .difference(acked)
+        .filter(|id| !outcomes.unknown.contains(*id))
     {
         assert!(
             queued.contains(id) || inflight.contains(id),
@@ -143,152 +209,114 @@ fn kill_9_mid_workload_loses_and_duplicates_nothing() {
     assert_invariants(&mut con, "crash");
 }
 
-/// What the lifecycle crash workload knows for sure: only replies received
-/// count (with `appendfsync always` a reply means the write is on disk).
-#[derive(Default)]
-struct Outcomes {
-    /// Added by VTRR.ENQUEUE or VTRR.DEFER (reply 1).
-    added: BTreeSet<String>,
-    /// Acked (reply 1): must never come back.
-    acked: BTreeSet<String>,
-    /// Cancelled (reply 1): must never come back.
-    cancelled: BTreeSet<String>,
-    /// An ACK or CANCEL the kill interrupted: it may or may not have applied.
-    unknown: BTreeSet<String>,
-}
-
 const LIFE: &str = "life";
 /// A delay no test outlives.
 const FAR_MS: u64 = 1_000_000_000;
 
-/// Until `stop` or the server dies: each step adds one item (queued, or
-/// delayed: due soon, for the timer or a LEASE to promote, or far in the
-/// future), and half the steps lease one (WITHCOUNTERS) and then ack it,
-/// nack it (plain, DELAY, DEAD) or keep it (short leases expire, and past
-/// MAX-TIMEOUTS the reclaim dead-letters them); now and then a CANCEL or a
-/// REVIVE. Stops at the first failed call: the server is gone.
-fn lifecycle_crash_workload(url: String, outcomes: &Mutex<Outcomes>, stop: &AtomicBool) {
-    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let mut rng = Rng::new(seed());
-    for n in 0u64.. {
-        if stop.load(Ordering::Relaxed) {
-            return;
+/// Adds one item (queued, or delayed: due soon, for the timer or a LEASE
+/// to promote, or far in the future), and half the time leases one
+/// (WITHCOUNTERS) and then acks it, nacks it (plain, DELAY, DEAD) or keeps
+/// it (short leases expire, and past MAX-TIMEOUTS the reclaim dead-letters
+/// them); now and then a CANCEL or a REVIVE.
+fn lifecycle_crash_step(
+    con: &mut Connection,
+    rng: &mut Rng,
+    n: u64,
+    outcomes: &Mutex<Outcomes>,
+) -> Result<(), String> {
+    let id = format!("job{n}");
+    let kind = rng.below(10);
+    let mut add = redis::cmd(if kind < 6 {
+        "VTRR.ENQUEUE"
+    } else {
+        "VTRR.DEFER"
+    });
+    add.arg(LIFE);
+    match kind {
+        6 | 7 => add.arg(5 + rng.below(50)),
+        8 | 9 => add.arg(FAR_MS),
+        _ => &mut add,
+    };
+    let reply = add
+        .arg(format!("p{}", n % 7))
+        .arg(&id)
+        .arg(1 + rng.below(3))
+        .arg("payload")
+        .query::<i64>(con);
+    match reply {
+        Ok(1) => {
+            outcomes.lock().unwrap().added.insert(id);
         }
-        let id = format!("job{n}");
-        let kind = rng.below(10);
-        let mut add = redis::cmd(if kind < 6 {
-            "VTRR.ENQUEUE"
-        } else {
-            "VTRR.DEFER"
-        });
-        add.arg(LIFE);
-        match kind {
-            6 | 7 => add.arg(5 + rng.below(50)),
-            8 | 9 => add.arg(FAR_MS),
-            _ => &mut add,
-        };
-        let reply = add
-            .arg(format!("p{}", n % 7))
-            .arg(&id)
-            .arg(1 + rng.below(3))
-            .arg("payload")
-            .query::<i64>(&mut con);
-        match reply {
-            Ok(1) => {
-                outcomes.lock().unwrap().added.insert(id);
-            }
-            // Killed mid-call: the item may or may not be there, and
-            // nothing is claimed about it.
-            other => return eprintln!("add stopped: {other:?}"),
-        }
-        if rng.chance(50) {
-            let lease_ms = if rng.chance(30) { 5 } else { 60_000 };
-            let leased = redis::cmd("VTRR.LEASE")
-                .arg(LIFE)
-                .arg(lease_ms)
-                .arg("WITHCOUNTERS")
-                .query::<Option<(String, Vec<u8>, String, i64, i64)>>(&mut con);
-            let lease = match leased {
-                Ok(lease) => lease,
-                Err(error) => return eprintln!("lease stopped: {error}"),
-            };
-            if let Some((leased_id, _, token, _, _)) = lease {
-                let mut nack = redis::cmd("VTRR.NACK");
-                nack.arg(LIFE).arg(&leased_id).arg(&token);
-                let fate = rng.below(20);
-                match fate {
-                    0..=7 => {
-                        let acked = redis::cmd("VTRR.ACK")
-                            .arg(LIFE)
-                            .arg(&leased_id)
-                            .arg(&token)
-                            .query::<i64>(&mut con);
-                        match acked {
-                            Ok(1) => {
-                                outcomes.lock().unwrap().acked.insert(leased_id);
-                            }
-                            Ok(_) => {}
-                            Err(error) => {
-                                outcomes.lock().unwrap().unknown.insert(leased_id);
-                                return eprintln!("ack stopped: {error}");
-                            }
-                        }
-                    }
-                    8..=15 => {
-                        match fate {
-                            8..=10 => {}
-                            11 | 12 => {
-                                nack.arg("DELAY").arg(5 + rng.below(50));
-                            }
-                            13 => {
-                                nack.arg("DELAY").arg(FAR_MS);
-                            }
-                            _ => {
-                                nack.arg("DEAD");
-                            }
-                        }
-                        if let Err(error) = nack.query::<i64>(&mut con) {
-                            return eprintln!("nack stopped: {error}");
-                        }
-                    }
-                    _ => {} // kept: it expires, or is still leased at the kill
-                }
-            }
-        }
-        if rng.chance(4) {
-            let victim = format!("job{}", rng.below(n + 1));
-            match redis::cmd("VTRR.CANCEL")
-                .arg(LIFE)
-                .arg(&victim)
-                .query::<i64>(&mut con)
-            {
-                Ok(1) => {
-                    outcomes.lock().unwrap().cancelled.insert(victim);
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    outcomes.lock().unwrap().unknown.insert(victim);
-                    return eprintln!("cancel stopped: {error}");
-                }
-            }
-        }
-        if rng.chance(2) {
-            let revived = redis::cmd("ZRANGE")
-                .arg(format!("vtrr:{LIFE}:dead"))
-                .arg(0)
-                .arg(0)
-                .query::<Vec<String>>(&mut con)
-                .and_then(|oldest| {
-                    redis::cmd("VTRR.REVIVE")
+        // Killed mid-call: the item may or may not be there, and
+        // nothing is claimed about it.
+        other => return Err(format!("add stopped: {other:?}")),
+    }
+    if rng.chance(50) {
+        let lease_ms = if rng.chance(30) { 5 } else { 60_000 };
+        let leased = redis::cmd("VTRR.LEASE")
+            .arg(LIFE)
+            .arg(lease_ms)
+            .arg("WITHCOUNTERS")
+            .query::<Option<(String, Vec<u8>, String, i64, i64)>>(con)
+            .map_err(|error| format!("lease stopped: {error}"))?;
+        if let Some((leased_id, _, token, _, _)) = leased {
+            let mut nack = redis::cmd("VTRR.NACK");
+            nack.arg(LIFE).arg(&leased_id).arg(&token);
+            let fate = rng.below(20);
+            match fate {
+                0..=7 => {
+                    let acked = redis::cmd("VTRR.ACK")
                         .arg(LIFE)
-                        .arg(oldest.first().map_or("none", String::as_str))
-                        .query::<i64>(&mut con)
-                });
-            if let Err(error) = revived {
-                return eprintln!("revive stopped: {error}");
+                        .arg(&leased_id)
+                        .arg(&token)
+                        .query::<i64>(con);
+                    record_removal(outcomes, |o| &mut o.acked, leased_id, acked)
+                        .map_err(|error| format!("ack stopped: {error}"))?;
+                }
+                8..=15 => {
+                    match fate {
+                        8..=10 => {}
+                        11 | 12 => {
+                            nack.arg("DELAY").arg(5 + rng.below(50));
+                        }
+                        13 => {
+                            nack.arg("DELAY").arg(FAR_MS);
+                        }
+                        _ => {
+                            nack.arg("DEAD");
+                        }
+                    }
+                    nack.query::<i64>(con)
+                        .map_err(|error| format!("nack stopped: {error}"))?;
+                }
+                _ => {} // kept: it expires, or is still leased at the kill
             }
         }
     }
+    if rng.chance(4) {
+        let victim = format!("job{}", rng.below(n + 1));
+        let cancelled = redis::cmd("VTRR.CANCEL")
+            .arg(LIFE)
+            .arg(&victim)
+            .query::<i64>(con);
+        record_removal(outcomes, |o| &mut o.cancelled, victim, cancelled)
+            .map_err(|error| format!("cancel stopped: {error}"))?;
+    }
+    if rng.chance(2) {
+        redis::cmd("ZRANGE")
+            .arg(format!("vtrr:{LIFE}:dead"))
+            .arg(0)
+            .arg(0)
+            .query::<Vec<String>>(con)
+            .and_then(|oldest| {
+                redis::cmd("VTRR.REVIVE")
+                    .arg(LIFE)
+                    .arg(oldest.first().map_or("none", String::as_str))
+                    .query::<i64>(con)
+            })
+            .map_err(|error| format!("revive stopped: {error}"))?;
+    }
+    Ok(())
 }
 
 /// The ids in each of a queue's four states, read in one transaction (the
@@ -310,30 +338,14 @@ fn states(con: &mut Connection, queue: &str) -> [(&'static str, BTreeSet<String>
 
 #[test]
 fn kill_9_with_items_in_every_state_loses_nothing() {
-    let mut server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .args(&["--appendonly", "yes", "--appendfsync", "always"])
-        .spawn();
+    let mut server = durable_server();
     let mut con = server.connect();
-    let _: () = redis::cmd("VTRR.POLICY")
-        .arg(LIFE)
-        .arg("MAX-TIMEOUTS")
-        .arg(1)
-        .arg("MAX-NACKS")
-        .arg(2)
-        .query(&mut con)
-        .unwrap();
-    let outcomes = Arc::new(Mutex::new(Outcomes::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let worker = {
-        let (url, outcomes, stop) = (server.url(), outcomes.clone(), stop.clone());
-        std::thread::spawn(move || lifecycle_crash_workload(url, &outcomes, &stop))
-    };
+    set_policy(&mut con, LIFE, &["MAX-TIMEOUTS", "1", "MAX-NACKS", "2"]);
+    let (outcomes, stop, worker) = start_workload(&server, lifecycle_crash_step);
     // Kill only once items are in every state: queued, leased, delayed,
     // dead, and acked ones gone.
     wait_until(Duration::from_secs(30), "items were in every state", || {
-        let stats: std::collections::HashMap<String, Value> =
-            redis::cmd("VTRR.STATS").arg(LIFE).query(&mut con).unwrap();
+        let stats = stats(&mut con, LIFE);
         let at_least = |field: &str, n: i64| matches!(stats[field], Value::Int(m) if m >= n);
         assert!(
             !worker.is_finished(),
@@ -346,11 +358,7 @@ fn kill_9_with_items_in_every_state_loses_nothing() {
                 .iter()
                 .all(|field| at_least(field, 10))
     });
-    server.kill();
-    stop.store(true, Ordering::Relaxed);
-    worker.join().unwrap();
-    server.restart();
-    let mut con = server.connect();
+    let mut con = kill_9_and_restart(&mut server, &stop, worker);
     let outcomes = outcomes.lock().unwrap();
     let states = states(&mut con, LIFE);
     for (i, (state, ids)) in states.iter().enumerate() {
@@ -621,20 +629,6 @@ fn cap_block_timeouts(args: &mut [Vec<u8>]) {
     }
 }
 
-/// The (id, token) of every lease in a LEASE reply (one lease, or an
-/// array of them with COUNT), in order.
-fn leases_in(reply: &Value, found: &mut Vec<(Vec<u8>, Vec<u8>)>) {
-    let Value::Array(elements) = reply else {
-        return;
-    };
-    match elements.as_slice() {
-        [Value::BulkString(id), _, Value::BulkString(token), Value::Int(_), ..] => {
-            found.push((id.clone(), token.clone()))
-        }
-        _ => elements.iter().for_each(|e| leases_in(e, found)),
-    }
-}
-
 fn snapshot(con: &mut Connection) -> Vec<(String, Option<Vec<u8>>)> {
     let mut all = dump_queue(con, "fz");
     all.extend(dump_queue(con, "wt"));
@@ -643,9 +637,7 @@ fn snapshot(con: &mut Connection) -> Vec<(String, Option<Vec<u8>>)> {
 
 #[test]
 fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let server = quiet_server();
     let mut con = server.connect();
     // A queue whose keys hold wrong types.
     let _: () = redis::cmd("SET")
@@ -723,7 +715,7 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
                 counts.0 += 1;
                 if args.first().is_some_and(|queue| queue == b"fz") {
                     match command {
-                        "VTRR.LEASE" => leases_in(&reply, &mut leases),
+                        "VTRR.LEASE" => leases.extend(leases_in(&reply)),
                         "VTRR.NACK" if reply == Value::Int(1) => nacked += 1,
                         "VTRR.REVIVE" if reply != Value::Int(0) => revived += 1,
                         _ => {}

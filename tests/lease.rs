@@ -81,24 +81,9 @@ fn draining_resets_virtual_time_and_keeps_leases() {
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("r", "b", 1, b"B")]);
     lease_count(&mut con, "q", 60_000, 5);
-    let cvt: String = redis::cmd("GET")
-        .arg("vtrr:q:current_virtual_time")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(cvt, "0");
-    for gone in ["queue", "task", "partition_virtual_time"] {
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(format!("vtrr:q:{gone}"))
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(exists, 0, "{gone}");
-    }
+    assert_drained(&mut con, "q");
     for kept in ["inflight", "inflight_task", "lease", "meta"] {
-        let len: i64 = redis::cmd("EXISTS")
-            .arg(format!("vtrr:q:{kept}"))
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(len, 1, "{kept}");
+        assert!(exists(&mut con, &format!("vtrr:q:{kept}")), "{kept}");
     }
 }
 
@@ -121,11 +106,7 @@ fn ack_is_fenced_and_removes_all_lease_state() {
         .unwrap();
     assert_eq!(acked, 1);
     for key in ["inflight", "inflight_task", "lease", "timeouts"] {
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(format!("vtrr:q:{key}"))
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(exists, 0, "{key}");
+        assert!(!exists(&mut con, &format!("vtrr:q:{key}")), "{key}");
     }
     let meta: Vec<String> = redis::cmd("HKEYS")
         .arg("vtrr:q:meta")

@@ -12,35 +12,11 @@ use std::time::Duration;
 use common::*;
 use redis::Connection;
 
-/// A server whose timer is off: only commands act on due items.
-fn quiet_server() -> Server {
-    Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn()
-}
-
 /// A server whose timer runs every 20 ms.
 fn timer_server() -> Server {
     Server::builder()
         .module_args(&["reclaim-interval-ms", "20"])
         .spawn()
-}
-
-/// Waits for the timer's second run: by then the start-up index rebuild has
-/// run, so whatever the timer finds later it learned from the commands.
-fn wait_past_startup_rebuild(con: &mut Connection) {
-    wait_until(Duration::from_secs(2), "the timer has run twice", || {
-        vtrr_info(con)["vtrr_timer_runs"] >= 2
-    });
-}
-
-fn error_of<T: redis::FromRedisValue + std::fmt::Debug>(result: redis::RedisResult<T>) -> String {
-    let error = result.expect_err("expected an error reply");
-    format!(
-        "{} {}",
-        error.code().unwrap_or("?"),
-        error.detail().unwrap_or("")
-    )
 }
 
 fn zscore(con: &mut Connection, key: &str, member: &str) -> Option<f64> {
@@ -57,11 +33,6 @@ fn hget(con: &mut Connection, key: &str, field: &str) -> Option<Vec<u8>> {
 
 fn hget_text(con: &mut Connection, key: &str, field: &str) -> Option<String> {
     hget(con, key, field).map(|raw| String::from_utf8(raw).unwrap())
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    let n: i64 = redis::cmd("EXISTS").arg(key).query(con).unwrap();
-    n == 1
 }
 
 /// Where `id` is in queue `queue`'s life: `queued`, `inflight`, `delayed`,
@@ -95,21 +66,8 @@ fn state(con: &mut Connection, queue: &str, id: &str) -> &'static str {
     }
 }
 
-fn stats(con: &mut Connection, queue: &str) -> HashMap<String, Value> {
-    redis::cmd("VTRR.STATS").arg(queue).query(con).unwrap()
-}
-
 fn policy(con: &mut Connection, queue: &str) -> HashMap<String, Option<i64>> {
     redis::cmd("VTRR.POLICY").arg(queue).query(con).unwrap()
-}
-
-fn set_policy(con: &mut Connection, queue: &str, options: &[&str]) {
-    let reply: String = redis::cmd("VTRR.POLICY")
-        .arg(queue)
-        .arg(options)
-        .query(con)
-        .unwrap();
-    assert_eq!(reply, "OK");
 }
 
 /// One entry of `VTRR.DEAD`: id, payload, partition, weight, timeouts,
@@ -132,6 +90,42 @@ fn dead_list(con: &mut Connection, queue: &str, count: Option<u64>) -> Vec<DeadE
         cmd.arg("COUNT").arg(count);
     }
     cmd.query(con).unwrap()
+}
+
+/// Asserts `queue` holds exactly one dead item and that it has the
+/// `expected` id, payload, partition, weight, timeouts, nacks and reason;
+/// returns its died_at_ms.
+#[track_caller]
+fn assert_one_dead(
+    con: &mut Connection,
+    queue: &str,
+    expected: (&str, &[u8], &str, i64, i64, i64, &str),
+) -> i64 {
+    let dead = dead_list(con, queue, None);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let (id, payload, partition, weight, timeouts, nacks, died_at, reason) = dead[0].clone();
+    let (e_id, e_payload, e_partition, e_weight, e_timeouts, e_nacks, e_reason) = expected;
+    assert_eq!(
+        (
+            id.as_str(),
+            payload.as_slice(),
+            partition.as_deref(),
+            weight,
+            timeouts,
+            nacks,
+            reason.as_str()
+        ),
+        (
+            e_id,
+            e_payload,
+            Some(e_partition),
+            Some(e_weight),
+            e_timeouts,
+            e_nacks,
+            e_reason
+        )
+    );
+    died_at
 }
 
 fn reclaim(con: &mut Connection, queue: &str) -> i64 {
@@ -177,9 +171,28 @@ fn text(id: &[u8]) -> &str {
     std::str::from_utf8(id).unwrap()
 }
 
+/// The keys beside the queue that hold delayed and dead items and nack
+/// counts: what a drain and vtrr-queue's scripts leave alone.
+const DELAYED_AND_DEAD: [&str; 6] = [
+    "delayed",
+    "delayed_task",
+    "dead",
+    "dead_task",
+    "dead_reason",
+    "nacks",
+];
+
 /// Lets a 1 ms lease (or a delay of a few ms) pass.
 fn let_expire() {
     std::thread::sleep(Duration::from_millis(5));
+}
+
+/// Leases the next item of `queue` and NACKs it with `options` (`[]`,
+/// `["DEAD"]`, `["DELAY", ms]`), which must act; its id.
+fn lease_and_nack(con: &mut Connection, queue: &str, options: &[&str]) -> String {
+    let (id, _, token, _) = lease(con, queue, 60_000).unwrap();
+    assert_eq!(nack(con, queue, &id, &token, options), 1);
+    text(&id).to_string()
 }
 
 // ---------------------------------------------------------------- DEFER
@@ -293,14 +306,9 @@ fn a_promoted_item_is_scored_as_if_enqueued_at_promotion() {
         Some("5")
     );
     assert_eq!(text(&lease(&mut con, "twin", 60_000).unwrap().0), "a4");
-    for key in ["queue", "partition_virtual_time", "current_virtual_time"] {
-        let [q, twin] = ["q", "twin"].map(|queue| {
-            let dump: Option<Vec<u8>> = redis::cmd("DUMP")
-                .arg(format!("vtrr:{queue}:{key}"))
-                .query(&mut con)
-                .unwrap();
-            dump
-        });
+    let scored = ["queue", "partition_virtual_time", "current_virtual_time"];
+    let [q, twin] = ["q", "twin"].map(|queue| dump_keys(&mut con, keys_of(queue, &scored)));
+    for ((key, (_, q)), (_, twin)) in scored.iter().zip(&q).zip(&twin) {
         assert_eq!(q, twin, "{key} differs from an enqueue at promotion");
     }
     assert_eq!(ids(&lease_count(&mut con, "q", 60_000, 5)), ["b", "a5"]);
@@ -342,8 +350,7 @@ fn defer_and_enqueue_skip_ids_already_queued_leased_delayed_or_dead() {
             ("c", "queued", 1, b"Q"),
         ],
     );
-    let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", &id, &token, &["DEAD"]), 1);
+    assert_eq!(lease_and_nack(&mut con, "q", &["DEAD"]), "dead");
     assert_eq!(text(&lease(&mut con, "q", 60_000).unwrap().0), "leased");
     defer_items(&mut con, "q", 60_000, &[("d", "delayed", 1, b"W")]);
     let present = ["queued", "leased", "delayed", "dead"];
@@ -397,14 +404,7 @@ fn defer_refuses_a_bad_delay_with_nothing_written() {
     let server = quiet_server();
     let mut con = server.connect();
     for bad in ["-1", "315360000001", "1.5", "soon"] {
-        let result: redis::RedisResult<i64> = redis::cmd("VTRR.DEFER")
-            .arg("q")
-            .arg(bad)
-            .arg("p")
-            .arg("a")
-            .arg(1)
-            .arg("A")
-            .query(&mut con);
+        let result = command(&["VTRR.DEFER", "q", bad, "p", "a", "1", "A"]).query(&mut con);
         assert_eq!(
             error_of(result),
             "ERR delay-ms must be an integer between 0 and 315360000000",
@@ -448,13 +448,7 @@ fn a_due_delayed_item_wakes_a_blocked_lease() {
     let (sent, received) = mpsc::channel();
     std::thread::spawn(move || {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let leased: Option<Lease> = redis::cmd("VTRR.LEASE")
-            .arg("q")
-            .arg(1000)
-            .arg("BLOCK")
-            .arg(0)
-            .query(&mut con)
-            .unwrap();
+        let leased: Option<Lease> = lease_block_cmd("q", 1000, 0).query(&mut con).unwrap();
         let _ = sent.send(leased);
     });
     let mut con = server.connect();
@@ -492,47 +486,18 @@ fn a_drain_leaves_delayed_and_dead_items_alone() {
             ("p", "a", 1, b"A"),
         ],
     );
-    let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(text(&id), "x");
-    assert_eq!(nack(&mut con, "q", &id, &token, &["DEAD"]), 1);
-    let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(text(&id), "y");
-    assert_eq!(nack(&mut con, "q", &id, &token, &["DELAY", "60000"]), 1);
+    assert_eq!(lease_and_nack(&mut con, "q", &["DEAD"]), "x");
+    assert_eq!(lease_and_nack(&mut con, "q", &["DELAY", "60000"]), "y");
     defer_items(&mut con, "q", 60_000, &[("r", "d", 1, b"D")]);
-    let kept = [
-        "delayed",
-        "delayed_task",
-        "dead",
-        "dead_task",
-        "dead_reason",
-        "nacks",
-        "meta",
-    ];
-    let dump = |con: &mut Connection| -> Vec<Option<Vec<u8>>> {
-        kept.iter()
-            .map(|suffix| {
-                redis::cmd("DUMP")
-                    .arg(format!("vtrr:q:{suffix}"))
-                    .query(con)
-                    .unwrap()
-            })
-            .collect()
-    };
-    let before = dump(&mut con);
-    assert!(before.iter().all(Option::is_some));
+    let kept = [DELAYED_AND_DEAD.as_slice(), &["meta"]].concat();
+    let before = dump_keys(&mut con, keys_of("q", &kept));
+    assert!(before.iter().all(|(_, dump)| dump.is_some()));
     // a is the last queued item: leasing it drains the queue.
     assert_eq!(text(&lease(&mut con, "q", 60_000).unwrap().0), "a");
-    let cvt: String = redis::cmd("GET")
-        .arg("vtrr:q:current_virtual_time")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(cvt, "0");
-    for gone in ["queue", "task", "partition_virtual_time"] {
-        assert!(!exists(&mut con, &format!("vtrr:q:{gone}")), "{gone}");
-    }
-    let after = dump(&mut con);
-    for ((suffix, before), after) in kept.iter().zip(&before).zip(&after) {
-        assert!(before == after, "the drain changed vtrr:q:{suffix}");
+    assert_drained(&mut con, "q");
+    let after = dump_keys(&mut con, keys_of("q", &kept));
+    for ((key, before), (_, after)) in before.iter().zip(&after) {
+        assert!(before == after, "the drain changed {key}");
     }
     assert_invariants(&mut con, "q");
 }
@@ -684,7 +649,7 @@ fn nack_dead_dead_letters_the_item_with_reason_nack() {
         (&["DELAY"], "ERR syntax error"),
         (&["LATER"], "ERR syntax error"),
     ] {
-        let result: redis::RedisResult<i64> = redis::cmd("VTRR.NACK")
+        let result = redis::cmd("VTRR.NACK")
             .arg("q")
             .arg("a")
             .arg(&token)
@@ -706,19 +671,7 @@ fn nack_dead_dead_letters_the_item_with_reason_nack() {
         hget_text(&mut con, "vtrr:q:dead_reason", "a").as_deref(),
         Some("nack")
     );
-    let dead = dead_list(&mut con, "q", None);
-    assert_eq!(dead.len(), 1);
-    let (id, payload, partition, weight, timeouts, nacks, died_at, reason) = dead[0].clone();
-    assert_eq!(
-        (
-            id.as_str(),
-            payload.as_slice(),
-            partition.as_deref(),
-            weight
-        ),
-        ("a", &b"A"[..], Some("p"), Some(3))
-    );
-    assert_eq!((timeouts, nacks, reason.as_str()), (0, 1, "nack"));
+    let died_at = assert_one_dead(&mut con, "q", ("a", b"A", "p", 3, 0, 1, "nack"));
     assert!((before..=after).contains(&died_at), "{died_at}");
     assert_eq!(lease(&mut con, "q", 60_000), None, "a dead item was served");
     assert_invariants(&mut con, "q");
@@ -730,12 +683,10 @@ fn max_nacks_dead_letters_an_item_nacked_once_more_than_allowed() {
     let mut con = server.connect();
     set_policy(&mut con, "q", &["MAX-NACKS", "1"]);
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
-    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", b"a", &token, &[]), 1);
+    assert_eq!(lease_and_nack(&mut con, "q", &[]), "a");
     assert_eq!(state(&mut con, "q", "a"), "queued", "first nack is allowed");
-    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
     // Whatever the worker asks for.
-    assert_eq!(nack(&mut con, "q", b"a", &token, &["DELAY", "1000"]), 1);
+    assert_eq!(lease_and_nack(&mut con, "q", &["DELAY", "1000"]), "a");
     assert_eq!(state(&mut con, "q", "a"), "dead");
     let dead = dead_list(&mut con, "q", None);
     assert_eq!(dead.len(), 1);
@@ -745,8 +696,7 @@ fn max_nacks_dead_letters_an_item_nacked_once_more_than_allowed() {
     // MAX-NACKS 0: the first nack dead-letters.
     set_policy(&mut con, "zero", &["MAX-NACKS", "0"]);
     enqueue_items(&mut con, "zero", &[("p", "z", 1, b"Z")]);
-    let (_, _, token, _) = lease(&mut con, "zero", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "zero", b"z", &token, &[]), 1);
+    assert_eq!(lease_and_nack(&mut con, "zero", &[]), "z");
     assert_eq!(state(&mut con, "zero", "z"), "dead");
     assert_eq!(dead_list(&mut con, "zero", None)[0].7, "max-nacks");
     assert_eq!(vtrr_info(&mut con)["vtrr_items_dead_lettered"], 2);
@@ -856,7 +806,7 @@ fn policy_reads_nil_by_default_reads_back_what_was_set_and_none_clears_it() {
         (&["MAX-NACKS"], "ERR syntax error"),
         (&["MAX-DEATHS", "1"], "ERR syntax error"),
     ] {
-        let result: redis::RedisResult<String> = redis::cmd("VTRR.POLICY")
+        let result = redis::cmd("VTRR.POLICY")
             .arg("q")
             .arg(options)
             .query(&mut con);
@@ -927,19 +877,7 @@ fn max_timeouts_one_dead_letters_on_the_second_expiry(by: Reclaimer) {
         }),
     }
     assert_eq!(state(&mut con, "q", "a"), "dead", "second expiry");
-    let dead = dead_list(&mut con, "q", None);
-    assert_eq!(dead.len(), 1);
-    let (id, payload, partition, weight, timeouts, nacks, died_at, reason) = dead[0].clone();
-    assert_eq!(
-        (
-            id.as_str(),
-            payload.as_slice(),
-            partition.as_deref(),
-            weight
-        ),
-        ("a", &b"A"[..], Some("p"), Some(2))
-    );
-    assert_eq!((timeouts, nacks, reason.as_str()), (2, 0, "max-timeouts"));
+    let died_at = assert_one_dead(&mut con, "q", ("a", b"A", "p", 2, 2, 0, "max-timeouts"));
     assert!(died_at >= started, "{died_at} < {started}");
     assert_eq!(lease(&mut con, "q", 60_000), None);
     let info = vtrr_info(&mut con);
@@ -1051,18 +989,10 @@ fn dead_lists_the_oldest_first_with_every_field_ten_by_default() {
     assert_eq!(dead_list(&mut con, "q", Some(1)), all[..1].to_vec());
     assert!(dead_list(&mut con, "other", None).is_empty());
     for bad in ["0", "-1", "many"] {
-        let result: redis::RedisResult<Value> = redis::cmd("VTRR.DEAD")
-            .arg("q")
-            .arg("COUNT")
-            .arg(bad)
-            .query(&mut con);
+        let result = command(&["VTRR.DEAD", "q", "COUNT", bad]).query(&mut con);
         assert_eq!(error_of(result), "ERR COUNT must be a positive integer");
     }
-    let result: redis::RedisResult<Value> = redis::cmd("VTRR.DEAD")
-        .arg("q")
-        .arg("LIMIT")
-        .arg(1)
-        .query(&mut con);
+    let result = command(&["VTRR.DEAD", "q", "LIMIT", "1"]).query(&mut con);
     assert_eq!(error_of(result), "ERR syntax error");
     assert_invariants(&mut con, "q");
 }
@@ -1113,8 +1043,7 @@ fn revive_puts_dead_items_back_fresh_with_counters_reset() {
         (text(&id), payload.as_slice(), timeouts, nacks),
         ("d", &b"D"[..], 0, 0)
     );
-    let result: redis::RedisResult<i64> =
-        redis::cmd("VTRR.REVIVE").arg("q").arg("").query(&mut con);
+    let result = command(&["VTRR.REVIVE", "q", ""]).query(&mut con);
     assert_eq!(error_of(result), "ERR id must not be empty");
     assert_eq!(vtrr_info(&mut con)["vtrr_items_revived"], 1);
     assert_invariants(&mut con, "q");
@@ -1143,9 +1072,7 @@ fn cancel_deletes_queued_delayed_dead_and_leased_items_for_good() {
             ("d", "zkeep", 1, b"K"),
         ],
     );
-    let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(text(&id), "dead");
-    assert_eq!(nack(&mut con, "q", b"dead", &token, &["DEAD"]), 1);
+    assert_eq!(lease_and_nack(&mut con, "q", &["DEAD"]), "dead");
     defer_items(&mut con, "q", 60_000, &[("e", "delayed", 1, b"W")]);
     let doomed = ["queued", "delayed", "dead", "leased"];
     for (id, expected) in doomed.iter().zip(["queued", "delayed", "dead", "inflight"]) {
@@ -1196,8 +1123,7 @@ fn cancel_deletes_queued_delayed_dead_and_leased_items_for_good() {
         assert_eq!(state(&mut con, "q", id), "absent", "{id} came back");
     }
     assert_eq!(ids(&lease_count(&mut con, "q", 60_000, 10)), ["zkeep"]);
-    let result: redis::RedisResult<i64> =
-        redis::cmd("VTRR.CANCEL").arg("q").arg("").query(&mut con);
+    let result = command(&["VTRR.CANCEL", "q", ""]).query(&mut con);
     assert_eq!(error_of(result), "ERR id must not be empty");
     assert_eq!(vtrr_info(&mut con)["vtrr_items_cancelled"], 4);
     assert_invariants(&mut con, "q");
@@ -1254,22 +1180,7 @@ fn a_queued_item_whose_payload_is_missing_is_dead_lettered_not_served() {
     let after = server_time_ms(&mut con);
     assert_eq!((text(&id), payload.as_slice()), ("b", &b"B"[..]));
     assert_eq!(state(&mut con, "q", "a"), "dead");
-    let dead = dead_list(&mut con, "q", None);
-    assert_eq!(dead.len(), 1);
-    let (id, payload, partition, weight, timeouts, nacks, died_at, reason) = dead[0].clone();
-    assert_eq!(
-        (
-            id.as_str(),
-            payload.as_slice(),
-            partition.as_deref(),
-            weight
-        ),
-        ("a", &b""[..], Some("p"), Some(1))
-    );
-    assert_eq!(
-        (timeouts, nacks, reason.as_str()),
-        (0, 0, "payload missing")
-    );
+    let died_at = assert_one_dead(&mut con, "q", ("a", b"", "p", 1, 0, 0, "payload missing"));
     assert!((before..=after).contains(&died_at));
     let warning = "vtrr: queue q: item a had no payload; moved to the dead-letter set (reason: payload missing)";
     wait_until(Duration::from_secs(2), "the warning is logged", || {
@@ -1344,8 +1255,7 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
     defer_items(&mut con, "q", 20_000, &[("p", "late", 1, b"L")]);
     defer_items(&mut con, "q", 10_000, &[("p", "soon", 1, b"S")]);
     enqueue_items(&mut con, "q", &[("p", "c", 1, b"C"), ("p", "d", 1, b"D")]);
-    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", b"c", &token, &["DEAD"]), 1);
+    assert_eq!(lease_and_nack(&mut con, "q", &["DEAD"]), "c");
     let soon = zscore(&mut con, "vtrr:q:delayed", "soon").unwrap() as i64;
     let now = stats(&mut con, "q");
     assert_eq!(now["delayed"], Value::Int(2));
@@ -1393,21 +1303,13 @@ fn info_counts_each_lifecycle_step() {
     );
 
     // From here only commands act on due items.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("vtrr.reclaim-interval-ms")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    let (x, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", &x, &token, &[]), 1);
-    let (y, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", &y, &token, &["DEAD"]), 1);
-    assert_eq!(revive(&mut con, "q", &[text(&y)]), 1);
-    let (z, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", &z, &token, &["DELAY", "1"]), 1);
+    set_reclaim_interval_ms(&mut con, 0);
+    lease_and_nack(&mut con, "q", &[]);
+    let y = lease_and_nack(&mut con, "q", &["DEAD"]);
+    assert_eq!(revive(&mut con, "q", &[y.as_str()]), 1);
+    lease_and_nack(&mut con, "q", &["DELAY", "1"]);
     let_expire();
-    // This lease promotes z.
+    // This lease promotes the item nacked with DELAY 1.
     let leased = lease_count(&mut con, "q", 60_000, 10);
     assert_eq!(leased.len(), 3);
     let info = vtrr_info(&mut con);
@@ -1426,17 +1328,10 @@ fn info_counts_each_lifecycle_step() {
 
 #[test]
 fn lifecycle_changes_fire_module_keyspace_notifications() {
-    let server = Server::builder()
-        .args(&["--notify-keyspace-events", "Kd"])
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
+    let server = notifying_server("20");
     let mut con = server.connect();
     let mut sub_con = server.connect();
-    let mut pubsub = sub_con.as_pubsub();
-    pubsub.subscribe("__keyspace@0__:vtrr:q:queue").unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
+    let mut pubsub = keyspace_events(&mut sub_con, "vtrr:q:queue");
     set_policy(&mut con, "q", &["MAX-NACKS", "5"]);
     defer_items(&mut con, "q", 30, &[("p", "a", 1, b"A")]);
     wait_until(Duration::from_secs(2), "the timer queues a", || {
@@ -1445,8 +1340,7 @@ fn lifecycle_changes_fire_module_keyspace_notifications() {
     let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
     assert_eq!(nack(&mut con, "q", b"a", "stale", &[]), 0); // no event
     assert_eq!(nack(&mut con, "q", b"a", &token, &[]), 1);
-    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", b"a", &token, &["DEAD"]), 1);
+    assert_eq!(lease_and_nack(&mut con, "q", &["DEAD"]), "a");
     assert_eq!(revive(&mut con, "q", &["a"]), 1);
     assert_eq!(revive(&mut con, "q", &["a"]), 0); // no event
     assert_eq!(cancel(&mut con, "q", &["a"]), 1);
@@ -1454,15 +1348,8 @@ fn lifecycle_changes_fire_module_keyspace_notifications() {
     policy(&mut con, "q"); // no event
     dead_list(&mut con, "q", None); // no event
     enqueue_items(&mut con, "q", &[("p", "last", 1, b"L")]);
-    let mut events = Vec::new();
-    while events.len() < 11 {
-        let Ok(message) = pubsub.get_message() else {
-            break;
-        };
-        events.push(message.get_payload::<String>().unwrap());
-    }
     assert_eq!(
-        events,
+        next_events(&mut pubsub, 11),
         [
             "vtrr.policy",
             "vtrr.defer",
@@ -1496,10 +1383,9 @@ fn check_is_clean_through_every_state_and_reports_planted_faults() {
     assert_eq!(reclaim(&mut con, "q"), 1);
     assert_invariants(&mut con, "q");
     let nacked = |con: &mut Connection, options: &[&str]| -> String {
-        let (id, _, token, _) = lease(con, "q", 60_000).unwrap();
-        assert_eq!(nack(con, "q", &id, &token, options), 1);
+        let id = lease_and_nack(con, "q", options);
         assert_invariants(con, "q");
-        text(&id).to_string()
+        id
     };
     let poison = nacked(&mut con, &["DEAD"]);
     let held = nacked(&mut con, &["DELAY", "60000"]);
@@ -1588,29 +1474,14 @@ fn the_lua_scripts_still_drive_a_queue_holding_delayed_and_dead_items() {
     // Module: one delayed item, one dead item (with a nack count).
     defer_items(&mut con, "q", 60_000, &[("p", "later", 1, b"L")]);
     enqueue_items(&mut con, "q", &[("p", "poison", 1, b"P")]);
-    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(nack(&mut con, "q", b"poison", &token, &["DEAD"]), 1);
-    let module_keys = [
-        "delayed",
-        "delayed_task",
-        "dead",
-        "dead_task",
-        "dead_reason",
-        "nacks",
-    ];
-    let snapshot = |con: &mut Connection| -> Vec<Option<Vec<u8>>> {
-        let mut dumps: Vec<Option<Vec<u8>>> = module_keys
-            .iter()
-            .map(|suffix| {
-                redis::cmd("DUMP")
-                    .arg(format!("vtrr:q:{suffix}"))
-                    .query(con)
-                    .unwrap()
-            })
-            .collect();
-        dumps.push(hget(con, "vtrr:q:meta", "later"));
-        dumps.push(hget(con, "vtrr:q:meta", "poison"));
-        dumps
+    assert_eq!(lease_and_nack(&mut con, "q", &["DEAD"]), "poison");
+    let snapshot = |con: &mut Connection| {
+        let dumps = dump_keys(con, keys_of("q", &DELAYED_AND_DEAD));
+        let metas = [
+            hget(con, "vtrr:q:meta", "later"),
+            hget(con, "vtrr:q:meta", "poison"),
+        ];
+        (dumps, metas)
     };
     let before = snapshot(&mut con);
 

@@ -425,10 +425,7 @@ fn one_queue_can_be_driven_by_the_scripts_and_the_module_in_turn() {
         }
         assert_invariants(&mut con, "mixed");
     }
-    let stats: BTreeMap<String, Value> = redis::cmd("VTRR.STATS")
-        .arg("mixed")
-        .query(&mut con)
-        .unwrap();
+    let stats = stats(&mut con, "mixed");
     let live = match (&stats["queued"], &stats["inflight"]) {
         (Value::Int(q), Value::Int(i)) => q + i,
         other => panic!("{other:?}"),

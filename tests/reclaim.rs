@@ -28,9 +28,7 @@ fn reclaim_requeues_expired_leases_and_counts_timeouts() {
     // a's lease now expires in 1 ms; c's stays valid.
     assert_eq!(renew(&mut con, "q", b"a", &token, 1), 1);
     std::thread::sleep(std::time::Duration::from_millis(10));
-    let stats: std::collections::HashMap<String, Value> =
-        redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
-    assert_eq!(stats["expired"], Value::Int(1));
+    assert_eq!(stats(&mut con, "q")["expired"], Value::Int(1));
     let reclaimed: i64 = redis::cmd("VTRR.RECLAIM")
         .arg("q")
         .arg("LIMIT")

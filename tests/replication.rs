@@ -110,22 +110,6 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
 /// A far-future delay: items deferred by it never fall due during a test.
 const FAR_MS: u64 = 1_000_000_000;
 
-/// `[id, token]` of each lease in a LEASE reply (one lease, nil, or a
-/// COUNT array; four or five elements with WITHCOUNTERS).
-fn leases_in(reply: &Value) -> Vec<(Vec<u8>, Vec<u8>)> {
-    match reply {
-        Value::Array(items) => match items.first() {
-            Some(Value::Array(_)) => items.iter().flat_map(leases_in).collect(),
-            Some(_) => vec![(
-                redis::from_redis_value(items[0].clone()).unwrap(),
-                redis::from_redis_value(items[2].clone()).unwrap(),
-            )],
-            None => Vec::new(),
-        },
-        _ => Vec::new(),
-    }
-}
-
 /// `VTRR.DEFER queue delay_ms` of `ids`, each in a random partition (p0-p4)
 /// with a random weight (1-3).
 fn defer(con: &mut Connection, rng: &mut Rng, queue: &str, delay_ms: u64, ids: &[String]) {
@@ -139,6 +123,9 @@ fn defer(con: &mut Connection, rng: &mut Rng, queue: &str, delay_ms: u64, ids: &
     }
     let _: i64 = cmd.query(con).unwrap();
 }
+
+/// The dead-letter policy the lifecycle workload starts and ends with.
+const DEAD_LETTER_POLICY: [&str; 4] = ["MAX-TIMEOUTS", "1", "MAX-NACKS", "2"];
 
 /// The job lifecycle, on `queue` under a dead-letter policy: DEFER (due
 /// soon, for the timer or LEASE to promote, and far in the future), NACK
@@ -160,14 +147,7 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
             })
             .collect()
     }
-    let _: () = redis::cmd("VTRR.POLICY")
-        .arg(queue)
-        .arg("MAX-TIMEOUTS")
-        .arg(1)
-        .arg("MAX-NACKS")
-        .arg(2)
-        .query(con)
-        .unwrap();
+    set_policy(con, queue, &DEAD_LETTER_POLICY);
     // Bulk first, so the random part works on hash tables and skip lists:
     // more than 512 delayed and dead items (Redis keeps a hash of up to 512
     // entries, a sorted set of up to 128, as a listpack).
@@ -407,14 +387,7 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     }
     // Leave every key of the queue non-empty: a dead-letter policy, long
     // leases, and queued items after them (no drain).
-    let _: () = redis::cmd("VTRR.POLICY")
-        .arg(queue)
-        .arg("MAX-TIMEOUTS")
-        .arg(1)
-        .arg("MAX-NACKS")
-        .arg(2)
-        .query(con)
-        .unwrap();
+    set_policy(con, queue, &DEAD_LETTER_POLICY);
     for round in 0..2 {
         let mut cmd = redis::cmd("VTRR.ENQUEUE");
         cmd.arg(queue);
@@ -432,6 +405,15 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 .unwrap();
         }
     }
+}
+
+/// `workload`, then `lifecycle_workload`, on `queue`, from one seed (printed
+/// by `seed()` for replay); the seed.
+fn both_workloads(con: &mut Connection, queue: &str) -> u64 {
+    let seed = seed();
+    workload(con, seed, queue);
+    lifecycle_workload(con, seed, queue);
+    seed
 }
 
 /// A key's type and content, read back in an order that does not depend on
@@ -505,9 +487,8 @@ fn assert_same_contents(
 /// `dead_task` and `dead_reason` are no longer listpacks.
 fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
     for key in all_queue_keys(queue) {
-        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(con).unwrap();
-        assert_eq!(
-            exists, 1,
+        assert!(
+            exists(con, &key),
             "{key} is missing: the workload never left it filled"
         );
     }
@@ -537,11 +518,6 @@ fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
     }
 }
 
-fn wait_replicated(master: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(master).unwrap();
-    assert_eq!(acked, 1);
-}
-
 /// Waits until the master's timer has nothing left to do on `queue`: no
 /// expired lease, no delayed item due (only the far-future ones remain).
 fn wait_timer_idle(master: &mut Connection, queue: &str) {
@@ -566,6 +542,19 @@ fn wait_timer_idle(master: &mut Connection, queue: &str) {
     );
 }
 
+/// Asserts the timer of replica `r` has reclaimed and promoted nothing.
+fn assert_replica_timer_wrote_nothing(r: &mut Connection) {
+    let on_replica = vtrr_info(r);
+    assert_eq!(
+        (
+            on_replica["vtrr_timer_items_reclaimed"],
+            on_replica["vtrr_timer_items_promoted"]
+        ),
+        (0, 0),
+        "replica timer wrote"
+    );
+}
+
 #[test]
 fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
     let master = Server::builder()
@@ -577,9 +566,7 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
     attach_replica(&replica, &master);
     let mut m = master.connect();
     let mut r = replica.connect();
-    let seed = seed();
-    workload(&mut m, seed, "jobs");
-    lifecycle_workload(&mut m, seed, "jobs");
+    let seed = both_workloads(&mut m, "jobs");
     // Expired leases and due delayed items on the master, for its timer
     // only: nothing leases after them.
     enqueue_one(&mut m, "jobs", "late", "z", "Z");
@@ -595,15 +582,7 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
     defer(&mut m, &mut rng, "jobs", 30, &late);
     let promoted_before = vtrr_info(&mut m)["vtrr_timer_items_promoted"];
     wait_replicated(&mut m);
-    let on_replica = vtrr_info(&mut r);
-    assert_eq!(
-        (
-            on_replica["vtrr_timer_items_reclaimed"],
-            on_replica["vtrr_timer_items_promoted"]
-        ),
-        (0, 0),
-        "replica timer wrote"
-    );
+    assert_replica_timer_wrote_nothing(&mut r);
     wait_timer_idle(&mut m, "jobs");
     std::thread::sleep(Duration::from_millis(100));
     wait_replicated(&mut m);
@@ -611,15 +590,7 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
     assert_same_contents(&contents_all(&mut m), &contents_all(&mut r), "replica");
     assert_invariants(&mut m, "jobs");
     assert_invariants(&mut r, "jobs");
-    let on_replica = vtrr_info(&mut r);
-    assert_eq!(
-        (
-            on_replica["vtrr_timer_items_reclaimed"],
-            on_replica["vtrr_timer_items_promoted"]
-        ),
-        (0, 0),
-        "replica timer wrote"
-    );
+    assert_replica_timer_wrote_nothing(&mut r);
     let on_master = vtrr_info(&mut m);
     assert!(
         on_master["vtrr_timer_items_reclaimed"] > 0,
@@ -640,9 +611,7 @@ fn a_replica_without_the_module_ends_identical() {
     attach_replica(&replica, &master);
     let mut m = master.connect();
     let mut r = replica.connect();
-    let seed = seed();
-    workload(&mut m, seed, "plain");
-    lifecycle_workload(&mut m, seed, "plain");
+    both_workloads(&mut m, "plain");
     wait_timer_idle(&mut m, "plain");
     wait_replicated(&mut m);
     assert_all_keys_present_and_large(&mut m, "plain");
@@ -656,9 +625,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
         .args(&["--appendonly", "yes", "--appendfsync", "always"])
         .spawn();
     let mut con = server.connect();
-    let seed = seed();
-    workload(&mut con, seed, "durable");
-    lifecycle_workload(&mut con, seed, "durable");
+    both_workloads(&mut con, "durable");
     enqueue_one(&mut con, "durable", "p", "keep", "K");
     let _: Value = redis::cmd("VTRR.LEASE")
         .arg("durable")
@@ -717,9 +684,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
 #[test]
 fn a_promoted_replica_starts_reclaiming() {
     // The master's timer is off, so an expired lease stays expired on both.
-    let master = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let master = quiet_server();
     let replica = Server::builder()
         .module_args(&["reclaim-interval-ms", "20"])
         .spawn();

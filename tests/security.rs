@@ -8,46 +8,25 @@ use std::time::Duration;
 
 use common::*;
 
-fn error_text(result: redis::RedisResult<Value>) -> String {
-    let error = result.expect_err("expected an error");
-    format!(
-        "{} {}",
-        error.code().unwrap_or("?"),
-        error.detail().unwrap_or("")
-    )
-}
-
 #[test]
 fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
     let server = Server::start();
     let mut admin = server.connect();
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("files-worker")
-        .arg("on")
-        .arg(">secret")
-        .arg("~vtrr:files:*")
-        .arg("+@all")
-        .query(&mut admin)
-        .unwrap();
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("files-reader")
-        .arg("on")
-        .arg(">secret")
-        .arg("%R~vtrr:files:*")
-        .arg("+@all")
-        .query(&mut admin)
-        .unwrap();
+    let mut worker = connect_as(
+        &server,
+        &mut admin,
+        "files-worker",
+        &[String::from("~vtrr:files:*")],
+    );
+    let mut reader = connect_as(
+        &server,
+        &mut admin,
+        "files-reader",
+        &[String::from("%R~vtrr:files:*")],
+    );
     enqueue_one(&mut admin, "other", "p", "o", "O");
     let before = dump_all(&mut admin);
 
-    let client = redis::Client::open(format!(
-        "redis://files-worker:secret@127.0.0.1:{}/",
-        server.port
-    ))
-    .unwrap();
-    let mut worker = client.get_connection().unwrap();
     let added: i64 = redis::cmd("VTRR.ENQUEUE")
         .arg("files")
         .arg("p")
@@ -68,7 +47,7 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
         ("VTRR.STATS", vec!["other"]),
         ("VTRR.CHECK", vec!["other"]),
     ] {
-        let err = error_text(redis::cmd(command).arg(&args).query(&mut worker));
+        let err = error_of(redis::cmd(command).arg(&args).query(&mut worker));
         assert!(
             err.starts_with("NOPERM") && err.contains("vtrr:other:"),
             "{command}: {err}"
@@ -82,17 +61,11 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
     assert_ne!(before, after_own_queue);
 
     // Read-only permission: STATS works, LEASE is refused.
-    let client = redis::Client::open(format!(
-        "redis://files-reader:secret@127.0.0.1:{}/",
-        server.port
-    ))
-    .unwrap();
-    let mut reader = client.get_connection().unwrap();
     let _: Value = redis::cmd("VTRR.STATS")
         .arg("files")
         .query(&mut reader)
         .unwrap();
-    let err = error_text(
+    let err = error_of(
         redis::cmd("VTRR.ACK")
             .arg("files")
             .arg(&id)
@@ -229,7 +202,7 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
                 .expect_err("a queue without a hash tag is never served");
             if error.code() == Some("ERR") {
                 assert_eq!(
-                    error_text(Err(error)),
+                    error_of(Err(error)),
                     "ERR in cluster mode the queue name must contain a hash tag, like {files}, so all its keys share one slot",
                     "{words:?}"
                 );
@@ -246,15 +219,6 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
     }
 }
 
-/// A command from its words.
-fn command(words: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd
-}
-
 /// On the node owning `queue` (which holds one lease): DEFER, POLICY,
 /// LEASE WITHCOUNTERS, NACK, DEAD, REVIVE and CANCEL are served.
 fn lifecycle_on_owner(con: &mut redis::Connection, queue: &str) {
@@ -264,10 +228,7 @@ fn lifecycle_on_owner(con: &mut redis::Connection, queue: &str) {
         int(con, &["VTRR.DEFER", queue, "60000", "p", "d", "1", "D"]),
         1
     );
-    let ok: String = command(&["VTRR.POLICY", queue, "MAX-NACKS", "0"])
-        .query(con)
-        .unwrap();
-    assert_eq!(ok, "OK");
+    set_policy(con, queue, &["MAX-NACKS", "0"]);
     assert_eq!(int(con, &["VTRR.ENQUEUE", queue, "p", "b", "1", "B"]), 1);
     let (id, _, token, _, nacks): (String, String, String, i64, i64) =
         command(&["VTRR.LEASE", queue, "60000", "WITHCOUNTERS"])
@@ -284,44 +245,13 @@ fn lifecycle_on_owner(con: &mut redis::Connection, queue: &str) {
     assert_invariants(con, queue);
 }
 
-/// A queue with an item in every state (so every key exists), on a server
-/// whose timer is off: `a` leased with an expired lease (its token is
-/// returned), `b` dead, `c` queued after a nack, `d` delayed, a policy set.
-fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
-    enqueue_items(
-        con,
-        name,
-        &[
-            ("p", "a", 1, b"A"),
-            ("p", "b", 1, b"B"),
-            ("p", "c", 1, b"C"),
-        ],
-    );
-    let (_, _, token, _) = lease(con, name, 60_000).unwrap();
-    let (id, _, b_token, _) = lease(con, name, 60_000).unwrap();
-    assert_eq!(id, b"b");
-    let nacked: i64 = command(&["VTRR.NACK", name, "b", &b_token, "DEAD"])
-        .query(con)
-        .unwrap();
-    assert_eq!(nacked, 1);
-    let (id, _, c_token, _) = lease(con, name, 60_000).unwrap();
-    assert_eq!(id, b"c");
-    let nacked: i64 = command(&["VTRR.NACK", name, "c", &c_token])
-        .query(con)
-        .unwrap();
-    assert_eq!(nacked, 1);
-    let deferred: i64 = command(&["VTRR.DEFER", name, "60000", "p", "d", "1", "D"])
-        .query(con)
-        .unwrap();
-    assert_eq!(deferred, 1);
-    let ok: String = command(&["VTRR.POLICY", name, "MAX-TIMEOUTS", "3"])
-        .query(con)
-        .unwrap();
-    assert_eq!(ok, "OK");
-    assert_eq!(renew(con, name, b"a", &token, 1), 1);
-    std::thread::sleep(Duration::from_millis(5));
-    assert_invariants(con, name);
-    token
+/// `queue_in_every_state_on_a_quiet_server` with a's lease expired, so that
+/// LEASE and RECLAIM too would write if let through: the server, an admin
+/// connection and a's token.
+fn every_state_with_a_lease_expired() -> (Server, redis::Connection, String) {
+    let (server, mut admin, token) = queue_in_every_state_on_a_quiet_server();
+    expire_lease(&mut admin, "q", b"a", &token);
+    (server, admin, token)
 }
 
 /// Creates ACL user `name` (password `secret`, every command) with the
@@ -350,85 +280,10 @@ fn connect_as(
 
 #[test]
 fn a_user_denied_one_lifecycle_key_gets_noperm_naming_it_and_nothing_changes() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
-    let mut admin = server.connect();
-    let token = queue_in_every_state(&mut admin, "q");
+    let (server, mut admin, token) = every_state_with_a_lease_expired();
     let t = token.as_str();
-    let calls: [(&str, Vec<&str>); 13] = [
-        ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
-        (
-            "defer",
-            vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
-        ),
-        ("lease", vec!["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"]),
-        ("ack", vec!["VTRR.ACK", "q", "a", t]),
-        ("nack", vec!["VTRR.NACK", "q", "a", t]),
-        ("reclaim", vec!["VTRR.RECLAIM", "q"]),
-        ("stats", vec!["VTRR.STATS", "q"]),
-        ("check", vec!["VTRR.CHECK", "q"]),
-        ("dead", vec!["VTRR.DEAD", "q"]),
-        ("policy-set", vec!["VTRR.POLICY", "q", "MAX-NACKS", "2"]),
-        ("policy-read", vec!["VTRR.POLICY", "q"]),
-        ("revive", vec!["VTRR.REVIVE", "q", "b"]),
-        ("cancel", vec!["VTRR.CANCEL", "q", "c"]),
-    ];
-    // Each new key, and the commands that touch it (src/ops.rs).
-    let touching: [(&str, &[&str]); 7] = [
-        (
-            "delayed",
-            &[
-                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
-                "cancel",
-            ],
-        ),
-        (
-            "delayed_task",
-            &[
-                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel",
-            ],
-        ),
-        (
-            "nacks",
-            &[
-                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
-            ],
-        ),
-        (
-            "dead",
-            &[
-                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
-                "cancel",
-            ],
-        ),
-        (
-            "dead_task",
-            &[
-                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
-            ],
-        ),
-        (
-            "dead_reason",
-            &[
-                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
-            ],
-        ),
-        (
-            "policy",
-            &[
-                "lease",
-                "nack",
-                "reclaim",
-                "check",
-                "policy-set",
-                "policy-read",
-                "revive",
-            ],
-        ),
-    ];
     let before = dump_all(&mut admin);
-    for (denied, commands) in touching {
+    for (denied, calls) in lifecycle_key_openers(t) {
         // Every other key of the queue, each named on its own.
         let selectors: Vec<String> = ALL_SUFFIXES
             .iter()
@@ -436,10 +291,9 @@ fn a_user_denied_one_lifecycle_key_gets_noperm_naming_it_and_nothing_changes() {
             .map(|suffix| format!("~vtrr:q:{suffix}"))
             .collect();
         let mut user = connect_as(&server, &mut admin, &format!("no-{denied}"), &selectors);
-        for name in commands {
-            let (_, words) = calls.iter().find(|(n, _)| n == name).unwrap();
+        for words in &calls {
             assert_eq!(
-                error_text(command(words).query(&mut user)),
+                error_of(command(words).query(&mut user)),
                 format!(
                     "NOPERM this user has no permissions to access the key vtrr:q:{denied} of this queue"
                 ),
@@ -468,11 +322,7 @@ fn a_user_denied_one_lifecycle_key_gets_noperm_naming_it_and_nothing_changes() {
 
 #[test]
 fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
-    let mut admin = server.connect();
-    let token = queue_in_every_state(&mut admin, "q");
+    let (server, mut admin, token) = every_state_with_a_lease_expired();
     let t = token.as_str();
     let mut reader = connect_as(&server, &mut admin, "reader", &[String::from("%R~vtrr:*")]);
     let before = dump_all(&mut admin);
@@ -495,7 +345,7 @@ fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
         (&["VTRR.POLICY", "q", "MAX-TIMEOUTS", "NONE"], "policy"),
     ] {
         assert_eq!(
-            error_text(command(words).query(&mut reader)),
+            error_of(command(words).query(&mut reader)),
             noperm(key),
             "{words:?}"
         );

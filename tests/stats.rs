@@ -8,8 +8,7 @@ use common::*;
 fn stats_reports_every_field() {
     let server = Server::start();
     let mut con = server.connect();
-    let empty: std::collections::HashMap<String, Value> =
-        redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
+    let empty = stats(&mut con, "q");
     assert_eq!(empty["queued"], Value::Int(0));
     assert_eq!(empty["next_expiry_ms"], Value::Nil);
     enqueue_items(
@@ -18,8 +17,7 @@ fn stats_reports_every_field() {
         &[("p", "a", 1, b""), ("r", "b", 1, b""), ("r", "c", 1, b"")],
     );
     lease(&mut con, "q", 60_000).unwrap();
-    let stats: std::collections::HashMap<String, Value> =
-        redis::cmd("VTRR.STATS").arg("q").query(&mut con).unwrap();
+    let stats = stats(&mut con, "q");
     assert_eq!(stats["queued"], Value::Int(2));
     assert_eq!(stats["inflight"], Value::Int(1));
     assert_eq!(stats["expired"], Value::Int(0));

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -23,14 +22,6 @@ fn queued_with_timeouts(con: &mut Connection, queue: &str, id: &str) -> bool {
         .query(con)
         .unwrap();
     score.is_some() && timeouts == Some(1)
-}
-
-/// Waits for the timer's second run: by then the start-up index rebuild has
-/// run, so whatever the timer finds later came through another mechanism.
-fn wait_past_startup_rebuild(con: &mut redis::Connection) {
-    wait_until(Duration::from_secs(2), "the timer has run twice", || {
-        vtrr_info(con)["vtrr_timer_runs"] >= 2
-    });
 }
 
 #[test]
@@ -171,12 +162,7 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
         }
         let _: i64 = cmd.query(&mut con).unwrap();
     }
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("vtrr.reclaim-interval-ms")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
+    set_reclaim_interval_ms(&mut con, 0);
     for _ in 0..(total / 10_000) {
         let _: Value = redis::cmd("VTRR.LEASE")
             .arg("flood")
@@ -191,10 +177,7 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
         Duration::from_secs(5),
         "every flood lease has expired",
         || {
-            let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
-                .arg("flood")
-                .query(&mut con)
-                .unwrap();
+            let stats = stats(&mut con, "flood");
             stats["expired"] == stats["inflight"]
         },
     );
@@ -202,31 +185,20 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
     let before = vtrr_info(&mut con)["vtrr_items_reclaimed"];
     lease(&mut con, "flood", 600_000).unwrap();
     assert_eq!(vtrr_info(&mut con)["vtrr_items_reclaimed"] - before, 1000);
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("vtrr.reclaim-interval-ms")
-        .arg(20)
-        .query(&mut con)
-        .unwrap();
+    set_reclaim_interval_ms(&mut con, 20);
     let started = Instant::now();
     wait_until(
         Duration::from_secs(30),
         "every flood lease is reclaimed",
         || {
-            let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
-                .arg("flood")
-                .query(&mut con)
-                .unwrap();
+            let stats = stats(&mut con, "flood");
             stats["expired"] == Value::Int(0)
         },
     );
     let counters = vtrr_info(&mut con);
     let most = counters["vtrr_timer_most_reclaimed_in_one_run"];
     assert!((1..=1000).contains(&most), "one timer run reclaimed {most}");
-    let stats: HashMap<String, Value> = redis::cmd("VTRR.STATS")
-        .arg("flood")
-        .query(&mut con)
-        .unwrap();
+    let stats = stats(&mut con, "flood");
     assert_eq!(
         (stats["queued"].clone(), stats["inflight"].clone()),
         (Value::Int(total - 1), Value::Int(1)),
@@ -265,12 +237,7 @@ fn config_set_stops_and_restarts_the_timer() {
         .query(&mut con)
         .unwrap();
     assert_eq!(value[1], "20");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("vtrr.reclaim-interval-ms")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
+    set_reclaim_interval_ms(&mut con, 0);
     // A duration on purpose, with no condition to wait for: CONFIG SET
     // disarms the timer before it replies; this is only a margin before the
     // baseline count below.
@@ -288,12 +255,7 @@ fn config_set_stops_and_restarts_the_timer() {
         "timer ran while off"
     );
     assert!(!queued_with_timeouts(&mut con, "q", "a"));
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("vtrr.reclaim-interval-ms")
-        .arg(20)
-        .query(&mut con)
-        .unwrap();
+    set_reclaim_interval_ms(&mut con, 20);
     wait_until(
         Duration::from_millis(500),
         "the restarted timer reclaims a",
@@ -352,24 +314,16 @@ fn a_timer_reclaim_that_finds_nothing_expired_does_not_abort_watch() {
 
 #[test]
 fn reclaims_fire_a_notification_dispatchers_can_wait_on() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .args(&["--notify-keyspace-events", "Kd"])
-        .spawn();
+    let server = notifying_server("20");
     let mut con = server.connect();
     let mut sub = server.connect();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe("__keyspace@0__:vtrr:q:queue").unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
+    let mut pubsub = keyspace_events(&mut sub, "vtrr:q:queue");
     enqueue_one(&mut con, "q", "p", "a", "A");
     lease(&mut con, "q", 30).unwrap();
-    let events: Vec<String> = (0..3)
-        .filter_map(|_| pubsub.get_message().ok())
-        .map(|m| m.get_payload().unwrap())
-        .collect();
-    assert_eq!(events, ["vtrr.enqueue", "vtrr.lease", "vtrr.reclaim"]);
+    assert_eq!(
+        next_events(&mut pubsub, 3),
+        ["vtrr.enqueue", "vtrr.lease", "vtrr.reclaim"]
+    );
 }
 
 #[test]

@@ -210,10 +210,7 @@ fn two_python_workers_process_every_item_once_in_fair_order() {
         processed.values().all(|&n| n == 1),
         "an item was processed twice"
     );
-    let stats: BTreeMap<String, Value> = redis::cmd("VTRR.STATS")
-        .arg("jobs")
-        .query(&mut con)
-        .unwrap();
+    let stats = stats(&mut con, "jobs");
     assert_eq!(
         ["queued", "inflight", "delayed", "dead"].map(|field| stats[field].clone()),
         [Value::Int(0), Value::Int(0), Value::Int(0), Value::Int(1)],

@@ -237,25 +237,21 @@ impl Builder {
     }
 }
 
-/// The nine key suffixes of a queue.
-pub const SUFFIXES: [&str; 9] = [
-    "queue",
-    "current_virtual_time",
-    "partition_virtual_time",
-    "task",
-    "meta",
-    "inflight",
-    "inflight_task",
-    "lease",
-    "timeouts",
-];
+/// A server whose timer is off (`reclaim-interval-ms 0`): only commands act
+/// on expired leases and due items.
+pub fn quiet_server() -> Server {
+    Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn()
+}
 
-/// The nine key names of queue `name`, in `SUFFIXES` order.
-pub fn queue_keys(name: &str) -> Vec<String> {
-    SUFFIXES
-        .iter()
-        .map(|suffix| format!("vtrr:{name}:{suffix}"))
-        .collect()
+/// A server that fires keyspace notifications for module events (`Kd`),
+/// its timer running every `reclaim_interval_ms` ("0": off).
+pub fn notifying_server(reclaim_interval_ms: &str) -> Server {
+    Server::builder()
+        .args(&["--notify-keyspace-events", "Kd"])
+        .module_args(&["reclaim-interval-ms", reclaim_interval_ms])
+        .spawn()
 }
 
 /// Every key suffix of a queue: vtrr-queue's nine (`SUFFIXES`), then the
@@ -279,29 +275,54 @@ pub const ALL_SUFFIXES: [&str; 16] = [
     "policy",
 ];
 
-/// All sixteen key names of queue `name`, in `ALL_SUFFIXES` order.
-pub fn all_queue_keys(name: &str) -> Vec<String> {
-    ALL_SUFFIXES
+/// The nine key suffixes of a queue that vtrr-queue knows: the first nine
+/// of `ALL_SUFFIXES`.
+pub const SUFFIXES: [&str; 9] = *ALL_SUFFIXES.first_chunk().unwrap();
+
+/// The key names `vtrr:<name>:<suffix>` of queue `name`, in `suffixes` order.
+pub fn keys_of(name: &str, suffixes: &[&str]) -> Vec<String> {
+    suffixes
         .iter()
         .map(|suffix| format!("vtrr:{name}:{suffix}"))
         .collect()
 }
 
-/// DUMP of every key of queue `name`, all sixteen (None for missing keys).
-pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
-    all_queue_keys(name)
-        .into_iter()
-        .map(|key| {
-            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
-            (key, dump)
-        })
-        .collect()
+/// The nine key names of queue `name`, in `SUFFIXES` order.
+pub fn queue_keys(name: &str) -> Vec<String> {
+    keys_of(name, &SUFFIXES)
 }
 
-/// DUMP of every key of the database, sorted by name.
-pub fn dump_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
-    keys.sort();
+/// All sixteen key names of queue `name`, in `ALL_SUFFIXES` order.
+pub fn all_queue_keys(name: &str) -> Vec<String> {
+    keys_of(name, &ALL_SUFFIXES)
+}
+
+/// Whether `key` exists.
+pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
+    let n: i64 = redis::cmd("EXISTS").arg(key).query(con).unwrap();
+    n == 1
+}
+
+/// Asserts queue `name` is drained: current_virtual_time back to 0, and
+/// `queue`, `task` and `partition_virtual_time` gone.
+#[track_caller]
+pub fn assert_drained(con: &mut redis::Connection, name: &str) {
+    let cvt: String = redis::cmd("GET")
+        .arg(format!("vtrr:{name}:current_virtual_time"))
+        .query(con)
+        .unwrap();
+    assert_eq!(cvt, "0");
+    for gone in ["queue", "task", "partition_virtual_time"] {
+        assert!(!exists(con, &format!("vtrr:{name}:{gone}")), "{gone}");
+    }
+}
+
+/// DUMP of each of `keys`, in order, beside its name (None for a missing
+/// key).
+pub fn dump_keys<K: redis::ToRedisArgs>(
+    con: &mut redis::Connection,
+    keys: Vec<K>,
+) -> Vec<(K, Option<Vec<u8>>)> {
     keys.into_iter()
         .map(|key| {
             let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
@@ -310,10 +331,41 @@ pub fn dump_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Vec<u8>>)> 
         .collect()
 }
 
+/// DUMP of every key of queue `name`, all sixteen (None for missing keys).
+pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
+    dump_keys(con, all_queue_keys(name))
+}
+
+/// DUMP of every key of the database, sorted by name.
+pub fn dump_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    dump_keys(con, keys)
+}
+
 /// Asserts `VTRR.CHECK name` finds nothing wrong.
 pub fn assert_invariants(con: &mut redis::Connection, name: &str) {
     let problems: Vec<String> = redis::cmd("VTRR.CHECK").arg(name).query(con).unwrap();
     assert!(problems.is_empty(), "queue {name}: {problems:?}");
+}
+
+/// A command from its words.
+pub fn command(words: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        cmd.arg(*word);
+    }
+    cmd
+}
+
+/// The error reply `result` must be, as `CODE detail`.
+pub fn error_of(result: redis::RedisResult<Value>) -> String {
+    let error = result.expect_err("expected an error reply");
+    format!(
+        "{} {}",
+        error.code().unwrap_or("?"),
+        error.detail().unwrap_or("")
+    )
 }
 
 /// Polls `condition` until it holds or `timeout` passes.
@@ -337,6 +389,26 @@ pub fn wait_until(timeout: Duration, what: &str, condition: impl FnMut() -> bool
         wait_for(timeout, condition),
         "timed out after {timeout:?} waiting until {what}"
     );
+}
+
+/// `CONFIG SET vtrr.reclaim-interval-ms <ms>`: the timer's interval, 0 to
+/// stop it.
+pub fn set_reclaim_interval_ms(con: &mut redis::Connection, ms: u64) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-interval-ms")
+        .arg(ms)
+        .query(con)
+        .unwrap();
+}
+
+/// Waits for the timer's second run: by then the start-up index rebuild has
+/// run, so whatever the timer finds later it learned some other way (from
+/// the commands, or the keyspace subscription).
+pub fn wait_past_startup_rebuild(con: &mut redis::Connection) {
+    wait_until(Duration::from_secs(2), "the timer has run twice", || {
+        vtrr_info(con)["vtrr_timer_runs"] >= 2
+    });
 }
 
 /// `VTRR.ENQUEUE queue` with `(partition, id, weight, payload)` items in one
@@ -385,6 +457,14 @@ pub fn defer_items(
 pub fn server_time_ms(con: &mut redis::Connection) -> i64 {
     let (sec, usec): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
     sec * 1000 + usec / 1000
+}
+
+/// `VTRR.STATS <queue>`, by field name.
+pub fn stats(
+    con: &mut redis::Connection,
+    queue: &str,
+) -> std::collections::BTreeMap<String, Value> {
+    redis::cmd("VTRR.STATS").arg(queue).query(con).unwrap()
 }
 
 /// One lease as VTRR.LEASE replies: id, payload, token, timeouts.
@@ -444,6 +524,24 @@ pub fn nack(
         .unwrap()
 }
 
+/// `VTRR.POLICY <queue> <options...>` (such as `["MAX-NACKS", "2"]`), which
+/// must reply OK.
+pub fn set_policy(con: &mut redis::Connection, queue: &str, options: &[&str]) {
+    let reply: String = redis::cmd("VTRR.POLICY")
+        .arg(queue)
+        .arg(options)
+        .query(con)
+        .unwrap();
+    assert_eq!(reply, "OK");
+}
+
+/// RENEWs the lease of `id` (`token` must be current) to 1 ms and lets it
+/// expire: nothing has reclaimed it yet on a server whose timer is off.
+pub fn expire_lease(con: &mut redis::Connection, queue: &str, id: &[u8], token: &str) {
+    assert_eq!(renew(con, queue, id, token, 1), 1);
+    std::thread::sleep(Duration::from_millis(5));
+}
+
 /// One lease as `VTRR.LEASE ... WITHCOUNTERS` replies: id, payload, token,
 /// timeouts, nacks.
 pub type CountedLease = (Vec<u8>, Vec<u8>, String, i64, i64);
@@ -485,6 +583,28 @@ pub fn ids(leases: &[Lease]) -> Vec<String> {
         .iter()
         .map(|l| String::from_utf8(l.0.clone()).unwrap())
         .collect()
+}
+
+/// The (id, token) of every lease in a LEASE reply (nil, one lease, or an
+/// array of them with COUNT; four or five elements with WITHCOUNTERS), in
+/// order.
+pub fn leases_in(reply: &Value) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let Value::Array(elements) = reply else {
+        return Vec::new();
+    };
+    match elements.as_slice() {
+        [Value::BulkString(id), _, Value::BulkString(token), Value::Int(_), ..] => {
+            vec![(id.clone(), token.clone())]
+        }
+        _ => elements.iter().flat_map(leases_in).collect(),
+    }
+}
+
+/// `VTRR.LEASE <queue> <lease_ms> BLOCK <block_ms>` (0: wait forever).
+pub fn lease_block_cmd(queue: &str, lease_ms: u64, block_ms: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("VTRR.LEASE");
+    cmd.arg(queue).arg(lease_ms).arg("BLOCK").arg(block_ms);
+    cmd
 }
 
 /// WATCHes `keys` on `watcher`, runs `act` (given the watcher, for reads),
@@ -530,6 +650,13 @@ pub fn attach_replica(replica: &Server, master: &Server) {
     assert!(up, "replica did not sync");
 }
 
+/// Waits (up to 5 s) until the one replica of `master` has acknowledged
+/// every write so far.
+pub fn wait_replicated(master: &mut redis::Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(master).unwrap();
+    assert_eq!(acked, 1);
+}
+
 /// Waits until exactly `n` clients are blocked.
 pub fn wait_blocked(con: &mut redis::Connection, n: usize) {
     let expected = format!("blocked_clients:{n}\r");
@@ -538,6 +665,166 @@ pub fn wait_blocked(con: &mut redis::Connection, n: usize) {
         info.contains(&expected)
     });
     assert!(reached, "never saw {n} blocked clients");
+}
+
+/// Subscribes `con` to the keyspace events of `key` in database 0, each
+/// read waiting at most 2 s.
+pub fn keyspace_events<'a>(con: &'a mut redis::Connection, key: &str) -> redis::PubSub<'a> {
+    let mut pubsub = con.as_pubsub();
+    pubsub.subscribe(format!("__keyspace@0__:{key}")).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    pubsub
+}
+
+/// The next `n` events (`vtrr.enqueue`, ...) `pubsub` receives, in order;
+/// fewer if one does not come within the read timeout.
+pub fn next_events(pubsub: &mut redis::PubSub, n: usize) -> Vec<String> {
+    let mut events = Vec::new();
+    while events.len() < n {
+        let Ok(message) = pubsub.get_message() else {
+            break;
+        };
+        events.push(message.get_payload::<String>().unwrap());
+    }
+    events
+}
+
+/// Queue `name` with an item in every state, so all sixteen keys exist:
+/// `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
+/// queued after one expired lease and one nack (so `timeouts` and `nacks`
+/// hold it), `d` delayed by a minute, and a MAX-TIMEOUTS policy. Needs a
+/// server whose timer is off (`quiet_server`).
+pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
+    enqueue_items(
+        con,
+        name,
+        &[
+            ("p", "a", 1, b"A"),
+            ("p", "b", 1, b"B"),
+            ("p", "c", 1, b"C"),
+        ],
+    );
+    let (id, _, token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"a");
+    let (id, _, dead_token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"b");
+    assert_eq!(nack(con, name, b"b", &dead_token, &["DEAD"]), 1);
+    let (id, _, _, _) = lease(con, name, 1).unwrap();
+    assert_eq!(id, b"c");
+    std::thread::sleep(Duration::from_millis(5));
+    let reclaimed: i64 = command(&["VTRR.RECLAIM", name]).query(con).unwrap();
+    assert_eq!(reclaimed, 1);
+    let (id, _, c_token, timeouts) = lease(con, name, 60_000).unwrap();
+    assert_eq!((id.as_slice(), timeouts), (&b"c"[..], 1));
+    assert_eq!(nack(con, name, b"c", &c_token, &[]), 1);
+    assert_eq!(defer_items(con, name, 60_000, &[("p", "d", 1, b"d")]), 1);
+    set_policy(con, name, &["MAX-TIMEOUTS", "3"]);
+    let missing: Vec<String> = dump_queue(con, name)
+        .into_iter()
+        .filter(|(_, dump)| dump.is_none())
+        .map(|(key, _)| key)
+        .collect();
+    assert!(missing.is_empty(), "set-up left keys missing: {missing:?}");
+    assert_invariants(con, name);
+    token
+}
+
+/// A `quiet_server`, a connection to it, and queue `q` in every state
+/// (`queue_in_every_state`): the server, the connection and a's token.
+pub fn queue_in_every_state_on_a_quiet_server() -> (Server, redis::Connection, String) {
+    let server = quiet_server();
+    let mut con = server.connect();
+    let token = queue_in_every_state(&mut con, "q");
+    (server, con, token)
+}
+
+/// The module's own keys of queue `q` (beyond vtrr-queue's nine), each with
+/// the calls that open it (src/ops.rs), as words: one well-formed call of
+/// each command, on `q` as `queue_in_every_state` leaves it (`token` is
+/// a's).
+pub fn lifecycle_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
+    let calls: [(&str, Vec<&str>); 13] = [
+        ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
+        (
+            "defer",
+            vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
+        ),
+        ("lease", vec!["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"]),
+        ("ack", vec!["VTRR.ACK", "q", "a", token]),
+        ("nack", vec!["VTRR.NACK", "q", "a", token]),
+        ("reclaim", vec!["VTRR.RECLAIM", "q"]),
+        ("stats", vec!["VTRR.STATS", "q"]),
+        ("check", vec!["VTRR.CHECK", "q"]),
+        ("dead", vec!["VTRR.DEAD", "q"]),
+        ("policy-set", vec!["VTRR.POLICY", "q", "MAX-NACKS", "2"]),
+        ("policy-read", vec!["VTRR.POLICY", "q"]),
+        ("revive", vec!["VTRR.REVIVE", "q", "b"]),
+        ("cancel", vec!["VTRR.CANCEL", "q", "c"]),
+    ];
+    let openers: [(&str, &[&str]); 7] = [
+        (
+            "delayed",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
+                "cancel",
+            ],
+        ),
+        (
+            "delayed_task",
+            &[
+                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel",
+            ],
+        ),
+        (
+            "nacks",
+            &[
+                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "dead",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
+                "cancel",
+            ],
+        ),
+        (
+            "dead_task",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "dead_reason",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+            ],
+        ),
+        (
+            "policy",
+            &[
+                "lease",
+                "nack",
+                "reclaim",
+                "check",
+                "policy-set",
+                "policy-read",
+                "revive",
+            ],
+        ),
+    ];
+    openers
+        .into_iter()
+        .map(|(suffix, names)| {
+            let words = names
+                .iter()
+                .map(|name| calls.iter().find(|(n, _)| n == name).unwrap().1.clone())
+                .collect();
+            (suffix, words)
+        })
+        .collect()
 }
 
 /// A small deterministic PRNG (xorshift64*), so randomized tests can print
