@@ -206,17 +206,19 @@ fn reset(con: &mut Connection) {
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
 }
 
-/// Enqueues `count` items of `partitions` partitions in calls of 100 (setup).
-fn fill_module(
+/// Adds `count` items (ids `i0`, `i1`, ...) of `partitions` partitions,
+/// weighing `weight(partition number)`, in calls of 100: each call `call`
+/// (the command and its arguments before the items) with items appended
+/// (setup).
+fn fill_in_calls_of_100(
     con: &mut Connection,
-    queue: &str,
+    call: &redis::Cmd,
     count: usize,
     partitions: usize,
     weight: impl Fn(usize) -> u64,
 ) {
     for start in (0..count).step_by(100) {
-        let mut cmd = redis::cmd("VTRR.ENQUEUE");
-        cmd.arg(queue);
+        let mut cmd = call.clone();
         for n in start..(start + 100).min(count) {
             cmd.arg(format!("p{}", n % partitions))
                 .arg(format!("i{n}"))
@@ -225,6 +227,19 @@ fn fill_module(
         }
         let _: i64 = cmd.query(con).unwrap();
     }
+}
+
+/// Enqueues `count` items of `partitions` partitions in calls of 100 (setup).
+fn fill_module(
+    con: &mut Connection,
+    queue: &str,
+    count: usize,
+    partitions: usize,
+    weight: impl Fn(usize) -> u64,
+) {
+    let mut call = redis::cmd("VTRR.ENQUEUE");
+    call.arg(queue);
+    fill_in_calls_of_100(con, &call, count, partitions, weight);
 }
 
 fn fill_stream(con: &mut Connection, count: usize, partitions: usize) {
@@ -268,6 +283,25 @@ struct EnqueueShape {
     items_per_call: usize,
 }
 
+impl EnqueueShape {
+    /// The partition and id of item `k` of operation `op` of connection
+    /// `worker` (ids stay unique).
+    fn item(&self, worker: usize, op: usize, k: usize) -> (String, String) {
+        (
+            format!("p{}", (op * self.items_per_call + k) % self.partitions),
+            format!("w{worker}-{op}-{k}"),
+        )
+    }
+
+    /// Appends operation `op`'s items (weight 1) to `cmd`.
+    fn add_items(&self, cmd: &mut redis::Cmd, worker: usize, op: usize) {
+        for k in 0..self.items_per_call {
+            let (partition, id) = self.item(worker, op, k);
+            cmd.arg(partition).arg(id).arg(1).arg(PAYLOAD);
+        }
+    }
+}
+
 /// One pipelined batch of `n` enqueue calls (operations `start..start + n`
 /// of connection `worker`, so ids stay unique) in `system`'s way.
 fn enqueue_batch(
@@ -281,12 +315,6 @@ fn enqueue_batch(
 ) {
     let mut pipe = redis::pipe();
     for op in start..start + n {
-        let item = |k: usize| {
-            (
-                format!("p{}", (op * shape.items_per_call + k) % shape.partitions),
-                format!("w{worker}-{op}-{k}"),
-            )
-        };
         match system {
             System::Module | System::Lua => {
                 let mut cmd = if system == System::Module {
@@ -296,15 +324,12 @@ fn enqueue_batch(
                 } else {
                     lua.cmd("enqueue", queue_of(system))
                 };
-                for k in 0..shape.items_per_call {
-                    let (partition, id) = item(k);
-                    cmd.arg(partition).arg(id).arg(1).arg(PAYLOAD);
-                }
+                shape.add_items(&mut cmd, worker, op);
                 pipe.add_command(cmd).ignore();
             }
             System::Streams => {
                 for k in 0..shape.items_per_call {
-                    let (partition, id) = item(k);
+                    let (partition, id) = shape.item(worker, op, k);
                     pipe.cmd("XADD")
                         .arg("s")
                         .arg("*")
@@ -445,15 +470,10 @@ fn defer_batch(
 ) {
     let mut pipe = redis::pipe();
     for op in start..start + n {
-        let cmd = pipe.cmd("VTRR.DEFER").arg("qm").arg(delay_ms);
-        for k in 0..shape.items_per_call {
-            let item = op * shape.items_per_call + k;
-            cmd.arg(format!("p{}", item % shape.partitions))
-                .arg(format!("w{worker}-{op}-{k}"))
-                .arg(1)
-                .arg(PAYLOAD);
-        }
-        cmd.ignore();
+        let mut cmd = redis::cmd("VTRR.DEFER");
+        cmd.arg("qm").arg(delay_ms);
+        shape.add_items(&mut cmd, worker, op);
+        pipe.add_command(cmd).ignore();
     }
     let _: () = pipe.query(con).unwrap();
 }
@@ -477,17 +497,9 @@ fn nack_cycle_batch(con: &mut Connection, n: usize) {
 /// DEFERs `count` items of `partitions` partitions, due in `delay_ms`, in
 /// calls of 100 (setup).
 fn fill_delayed(con: &mut Connection, queue: &str, count: usize, partitions: usize, delay_ms: u64) {
-    for start in (0..count).step_by(100) {
-        let mut cmd = redis::cmd("VTRR.DEFER");
-        cmd.arg(queue).arg(delay_ms);
-        for n in start..(start + 100).min(count) {
-            cmd.arg(format!("p{}", n % partitions))
-                .arg(format!("i{n}"))
-                .arg(1)
-                .arg(PAYLOAD);
-        }
-        let _: i64 = cmd.query(con).unwrap();
-    }
+    let mut call = redis::cmd("VTRR.DEFER");
+    call.arg(queue).arg(delay_ms);
+    fill_in_calls_of_100(con, &call, count, partitions, |_| 1);
 }
 
 /// Queues `count` items of weight 1 for `system`'s lease+ack cycle (setup).
