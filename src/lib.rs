@@ -107,6 +107,7 @@ macro_rules! register {
         i64: [
             ["reclaim-interval-ms", &config::RECLAIM_INTERVAL_MS, config::RECLAIM_INTERVAL_MS_DEFAULT, config::RECLAIM_INTERVAL_MS_MIN, config::RECLAIM_INTERVAL_MS_MAX, ConfigurationFlags::DEFAULT, None],
             ["reclaim-batch", &config::RECLAIM_BATCH, config::RECLAIM_BATCH_DEFAULT, config::RECLAIM_BATCH_MIN, config::RECLAIM_BATCH_MAX, ConfigurationFlags::DEFAULT, None],
+            ["timer-budget-us", &config::TIMER_BUDGET_US, config::TIMER_BUDGET_US_DEFAULT, config::TIMER_BUDGET_US_MIN, config::TIMER_BUDGET_US_MAX, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

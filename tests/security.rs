@@ -356,3 +356,53 @@ fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
         .unwrap();
     assert_eq!(cancelled, 1);
 }
+
+#[test]
+fn every_denied_key_is_recorded_in_acl_log_with_its_name_and_user() {
+    let (server, mut admin, token) = every_state_with_a_lease_expired();
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut admin)
+        .unwrap();
+    let mut expected = Vec::new();
+    for (denied, calls) in lifecycle_key_openers(&token) {
+        let selectors: Vec<String> = ALL_SUFFIXES
+            .iter()
+            .filter(|suffix| **suffix != denied)
+            .map(|suffix| format!("~vtrr:q:{suffix}"))
+            .collect();
+        let user_name = format!("no-{denied}");
+        let mut user = connect_as(&server, &mut admin, &user_name, &selectors);
+        let words = &calls[0];
+        assert!(error_of(command(words).query(&mut user)).starts_with("NOPERM"));
+        expected.push((user_name, format!("vtrr:q:{denied}")));
+    }
+    // ACL LOG lists the newest first; each entry is a flat field/value map.
+    let log: Vec<Vec<Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .arg(100)
+        .query(&mut admin)
+        .unwrap();
+    let field = |entry: &[Value], name: &str| -> String {
+        let at = entry
+            .iter()
+            .position(|v| matches!(v, Value::BulkString(b) if b == name.as_bytes()))
+            .unwrap_or_else(|| panic!("no {name} in {entry:?}"));
+        match &entry[at + 1] {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            other => panic!("{name} is {other:?}"),
+        }
+    };
+    let mut logged: Vec<(String, String)> = log
+        .iter()
+        .map(|entry| {
+            assert_eq!(field(entry, "reason"), "key", "{entry:?}");
+            (field(entry, "username"), field(entry, "object"))
+        })
+        .collect();
+    logged.sort();
+    expected.sort();
+    assert_eq!(logged, expected);
+}

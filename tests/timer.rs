@@ -1,6 +1,7 @@
 //! The reclaim timer: expired leases come back with no client traffic, after
-//! restarts, when written by other clients, in bounded batches; configs and
-//! INFO; SWAPDB; idle ticks, and a reclaim that finds nothing expired,
+//! restarts, when written by other clients, in bounded batches; each run
+//! keeps to its time budget and comes back soon while work is left; configs
+//! and INFO; SWAPDB; idle ticks, and a reclaim that finds nothing expired,
 //! disturb no WATCH.
 
 mod common;
@@ -351,4 +352,67 @@ fn info_reports_the_timer() {
         modules.contains("vtrr_timer_runs:"),
         "INFO modules lacks the section"
     );
+}
+
+/// A server whose timer runs every `interval_ms` with `budget_us` per run
+/// and chunks of 10, and `n` leases of queue "mass" that expired together
+/// while the timer was off.
+fn expired_leases(interval_ms: &str, budget_us: &str, n: usize) -> (Server, Connection) {
+    let server = Server::builder()
+        .module_args(&[
+            "reclaim-interval-ms",
+            "0",
+            "reclaim-batch",
+            "10",
+            "timer-budget-us",
+            budget_us,
+        ])
+        .spawn();
+    let mut con = server.connect();
+    let ids: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+    let items: Vec<(&str, &str, u64, &[u8])> = ids
+        .iter()
+        .map(|id| ("p", id.as_str(), 1, &b"x"[..]))
+        .collect();
+    enqueue_items(&mut con, "mass", &items);
+    assert_eq!(lease_count(&mut con, "mass", 1, n as u64).len(), n);
+    std::thread::sleep(Duration::from_millis(5)); // the 1 ms leases expire
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("vtrr.reclaim-interval-ms")
+        .arg(interval_ms)
+        .query(&mut con)
+        .unwrap();
+    (server, con)
+}
+
+fn all_back(con: &mut Connection) -> bool {
+    let stats: std::collections::HashMap<String, Value> =
+        redis::cmd("VTRR.STATS").arg("mass").query(con).unwrap();
+    stats["inflight"] == Value::Int(0)
+}
+
+#[test]
+fn a_timer_run_stops_once_its_budget_is_spent_and_comes_back_soon() {
+    // A 1 µs budget: every run stops after its first chunk of 10. With a
+    // 200 ms interval, 500 leases would take 10 s if the timer waited a
+    // whole interval between runs; it comes back after 1 ms instead.
+    let (_server, mut con) = expired_leases("200", "1", 500);
+    wait_until(Duration::from_secs(5), "every lease is back", || {
+        all_back(&mut con)
+    });
+    let counters = vtrr_info(&mut con);
+    assert_eq!(counters["vtrr_timer_items_reclaimed"], 500);
+    assert_eq!(counters["vtrr_timer_most_reclaimed_in_one_run"], 10);
+    assert!(counters["vtrr_timer_runs"] >= 50, "{counters:?}");
+}
+
+#[test]
+fn a_generous_budget_takes_several_chunks_in_one_run() {
+    let (_server, mut con) = expired_leases("20", "1000000", 500);
+    wait_until(Duration::from_secs(5), "every lease is back", || {
+        all_back(&mut con)
+    });
+    let counters = vtrr_info(&mut con);
+    assert_eq!(counters["vtrr_timer_most_reclaimed_in_one_run"], 500);
 }

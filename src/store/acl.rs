@@ -43,6 +43,23 @@ impl AclUser {
     }
 }
 
+impl AclUser {
+    /// Records a denied key in `ACL LOG` (reason `key`, the key's name, this
+    /// user), where Redis records its own key denials.
+    pub fn log_denied(&self, ctx: &Context, key: &OwnedString) {
+        // SAFETY: live context, valid user and key name; Redis copies what
+        // it keeps.
+        unsafe {
+            api!(RedisModule_ACLAddLogEntry)(
+                ctx.ctx,
+                self.0,
+                key.0,
+                raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_KEY,
+            )
+        };
+    }
+}
+
 impl Drop for AclUser {
     fn drop(&mut self) {
         // SAFETY: obtained from GetModuleUserFromUserName, freed once.

@@ -30,6 +30,7 @@ macro_rules! required {
 }
 
 required!(
+    RedisModule_ACLAddLogEntry,
     RedisModule_ACLCheckKeyPermissions,
     RedisModule_BlockClientOnKeys,
     RedisModule_CloseKey,

@@ -84,6 +84,7 @@ impl<'ctx> RedisStore<'ctx> {
         };
         if let Some(user) = user {
             if let Some(denied) = names.iter().flatten().find(|name| !user.may(name, access)) {
+                user.log_denied(ctx, denied);
                 return Err(OpenError::NoPermission {
                     key: denied.bytes().to_vec(),
                 });

@@ -51,6 +51,13 @@ impl Index {
         Some((db, queue))
     }
 
+    /// Whether some queue is due at or before `now_ms`.
+    pub fn has_due(&self, now_ms: i64) -> bool {
+        self.schedule
+            .first()
+            .is_some_and(|(due, _, _)| *due <= now_ms)
+    }
+
     /// Queues with a due time.
     pub fn tracked(&self) -> usize {
         self.schedule.len()
@@ -109,6 +116,8 @@ mod tests {
         index.note_due(1, b"a", 60);
         assert_eq!(index.tracked(), 2);
         assert_eq!(index.pop_due(39), None);
+        assert!(!index.has_due(39));
+        assert!(index.has_due(40));
         assert_eq!(index.pop_due(100), Some((0, b"a".to_vec())));
         assert_eq!(index.pop_due(59), None);
         assert_eq!(index.pop_due(60), Some((1, b"a".to_vec())));

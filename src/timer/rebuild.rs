@@ -1,7 +1,10 @@
 //! Rebuilding the index from the keyspace after loading an RDB/AOF, a full
 //! sync, a role change or module load on a populated server: an incremental
-//! `SCAN MATCH vtrr:*` of every database, a bounded step per tick. Every
-//! queue with an inflight or delayed key is queued for a recheck.
+//! `SCAN MATCH vtrr:*` of every database, a step per run within the run's
+//! time budget. Every queue with an inflight or delayed key is queued for a
+//! recheck.
+
+use std::time::Instant;
 
 use redis_module::{Context, RedisValue};
 
@@ -10,16 +13,14 @@ use crate::keys;
 use crate::store::bytes_of;
 use crate::store::server::select_db;
 
-/// Keys one tick may walk while rebuilding the index.
-const SCAN_KEYS_PER_TICK: usize = 100_000;
-const SCAN_COUNT: &str = "10000";
+/// Keys one SCAN call walks; the step looks at its budget between calls.
+const SCAN_COUNT: &str = "1000";
 
-/// One bounded step of the index rebuild; true while unfinished.
-pub fn step(ctx: &Context) -> bool {
+/// One step of the index rebuild, until `deadline`; true while unfinished.
+pub fn step(ctx: &Context, deadline: Instant) -> bool {
     let Some((mut db, mut cursor)) = with_index(|index| index.scan.clone()) else {
         return false;
     };
-    let mut walked = 0usize;
     let mut found: Vec<(i32, Vec<u8>)> = Vec::new();
     let finished = loop {
         if !select_db(ctx, db) {
@@ -43,14 +44,13 @@ pub fn step(ctx: &Context) -> bool {
                 }
             }
         }
-        walked += 10_000;
         if next_cursor == "0" {
             db += 1;
             cursor = "0".to_string();
         } else {
             cursor = next_cursor;
         }
-        if walked >= SCAN_KEYS_PER_TICK {
+        if Instant::now() >= deadline {
             break false;
         }
     };

@@ -1,9 +1,12 @@
-//! One run of the timer: a rebuild step, a reread of the queues others
-//! wrote, then the queues whose due time has passed, at most
-//! `vtrr.reclaim-batch` items in all: expired leases reclaimed (as
-//! `VTRR.RECLAIM`) and due delayed items promoted. It acts only through the
-//! operations layer. A tick with nothing due opens
-//! no key for writing, so it signals nothing.
+//! One run of the timer, within `vtrr.timer-budget-us`: a rebuild step, a
+//! reread of the queues others wrote, then the queues whose due time has
+//! passed, `vtrr.reclaim-batch` items at a time: expired leases reclaimed
+//! (as `VTRR.RECLAIM`) and due delayed items promoted. It acts only through
+//! the operations layer. Each step looks at the clock between two pieces of
+//! work and stops once the budget is spent (after at least one piece, so
+//! every run makes progress); while work is left the next run comes after
+//! `RESUME_MS`, not a whole interval. A run with nothing due opens no key
+//! for writing, so it signals nothing.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -16,18 +19,19 @@ use crate::ops;
 use crate::store::server::{now_ms, select_db, selected_db};
 use crate::{config, info};
 
-/// How soon the next tick comes while a rebuild scan is unfinished.
-const SCAN_RESUME_MS: u64 = 1;
+/// How soon the next run comes while work is left.
+const RESUME_MS: u64 = 1;
 
 pub fn tick(ctx: &Context, _: ()) {
     TIMER_ID.store(0, Ordering::Relaxed);
     let started = Instant::now();
+    let deadline = started + config::timer_budget();
     let original_db = selected_db(ctx);
-    let scanning = rebuild::step(ctx);
-    recheck_written(ctx);
-    let is_master = ctx.get_flags().contains(ContextFlags::MASTER);
-    if is_master {
-        reclaim_due(ctx, now_ms());
+    let now = now_ms();
+    let mut work_left = rebuild::step(ctx, deadline);
+    work_left |= recheck_written(ctx, deadline);
+    if ctx.get_flags().contains(ContextFlags::MASTER) {
+        work_left |= act_on_due(ctx, now, deadline);
     }
     select_db(ctx, original_db);
 
@@ -42,8 +46,8 @@ pub fn tick(ctx: &Context, _: ()) {
 
     let interval = config::reclaim_interval_ms();
     if interval > 0 && TIMER_ID.load(Ordering::Relaxed) == 0 {
-        let next = if scanning {
-            SCAN_RESUME_MS
+        let next = if work_left {
+            RESUME_MS
         } else {
             interval as u64
         };
@@ -51,49 +55,61 @@ pub fn tick(ctx: &Context, _: ()) {
     }
 }
 
-/// Rereads the next due time of every queue written by others since the
-/// last tick.
-fn recheck_written(ctx: &Context) {
+/// Rereads the next due time of the queues written by others since the
+/// last run; true when the budget ran out first.
+fn recheck_written(ctx: &Context, deadline: Instant) -> bool {
     let written: Vec<(i32, Vec<u8>)> = with_index(|index| index.recheck.drain().collect());
-    for (db, queue) in written {
+    let mut written = written.into_iter();
+    for (db, queue) in written.by_ref() {
         if select_db(ctx, db) {
             let due = ops::next_due(ctx, &queue);
             with_index(|index| index.set_due(db, &queue, due));
         }
+        if Instant::now() >= deadline {
+            break;
+        }
     }
+    let left: Vec<(i32, Vec<u8>)> = written.collect();
+    let work_left = !left.is_empty();
+    with_index(|index| index.recheck.extend(left));
+    work_left
 }
 
 /// Acts on the queues with something due (expired leases, due delayed
-/// items), within the batch budget.
-fn reclaim_due(ctx: &Context, now: i64) {
-    let batch = config::reclaim_batch();
-    let mut budget = batch;
-    while budget > 0 {
+/// items), earliest first, a chunk at a time; true when the budget ran out
+/// with something still due.
+fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
+    let chunk = config::reclaim_batch();
+    let mut done_in_run = 0u64;
+    let work_left = loop {
         let Some((db, queue)) = with_index(|index| index.pop_due(now)) else {
-            break;
+            break false;
         };
-        if !select_db(ctx, db) {
-            continue;
-        }
-        match ops::run_due(ctx, &queue, now, budget) {
-            Ok(done) => {
-                info::add(&info::TIMER_RECLAIMED, done.reclaimed);
-                info::add(&info::TIMER_PROMOTED, done.promoted);
-                budget = budget.saturating_sub((done.reclaimed + done.promoted) as usize);
+        if select_db(ctx, db) {
+            match ops::run_due(ctx, &queue, now, chunk) {
+                Ok(done) => {
+                    info::add(&info::TIMER_RECLAIMED, done.reclaimed);
+                    info::add(&info::TIMER_PROMOTED, done.promoted);
+                    done_in_run += done.reclaimed + done.promoted;
+                }
+                Err(error) => {
+                    // A wrong key type or unreadable virtual time: leave the
+                    // queue alone until a client writes it again.
+                    ctx.log_warning(&format!(
+                        "vtrr: timer skipped queue {}: {}",
+                        String::from_utf8_lossy(&queue),
+                        error
+                    ));
+                    continue;
+                }
             }
-            Err(error) => {
-                // A wrong key type or unreadable virtual time: leave the queue
-                // alone until a client writes it again.
-                ctx.log_warning(&format!(
-                    "vtrr: timer skipped queue {}: {}",
-                    String::from_utf8_lossy(&queue),
-                    error
-                ));
-                continue;
-            }
+            let due = ops::next_due(ctx, &queue);
+            with_index(|index| index.set_due(db, &queue, due));
         }
-        let due = ops::next_due(ctx, &queue);
-        with_index(|index| index.set_due(db, &queue, due));
-    }
-    info::TIMER_MOST_RECLAIMED_IN_ONE_RUN.fetch_max((batch - budget) as u64, Ordering::Relaxed);
+        if Instant::now() >= deadline {
+            break with_index(|index| index.has_due(now));
+        }
+    };
+    info::TIMER_MOST_RECLAIMED_IN_ONE_RUN.fetch_max(done_in_run, Ordering::Relaxed);
+    work_left
 }
