@@ -718,3 +718,41 @@ fn a_promoted_replica_starts_reclaiming() {
     );
     assert_invariants(&mut r, "q");
 }
+
+#[test]
+fn a_promoted_replica_promotes_due_delayed_items() {
+    // The master's timer is off, so a due delayed item stays delayed on both.
+    let master = quiet_server();
+    let replica = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .spawn();
+    attach_replica(&replica, &master);
+    let mut m = master.connect();
+    let mut r = replica.connect();
+    defer_items(&mut m, "q", 30, &[("p", "d", 1, b"D")]);
+    wait_replicated(&mut m);
+    std::thread::sleep(Duration::from_millis(200));
+    let delayed: i64 = redis::cmd("ZCARD")
+        .arg("vtrr:q:delayed")
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(delayed, 1, "a replica's timer must not promote");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
+    wait_until(
+        Duration::from_secs(2),
+        "the promoted replica promotes d",
+        || {
+            let score: Option<f64> = redis::cmd("ZSCORE")
+                .arg("vtrr:q:queue")
+                .arg("d")
+                .query(&mut r)
+                .unwrap();
+            score.is_some()
+        },
+    );
+    assert_invariants(&mut r, "q");
+}
