@@ -39,6 +39,9 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "Worst deviation from the ideal share",
         "## Timer",
         "most in one run",
+        "## Mass expiry",
+        "| idle baseline: A's server after its drain,",
+        "| target (issue, not asserted) |",
         "![When each partition was served",
     ] {
         assert!(
@@ -60,6 +63,42 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
             .unwrap_or_else(|| panic!("no {row} row in:\n{report}"));
         assert!(line.contains(cost), "{row} has no {cost}cost: {line}");
     }
+    // The mass expiry rows at the smoke sizes, every cell filled; and the
+    // one LEASE over expired leases reclaims no more than `vtrr.reclaim-batch`.
+    for row in [
+        "| A: one queue, 300 leases |",
+        "| B: one lease per queue, 100 queues |",
+    ] {
+        let line = report
+            .lines()
+            .find(|line| line.starts_with(row))
+            .unwrap_or_else(|| panic!("no {row} row in:\n{report}"));
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 11, "{line}");
+        assert!(cells.iter().all(|cell| !cell.is_empty()), "{line}");
+    }
+    let lease = report
+        .lines()
+        .find(|line| line.starts_with("One `VTRR.LEASE` on a queue with 100 expired leases"))
+        .unwrap_or_else(|| panic!("no single LEASE line in:\n{report}"));
+    let number_after = |word: &str| -> u64 {
+        let rest = lease
+            .split(word)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{word} in {lease}"));
+        rest.trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(lease.contains("µs of server time"), "{lease}");
+    assert_eq!(
+        number_after("It reclaimed"),
+        number_after("`vtrr.reclaim-batch`"),
+        "{lease}"
+    );
     let svg = std::fs::read_to_string(&plot).unwrap();
     std::fs::remove_file(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

@@ -1,11 +1,13 @@
 //! `make bench`: what the same queue work costs as the module, as the Lua
 //! scripts it replaces, as Redis Streams and as a plain list, measured side by
 //! side on one server in one run; then the job lifecycle's own commands
-//! (DEFER, NACK, promotion), scaling, fairness and the timer.
+//! (DEFER, NACK, promotion), scaling, fairness, the timer and a mass expiry.
 //!
-//! `bench [--smoke] [--out FILE] [--plot FILE]`. `--smoke` runs tiny sizes
-//! once (seconds), so `make test` keeps this program working; it measures,
-//! never asserts. `--plot` draws the fairness run's service order as an SVG.
+//! `bench [--smoke] [--out FILE] [--plot FILE] [--section NAME]`. `--smoke`
+//! runs tiny sizes once (seconds), so `make test` keeps this program working;
+//! it measures, never asserts. `--plot` draws the fairness run's service
+//! order as an SVG. `--section` runs one section only (throughput, lifecycle,
+//! scaling, fairness, timer, mass-expiry).
 //! `bench --instructions` instead counts each operation's instructions on a
 //! server run under callgrind (`instructions.rs`).
 
@@ -16,10 +18,12 @@ mod plot;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use common::{vtrr_info, LuaScripts, Server, Value};
+use common::{lease, stats, vtrr_info, LuaScripts, Server, Value};
 use redis::Connection;
 
 /// Sizes of one run.
@@ -42,6 +46,12 @@ struct Sizes {
     weighted_items: usize,
     flood: usize,
     unrelated_keys: usize,
+    /// Mass expiry: leases of one queue expiring together (scenario A),
+    /// queues of one lease each (B), and the expired leases of the queue one
+    /// LEASE meets with the timer off.
+    mass_leases: usize,
+    mass_queues: usize,
+    inline_expired: usize,
     /// `--instructions`: operations counted per system and repeat, and the
     /// items queued first (enough for every repeat's cycles).
     counted_ops: usize,
@@ -67,6 +77,9 @@ const FULL: Sizes = Sizes {
     weighted_items: 3_000,
     flood: 100_000,
     unrelated_keys: 1_000_000,
+    mass_leases: 100_000,
+    mass_queues: 20_000,
+    inline_expired: 10_000,
     counted_ops: 2_000,
     counted_backlog: 20_000,
 };
@@ -87,6 +100,9 @@ const SMOKE: Sizes = Sizes {
     weighted_items: 60,
     flood: 500,
     unrelated_keys: 1_000,
+    mass_leases: 300,
+    mass_queues: 100,
+    inline_expired: 100,
     counted_ops: 100,
     counted_backlog: 300,
 };
@@ -206,6 +222,26 @@ fn reset(con: &mut Connection) {
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
 }
 
+/// `CONFIG SET <name> <value>`.
+fn set_config(con: &mut Connection, name: &str, value: impl redis::ToRedisArgs) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(con)
+        .unwrap();
+}
+
+/// A numeric config's value (`CONFIG GET <name>`).
+fn config_value(con: &mut Connection, name: &str) -> usize {
+    let (_, value): (String, usize) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .unwrap();
+    value
+}
+
 /// Adds `count` items (ids `i0`, `i1`, ...) of `partitions` partitions,
 /// weighing `weight(partition number)`, in calls of 100: each call `call`
 /// (the command and its arguments before the items) with items appended
@@ -240,6 +276,21 @@ fn fill_module(
     let mut call = redis::cmd("VTRR.ENQUEUE");
     call.arg(queue);
     fill_in_calls_of_100(con, &call, count, partitions, weight);
+}
+
+/// Enqueues `count` items of `partitions` partitions and leases them all for
+/// 1 ms, in one call, then lets the leases expire (setup: on a server whose
+/// timer is off nothing reclaims them).
+fn fill_expired(con: &mut Connection, queue: &str, count: usize, partitions: usize) {
+    fill_module(con, queue, count, partitions, |_| 1);
+    let _: Value = redis::cmd("VTRR.LEASE")
+        .arg(queue)
+        .arg(1)
+        .arg("COUNT")
+        .arg(count)
+        .query(con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(5));
 }
 
 fn fill_stream(con: &mut Connection, count: usize, partitions: usize) {
@@ -776,14 +827,7 @@ impl Bench<'_> {
                 let con = &mut self.admin;
                 let call = match system {
                     System::Module | System::Lua => {
-                        fill_module(con, "q", count, partitions, |_| 1);
-                        let _: Value = redis::cmd("VTRR.LEASE")
-                            .arg("q")
-                            .arg(1)
-                            .arg("COUNT")
-                            .arg(count)
-                            .query(con)
-                            .unwrap();
+                        fill_expired(con, "q", count, partitions);
                         if system == System::Module {
                             let mut c = redis::cmd("VTRR.RECLAIM");
                             c.arg("q");
@@ -985,20 +1029,8 @@ impl Bench<'_> {
     fn promotion(&mut self, partitions: usize, by_timer: bool) -> Run {
         let count = self.sizes.reclaim_items;
         let con = &mut self.admin;
-        let config = |con: &mut Connection, name: &str, value: usize| {
-            let _: () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg(name)
-                .arg(value)
-                .query(con)
-                .unwrap();
-        };
-        let batch: (String, usize) = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("vtrr.reclaim-batch")
-            .query(con)
-            .unwrap();
-        config(con, "vtrr.reclaim-batch", count);
+        let batch = config_value(con, "vtrr.reclaim-batch");
+        set_config(con, "vtrr.reclaim-batch", count);
         let (mut seconds, mut cost) = (Vec::new(), 0.0);
         for _ in 0..self.sizes.reclaim_calls {
             reset(con);
@@ -1010,14 +1042,14 @@ impl Bench<'_> {
                 // run's time before it is read.
                 let promoted = |con: &mut Connection| vtrr_info(con)["vtrr_timer_items_promoted"];
                 let before = promoted(con);
-                config(con, "vtrr.reclaim-interval-ms", 200);
+                set_config(con, "vtrr.reclaim-interval-ms", 200);
                 let started = Instant::now();
                 while promoted(con) - before < count as i64 {
                     assert!(started.elapsed() < Duration::from_secs(60), "timer stalled");
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 let run_us = vtrr_info(con)["vtrr_timer_last_run_us"] as f64;
-                config(con, "vtrr.reclaim-interval-ms", 0);
+                set_config(con, "vtrr.reclaim-interval-ms", 0);
                 seconds.push(run_us / 1e6);
                 cost += run_us;
             } else {
@@ -1031,7 +1063,7 @@ impl Bench<'_> {
                 cost += command_stats(con).get("vtrr.lease").copied().unwrap_or(0.0);
             }
         }
-        config(con, "vtrr.reclaim-batch", batch.1);
+        set_config(con, "vtrr.reclaim-batch", batch);
         seconds.sort_by(f64::total_cmp);
         let median = percentile(&seconds, 0.5);
         let what = if by_timer { "timer run" } else { "vtrr.lease" };
@@ -1371,12 +1403,7 @@ impl Bench<'_> {
         let info =
             |con: &mut Connection, field: &str| -> i64 { vtrr_info(con)[&format!("vtrr_{field}")] };
         let idle_tick = |con: &mut Connection| -> f64 {
-            let _: () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("vtrr.reclaim-interval-ms")
-                .arg(10)
-                .query(con)
-                .unwrap();
+            set_config(con, "vtrr.reclaim-interval-ms", 10);
             fill_module(con, "t", 1, 1, |_| 1);
             let _: Value = redis::cmd("VTRR.LEASE")
                 .arg("t")
@@ -1402,29 +1429,11 @@ impl Bench<'_> {
         writeln!(self.report, "| keyspace | idle tick (mean of 20, µs) |\n|---|---|\n| one queue only | {empty:.1} |\n| plus {} unrelated keys | {populated:.1} |\n", sizes.unrelated_keys).unwrap();
 
         reset(con);
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("vtrr.reclaim-interval-ms")
-            .arg(0)
-            .query(con)
-            .unwrap();
-        fill_module(con, "t", sizes.flood, 100, |_| 1);
-        let _: Value = redis::cmd("VTRR.LEASE")
-            .arg("t")
-            .arg(1)
-            .arg("COUNT")
-            .arg(sizes.flood)
-            .query(con)
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+        set_config(con, "vtrr.reclaim-interval-ms", 0);
+        fill_expired(con, "t", sizes.flood, 100);
         let longest_before = info(con, "timer_longest_run_us");
         let reclaimed_before = info(con, "timer_items_reclaimed");
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("vtrr.reclaim-interval-ms")
-            .arg(20)
-            .query(con)
-            .unwrap();
+        set_config(con, "vtrr.reclaim-interval-ms", 20);
         let started = Instant::now();
         while info(con, "timer_items_reclaimed") - reclaimed_before < sizes.flood as i64
             && started.elapsed() < Duration::from_secs(120)
@@ -1433,14 +1442,285 @@ impl Bench<'_> {
         }
         writeln!(
             self.report,
-            "{} expired leases, `vtrr.reclaim-batch` 1000, interval 20 ms: all reclaimed by the timer in {:.2} s; most in one run {}; longest run {} µs (before the flood: {} µs).\n",
+            "{} expired leases, `vtrr.reclaim-batch` {}, `vtrr.timer-budget-us` {}, interval 20 ms: all reclaimed by the timer in {:.2} s; most in one run {}; longest run {} µs (before the flood: {} µs).\n",
             sizes.flood,
+            config_value(con, "vtrr.reclaim-batch"),
+            config_value(con, "vtrr.timer-budget-us"),
             started.elapsed().as_secs_f64(),
             info(con, "timer_most_reclaimed_in_one_run"),
             info(con, "timer_longest_run_us"),
             longest_before
         )
         .unwrap();
+    }
+
+    /// The timer draining a mass expiry, each scenario on a fresh server;
+    /// then the worst single LEASE with the timer off.
+    fn mass_expiry_section(&mut self) {
+        let sizes = self.sizes;
+        reset(&mut self.admin); // the shared server idles meanwhile
+        let server = expiry_server();
+        let mut con = server.connect();
+        writeln!(
+            self.report,
+            "## Mass expiry\n\nLeases expiring together, the timer draining them with no client traffic but observers. Each scenario on a fresh server, so `vtrr_timer_longest_run_us` covers only it (and one run on the empty server, which does the keyspace walk a freshly loaded module owes); default configs (`vtrr.timer-budget-us` {}, `vtrr.reclaim-batch` {}) but the timer: off (`vtrr.reclaim-interval-ms` 0) while the leases are made (1 ms each) and expire, then `CONFIG SET vtrr.reclaim-interval-ms {DRAIN_INTERVAL_MS}` (the default) starts the drain, so the first run comes one interval later. Observers: a PING client on its own connection and thread, one PING at a time (round trips of those sent from the last look before the first reclaim until all are back); and a poller on another connection, one look every {} ms (A: `VTRR.STATS` inflight; B: INFO `vtrr_items_reclaimed`). The idle baseline: the same PING client at A's server once it is idle again, for as long as A's drain took: the machine's own hiccups, which bound the PING max as much as the server does. Longest command: the slowest SLOWLOG entry (every command over {SLOWLOG_THRESHOLD_US} µs logged, the log reset as the timer starts), the bench's own CONFIG and SLOWLOG aside (commands the module runs through `RM_Call` are logged too); timer runs are not commands, so they show in the timer column and in the PING round trips. `all back after`: from switching the timer on (every lease expired already) to the first look that found none out; `reclaimed/s`: the leases over the time from the last look before the first reclaim to then.\n",
+            config_value(&mut con, "vtrr.timer-budget-us"),
+            config_value(&mut con, "vtrr.reclaim-batch"),
+            DRAIN_POLL.as_millis(),
+        )
+        .unwrap();
+        writeln!(
+            self.report,
+            "| scenario | longest timer run µs | timer runs | longest command µs | PINGs | PING p99 µs | p99.9 µs | max µs | first reclaim after s | all back after s | reclaimed/s |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        )
+        .unwrap();
+
+        fill_expired(&mut con, "a", sizes.mass_leases, 100);
+        let inflight = |con: &mut Connection| -> usize {
+            redis::from_redis_value(stats(con, "a").remove("inflight").unwrap()).unwrap()
+        };
+        let drained = drain(&server, sizes.mass_leases, inflight);
+        self.drain_row(
+            &format!("A: one queue, {} leases", sizes.mass_leases),
+            sizes.mass_leases,
+            &drained,
+        );
+        // The machine's own hiccups, for comparison: PINGs at the same server,
+        // idle after its drain, for as long as the drain took.
+        let drain_time = Duration::from_secs_f64(drained.all_back_s - drained.first_reclaim_s);
+        let ((), idle) = pinging(&server, || {
+            let from = Instant::now();
+            std::thread::sleep(drain_time);
+            ((), from..Instant::now())
+        });
+        writeln!(
+            self.report,
+            "| idle baseline: A's server after its drain, {:.2} s | | | | {} | | | |",
+            drain_time.as_secs_f64(),
+            ping_cells(&idle)
+        )
+        .unwrap();
+        drop((con, server));
+
+        let server = expiry_server();
+        let mut con = server.connect();
+        fill_expired_one_per_queue(&mut con, sizes.mass_queues);
+        let reclaimed = |con: &mut Connection| vtrr_info(con)["vtrr_items_reclaimed"] as usize;
+        let before = reclaimed(&mut con);
+        let drained = drain(&server, sizes.mass_queues, |con| {
+            sizes.mass_queues - (reclaimed(con) - before)
+        });
+        self.drain_row(
+            &format!("B: one lease per queue, {} queues", sizes.mass_queues),
+            sizes.mass_queues,
+            &drained,
+        );
+        writeln!(
+            self.report,
+            "| target (issue, not asserted) | ≤ 2000 | | ≤ 1000 | | | | ≤ 5000 | | ≤ 5 (100000 leases) | |\n"
+        )
+        .unwrap();
+        drop((con, server));
+
+        let server = expiry_server();
+        let mut con = server.connect();
+        fill_expired(&mut con, "l", sizes.inline_expired, 100);
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut con)
+            .unwrap();
+        let before = reclaimed(&mut con);
+        lease(&mut con, "l", 60_000).expect("a lease");
+        let usec = command_stats(&mut con)["vtrr.lease"];
+        writeln!(
+            self.report,
+            "One `VTRR.LEASE` on a queue with {} expired leases, the timer off: {usec:.0} µs of server time (INFO commandstats; target ≤ 1000). It reclaimed {} of them (`vtrr.reclaim-batch` {}) and leased one; the rest wait for the next calls or the timer.\n",
+            sizes.inline_expired,
+            reclaimed(&mut con) - before,
+            config_value(&mut con, "vtrr.reclaim-batch"),
+        )
+        .unwrap();
+    }
+
+    /// A row of the mass expiry table: scenario `name`, `count` leases.
+    fn drain_row(&mut self, name: &str, count: usize, drained: &Drain) {
+        let slowest = match &drained.slowest_command {
+            Some((command, us)) => format!("{us} ({command})"),
+            None => format!("< {SLOWLOG_THRESHOLD_US} (none logged)"),
+        };
+        writeln!(
+            self.report,
+            "| {name} | {} | {} | {slowest} | {} | {:.2} | {:.2} | {:.0} |",
+            drained.longest_run_us,
+            drained.timer_runs,
+            ping_cells(&drained.ping_us),
+            drained.first_reclaim_s,
+            drained.all_back_s,
+            count as f64 / (drained.all_back_s - drained.first_reclaim_s),
+        )
+        .unwrap();
+    }
+}
+
+/// Commands slower than this (µs) are logged during a mass expiry.
+const SLOWLOG_THRESHOLD_US: &str = "100";
+/// How often a mass expiry's progress is read, one command per look.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
+/// `vtrr.reclaim-interval-ms` during a mass expiry (the default).
+const DRAIN_INTERVAL_MS: u64 = 1000;
+
+/// A server for one mass expiry: every command slower than
+/// `SLOWLOG_THRESHOLD_US` kept in the SLOWLOG, and the timer off once it has
+/// run once, so the walk of the keyspace it owes a freshly loaded module
+/// (`src/timer/rebuild.rs`) is done on the empty server, not in the drain.
+fn expiry_server() -> Server {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "1"])
+        .args(&[
+            "--slowlog-log-slower-than",
+            SLOWLOG_THRESHOLD_US,
+            "--slowlog-max-len",
+            "100000",
+        ])
+        .spawn();
+    let mut con = server.connect();
+    while vtrr_info(&mut con)["vtrr_timer_runs"] == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    set_config(&mut con, "vtrr.reclaim-interval-ms", 0);
+    server
+}
+
+/// Queues `q0`, `q1`, ... (`queues` of them) with one item each, leased for
+/// 1 ms, 1,000 queues per round trip; then lets the leases expire (setup).
+fn fill_expired_one_per_queue(con: &mut Connection, queues: usize) {
+    for start in (0..queues).step_by(1000) {
+        let mut pipe = redis::pipe();
+        for n in start..(start + 1000).min(queues) {
+            let queue = format!("q{n}");
+            pipe.cmd("VTRR.ENQUEUE")
+                .arg(&queue)
+                .arg("p0")
+                .arg("i0")
+                .arg(1)
+                .arg(PAYLOAD)
+                .ignore();
+            pipe.cmd("VTRR.LEASE").arg(&queue).arg(1).ignore();
+        }
+        let _: () = pipe.query(con).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+}
+
+/// Runs `work` while a PING client, on its own connection and thread, sends
+/// one PING at a time: what `work` returned, and the round trips (µs, sorted)
+/// of the PINGs sent within the window `work` returned.
+fn pinging<T>(server: &Server, work: impl FnOnce() -> (T, Range<Instant>)) -> (T, Vec<f64>) {
+    let mut con = server.connect();
+    let stop = AtomicBool::new(false);
+    let ((result, window), samples) = std::thread::scope(|scope| {
+        let pings = scope.spawn(|| {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                let _: String = redis::cmd("PING").query(&mut con).unwrap();
+                samples.push((sent, sent.elapsed().as_secs_f64() * 1e6));
+            }
+            samples
+        });
+        let result = work();
+        stop.store(true, Ordering::Relaxed);
+        (result, pings.join().unwrap())
+    });
+    let mut round_trips: Vec<f64> = samples
+        .into_iter()
+        .filter(|(sent, _)| window.contains(sent))
+        .map(|(_, round_trip)| round_trip)
+        .collect();
+    round_trips.sort_by(f64::total_cmp);
+    (result, round_trips)
+}
+
+/// The PING columns of the mass expiry table: PINGs, p99, p99.9, max (µs).
+fn ping_cells(round_trips: &[f64]) -> String {
+    format!(
+        "{} | {:.0} | {:.0} | {:.0}",
+        round_trips.len(),
+        percentile(round_trips, 0.99),
+        percentile(round_trips, 0.999),
+        percentile(round_trips, 1.0)
+    )
+}
+
+/// One mass expiry, seen from outside the server.
+struct Drain {
+    /// `vtrr_timer_longest_run_us` (the server's timer ran for nothing else).
+    longest_run_us: i64,
+    /// Timer runs from switching the timer on until every lease was back.
+    timer_runs: i64,
+    /// The slowest command in the SLOWLOG (name, µs), the bench's own CONFIG
+    /// and SLOWLOG aside; None when no command took `SLOWLOG_THRESHOLD_US`.
+    slowest_command: Option<(String, i64)>,
+    /// Round trips of the PINGs sent while draining, sorted.
+    ping_us: Vec<f64>,
+    /// Seconds from switching the timer on to the last look before its first
+    /// reclaim, and to the first look that found every lease back.
+    first_reclaim_s: f64,
+    all_back_s: f64,
+}
+
+/// Switches the timer of `server` on (`count` leases expired, the timer off
+/// until now) and waits until `out` reads that none is still out, looking
+/// every `DRAIN_POLL`; meanwhile a PING client on its own connection and
+/// thread measures round trips.
+fn drain(server: &Server, count: usize, out: impl Fn(&mut Connection) -> usize) -> Drain {
+    let mut con = server.connect();
+    let runs_before = vtrr_info(&mut con)["vtrr_timer_runs"];
+    let ((started, untouched, done), ping_us) = pinging(server, || {
+        let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
+        set_config(&mut con, "vtrr.reclaim-interval-ms", DRAIN_INTERVAL_MS);
+        let started = Instant::now();
+        // The last look that found every lease still out: the first reclaim
+        // came after it.
+        let mut untouched = started;
+        loop {
+            std::thread::sleep(DRAIN_POLL);
+            let looked = Instant::now();
+            let left = out(&mut con);
+            if left == 0 {
+                break;
+            }
+            if left == count {
+                untouched = looked;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "timer stalled, {left} leases out"
+            );
+        }
+        let done = Instant::now();
+        ((started, untouched, done), untouched..done)
+    });
+    let info = vtrr_info(&mut con);
+    // id, time, µs, arguments, client address, client name
+    type Entry = (i64, i64, i64, Vec<Vec<u8>>, String, String);
+    let slowlog: Vec<Entry> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    let slowest_command = slowlog
+        .into_iter()
+        .map(|(_, _, us, args, _, _)| (String::from_utf8_lossy(&args[0]).to_lowercase(), us))
+        .filter(|(name, _)| name != "config" && name != "slowlog")
+        .max_by_key(|(_, us)| *us);
+    Drain {
+        longest_run_us: info["vtrr_timer_longest_run_us"],
+        timer_runs: info["vtrr_timer_runs"] - runs_before,
+        slowest_command,
+        ping_us,
+        first_reclaim_s: (untouched - started).as_secs_f64(),
+        all_back_s: (done - started).as_secs_f64(),
     }
 }
 
@@ -1569,11 +1849,28 @@ fn main() {
             smoke,
             "persistence off, run by `make bench`, which pins the server to CPU 0 and this load generator to CPU 1",
         );
-        bench.throughput_section();
-        bench.lifecycle_section();
-        bench.scaling_section();
-        bench.fairness_section();
-        bench.timer_section();
+        type Section = (&'static str, fn(&mut Bench<'_>));
+        let sections: [Section; 6] = [
+            ("throughput", |b| b.throughput_section()),
+            ("lifecycle", |b| b.lifecycle_section()),
+            ("scaling", |b| b.scaling_section()),
+            ("fairness", |b| b.fairness_section()),
+            ("timer", |b| b.timer_section()),
+            ("mass-expiry", |b| b.mass_expiry_section()),
+        ];
+        let only = value_of("--section");
+        if let Some(name) = &only {
+            assert!(
+                sections.iter().any(|(n, _)| n == name),
+                "no section {name}; the sections: {:?}",
+                sections.map(|(n, _)| n)
+            );
+        }
+        for (name, section) in sections {
+            if only.as_deref().is_none_or(|only| only == name) {
+                section(&mut bench);
+            }
+        }
         bench.report
     };
     print!("{report}");
