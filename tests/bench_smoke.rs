@@ -38,7 +38,7 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "| FIFO list |",
         "Worst deviation from the ideal share",
         "## Timer",
-        "most in one run",
+        "A flood of expired leases: see Mass expiry",
         "## Mass expiry",
         "| idle baseline: A's server after its drain,",
         "| target (issue, not asserted) |",
