@@ -174,6 +174,14 @@ pub fn lease(
     let event = if outcome.leased.is_empty() {
         due_event(&outcome.due)
     } else {
+        // What the first step put back in the queue beyond the items just
+        // leased, for dispatchers that wake workers on these events.
+        if outcome.due.reclaimed > 0 {
+            store.notify(c"vtrr.reclaim");
+        }
+        if outcome.due.promoted > 0 {
+            store.notify(c"vtrr.promote");
+        }
         c"vtrr.lease"
     };
     notify_dead(&store, &outcome.due, event);
@@ -196,8 +204,9 @@ pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64,
     Ok(acked)
 }
 
-/// `VTRR.RENEW`: whether the token was current. A later expiry needs no
-/// watch: the index's earlier due time only makes the timer look sooner.
+/// `VTRR.RENEW`: whether the token was current. The new expiry is watched:
+/// a renewal may shorten a lease, and the index keeps the earliest time, so
+/// a later expiry costs nothing.
 pub fn renew(
     ctx: &Context,
     queue: &[u8],
@@ -209,8 +218,10 @@ pub fn renew(
     let mut store = open(ctx, Caller::Client, queue, &RENEW_KEYS, Access::Write)?;
     let renewed = core::renew(&mut store, id, token, now, lease_ms);
     store.commit(c"vtrr.renew");
+    drop(store);
     if renewed {
         info::add(&info::RENEWED, 1);
+        watch(ctx, queue, now.saturating_add(lease_ms));
     }
     Ok(renewed)
 }
@@ -376,7 +387,9 @@ pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
 /// disturbed); None when nothing is.
 pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
     let mut store = open(ctx, Caller::Server, queue, &DUE_KEYS, Access::Read).ok()?;
-    let mut first = |key| store.zfirst(key).map(|(_, score)| score as i64);
+    // Rounded up: a fractional score written by another client must not
+    // make the timer look before anything is due.
+    let mut first = |key| store.zfirst(key).map(|(_, score)| score.ceil() as i64);
     let expiry = first(ZsetKey::Inflight);
     let delayed = first(ZsetKey::Delayed);
     expiry.into_iter().chain(delayed).min()

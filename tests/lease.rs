@@ -180,3 +180,20 @@ fn a_lease_writes_current_virtual_time_only_when_it_changes() {
     let value: String = redis::cmd("GET").arg(key).query(&mut worker).unwrap();
     assert_eq!(value, "2");
 }
+
+#[test]
+fn a_lease_that_also_reclaimed_tells_dispatchers_so() {
+    let server = notifying_server("0");
+    let mut con = server.connect();
+    let mut sub_con = server.connect();
+    let mut pubsub = keyspace_events(&mut sub_con, "vtrr:q:queue");
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    lease(&mut con, "q", 1).unwrap(); // a, expiring at once
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    // This LEASE takes a back first, then leases (a again, its score lowest).
+    lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(
+        next_events(&mut pubsub, 4),
+        ["vtrr.enqueue", "vtrr.lease", "vtrr.reclaim", "vtrr.lease"]
+    );
+}

@@ -416,3 +416,47 @@ fn a_generous_budget_takes_several_chunks_in_one_run() {
     let counters = vtrr_info(&mut con);
     assert_eq!(counters["vtrr_timer_most_reclaimed_in_one_run"], 500);
 }
+
+#[test]
+fn a_renewal_that_shortens_a_lease_is_reclaimed_on_time() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .spawn();
+    let mut con = server.connect();
+    // Past the start-up index rebuild, so only the operations' own
+    // tracking can find the new expiry.
+    wait_past_startup_rebuild(&mut con);
+    enqueue_one(&mut con, "q", "p", "a", "A");
+    let (id, _, token, _) = lease(&mut con, "q", 3_600_000).unwrap();
+    assert_eq!(renew(&mut con, "q", &id, &token, 50), 1);
+    wait_until(Duration::from_secs(2), "a is reclaimed", || {
+        queued_with_timeouts(&mut con, "q", "a")
+    });
+}
+
+#[test]
+fn a_queue_the_timer_could_not_act_on_is_tried_again_once_repaired() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "20"])
+        .spawn();
+    let mut con = server.connect();
+    wait_past_startup_rebuild(&mut con);
+    enqueue_one(&mut con, "q", "p", "a", "A");
+    lease(&mut con, "q", 50).unwrap();
+    // Unreadable: the timer's runs on q fail until it is repaired.
+    let _: () = redis::cmd("SET")
+        .arg("vtrr:q:current_virtual_time")
+        .arg("abc")
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200)); // the timer fails on q
+    assert!(!queued_with_timeouts(&mut con, "q", "a"));
+    let _: () = redis::cmd("SET")
+        .arg("vtrr:q:current_virtual_time")
+        .arg(5)
+        .query(&mut con)
+        .unwrap();
+    wait_until(Duration::from_secs(3), "a is reclaimed", || {
+        queued_with_timeouts(&mut con, "q", "a")
+    });
+}

@@ -15,7 +15,7 @@ pub const LEASE: Command = Command {
         flags: "write fast",
         arity: -3,
         summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; BLOCK waits for one",
-        complexity: "O(log N) per item leased or reclaimed",
+        complexity: "O(log N) per item leased, plus at most vtrr.reclaim-batch due items",
         key_flags: KEY_WRITE,
     },
     handler: lease,

@@ -146,15 +146,24 @@ pub struct Moved {
 }
 
 /// `VTRR.REVIVE`: each dead id goes back to the queue with its counters
-/// reset, rescored as if freshly enqueued.
+/// reset, rescored as if freshly enqueued. One that died for a missing
+/// payload (or has lost its dead payload since) has nothing to run: it
+/// stays dead, and CANCEL removes it.
 pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError> {
     let current_virtual_time = read_current_virtual_time(store)?;
     let mut outcome = Moved::default();
     for id in ids {
-        if !store.zrem(ZsetKey::Dead, id) {
+        if store.zscore(ZsetKey::Dead, id).is_none() {
             continue;
         }
-        let payload = store.hget(HashKey::DeadTask, id).unwrap_or_default();
+        let reason = store.hget(HashKey::DeadReason, id);
+        if reason.as_deref() == Some(Reason::PayloadMissing.text().as_bytes()) {
+            continue;
+        }
+        let Some(payload) = store.hget(HashKey::DeadTask, id) else {
+            continue;
+        };
+        store.zrem(ZsetKey::Dead, id);
         store.hdel(HashKey::DeadTask, id);
         store.hdel(HashKey::DeadReason, id);
         store.hdel(HashKey::Timeouts, id);

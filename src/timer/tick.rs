@@ -21,6 +21,8 @@ use crate::{config, info};
 
 /// How soon the next run comes while work is left.
 const RESUME_MS: u64 = 1;
+/// How soon the timer looks again at a queue it could not act on.
+const RETRY_BROKEN_MS: i64 = 1_000;
 
 pub fn tick(ctx: &Context, _: ()) {
     TIMER_ID.store(0, Ordering::Relaxed);
@@ -86,24 +88,26 @@ fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
             break false;
         };
         if select_db(ctx, db) {
-            match ops::run_due(ctx, &queue, now, chunk) {
+            let due = match ops::run_due(ctx, &queue, now, chunk) {
                 Ok(done) => {
                     info::add(&info::TIMER_RECLAIMED, done.reclaimed);
                     info::add(&info::TIMER_PROMOTED, done.promoted);
                     done_in_run += done.reclaimed + done.promoted;
+                    ops::next_due(ctx, &queue)
                 }
                 Err(error) => {
-                    // A wrong key type or unreadable virtual time: leave the
-                    // queue alone until a client writes it again.
+                    // A wrong key type or unreadable virtual time: try the
+                    // queue again later (a client may repair it), at most
+                    // one warning per `RETRY_BROKEN_MS`.
                     ctx.log_warning(&format!(
                         "vtrr: timer skipped queue {}: {}",
                         String::from_utf8_lossy(&queue),
                         error
                     ));
-                    continue;
+                    let retry_ms = config::reclaim_interval_ms().max(RETRY_BROKEN_MS);
+                    Some(now.saturating_add(retry_ms))
                 }
-            }
-            let due = ops::next_due(ctx, &queue);
+            };
             with_index(|index| index.set_due(db, &queue, due));
         }
         if Instant::now() >= deadline {

@@ -175,3 +175,16 @@ fn cancelling_a_partitions_last_queued_items_gives_their_cost_back() {
         b"5"
     );
 }
+
+#[test]
+fn an_item_that_died_without_payload_is_not_revived() {
+    let mut store = MemoryStore::new();
+    enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
+    store.hdel(HashKey::Task, b"a");
+    lease_at(&mut store, 0, 100, 1, 0).unwrap(); // a dies, b is leased
+    assert_eq!(revive(&mut store, &[b"a"]).unwrap().count, 0);
+    assert_eq!(store.zset_entries(ZsetKey::Dead).len(), 1);
+    assert_eq!(store.zcard(ZsetKey::Queue), 0);
+    assert_eq!(cancel(&mut store, &[b"a"]), 1);
+    assert!(check::check(&mut store).is_empty());
+}
