@@ -681,14 +681,29 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
     assert_invariants(&mut con, "durable");
 }
 
-#[test]
-fn a_promoted_replica_starts_reclaiming() {
-    // The master's timer is off, so an expired lease stays expired on both.
+/// A master whose timer is off, and its replica whose timer runs every 20 ms.
+fn quiet_master_and_timed_replica() -> (Server, Server) {
     let master = quiet_server();
     let replica = Server::builder()
         .module_args(&["reclaim-interval-ms", "20"])
         .spawn();
     attach_replica(&replica, &master);
+    (master, replica)
+}
+
+/// Turns a replica into a master (a failover).
+fn promote(replica: &mut Connection) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(replica)
+        .unwrap();
+}
+
+#[test]
+fn a_promoted_replica_starts_reclaiming() {
+    // The master's timer is off, so an expired lease stays expired on both.
+    let (master, replica) = quiet_master_and_timed_replica();
     let mut m = master.connect();
     let mut r = replica.connect();
     enqueue_one(&mut m, "q", "p", "a", "A");
@@ -700,11 +715,7 @@ fn a_promoted_replica_starts_reclaiming() {
         .query(&mut r)
         .unwrap();
     assert_eq!(inflight, 1, "a replica's timer must not reclaim");
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut r)
-        .unwrap();
+    promote(&mut r);
     assert!(
         wait_for(Duration::from_secs(2), || {
             let timeouts: Option<i64> = redis::cmd("HGET")
@@ -722,11 +733,7 @@ fn a_promoted_replica_starts_reclaiming() {
 #[test]
 fn a_promoted_replica_promotes_due_delayed_items() {
     // The master's timer is off, so a due delayed item stays delayed on both.
-    let master = quiet_server();
-    let replica = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
-    attach_replica(&replica, &master);
+    let (master, replica) = quiet_master_and_timed_replica();
     let mut m = master.connect();
     let mut r = replica.connect();
     defer_items(&mut m, "q", 30, &[("p", "d", 1, b"D")]);
@@ -737,11 +744,7 @@ fn a_promoted_replica_promotes_due_delayed_items() {
         .query(&mut r)
         .unwrap();
     assert_eq!(delayed, 1, "a replica's timer must not promote");
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut r)
-        .unwrap();
+    promote(&mut r);
     wait_until(
         Duration::from_secs(2),
         "the promoted replica promotes d",

@@ -386,10 +386,14 @@ fn expired_leases(interval_ms: &str, budget_us: &str, n: usize) -> (Server, Conn
     (server, con)
 }
 
-fn all_back(con: &mut Connection) -> bool {
-    let stats: std::collections::HashMap<String, Value> =
-        redis::cmd("VTRR.STATS").arg("mass").query(con).unwrap();
-    stats["inflight"] == Value::Int(0)
+/// Waits until every lease of "mass" is back; INFO vtrr then.
+fn drained(con: &mut Connection) -> std::collections::HashMap<String, i64> {
+    wait_until(Duration::from_secs(5), "every lease is back", || {
+        let stats: std::collections::HashMap<String, Value> =
+            redis::cmd("VTRR.STATS").arg("mass").query(con).unwrap();
+        stats["inflight"] == Value::Int(0)
+    });
+    vtrr_info(con)
 }
 
 #[test]
@@ -398,10 +402,7 @@ fn a_timer_run_stops_once_its_budget_is_spent_and_comes_back_soon() {
     // 200 ms interval, 500 leases would take 10 s if the timer waited a
     // whole interval between runs; it comes back after 1 ms instead.
     let (_server, mut con) = expired_leases("200", "1", 500);
-    wait_until(Duration::from_secs(5), "every lease is back", || {
-        all_back(&mut con)
-    });
-    let counters = vtrr_info(&mut con);
+    let counters = drained(&mut con);
     assert_eq!(counters["vtrr_timer_items_reclaimed"], 500);
     assert_eq!(counters["vtrr_timer_most_reclaimed_in_one_run"], 10);
     assert!(counters["vtrr_timer_runs"] >= 50, "{counters:?}");
@@ -410,10 +411,7 @@ fn a_timer_run_stops_once_its_budget_is_spent_and_comes_back_soon() {
 #[test]
 fn a_generous_budget_takes_several_chunks_in_one_run() {
     let (_server, mut con) = expired_leases("20", "1000000", 500);
-    wait_until(Duration::from_secs(5), "every lease is back", || {
-        all_back(&mut con)
-    });
-    let counters = vtrr_info(&mut con);
+    let counters = drained(&mut con);
     assert_eq!(counters["vtrr_timer_most_reclaimed_in_one_run"], 500);
 }
 
