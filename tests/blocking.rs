@@ -155,9 +155,7 @@ fn a_timeout_replies_nil_or_an_empty_array() {
 
 #[test]
 fn a_reclaimed_item_wakes_a_waiter() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
+    let server = timed_server("20");
     let mut con = server.connect();
     enqueue(&mut con, "q", "p", "a");
     lease(&mut con, "q", 100).unwrap();

@@ -12,13 +12,6 @@ use std::time::Duration;
 use common::*;
 use redis::Connection;
 
-/// A server whose timer runs every 20 ms.
-fn timer_server() -> Server {
-    Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn()
-}
-
 fn zscore(con: &mut Connection, key: &str, member: &str) -> Option<f64> {
     redis::cmd("ZSCORE")
         .arg(key)
@@ -419,7 +412,7 @@ fn defer_refuses_a_bad_delay_with_nothing_written() {
 
 #[test]
 fn the_timer_promotes_a_due_delayed_item_with_no_command_sent() {
-    let server = timer_server();
+    let server = timed_server("20");
     let mut con = server.connect();
     // Past the start-up index rebuild: only DEFER's own note can find it.
     wait_past_startup_rebuild(&mut con);
@@ -443,7 +436,7 @@ fn the_timer_promotes_a_due_delayed_item_with_no_command_sent() {
 
 #[test]
 fn a_due_delayed_item_wakes_a_blocked_lease() {
-    let server = timer_server();
+    let server = timed_server("20");
     let url = server.url();
     let (sent, received) = mpsc::channel();
     std::thread::spawn(move || {
@@ -838,7 +831,7 @@ enum Reclaimer {
 /// and the second dead-letters it with the reason `max-timeouts`.
 fn max_timeouts_one_dead_letters_on_the_second_expiry(by: Reclaimer) {
     let server = if by == Reclaimer::Timer {
-        timer_server()
+        timed_server("20")
     } else {
         quiet_server()
     };
@@ -1051,7 +1044,7 @@ fn revive_puts_dead_items_back_fresh_with_counters_reset() {
 
 #[test]
 fn cancel_deletes_queued_delayed_dead_and_leased_items_for_good() {
-    let server = timer_server();
+    let server = timed_server("20");
     let mut con = server.connect();
     // "leased" times out once (by the timer), then is leased for 300 ms.
     enqueue_items(&mut con, "q", &[("b", "leased", 1, b"L")]);
@@ -1276,7 +1269,7 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
 
 #[test]
 fn info_counts_each_lifecycle_step() {
-    let server = timer_server();
+    let server = timed_server("20");
     let mut con = server.connect();
     defer_items(
         &mut con,

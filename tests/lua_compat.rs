@@ -294,9 +294,7 @@ fn contents(con: &mut Connection, queue: &str) -> Vec<(String, String)> {
 
 #[test]
 fn random_sequences_match_the_lua_scripts_reply_for_reply_and_key_for_key() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let server = quiet_server();
     let mut con = server.connect();
     let mut lua = Lua::load(&mut con);
     let seed = seed();
@@ -324,9 +322,7 @@ fn random_sequences_match_the_lua_scripts_reply_for_reply_and_key_for_key() {
 
 #[test]
 fn one_queue_can_be_driven_by_the_scripts_and_the_module_in_turn() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let server = quiet_server();
     let mut con = server.connect();
     let mut lua = Lua::load(&mut con);
     // Scripted hand-over: Lua enqueues, the module leases, renews, reclaims

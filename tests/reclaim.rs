@@ -9,9 +9,7 @@ use redis::Connection;
 
 #[test]
 fn reclaim_requeues_expired_leases_and_counts_timeouts() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let server = quiet_server();
     let mut con = server.connect();
     enqueue_items(
         &mut con,
@@ -53,9 +51,7 @@ fn reclaim_requeues_expired_leases_and_counts_timeouts() {
 
 #[test]
 fn lease_reclaims_expired_leases_first() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn();
+    let server = quiet_server();
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
     lease(&mut con, "q", 1).unwrap();

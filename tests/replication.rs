@@ -557,12 +557,8 @@ fn assert_replica_timer_wrote_nothing(r: &mut Connection) {
 
 #[test]
 fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
-    let master = Server::builder()
-        .module_args(&["reclaim-interval-ms", "50"])
-        .spawn();
-    let replica = Server::builder()
-        .module_args(&["reclaim-interval-ms", "10"])
-        .spawn();
+    let master = timed_server("50");
+    let replica = timed_server("10");
     attach_replica(&replica, &master);
     let mut m = master.connect();
     let mut r = replica.connect();
@@ -604,9 +600,7 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
 
 #[test]
 fn a_replica_without_the_module_ends_identical() {
-    let master = Server::builder()
-        .module_args(&["reclaim-interval-ms", "50"])
-        .spawn();
+    let master = timed_server("50");
     let replica = Server::builder().without_module().spawn();
     attach_replica(&replica, &master);
     let mut m = master.connect();
@@ -684,9 +678,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
 /// A master whose timer is off, and its replica whose timer runs every 20 ms.
 fn quiet_master_and_timed_replica() -> (Server, Server) {
     let master = quiet_server();
-    let replica = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
+    let replica = timed_server("20");
     attach_replica(&replica, &master);
     (master, replica)
 }

@@ -27,9 +27,7 @@ fn queued_with_timeouts(con: &mut Connection, queue: &str, id: &str) -> bool {
 
 #[test]
 fn an_expired_lease_comes_back_with_no_command_sent() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "50"])
-        .spawn();
+    let server = timed_server("50");
     let mut con = server.connect();
     // Past the start-up index rebuild, so only LEASE's own tracking can find it.
     wait_past_startup_rebuild(&mut con);
@@ -78,9 +76,7 @@ fn leases_survive_a_restart_and_are_reclaimed_by_the_timer_alone() {
 
 #[test]
 fn leases_written_by_other_clients_are_found_and_reclaimed() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "50"])
-        .spawn();
+    let server = timed_server("50");
     let mut con = server.connect();
     // Past the start-up index rebuild, so only the keyspace subscription can find it.
     wait_past_startup_rebuild(&mut con);
@@ -123,9 +119,7 @@ fn leases_written_by_other_clients_are_found_and_reclaimed() {
 
 #[test]
 fn a_queue_moved_by_swapdb_is_reclaimed_in_its_new_database() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
+    let server = timed_server("20");
     let mut con = server.connect();
     wait_past_startup_rebuild(&mut con);
     let _: () = redis::cmd("SELECT").arg(1).query(&mut con).unwrap();
@@ -216,9 +210,7 @@ fn a_flood_of_expired_leases_is_reclaimed_in_bounded_batches() {
 
 #[test]
 fn config_set_stops_and_restarts_the_timer() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
+    let server = timed_server("20");
     let mut con = server.connect();
     let invalid = redis::cmd("CONFIG")
         .arg("SET")
@@ -266,9 +258,7 @@ fn config_set_stops_and_restarts_the_timer() {
 
 #[test]
 fn idle_ticks_do_not_abort_watch() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "10"])
-        .spawn();
+    let server = timed_server("10");
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     lease(&mut con, "q", 600_000).unwrap();
@@ -292,9 +282,7 @@ fn a_timer_reclaim_that_finds_nothing_expired_does_not_abort_watch() {
     // RENEW moves the lease past the due time the timer's index holds for
     // the queue, so once that time passes the timer opens the queue for a
     // reclaim that finds nothing: it must signal and replicate nothing.
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "10"])
-        .spawn();
+    let server = timed_server("10");
     let mut con = server.connect();
     wait_past_startup_rebuild(&mut con);
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
@@ -329,9 +317,7 @@ fn reclaims_fire_a_notification_dispatchers_can_wait_on() {
 
 #[test]
 fn info_reports_the_timer() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "10"])
-        .spawn();
+    let server = timed_server("10");
     let mut con = server.connect();
     enqueue_one(&mut con, "a", "p", "x", "X");
     enqueue_one(&mut con, "b", "p", "y", "Y");
@@ -417,9 +403,7 @@ fn a_generous_budget_takes_several_chunks_in_one_run() {
 
 #[test]
 fn a_renewal_that_shortens_a_lease_is_reclaimed_on_time() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
+    let server = timed_server("20");
     let mut con = server.connect();
     // Past the start-up index rebuild, so only the operations' own
     // tracking can find the new expiry.
@@ -434,9 +418,7 @@ fn a_renewal_that_shortens_a_lease_is_reclaimed_on_time() {
 
 #[test]
 fn a_queue_the_timer_could_not_act_on_is_tried_again_once_repaired() {
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
-        .spawn();
+    let server = timed_server("20");
     let mut con = server.connect();
     wait_past_startup_rebuild(&mut con);
     enqueue_one(&mut con, "q", "p", "a", "A");

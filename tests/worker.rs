@@ -144,9 +144,7 @@ fn two_python_workers_process_every_item_once_in_fair_order() {
     );
     // A short timer interval: a retry due in 20 ms should not wait a whole
     // default second for the timer to promote it while both workers block.
-    let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "10"])
-        .spawn();
+    let server = timed_server("10");
     let mut con = server.connect();
     let mut monitor = Monitor::start(&server);
     // An item whose task always fails, in its own partition.

@@ -237,12 +237,17 @@ impl Builder {
     }
 }
 
+/// A server whose timer runs every `reclaim_interval_ms` ("0": off).
+pub fn timed_server(reclaim_interval_ms: &str) -> Server {
+    Server::builder()
+        .module_args(&["reclaim-interval-ms", reclaim_interval_ms])
+        .spawn()
+}
+
 /// A server whose timer is off (`reclaim-interval-ms 0`): only commands act
 /// on expired leases and due items.
 pub fn quiet_server() -> Server {
-    Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
-        .spawn()
+    timed_server("0")
 }
 
 /// A server that fires keyspace notifications for module events (`Kd`),
