@@ -5,7 +5,10 @@ use redis_module::RedisError;
 
 use crate::core::CoreError;
 use crate::keys::KeyKind;
-use crate::limits::{MAX_BLOCK_MS, MAX_DELAY_MS, MAX_LEASE_MS, MAX_POLICY_LIMIT, MAX_WEIGHT};
+use crate::limits::{
+    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
+    MAX_POLICY_LIMIT, MAX_SHARE, MAX_WEIGHT,
+};
 use crate::store::redis::OpenError;
 
 fn err(message: String) -> RedisError {
@@ -49,6 +52,29 @@ pub fn policy_limit(option: &str) -> RedisError {
     err(format!(
         "ERR {option} must be an integer between 0 and {MAX_POLICY_LIMIT}, or NONE"
     ))
+}
+
+/// `option` is CONCURRENCY or DEFAULT-CONCURRENCY.
+pub fn concurrency(option: &str) -> RedisError {
+    err(format!(
+        "ERR {option} must be an integer between 1 and {MAX_CONCURRENCY}, or NONE"
+    ))
+}
+
+pub fn share() -> RedisError {
+    err(format!(
+        "ERR SHARE must be an integer between 1 and {MAX_SHARE}"
+    ))
+}
+
+pub fn partitions_count() -> RedisError {
+    err(format!(
+        "ERR COUNT must be an integer between 1 and {MAX_PARTITIONS_COUNT}"
+    ))
+}
+
+pub fn cursor() -> RedisError {
+    err("ERR invalid cursor".into())
 }
 
 pub fn exclusive(first: &str, second: &str) -> RedisError {

@@ -34,10 +34,13 @@ pub enum QueueKey {
     DeadTask,
     DeadReason,
     Policy,
+    Held,
+    HeldAt,
+    Partitions,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 16] = [
+    pub const ALL: [QueueKey; 19] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -54,6 +57,9 @@ impl QueueKey {
         QueueKey::DeadTask,
         QueueKey::DeadReason,
         QueueKey::Policy,
+        QueueKey::Held,
+        QueueKey::HeldAt,
+        QueueKey::Partitions,
     ];
 
     pub const fn index(self) -> usize {
@@ -78,14 +84,19 @@ impl QueueKey {
             QueueKey::DeadTask => "dead_task",
             QueueKey::DeadReason => "dead_reason",
             QueueKey::Policy => "policy",
+            QueueKey::Held => "held",
+            QueueKey::HeldAt => "held_at",
+            QueueKey::Partitions => "partitions",
         }
     }
 
     pub const fn kind(self) -> KeyKind {
         match self {
-            QueueKey::Queue | QueueKey::Inflight | QueueKey::Delayed | QueueKey::Dead => {
-                KeyKind::Zset
-            }
+            QueueKey::Queue
+            | QueueKey::Inflight
+            | QueueKey::Delayed
+            | QueueKey::Dead
+            | QueueKey::Held => KeyKind::Zset,
             QueueKey::CurrentVirtualTime => KeyKind::String,
             _ => KeyKind::Hash,
         }
@@ -99,6 +110,7 @@ impl From<ZsetKey> for QueueKey {
             ZsetKey::Inflight => QueueKey::Inflight,
             ZsetKey::Delayed => QueueKey::Delayed,
             ZsetKey::Dead => QueueKey::Dead,
+            ZsetKey::Held => QueueKey::Held,
         }
     }
 }
@@ -117,6 +129,8 @@ impl From<HashKey> for QueueKey {
             HashKey::DeadTask => QueueKey::DeadTask,
             HashKey::DeadReason => QueueKey::DeadReason,
             HashKey::Policy => QueueKey::Policy,
+            HashKey::HeldAt => QueueKey::HeldAt,
+            HashKey::Partitions => QueueKey::Partitions,
         }
     }
 }

@@ -24,7 +24,7 @@ use redis_module_macros::{
     role_changed_event_handler,
 };
 
-use commands::{cancel, dead_letter, enqueue, lease, reclaim, stats, Command};
+use commands::{cancel, dead_letter, enqueue, lease, reclaim, stats, tenants, Command};
 use store::command_info;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -132,4 +132,9 @@ register!(
     dead_letter::DEAD,
     dead_letter::REVIVE,
     cancel::CANCEL,
+    tenants::LIMIT,
+    tenants::PAUSE,
+    tenants::RESUME,
+    tenants::PARTITIONS,
+    tenants::RECOUNT,
 );

@@ -14,3 +14,11 @@ pub const MAX_DELAY_MS: i64 = MAX_LEASE_MS;
 pub const MAX_POLICY_LIMIT: i64 = 1_000_000_000;
 /// How many dead items `VTRR.DEAD` lists without COUNT.
 pub const DEAD_DEFAULT_COUNT: usize = 10;
+/// The largest per-partition cap (CONCURRENCY, DEFAULT-CONCURRENCY).
+pub const MAX_CONCURRENCY: i64 = 1_000_000_000;
+/// The largest share.
+pub const MAX_SHARE: i64 = 1_000_000;
+/// How many partitions `VTRR.PARTITIONS` asks HSCAN for without COUNT.
+pub const PARTITIONS_DEFAULT_COUNT: usize = 10;
+/// The largest COUNT of `VTRR.PARTITIONS`: one call's work stays bounded.
+pub const MAX_PARTITIONS_COUNT: i64 = 10_000;

@@ -8,9 +8,10 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError};
 
+use crate::core::partitions::Record;
 use crate::core::{
-    self, check, Anomaly, DeadItem, Due, LeaseRequest, Leased, Nack, Nacked, NewItem, Policy,
-    PolicyChange, Stats,
+    self, check, Anomaly, DeadItem, Due, LeaseRequest, Leased, LimitChange, Nack, Nacked, NewItem,
+    PartitionView, Policy, PolicyChange, Stats,
 };
 use crate::keys::QueueKey;
 use crate::store::redis::{Access, Caller, RedisStore};
@@ -19,7 +20,10 @@ use crate::store::{Store, ZsetKey};
 use crate::timer::index::with_index;
 use crate::{config, error, info};
 
-const ENQUEUE_KEYS: [QueueKey; 8] = [
+/// What every call that counts items per partition opens: the partition
+/// records, the default cap (`policy`) and the held items a freed slot or
+/// a new item may move.
+const ENQUEUE_KEYS: [QueueKey; 12] = [
     QueueKey::Queue,
     QueueKey::Inflight,
     QueueKey::Delayed,
@@ -28,9 +32,13 @@ const ENQUEUE_KEYS: [QueueKey; 8] = [
     QueueKey::PartitionVirtualTime,
     QueueKey::Task,
     QueueKey::Meta,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
 ];
 
-const DEFER_KEYS: [QueueKey; 9] = [
+const DEFER_KEYS: [QueueKey; 13] = [
     QueueKey::Queue,
     QueueKey::Inflight,
     QueueKey::Delayed,
@@ -40,20 +48,31 @@ const DEFER_KEYS: [QueueKey; 9] = [
     QueueKey::Task,
     QueueKey::Meta,
     QueueKey::DelayedTask,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
 ];
 
-const ACK_KEYS: [QueueKey; 6] = [
+const ACK_KEYS: [QueueKey; 11] = [
     QueueKey::Inflight,
     QueueKey::InflightTask,
     QueueKey::Lease,
     QueueKey::Meta,
     QueueKey::Timeouts,
     QueueKey::Nacks,
+    QueueKey::Queue,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
 ];
 
 const RENEW_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Lease];
 
-const STATS_KEYS: [QueueKey; 6] = [
+const STATS_KEYS: [QueueKey; 8] = [
+    QueueKey::Held,
+    QueueKey::Policy,
     QueueKey::Queue,
     QueueKey::Inflight,
     QueueKey::Delayed,
@@ -71,7 +90,11 @@ const DEAD_KEYS: [QueueKey; 6] = [
     QueueKey::Nacks,
 ];
 
-const CANCEL_KEYS: [QueueKey; 14] = [
+const CANCEL_KEYS: [QueueKey; 18] = [
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
     QueueKey::Queue,
     QueueKey::PartitionVirtualTime,
     QueueKey::Task,
@@ -89,6 +112,24 @@ const CANCEL_KEYS: [QueueKey; 14] = [
 ];
 
 const DUE_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Delayed];
+
+/// What a change of a partition's settings (or the default cap) may touch:
+/// its record, its held items and head, its virtual time (RESUME).
+const CONTROL_KEYS: [QueueKey; 7] = [
+    QueueKey::Queue,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::CurrentVirtualTime,
+];
+
+const PARTITIONS_KEYS: [QueueKey; 3] = [
+    QueueKey::Partitions,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::Policy,
+];
 
 /// Opens the given keys of `queue`, mapping a wrong type or a denied key to
 /// its error reply.
@@ -186,6 +227,10 @@ pub fn lease(
     };
     notify_dead(&store, &outcome.due, event);
     store.commit(event);
+    if outcome.skipped_enough {
+        // It stopped early: a blocked client's next turn goes on.
+        store.signal_ready();
+    }
     drop(store);
     count_due(ctx, queue, &outcome.due);
     info::add(&info::LEASED, outcome.leased.len() as u64);
@@ -198,8 +243,11 @@ pub fn lease(
 /// `VTRR.ACK`: the number of pairs whose token was current.
 pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64, RedisError> {
     let mut store = open(ctx, Caller::Client, queue, &ACK_KEYS, Access::Write)?;
-    let acked = core::ack(&mut store, pairs);
+    let mut anomalies = Vec::new();
+    let acked = core::ack(&mut store, pairs, &mut anomalies);
     store.commit(c"vtrr.ack");
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
     info::add(&info::ACKED, acked);
     Ok(acked)
 }
@@ -286,8 +334,8 @@ pub fn run_due(ctx: &Context, queue: &[u8], now_ms: i64, limit: usize) -> Result
     Ok(outcome)
 }
 
-/// `VTRR.POLICY` without options.
-pub fn policy(ctx: &Context, queue: &[u8]) -> Result<Policy, RedisError> {
+/// `VTRR.POLICY` without options: the policy and the default cap.
+pub fn policy(ctx: &Context, queue: &[u8]) -> Result<(Policy, Option<u64>), RedisError> {
     let mut store = open(
         ctx,
         Caller::Client,
@@ -297,23 +345,115 @@ pub fn policy(ctx: &Context, queue: &[u8]) -> Result<Policy, RedisError> {
     )?;
     let mut anomalies = Vec::new();
     let policy = core::read_policy(&mut store, &mut anomalies);
+    let default_cap = core::partitions::read_default_cap(&mut store, &mut anomalies);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
-    Ok(policy)
+    Ok((policy, default_cap))
 }
 
 /// `VTRR.POLICY` with options.
 pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Result<(), RedisError> {
-    let mut store = open(
-        ctx,
-        Caller::Client,
-        queue,
-        &[QueueKey::Policy],
-        Access::Write,
-    )?;
-    core::set_policy(&mut store, changes);
+    let mut store = open(ctx, Caller::Client, queue, &CONTROL_KEYS, Access::Write)?;
+    let mut anomalies = Vec::new();
+    core::set_policy(&mut store, changes, &mut anomalies);
     store.commit(c"vtrr.policy");
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
     Ok(())
+}
+
+/// Runs a change of tenant controls on `queue` and commits it with `event`.
+fn control<T>(
+    ctx: &Context,
+    queue: &[u8],
+    event: &CStr,
+    change: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, core::CoreError>,
+) -> Result<T, RedisError> {
+    let mut store = open(ctx, Caller::Client, queue, &CONTROL_KEYS, Access::Write)?;
+    let mut anomalies = Vec::new();
+    let result = change(&mut store, &mut anomalies).map_err(core_error(queue))?;
+    store.commit(event);
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
+    Ok(result)
+}
+
+/// `VTRR.LIMIT` with options.
+pub fn set_limit(
+    ctx: &Context,
+    queue: &[u8],
+    partition: &[u8],
+    changes: &[LimitChange],
+) -> Result<(), RedisError> {
+    control(ctx, queue, c"vtrr.limit", |store, anomalies| {
+        core::set_limit(store, partition, changes, anomalies);
+        Ok(())
+    })
+}
+
+/// `VTRR.LIMIT` without options.
+pub fn limit(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<Record, RedisError> {
+    let keys = [QueueKey::Partitions];
+    let mut store = open(ctx, Caller::Client, queue, &keys, Access::Read)?;
+    let mut anomalies = Vec::new();
+    let record = core::limit(&mut store, partition, &mut anomalies);
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
+    Ok(record)
+}
+
+/// `VTRR.PAUSE`: whether it was not paused yet.
+pub fn pause(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<bool, RedisError> {
+    control(ctx, queue, c"vtrr.pause", |store, anomalies| {
+        Ok(core::pause(store, partition, anomalies))
+    })
+}
+
+/// `VTRR.RESUME`: whether it was paused.
+pub fn resume(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<bool, RedisError> {
+    control(ctx, queue, c"vtrr.resume", |store, anomalies| {
+        core::resume(store, partition, anomalies)
+    })
+}
+
+/// `VTRR.PARTITIONS ... PARTITION`.
+pub fn partition_view(
+    ctx: &Context,
+    queue: &[u8],
+    partition: &[u8],
+) -> Result<PartitionView, RedisError> {
+    let mut store = open(ctx, Caller::Client, queue, &PARTITIONS_KEYS, Access::Read)?;
+    let mut anomalies = Vec::new();
+    let view = core::partition_view(&mut store, partition, &mut anomalies);
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
+    Ok(view)
+}
+
+/// `VTRR.PARTITIONS`: one cursor step.
+pub fn partitions_page(
+    ctx: &Context,
+    queue: &[u8],
+    cursor: u64,
+    count: usize,
+) -> Result<(u64, Vec<PartitionView>), RedisError> {
+    let mut store = open(ctx, Caller::Client, queue, &PARTITIONS_KEYS, Access::Read)?;
+    let mut anomalies = Vec::new();
+    let page = core::partitions_page(&mut store, cursor, count, &mut anomalies);
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
+    Ok(page)
+}
+
+/// `VTRR.RECOUNT`: the number of partition records corrected.
+pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
+    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let mut anomalies = Vec::new();
+    let changed = core::recount(&mut store, &mut anomalies);
+    store.commit(c"vtrr.recount");
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
+    Ok(changed)
 }
 
 /// `VTRR.DEAD`: the `count` oldest dead items.
@@ -336,8 +476,11 @@ pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
 /// `VTRR.CANCEL`: the number of items deleted.
 pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
     let mut store = open(ctx, Caller::Client, queue, &CANCEL_KEYS, Access::Write)?;
-    let cancelled = core::cancel(&mut store, ids);
+    let mut anomalies = Vec::new();
+    let cancelled = core::cancel(&mut store, ids, &mut anomalies);
     store.commit(c"vtrr.cancel");
+    drop(store);
+    log_anomalies(ctx, queue, &anomalies);
     info::add(&info::CANCELLED, cancelled);
     Ok(cancelled)
 }
@@ -418,6 +561,10 @@ fn log_anomalies(ctx: &Context, queue: &[u8], anomalies: &[Anomaly]) {
             Anomaly::PolicyUnreadable { field } => {
                 format!("policy field {field} is not a count; read as NONE")
             }
+            Anomaly::PartitionRecordUnreadable { partition } => format!(
+                "partition {} had an unreadable record in partitions; counted afresh (VTRR.RECOUNT repairs it)",
+                String::from_utf8_lossy(partition)
+            ),
             Anomaly::PartitionVirtualTimeUnreadable { partition } => format!(
                 "partition {} had an unreadable virtual time; read as 0",
                 String::from_utf8_lossy(partition)

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use redis_module::redisvalue::RedisValueKey;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{args, bulk, check_arity, id, queue_name, Command};
+use super::{args, bulk, check_arity, id, queue_name, tenants, Command};
 use crate::core::PolicyChange;
 use crate::store::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
 use crate::{error, limits, ops};
@@ -15,8 +15,8 @@ pub const POLICY: Command = Command {
         name: "vtrr.policy",
         flags: "write fast",
         arity: -2,
-        summary: "Sets or reads when a queue gives up on an item (MAX-TIMEOUTS, MAX-NACKS)",
-        complexity: "O(1)",
+        summary: "Sets or reads a queue's policy: when it gives up on an item (MAX-TIMEOUTS, MAX-NACKS), and the default partition cap (DEFAULT-CONCURRENCY)",
+        complexity: "O(1); O(P) for P partitions when DEFAULT-CONCURRENCY changes",
         key_flags: KEY_WRITE,
     },
     handler: policy,
@@ -69,6 +69,10 @@ fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 PolicyChange::MaxTimeouts(policy_limit(options.value()?, "MAX-TIMEOUTS")?)
             }
             "MAX-NACKS" => PolicyChange::MaxNacks(policy_limit(options.value()?, "MAX-NACKS")?),
+            "DEFAULT-CONCURRENCY" => PolicyChange::DefaultConcurrency(tenants::concurrency(
+                options.value()?,
+                "DEFAULT-CONCURRENCY",
+            )?),
             _ => return Err(error::syntax()),
         };
         changes.push(change);
@@ -77,11 +81,12 @@ fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ops::set_policy(ctx, queue, &changes)?;
         return Ok(RedisValue::SimpleStringStatic("OK"));
     }
-    let policy = ops::policy(ctx, queue)?;
+    let (policy, default_cap) = ops::policy(ctx, queue)?;
     let limit = |n: Option<i64>| n.map_or(RedisValue::Null, RedisValue::Integer);
     let map: BTreeMap<RedisValueKey, RedisValue> = [
         ("max-timeouts", limit(policy.max_timeouts)),
         ("max-nacks", limit(policy.max_nacks)),
+        ("default-concurrency", limit(default_cap.map(|n| n as i64))),
     ]
     .into_iter()
     .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))

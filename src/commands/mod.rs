@@ -10,6 +10,7 @@ pub mod enqueue;
 pub mod lease;
 pub mod reclaim;
 pub mod stats;
+pub mod tenants;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 

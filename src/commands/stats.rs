@@ -62,6 +62,9 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 .next_due_ms
                 .map_or(RedisValue::Null, RedisValue::Integer),
         ),
+        ("held", int(stats.held)),
+        ("paused_partitions", int(stats.paused_partitions)),
+        ("capped_partitions", int(stats.capped_partitions)),
     ];
     let map: BTreeMap<RedisValueKey, RedisValue> = fields
         .into_iter()

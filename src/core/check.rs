@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
-use super::parse_meta;
+use super::controls::count_from_keys;
+use super::partitions::Record;
+use super::{held, parse_meta};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Every broken invariant, as a readable sentence naming the id.
@@ -48,8 +50,28 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
 
     let mut everyone: HashSet<Vec<u8>> = HashSet::new();
     let mut seen: Vec<(&str, HashSet<Vec<u8>>)> = Vec::new();
+    // Held items are queued too: `held` members name them.
+    let mut held_ids: HashSet<Vec<u8>> = HashSet::new();
+    for (member, _) in store.zrange_upto(ZsetKey::Held, f64::INFINITY, usize::MAX) {
+        match held::parse_member(&member) {
+            Some((_, _, id)) => {
+                held_ids.insert(id.to_vec());
+            }
+            None => problems.push(format!("held has an unreadable member {}", show(&member))),
+        }
+    }
+    let held_at = fields(store, HashKey::HeldAt);
+    for id in held_ids.symmetric_difference(&held_at) {
+        problems.push(format!("held and held_at disagree about {}", show(id)));
+    }
     for (zset, state, hashes) in &states {
-        let ids = members(store, *zset);
+        let mut ids = members(store, *zset);
+        if *zset == ZsetKey::Queue {
+            for id in ids.intersection(&held_ids) {
+                problems.push(format!("{} is both in queue and held", show(id)));
+            }
+            ids.extend(held_ids.iter().cloned());
+        }
         for (other, other_ids) in &seen {
             for id in ids.intersection(other_ids) {
                 problems.push(format!("{} is both {other} and {state}", show(id)));
@@ -88,6 +110,53 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
             ));
         }
     }
+    check_partitions(store, &mut problems);
     problems.sort();
     problems
+}
+
+/// Each partition record's counts equal what the keys hold, and its head
+/// is in `queue`.
+fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) {
+    let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
+    let mut counts = count_from_keys(store);
+    for name in store.hfields(HashKey::Partitions) {
+        let raw = store.hget(HashKey::Partitions, &name).unwrap_or_default();
+        let Some(record) = Record::parse(&raw) else {
+            problems.push(format!(
+                "partition {} has an unreadable record",
+                show(&name)
+            ));
+            continue;
+        };
+        let held = counts.remove(&name).unwrap_or_default();
+        let recorded = [
+            record.queued,
+            record.held,
+            record.leased,
+            record.delayed,
+            record.dead,
+        ];
+        if recorded != held {
+            problems.push(format!(
+                "partition {} counts (queued, held, leased, delayed, dead) {recorded:?} but the keys hold {held:?}",
+                show(&name)
+            ));
+        }
+        if let Some(head) = &record.head {
+            if store.zscore(ZsetKey::Queue, head).is_none() {
+                problems.push(format!(
+                    "partition {} names head {} which is not in queue",
+                    show(&name),
+                    show(head)
+                ));
+            }
+        }
+    }
+    for (name, held) in counts {
+        problems.push(format!(
+            "partition {} has no record but the keys hold {held:?}",
+            show(&name)
+        ));
+    }
 }

@@ -1,8 +1,10 @@
 //! The dead-letter set and its policy: where items go when the queue gives
 //! up on them, how an operator reads them, revives them or cancels items.
 
-use super::scoring::{read_current_virtual_time, requeue};
-use super::{counters, parse_meta, parse_virtual_time, Anomaly, CoreError, MAX_VIRTUAL_TIME};
+use super::controls::set_default_cap;
+use super::partitions::{self, read_default_cap, State};
+use super::scoring::{partition_of, read_placing, requeue};
+use super::{counters, held, parse_meta, parse_virtual_time, Anomaly, CoreError, MAX_VIRTUAL_TIME};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Why an item died.
@@ -45,6 +47,8 @@ pub const MAX_NACKS_FIELD: &str = "max-nacks";
 pub enum PolicyChange {
     MaxTimeouts(Option<i64>),
     MaxNacks(Option<i64>),
+    /// The cap of every partition without its own (`VTRR.LIMIT`).
+    DefaultConcurrency(Option<u64>),
 }
 
 /// Reads the policy; a field that is not a count reads as NONE and is
@@ -68,11 +72,17 @@ pub fn read_policy(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Poli
 }
 
 /// `VTRR.POLICY` with options: applies every change.
-pub fn set_policy(store: &mut impl Store, changes: &[PolicyChange]) {
+pub fn set_policy(store: &mut impl Store, changes: &[PolicyChange], anomalies: &mut Vec<Anomaly>) {
     for change in changes {
         let (field, value) = match *change {
             PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value),
             PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value),
+            PolicyChange::DefaultConcurrency(cap) => {
+                if read_default_cap(store, anomalies) != cap {
+                    set_default_cap(store, cap, anomalies);
+                }
+                continue;
+            }
         };
         match value {
             Some(n) => store.hset(HashKey::Policy, field.as_bytes(), n.to_string().as_bytes()),
@@ -150,8 +160,8 @@ pub struct Moved {
 /// payload (or has lost its dead payload since) has nothing to run: it
 /// stays dead, and CANCEL removes it.
 pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError> {
-    let current_virtual_time = read_current_virtual_time(store)?;
     let mut outcome = Moved::default();
+    let at = read_placing(store, &mut outcome.anomalies)?;
     for id in ids {
         if store.zscore(ZsetKey::Dead, id).is_none() {
             continue;
@@ -168,20 +178,25 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
         store.hdel(HashKey::DeadReason, id);
         store.hdel(HashKey::Timeouts, id);
         store.hdel(HashKey::Nacks, id);
-        requeue(
+        let name = partition_of(store, id);
+        let anomalies = &mut outcome.anomalies;
+        partitions::shift(
             store,
-            current_virtual_time,
-            id,
-            &payload,
-            &mut outcome.anomalies,
+            &name,
+            Some(State::Dead),
+            None,
+            at.default_cap,
+            anomalies,
         );
+        requeue(store, &at, id, &payload, anomalies);
         outcome.count += 1;
     }
     Ok(outcome)
 }
 
 /// `VTRR.CANCEL`: deletes each id outright, whatever its state. A leased
-/// item loses its lease too, so its worker's RENEW and ACK reply 0.
+/// item loses its lease too, so its worker's RENEW and ACK reply 0, and
+/// its slot of its partition's cap is free again.
 ///
 /// A queued item that is its partition's last gives its cost back (the
 /// partition's virtual time returns to the item's start, as if it had
@@ -189,38 +204,60 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
 /// cancelling all of a partition's queued items gives all of it back; one
 /// with later items of its partition behind it leaves a gap in the
 /// partition's turns until the partition is next idle.
-pub fn cancel(store: &mut impl Store, ids: &[&[u8]]) -> u64 {
-    let mut queued: Vec<(f64, &[u8])> = Vec::new();
+pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly>) -> u64 {
+    let default_cap = read_default_cap(store, anomalies);
+    let mut queued: Vec<(i64, &[u8], Vec<u8>)> = Vec::new();
     let mut others: Vec<&[u8]> = Vec::new();
     for id in ids {
-        match store.zscore(ZsetKey::Queue, id) {
-            Some(score) => queued.push((score, id)),
+        let score = match store.zscore(ZsetKey::Queue, id) {
+            Some(score) => Some(score as i64),
+            None => held::held_at(store, id).map(|relative| {
+                let name = partition_of(store, id);
+                let offset = partitions::open(store, &name, anomalies).record.offset;
+                relative.saturating_add(offset)
+            }),
+        };
+        match score {
+            Some(score) => queued.push((score, id, partition_of(store, id))),
             None => others.push(id),
         }
     }
-    queued.sort_by(|a, b| b.0.total_cmp(&a.0));
+    queued.sort_by(|a, b| b.0.cmp(&a.0));
     let mut cancelled = 0;
-    for (score, id) in queued {
-        if !store.zrem(ZsetKey::Queue, id) {
+    for (score, id, name) in queued {
+        let mut partition = partitions::open(store, &name, anomalies);
+        let removed =
+            store.zrem(ZsetKey::Queue, id) || held::remove(store, &mut partition, id).is_some();
+        if !removed {
             continue; // named twice
         }
-        give_back(store, id, score);
+        if partition.record.head.as_deref() == Some(id) {
+            partition.record.head = None;
+        }
+        partition.record.queued = partition.record.queued.saturating_sub(1);
+        if partition.record.share == 1 {
+            give_back(store, id, score);
+        }
         store.hdel(HashKey::Task, id);
         forget(store, id);
+        partitions::settle(store, &mut partition, default_cap);
+        partitions::close(store, partition);
         cancelled += 1;
     }
     for id in others {
-        let payload_key = if store.zrem(ZsetKey::Delayed, id) {
-            HashKey::DelayedTask
+        let (from, payload_key) = if store.zrem(ZsetKey::Delayed, id) {
+            (State::Delayed, HashKey::DelayedTask)
         } else if store.zrem(ZsetKey::Dead, id) {
             store.hdel(HashKey::DeadReason, id);
-            HashKey::DeadTask
+            (State::Dead, HashKey::DeadTask)
         } else if store.zrem(ZsetKey::Inflight, id) {
             store.hdel(HashKey::Lease, id);
-            HashKey::InflightTask
+            (State::Leased, HashKey::InflightTask)
         } else {
             continue;
         };
+        let name = partition_of(store, id);
+        partitions::shift(store, &name, Some(from), None, default_cap, anomalies);
         store.hdel(payload_key, id);
         forget(store, id);
         cancelled += 1;
@@ -230,14 +267,14 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]]) -> u64 {
 
 /// Returns a cancelled queued item's cost to its partition when nothing of
 /// the partition was placed after it.
-fn give_back(store: &mut impl Store, id: &[u8], score: f64) {
+fn give_back(store: &mut impl Store, id: &[u8], score: i64) {
     let Some(meta) = store.hget(HashKey::Meta, id) else {
         return;
     };
     let Some((weight, partition)) = parse_meta(&meta) else {
         return;
     };
-    let start = score as i64;
+    let start = score;
     let end = start.saturating_add(i64::try_from(weight).unwrap_or(i64::MAX));
     let next = store
         .hget(HashKey::PartitionVirtualTime, partition)

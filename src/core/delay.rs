@@ -5,8 +5,9 @@
 
 use super::dead::bury_without_payload;
 use super::enqueue::{enqueue, EnqueueOutcome};
+use super::partitions::{self, State};
 use super::reclaim::reclaim_at;
-use super::scoring::{is_present, read_current_virtual_time, requeue};
+use super::scoring::{is_present, partition_of, read_placing, requeue, Placing};
 use super::{format_meta, CoreError, Due, NewItem};
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -33,6 +34,16 @@ pub fn defer(
             &format_meta(item.weight, item.partition),
         );
         hold(store, item.id, item.payload, due_ms);
+        // Entering `delayed` never changes whether a partition may be
+        // served, so the default cap does not matter here.
+        partitions::shift(
+            store,
+            item.partition,
+            None,
+            Some(State::Delayed),
+            None,
+            &mut outcome.anomalies,
+        );
         outcome.added += 1;
     }
     Ok(outcome)
@@ -48,7 +59,7 @@ pub(super) fn hold(store: &mut impl Store, id: &[u8], payload: &[u8], due_ms: i6
 /// ascending (due, id) order. One without a payload is dead-lettered.
 pub(super) fn promote_at(
     store: &mut impl Store,
-    current_virtual_time: i64,
+    at: &Placing,
     now_ms: i64,
     limit: usize,
     outcome: &mut Due,
@@ -60,15 +71,20 @@ pub(super) fn promote_at(
         store.zrem(ZsetKey::Delayed, &id);
         let payload = store.hget(HashKey::DelayedTask, &id);
         store.hdel(HashKey::DelayedTask, &id);
+        let name = partition_of(store, &id);
+        let to = payload.is_none().then_some(State::Dead);
+        let anomalies = &mut outcome.anomalies;
+        partitions::shift(
+            store,
+            &name,
+            Some(State::Delayed),
+            to,
+            at.default_cap,
+            anomalies,
+        );
         match payload {
             Some(payload) => {
-                requeue(
-                    store,
-                    current_virtual_time,
-                    &id,
-                    &payload,
-                    &mut outcome.anomalies,
-                );
+                requeue(store, at, &id, &payload, anomalies);
                 outcome.promoted += 1;
             }
             None => {
@@ -84,27 +100,21 @@ pub(super) fn promote_at(
 /// and what the timer runs.
 pub(super) fn due_at(
     store: &mut impl Store,
-    current_virtual_time: i64,
+    at: &Placing,
     now_ms: i64,
     limit: usize,
     outcome: &mut Due,
 ) {
     let before = outcome.reclaimed;
-    reclaim_at(store, current_virtual_time, now_ms, limit, outcome);
+    reclaim_at(store, at, now_ms, limit, outcome);
     let reclaimed = (outcome.reclaimed - before) as usize;
-    promote_at(
-        store,
-        current_virtual_time,
-        now_ms,
-        limit.saturating_sub(reclaimed),
-        outcome,
-    );
+    promote_at(store, at, now_ms, limit.saturating_sub(reclaimed), outcome);
 }
 
 /// The timer's run on one queue: [`due_at`].
 pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due, CoreError> {
-    let current_virtual_time = read_current_virtual_time(store)?;
     let mut outcome = Due::default();
-    due_at(store, current_virtual_time, now_ms, limit, &mut outcome);
+    let at = read_placing(store, &mut outcome.anomalies)?;
+    due_at(store, &at, now_ms, limit, &mut outcome);
     Ok(outcome)
 }

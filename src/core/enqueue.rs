@@ -1,6 +1,6 @@
 //! `VTRR.ENQUEUE`.
 
-use super::scoring::{is_present, place, read_current_virtual_time};
+use super::scoring::{is_present, place, read_placing};
 use super::{Anomaly, CoreError, NewItem};
 use crate::store::Store;
 
@@ -13,19 +13,13 @@ pub struct EnqueueOutcome {
 /// `VTRR.ENQUEUE`: adds each item whose id is not already in the queue's
 /// life (queued, leased, delayed or dead).
 pub fn enqueue(store: &mut impl Store, items: &[NewItem<'_>]) -> Result<EnqueueOutcome, CoreError> {
-    let current_virtual_time = read_current_virtual_time(store)?;
     let mut outcome = EnqueueOutcome::default();
+    let at = read_placing(store, &mut outcome.anomalies)?;
     for item in items {
         if is_present(store, item.id) {
             continue;
         }
-        place(
-            store,
-            current_virtual_time,
-            item,
-            None,
-            &mut outcome.anomalies,
-        );
+        place(store, &at, item, None, &mut outcome.anomalies);
         outcome.added += 1;
     }
     Ok(outcome)

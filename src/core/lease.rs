@@ -3,8 +3,9 @@
 
 use super::dead::bury_without_payload;
 use super::delay::due_at;
-use super::scoring::parse_current_virtual_time;
-use super::{counters, CoreError, Due, Leased};
+use super::partitions::{self, read_default_cap, State};
+use super::scoring::{parse_current_virtual_time, partition_of, Placing};
+use super::{counters, held, Anomaly, CoreError, Due, Leased};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// What `VTRR.LEASE` asks for.
@@ -25,12 +26,25 @@ pub struct LeaseOutcome {
     pub leased: Vec<Leased>,
     /// What the call did to due items first, and what it dead-lettered.
     pub due: Due,
+    /// It stopped after moving [`MAX_PARKED_PER_LEASE`] items to `held`;
+    /// more may be leasable.
+    pub skipped_enough: bool,
 }
+
+/// The most items of paused or capped partitions one LEASE moves out of
+/// `queue` into `held`. Such items are in `queue` only if they were queued
+/// before their partition came under control (later ones wait in `held`,
+/// see `partitions.rs`), and each is moved once; the bound keeps the first
+/// LEASE after a pause of a large backlog short. A LEASE that reaches it
+/// returns what it has and says so (`LeaseOutcome::skipped_enough`).
+pub const MAX_PARKED_PER_LEASE: usize = 1024;
 
 /// `VTRR.LEASE`: acts on up to `due_limit` due items (expired leases, then
 /// due delayed items), then leases up to `count` items, lowest score first,
 /// all with expiry `now_ms + lease_ms`. A popped item without a payload is
-/// dead-lettered instead of served. `new_token` is called once per lease.
+/// dead-lettered instead of served; one whose partition is paused or at its
+/// cap moves to `held`, keeping its score. `new_token` is called once per
+/// lease.
 pub fn lease(
     store: &mut impl Store,
     request: &LeaseRequest,
@@ -40,33 +54,60 @@ pub fn lease(
     let stored_virtual_time = store.current_virtual_time();
     let current_virtual_time = parse_current_virtual_time(stored_virtual_time.as_deref())?;
     let mut outcome = LeaseOutcome::default();
+    let at = Placing {
+        current_virtual_time,
+        default_cap: read_default_cap(store, &mut outcome.due.anomalies),
+    };
     due_at(
         store,
-        current_virtual_time,
+        &at,
         request.now_ms,
         request.due_limit,
         &mut outcome.due,
     );
     let expiry_ms = request.now_ms.saturating_add(request.lease_ms);
-    let mut last_popped = None;
+    let mut last_served = None;
+    let mut parked = 0;
     while outcome.leased.len() < request.count {
         let Some((id, score)) = store.zfirst(ZsetKey::Queue) else {
             break;
         };
-        last_popped = Some(score);
         store.zrem(ZsetKey::Queue, &id);
+        let anomalies = &mut outcome.due.anomalies;
+        let name = partition_of(store, &id);
+        let mut partition = partitions::open(store, &name, anomalies);
+        if partition.record.head.as_deref() == Some(id.as_slice()) {
+            partition.record.head = None;
+        }
+        if !partition.record.servable(at.default_cap) {
+            held::park(store, &mut partition, &id, score as i64);
+            partitions::close(store, partition);
+            parked += 1;
+            if parked >= MAX_PARKED_PER_LEASE {
+                outcome.skipped_enough = true;
+                break;
+            }
+            continue;
+        }
+        last_served = Some(score);
+        partition.record.queued = partition.record.queued.saturating_sub(1);
         let payload = store.hget(HashKey::Task, &id);
         store.hdel(HashKey::Task, &id);
         let Some(payload) = payload else {
-            bury_without_payload(store, &id, request.now_ms, &mut outcome.due.anomalies);
+            partition.record.dead += 1;
+            partitions::settle(store, &mut partition, at.default_cap);
+            partitions::close(store, partition);
+            bury_without_payload(store, &id, request.now_ms, anomalies);
             outcome.due.dead_lettered += 1;
             continue;
         };
+        partition.record.leased += 1;
+        partitions::settle(store, &mut partition, at.default_cap);
+        partitions::close(store, partition);
         store.hset(HashKey::InflightTask, &id, &payload);
         store.zadd(ZsetKey::Inflight, &id, expiry_ms as f64);
         let token = new_token();
         store.hset(HashKey::Lease, &id, &token);
-        let anomalies = &mut outcome.due.anomalies;
         let timeouts = counters::read(store, HashKey::Timeouts, &id, anomalies);
         let nacks = request
             .with_counters
@@ -80,8 +121,8 @@ pub fn lease(
             score,
         });
     }
-    if let Some(last) = last_popped {
-        if store.zcard(ZsetKey::Queue) == 0 {
+    if let Some(last) = last_served {
+        if store.zcard(ZsetKey::Queue) == 0 && store.zcard(ZsetKey::Held) == 0 {
             // Drained: restart virtual time; lease state is left alone.
             store.set_current_virtual_time(0);
             store.delete(HashKey::Task);
@@ -105,13 +146,25 @@ pub(super) fn holds_lease(store: &mut impl Store, id: &[u8], token: &[u8]) -> bo
         .is_some_and(|stored| stored == token)
 }
 
-/// `VTRR.ACK`: finishes each (id, token) pair whose token is current.
-pub fn ack(store: &mut impl Store, pairs: &[(&[u8], &[u8])]) -> u64 {
+/// `VTRR.ACK`: finishes each (id, token) pair whose token is current. The
+/// slot each frees lets its partition's next held item into `queue`.
+pub fn ack(store: &mut impl Store, pairs: &[(&[u8], &[u8])], anomalies: &mut Vec<Anomaly>) -> u64 {
     let mut acked = 0;
+    let mut default_cap = None;
     for (id, token) in pairs {
         if !holds_lease(store, id, token) {
             continue;
         }
+        let default_cap = *default_cap.get_or_insert_with(|| read_default_cap(store, anomalies));
+        let name = partition_of(store, id);
+        partitions::shift(
+            store,
+            &name,
+            Some(State::Leased),
+            None,
+            default_cap,
+            anomalies,
+        );
         store.zrem(ZsetKey::Inflight, id);
         store.hdel(HashKey::InflightTask, id);
         store.hdel(HashKey::Lease, id);

@@ -7,17 +7,24 @@
 //! reclaim, stats, check.
 
 pub mod check;
+mod controls;
 mod counters;
 mod dead;
 mod delay;
 mod enqueue;
+mod held;
 mod lease;
 mod nack;
 mod numbers;
+pub mod partitions;
 mod reclaim;
 mod scoring;
 mod stats;
 
+pub use controls::{
+    control_counts, limit, partition_view, partitions_page, pause, recount, resume,
+    set_default_cap, set_limit, LimitChange, PartitionView,
+};
 pub use dead::{
     cancel, dead_items, read_policy, revive, set_policy, DeadItem, Moved, Policy, PolicyChange,
     Reason,
@@ -52,8 +59,12 @@ pub enum Anomaly {
     CounterUnreadable { counter: &'static str, id: Vec<u8> },
     /// `partition_virtual_time[partition]` was not a number; read as 0.
     PartitionVirtualTimeUnreadable { partition: Vec<u8> },
-    /// A `policy` field was not a count; read as NONE (never give up).
+    /// A `policy` field was not a count; read as NONE (never give up, no
+    /// default cap).
     PolicyUnreadable { field: &'static str },
+    /// A partition's record in `partitions` was unreadable; started afresh
+    /// (`VTRR.RECOUNT` recounts it).
+    PartitionRecordUnreadable { partition: Vec<u8> },
 }
 
 /// What one call did to items that fell due (expired leases, due delayed

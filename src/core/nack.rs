@@ -3,7 +3,8 @@
 use super::dead::{bury, bury_without_payload, read_policy, Reason};
 use super::delay::hold;
 use super::lease::holds_lease;
-use super::scoring::{read_current_virtual_time, requeue};
+use super::partitions::{self, State};
+use super::scoring::{partition_of, read_placing, requeue};
 use super::{counters, Anomaly, CoreError};
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -41,14 +42,24 @@ pub fn nack(
     if !holds_lease(store, id, token) {
         return Ok(None);
     }
-    let current_virtual_time = read_current_virtual_time(store)?;
+    let at = read_placing(store, anomalies)?;
     store.zrem(ZsetKey::Inflight, id);
     let payload = store.hget(HashKey::InflightTask, id);
     store.hdel(HashKey::InflightTask, id);
     store.hdel(HashKey::Lease, id);
     let nacks = counters::increment(store, HashKey::Nacks, id, anomalies);
     let policy = read_policy(store, anomalies);
+    let name = partition_of(store, id);
     let Some(payload) = payload else {
+        let to = Some(State::Dead);
+        partitions::shift(
+            store,
+            &name,
+            Some(State::Leased),
+            to,
+            at.default_cap,
+            anomalies,
+        );
         bury_without_payload(store, id, now_ms, anomalies);
         return Ok(Some(Nacked::Dead(Reason::PayloadMissing)));
     };
@@ -61,10 +72,23 @@ pub fn nack(
         },
         Nack::Delay { .. } | Nack::Requeue => Nacked::Requeued,
     };
+    let to = match nacked {
+        Nacked::Dead(_) => Some(State::Dead),
+        Nacked::Delayed { .. } => Some(State::Delayed),
+        Nacked::Requeued => None,
+    };
+    partitions::shift(
+        store,
+        &name,
+        Some(State::Leased),
+        to,
+        at.default_cap,
+        anomalies,
+    );
     match nacked {
         Nacked::Dead(reason) => bury(store, id, &payload, now_ms, reason),
         Nacked::Delayed { due_ms } => hold(store, id, &payload, due_ms),
-        Nacked::Requeued => requeue(store, current_virtual_time, id, &payload, anomalies),
+        Nacked::Requeued => requeue(store, &at, id, &payload, anomalies),
     }
     Ok(Some(nacked))
 }

@@ -1,6 +1,6 @@
 //! `VTRR.STATS`.
 
-use super::{read_current_virtual_time, CoreError};
+use super::{control_counts, read_current_virtual_time, CoreError};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Counts reported by `VTRR.STATS`.
@@ -16,12 +16,22 @@ pub struct Stats {
     pub dead: u64,
     /// When the earliest delayed item falls due.
     pub next_due_ms: Option<i64>,
+    /// Of the queued items, those waiting in `held` (their partition is
+    /// paused, at its cap, or has its head in `queue`).
+    pub held: u64,
+    pub paused_partitions: u64,
+    pub capped_partitions: u64,
 }
 
 /// `VTRR.STATS`.
 pub fn stats(store: &mut impl Store, now_ms: i64) -> Result<Stats, CoreError> {
+    let held = store.zcard(ZsetKey::Held);
+    let (paused_partitions, capped_partitions) = control_counts(store);
     Ok(Stats {
-        queued: store.zcard(ZsetKey::Queue),
+        queued: store.zcard(ZsetKey::Queue) + held,
+        held,
+        paused_partitions,
+        capped_partitions,
         inflight: store.zcard(ZsetKey::Inflight),
         expired: store.zcount_upto(ZsetKey::Inflight, now_ms as f64),
         partitions: store.hlen(HashKey::PartitionVirtualTime),

@@ -60,6 +60,7 @@ required!(
     RedisModule_SubscribeToServerEvent,
     RedisModule_ValueLength,
     RedisModule_ZsetAdd,
+    RedisModule_ZsetFirstInLexRange,
     RedisModule_ZsetFirstInScoreRange,
     RedisModule_ZsetRangeCurrentElement,
     RedisModule_ZsetRangeEndReached,

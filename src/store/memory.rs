@@ -101,6 +101,12 @@ impl Store for MemoryStore {
             .collect()
     }
 
+    fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
+        let zset = self.zsets.get(&key)?;
+        let (_, member) = zset.ordered.range((Score(0.0), from.to_vec())..).next()?;
+        Some(member.clone())
+    }
+
     fn zcard(&mut self, key: ZsetKey) -> u64 {
         self.zsets.get(&key).map_or(0, |z| z.by_member.len() as u64)
     }
@@ -138,6 +144,22 @@ impl Store for MemoryStore {
             .get(&key)
             .map(|h| h.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, Vec<u8>)>) {
+        // The cursor is a position in field order; enough for tests.
+        let Some(hash) = self.hashes.get(&key) else {
+            return (0, Vec::new());
+        };
+        let start = cursor as usize;
+        let page: Vec<_> = hash
+            .iter()
+            .skip(start)
+            .take(count.max(1))
+            .map(|(f, v)| (f.clone(), v.clone()))
+            .collect();
+        let next = start + page.len();
+        (if next >= hash.len() { 0 } else { next as u64 }, page)
     }
 
     fn delete(&mut self, key: HashKey) {

@@ -31,6 +31,10 @@ pub enum ZsetKey {
     Delayed,
     /// `vtrr:<name>:dead`: dead task id -> when it died (Unix ms).
     Dead,
+    /// `vtrr:<name>:held`: queued items of partitions under a cap or pause
+    /// that wait outside `queue`; all scores 0, members ordered by
+    /// (partition, virtual time, id) (see `core::held`).
+    Held,
 }
 
 /// The hashes of a queue.
@@ -56,8 +60,14 @@ pub enum HashKey {
     DeadTask,
     /// `vtrr:<name>:dead_reason`: id -> why it died.
     DeadReason,
-    /// `vtrr:<name>:policy`: `max-timeouts` / `max-nacks` -> n.
+    /// `vtrr:<name>:policy`: `max-timeouts` / `max-nacks` /
+    /// `default-concurrency` -> n, and the counts of paused and capped
+    /// partitions.
     Policy,
+    /// `vtrr:<name>:held_at`: held id -> its virtual time in `held`.
+    HeldAt,
+    /// `vtrr:<name>:partitions`: partition -> its counts and settings.
+    Partitions,
 }
 
 /// Operations on one queue's keys. Implementations have already checked the
@@ -71,6 +81,9 @@ pub trait Store {
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)>;
     /// Up to `limit` entries with score <= `max`, in ascending (score, member) order.
     fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)>;
+    /// The first member >= `from` in member order, of a sorted set whose
+    /// scores are all equal (`held`).
+    fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>>;
     fn zcard(&mut self, key: ZsetKey) -> u64;
     /// Number of entries with score <= `max`.
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64;
@@ -81,6 +94,8 @@ pub trait Store {
     fn hlen(&mut self, key: HashKey) -> u64;
     /// Every field of a hash (O(N): only for the invariant check).
     fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>>;
+    /// One step of HSCAN: (next cursor, 0 when done; field/value pairs).
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, Vec<u8>)>);
     fn delete(&mut self, key: HashKey);
 
     /// Raw content of `vtrr:<name>:current_virtual_time`.

@@ -203,6 +203,11 @@ impl<'ctx> RedisStore<'ctx> {
         true
     }
 
+    /// Wakes clients blocked in VTRR.LEASE ... BLOCK on this queue.
+    pub fn signal_ready(&self) {
+        signal_ready(self.ctx, &self.queue_name);
+    }
+
     /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
     pub fn notify(&self, event: &CStr) {
         // SAFETY: live context, NUL-terminated event name, valid key name.
@@ -351,6 +356,34 @@ impl Store for RedisStore<'_> {
         entries
     }
 
+    fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
+        let open = self.key(key.into())?;
+        let mut bound = Vec::with_capacity(from.len() + 1);
+        bound.push(b'[');
+        bound.extend_from_slice(from);
+        let min = OwnedString::new(&bound);
+        let max = OwnedString::new(b"+");
+        // SAFETY: open sorted-set key and valid range strings; the iterator
+        // is stopped before returning.
+        unsafe {
+            if api!(RedisModule_ZsetFirstInLexRange)(open, min.0, max.0)
+                != raw::REDISMODULE_OK as c_int
+            {
+                return None;
+            }
+            let mut first = None;
+            if api!(RedisModule_ZsetRangeEndReached)(open) == 0 {
+                let mut score = 0.0;
+                let element = api!(RedisModule_ZsetRangeCurrentElement)(open, &mut score);
+                if !element.is_null() {
+                    first = Some(take_string(element));
+                }
+            }
+            api!(RedisModule_ZsetRangeStop)(open);
+            first
+        }
+    }
+
     fn zcard(&mut self, key: ZsetKey) -> u64 {
         // SAFETY: open key.
         self.key(key.into())
@@ -441,6 +474,41 @@ impl Store for RedisStore<'_> {
             }
             _ => Vec::new(),
         }
+    }
+
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, Vec<u8>)>) {
+        let which = QueueKey::from(key);
+        let Some(slot) = self.slots[which.index()].as_ref() else {
+            return (0, Vec::new());
+        };
+        let cursor = cursor.to_string();
+        let count = count.to_string();
+        let reply = self.ctx.call(
+            "HSCAN",
+            &[
+                slot.name.bytes(),
+                cursor.as_bytes(),
+                b"COUNT",
+                count.as_bytes(),
+            ][..],
+        );
+        let Ok(redis_module::RedisValue::Array(parts)) = reply else {
+            return (0, Vec::new());
+        };
+        let next = parts
+            .first()
+            .and_then(bytes_of)
+            .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok())
+            .unwrap_or(0);
+        let mut pairs = Vec::new();
+        if let Some(redis_module::RedisValue::Array(flat)) = parts.get(1) {
+            for pair in flat.chunks_exact(2) {
+                if let (Some(field), Some(value)) = (bytes_of(&pair[0]), bytes_of(&pair[1])) {
+                    pairs.push((field, value));
+                }
+            }
+        }
+        (next, pairs)
     }
 
     fn delete(&mut self, key: HashKey) {

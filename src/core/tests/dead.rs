@@ -8,7 +8,11 @@ use crate::store::{HashKey, Store, ZsetKey};
 #[test]
 fn max_timeouts_dead_letters_on_the_expiry_past_the_limit() {
     let mut store = MemoryStore::new();
-    set_policy(&mut store, &[PolicyChange::MaxTimeouts(Some(1))]);
+    set_policy(
+        &mut store,
+        &[PolicyChange::MaxTimeouts(Some(1))],
+        &mut Vec::new(),
+    );
     enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap();
     let first = reclaim(&mut store, 10, 10).unwrap();
@@ -44,10 +48,15 @@ fn policy_reads_back_and_none_clears() {
             PolicyChange::MaxTimeouts(Some(3)),
             PolicyChange::MaxNacks(Some(0)),
         ],
+        &mut Vec::new(),
     );
     let policy = read_policy(&mut store, &mut Vec::new());
     assert_eq!((policy.max_timeouts, policy.max_nacks), (Some(3), Some(0)));
-    set_policy(&mut store, &[PolicyChange::MaxTimeouts(None)]);
+    set_policy(
+        &mut store,
+        &[PolicyChange::MaxTimeouts(None)],
+        &mut Vec::new(),
+    );
     let policy = read_policy(&mut store, &mut Vec::new());
     assert_eq!((policy.max_timeouts, policy.max_nacks), (None, Some(0)));
     // A value another client wrote badly reads as NONE, reported.
@@ -78,7 +87,11 @@ fn dead_items_list_oldest_first_up_to_count() {
 #[test]
 fn revive_requeues_fresh_with_counters_reset() {
     let mut store = MemoryStore::new();
-    set_policy(&mut store, &[PolicyChange::MaxTimeouts(Some(0))]);
+    set_policy(
+        &mut store,
+        &[PolicyChange::MaxTimeouts(Some(0))],
+        &mut Vec::new(),
+    );
     enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap(); // a
     reclaim(&mut store, 10, 10).unwrap(); // a dies
@@ -111,7 +124,7 @@ fn cancel_deletes_an_item_in_any_state() {
     store.hset(HashKey::DeadReason, b"dead", b"nack");
     store.hset(HashKey::Meta, b"dead", b"1:A");
     let ids: [&[u8]; 5] = [b"queued", b"leased", b"delayed", b"dead", b"missing"];
-    assert_eq!(cancel(&mut store, &ids), 4);
+    assert_eq!(cancel(&mut store, &ids, &mut Vec::new()), 4);
     for key in [
         ZsetKey::Queue,
         ZsetKey::Inflight,
@@ -133,7 +146,7 @@ fn cancel_deletes_an_item_in_any_state() {
     }
     // The cancelled lease can be neither renewed nor acked.
     assert!(!renew(&mut store, b"leased", &token, 10, 100));
-    assert_eq!(ack(&mut store, &[(b"leased", &token)]), 0);
+    assert_eq!(ack(&mut store, &[(b"leased", &token)], &mut Vec::new()), 0);
     // And nothing brings it back.
     assert!(run_due(&mut store, 1_000, 100).unwrap() == Due::default());
 }
@@ -162,14 +175,14 @@ fn cancelling_a_partitions_last_queued_items_gives_their_cost_back() {
     )
     .unwrap(); // a1 at 1, a2 at 3, a3 at 6; A's next is 7
     let ids: [&[u8]; 2] = [b"a2", b"a3"]; // any order: the highest goes first
-    assert_eq!(cancel(&mut store, &ids), 2);
+    assert_eq!(cancel(&mut store, &ids, &mut Vec::new()), 2);
     assert_eq!(
         store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
         b"3"
     );
     // A middle item leaves its cost charged (later items keep their places).
     enqueue(&mut store, &[item("A", "b1", 1), item("A", "b2", 1)]).unwrap(); // 3, 4
-    assert_eq!(cancel(&mut store, &[b"b1"]), 1);
+    assert_eq!(cancel(&mut store, &[b"b1"], &mut Vec::new()), 1);
     assert_eq!(
         store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
         b"5"
@@ -185,6 +198,6 @@ fn an_item_that_died_without_payload_is_not_revived() {
     assert_eq!(revive(&mut store, &[b"a"]).unwrap().count, 0);
     assert_eq!(store.zset_entries(ZsetKey::Dead).len(), 1);
     assert_eq!(store.zcard(ZsetKey::Queue), 0);
-    assert_eq!(cancel(&mut store, &[b"a"]), 1);
+    assert_eq!(cancel(&mut store, &[b"a"], &mut Vec::new()), 1);
     assert!(check::check(&mut store).is_empty());
 }

@@ -71,12 +71,20 @@ fn ack_is_fenced_by_the_token() {
     lease_at(&mut store, 0, 100, 1, 1000).unwrap();
     let before = store.clone();
     assert_eq!(
-        ack(&mut store, &[(b"a1", b"wrong"), (b"zz", b"token-1")]),
+        ack(
+            &mut store,
+            &[(b"a1", b"wrong"), (b"zz", b"token-1")],
+            &mut Vec::new()
+        ),
         0
     );
     assert_eq!(format!("{before:?}"), format!("{store:?}"));
     assert_eq!(
-        ack(&mut store, &[(b"a1", b"token-1"), (b"a1", b"token-1")]),
+        ack(
+            &mut store,
+            &[(b"a1", b"token-1"), (b"a1", b"token-1")],
+            &mut Vec::new()
+        ),
         1
     );
     for key in [

@@ -44,7 +44,7 @@ fn a_plain_nack_requeues_rescored_and_counts_apart_from_timeouts() {
     assert_eq!(store.zscore(ZsetKey::Queue, b"a"), Some(3.0));
     assert_eq!(store.hget(HashKey::Task, b"a").unwrap(), b"a");
     // The old token no longer acks.
-    assert_eq!(ack(&mut store, &[(b"a", &token)]), 0);
+    assert_eq!(ack(&mut store, &[(b"a", &token)], &mut Vec::new()), 0);
 }
 
 #[test]
@@ -82,7 +82,11 @@ fn dead_and_max_nacks_send_the_item_to_the_dead_letter_set() {
     assert_eq!(store.hget(HashKey::Meta, b"a").unwrap(), b"2:A");
 
     let mut store = MemoryStore::new();
-    set_policy(&mut store, &[PolicyChange::MaxNacks(Some(1))]);
+    set_policy(
+        &mut store,
+        &[PolicyChange::MaxNacks(Some(1))],
+        &mut Vec::new(),
+    );
     let token = leased_one(&mut store);
     assert_eq!(
         nack_now(&mut store, &token, Nack::Delay { ms: 0 }),
@@ -113,6 +117,6 @@ fn lease_with_counters_reports_nacks() {
     let leased = lease(&mut store, &request, tokens()).unwrap().leased;
     assert_eq!((leased[0].timeouts, leased[0].nacks), (0, Some(1)));
     let token = leased[0].token.clone();
-    assert_eq!(ack(&mut store, &[(b"a", &token)]), 1);
+    assert_eq!(ack(&mut store, &[(b"a", &token)], &mut Vec::new()), 1);
     assert_eq!(store.hlen(HashKey::Nacks), 0);
 }

@@ -261,7 +261,7 @@ impl Simulation {
                 if !inflight.is_empty() {
                     let id = inflight[pick % inflight.len()].0.clone();
                     let token = self.store.hget(HashKey::Lease, &id).unwrap();
-                    prop_assert_eq!(ack(&mut self.store, &[(&id, &token)]), 1);
+                    prop_assert_eq!(ack(&mut self.store, &[(&id, &token)], &mut Vec::new()), 1);
                     self.finished += 1;
                 }
             }
@@ -322,7 +322,7 @@ impl Simulation {
                 if !present.is_empty() {
                     let id = present[pick % present.len()].clone();
                     let was_queued = self.store.zscore(ZsetKey::Queue, &id).is_some();
-                    prop_assert_eq!(cancel(&mut self.store, &[&id]), 1);
+                    prop_assert_eq!(cancel(&mut self.store, &[&id], &mut Vec::new()), 1);
                     self.finished += 1;
                     if was_queued {
                         // A cancelled queued item's cost stays charged to its
@@ -357,6 +357,7 @@ impl Simulation {
                     PolicyChange::MaxTimeouts(max_timeouts),
                     PolicyChange::MaxNacks(max_nacks),
                 ],
+                &mut Vec::new(),
             ),
         }
         let problems = check::check(&mut self.store);

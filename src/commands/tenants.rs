@@ -1,0 +1,244 @@
+//! The tenant controls: `VTRR.LIMIT`, `VTRR.PAUSE`, `VTRR.RESUME`,
+//! `VTRR.PARTITIONS`, `VTRR.RECOUNT`.
+
+use std::collections::BTreeMap;
+
+use redis_module::redisvalue::RedisValueKey;
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::{args, bulk, check_arity, queue_name, Command};
+use crate::core::{LimitChange, PartitionView};
+use crate::store::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
+use crate::{error, limits, ops};
+
+pub const LIMIT: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.limit",
+        flags: "write fast",
+        arity: -3,
+        summary: "Sets or reads a partition's concurrency cap and share",
+        complexity: "O(log N)",
+        key_flags: KEY_WRITE,
+    },
+    handler: limit,
+};
+
+pub const PAUSE: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.pause",
+        flags: "write fast",
+        arity: 3,
+        summary: "Stops leasing a partition's items; enqueues are still accepted",
+        complexity: "O(log N)",
+        key_flags: KEY_WRITE,
+    },
+    handler: pause,
+};
+
+pub const RESUME: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.resume",
+        flags: "write fast",
+        arity: 3,
+        summary: "Leases a paused partition's items again, from the current virtual time",
+        complexity: "O(log N)",
+        key_flags: KEY_WRITE,
+    },
+    handler: resume,
+};
+
+pub const PARTITIONS: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.partitions",
+        flags: "readonly",
+        arity: -2,
+        summary: "Lists partitions with their counts and settings, by cursor",
+        complexity: "O(1) per partition listed",
+        key_flags: KEY_READ,
+    },
+    handler: partitions,
+};
+
+pub const RECOUNT: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.recount",
+        flags: "write",
+        arity: 2,
+        summary: "Rewrites every partition's counts from the keys (after scripts changed them)",
+        complexity: "O(N)",
+        key_flags: KEY_WRITE,
+    },
+    handler: recount,
+};
+
+/// A non-empty partition name.
+fn partition(raw: &RedisString) -> Result<&[u8], RedisError> {
+    let name = raw.as_slice();
+    if name.is_empty() {
+        return Err(error::empty("partition"));
+    }
+    Ok(name)
+}
+
+/// A cap (CONCURRENCY, DEFAULT-CONCURRENCY): 1.., or NONE.
+pub fn concurrency(raw: &RedisString, option: &str) -> Result<Option<u64>, RedisError> {
+    if raw.as_slice().eq_ignore_ascii_case(b"NONE") {
+        return Ok(None);
+    }
+    args::int_in(raw.as_slice(), 1, limits::MAX_CONCURRENCY, || {
+        error::concurrency(option)
+    })
+    .map(|n| Some(n as u64))
+}
+
+fn map(fields: Vec<(&str, RedisValue)>) -> RedisValue {
+    let map: BTreeMap<RedisValueKey, RedisValue> = fields
+        .into_iter()
+        .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))
+        .collect();
+    RedisValue::OrderedMap(map)
+}
+
+fn int(n: u64) -> RedisValue {
+    RedisValue::Integer(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+fn cap(n: Option<u64>) -> RedisValue {
+    n.map_or(RedisValue::Null, int)
+}
+
+/// VTRR.LIMIT <name> <partition> [CONCURRENCY <n>|NONE] [SHARE <s>]
+fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &LIMIT)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let name = partition(&argv[2])?;
+    let mut changes = Vec::new();
+    let mut options = args::Options::new(&argv[3..]);
+    while let Some(option) = options.next_name() {
+        changes.push(match option.as_str() {
+            "CONCURRENCY" => {
+                LimitChange::Concurrency(concurrency(options.value()?, "CONCURRENCY")?)
+            }
+            "SHARE" => {
+                let share = args::int_in(
+                    options.value()?.as_slice(),
+                    1,
+                    limits::MAX_SHARE,
+                    error::share,
+                )?;
+                LimitChange::Share(share as u64)
+            }
+            _ => return Err(error::syntax()),
+        });
+    }
+    if !changes.is_empty() {
+        ops::set_limit(ctx, queue, name, &changes)?;
+        return Ok(RedisValue::SimpleStringStatic("OK"));
+    }
+    let record = ops::limit(ctx, queue, name)?;
+    Ok(map(vec![
+        ("concurrency", cap(record.cap)),
+        ("share", int(record.share)),
+        ("paused", int(u64::from(record.paused))),
+    ]))
+}
+
+/// VTRR.PAUSE <name> <partition>
+fn pause(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &PAUSE)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let name = partition(&argv[2])?;
+    Ok(RedisValue::Integer(i64::from(ops::pause(
+        ctx, queue, name,
+    )?)))
+}
+
+/// VTRR.RESUME <name> <partition>
+fn resume(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &RESUME)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let name = partition(&argv[2])?;
+    Ok(RedisValue::Integer(i64::from(ops::resume(
+        ctx, queue, name,
+    )?)))
+}
+
+fn view(view: PartitionView) -> RedisValue {
+    let record = view.record;
+    map(vec![
+        ("partition", bulk(view.partition)),
+        ("queued", int(record.queued)),
+        ("held", int(record.held)),
+        ("leased", int(record.leased)),
+        ("delayed", int(record.delayed)),
+        ("dead", int(record.dead)),
+        (
+            "virtual-time",
+            view.virtual_time
+                .map_or(RedisValue::Null, RedisValue::Integer),
+        ),
+        ("concurrency", cap(record.cap)),
+        ("concurrency-in-force", cap(view.cap_in_force)),
+        ("share", int(record.share)),
+        ("paused", int(u64::from(record.paused))),
+    ])
+}
+
+/// VTRR.PARTITIONS <name> [CURSOR <c>] [COUNT <n>] | PARTITION <partition>
+fn partitions(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &PARTITIONS)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let mut cursor = None;
+    let mut count = None;
+    let mut only = None;
+    let mut options = args::Options::new(&argv[2..]);
+    while let Some(option) = options.next_name() {
+        match option.as_str() {
+            "CURSOR" => {
+                let raw = options.value()?.as_slice();
+                let parsed = std::str::from_utf8(raw)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok());
+                cursor = Some(parsed.ok_or_else(error::cursor)?);
+            }
+            "COUNT" => {
+                let raw = options.value()?.as_slice();
+                let n = args::int_in(
+                    raw,
+                    1,
+                    limits::MAX_PARTITIONS_COUNT,
+                    error::partitions_count,
+                )?;
+                count = Some(n as usize);
+            }
+            "PARTITION" => only = Some(partition(options.value()?)?),
+            _ => return Err(error::syntax()),
+        }
+    }
+    if let Some(name) = only {
+        if cursor.is_some() {
+            return Err(error::exclusive("PARTITION", "CURSOR"));
+        }
+        if count.is_some() {
+            return Err(error::exclusive("PARTITION", "COUNT"));
+        }
+        let one = ops::partition_view(ctx, queue, name)?;
+        return Ok(RedisValue::Array(vec![
+            bulk(b"0".to_vec()),
+            RedisValue::Array(vec![view(one)]),
+        ]));
+    }
+    let count = count.unwrap_or(limits::PARTITIONS_DEFAULT_COUNT);
+    let (next, views) = ops::partitions_page(ctx, queue, cursor.unwrap_or(0), count)?;
+    Ok(RedisValue::Array(vec![
+        bulk(next.to_string().into_bytes()),
+        RedisValue::Array(views.into_iter().map(view).collect()),
+    ]))
+}
+
+/// VTRR.RECOUNT <name>
+fn recount(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &RECOUNT)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    Ok(int(ops::recount(ctx, queue)?))
+}

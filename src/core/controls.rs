@@ -1,0 +1,298 @@
+//! The tenant controls and the per-partition view: `VTRR.LIMIT`,
+//! `VTRR.PAUSE`, `VTRR.RESUME`, `VTRR.PARTITIONS`, `VTRR.RECOUNT` and the
+//! default cap of `VTRR.POLICY`.
+
+use std::collections::BTreeMap;
+
+use super::partitions::{
+    self, read_default_cap, Partition, Record, CAPPED_COUNT_FIELD, DEFAULT_CONCURRENCY_FIELD,
+    PAUSED_COUNT_FIELD,
+};
+use super::scoring::{parse_current_virtual_time, partition_of};
+use super::{held, parse_virtual_time, Anomaly, CoreError};
+use crate::store::{HashKey, Store, ZsetKey};
+
+/// One change of `VTRR.LIMIT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitChange {
+    /// A cap, or (None) the queue's default.
+    Concurrency(Option<u64>),
+    Share(u64),
+}
+
+/// A partition as `VTRR.PARTITIONS` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionView {
+    pub partition: Vec<u8>,
+    pub record: Record,
+    /// `partition_virtual_time[partition]` (None: not set).
+    pub virtual_time: Option<i64>,
+    /// The cap in force: its own, else the queue's default.
+    pub cap_in_force: Option<u64>,
+}
+
+fn adjust_count(store: &mut impl Store, field: &str, up: bool) {
+    let current = store
+        .hget(HashKey::Policy, field.as_bytes())
+        .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    let next = if up {
+        current + 1
+    } else {
+        current.saturating_sub(1)
+    };
+    if next == 0 {
+        store.hdel(HashKey::Policy, field.as_bytes());
+    } else {
+        store.hset(
+            HashKey::Policy,
+            field.as_bytes(),
+            next.to_string().as_bytes(),
+        );
+    }
+}
+
+/// `VTRR.LIMIT` with options: applies every change, then lets the partition
+/// into `queue` if it may now be served.
+pub fn set_limit(
+    store: &mut impl Store,
+    name: &[u8],
+    changes: &[LimitChange],
+    anomalies: &mut Vec<Anomaly>,
+) {
+    let default_cap = read_default_cap(store, anomalies);
+    let mut partition = partitions::open(store, name, anomalies);
+    let was_capped = partition.record.cap.is_some();
+    for change in changes {
+        match *change {
+            LimitChange::Concurrency(cap) => partition.record.cap = cap,
+            LimitChange::Share(share) => partition.record.share = share,
+        }
+    }
+    if was_capped != partition.record.cap.is_some() {
+        adjust_count(store, CAPPED_COUNT_FIELD, !was_capped);
+    }
+    partitions::settle(store, &mut partition, default_cap);
+    partitions::close(store, partition);
+}
+
+/// `VTRR.LIMIT` without options: (own cap, share).
+pub fn limit(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> Record {
+    partitions::open(store, name, anomalies).record
+}
+
+/// `VTRR.POLICY ... DEFAULT-CONCURRENCY`: sets the cap of every partition
+/// without its own, then settles each partition that has held items (a
+/// raised default lets them in). O(partitions).
+pub fn set_default_cap(store: &mut impl Store, cap: Option<u64>, anomalies: &mut Vec<Anomaly>) {
+    match cap {
+        Some(n) => store.hset(
+            HashKey::Policy,
+            DEFAULT_CONCURRENCY_FIELD.as_bytes(),
+            n.to_string().as_bytes(),
+        ),
+        None => store.hdel(HashKey::Policy, DEFAULT_CONCURRENCY_FIELD.as_bytes()),
+    }
+    for name in store.hfields(HashKey::Partitions) {
+        let mut partition = partitions::open(store, &name, anomalies);
+        partitions::settle(store, &mut partition, cap);
+        partitions::close(store, partition);
+    }
+}
+
+/// `VTRR.PAUSE`: false when already paused. Its head (if any) leaves
+/// `queue` for `held`, so no LEASE steps over it.
+pub fn pause(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> bool {
+    let mut partition = partitions::open(store, name, anomalies);
+    if partition.record.paused {
+        return false;
+    }
+    partition.record.paused = true;
+    if let Some(head) = partition.record.head.take() {
+        if let Some(score) = store.zscore(ZsetKey::Queue, &head) {
+            store.zrem(ZsetKey::Queue, &head);
+            held::park(store, &mut partition, &head, score as i64);
+        }
+    }
+    adjust_count(store, PAUSED_COUNT_FIELD, true);
+    partitions::close(store, partition);
+    true
+}
+
+/// `VTRR.RESUME`: false when not paused. The partition's held backlog
+/// re-enters at the current virtual time, as a partition that was idle
+/// would (its items keep their order and spacing), so a long pause earns
+/// no burst ahead of the others.
+pub fn resume(
+    store: &mut impl Store,
+    name: &[u8],
+    anomalies: &mut Vec<Anomaly>,
+) -> Result<bool, CoreError> {
+    let current_virtual_time = parse_current_virtual_time(store.current_virtual_time().as_deref())?;
+    let default_cap = read_default_cap(store, anomalies);
+    let mut partition = partitions::open(store, name, anomalies);
+    if !partition.record.paused {
+        return Ok(false);
+    }
+    partition.record.paused = false;
+    if let Some((first, _)) = held::first(store, &partition) {
+        let behind = current_virtual_time.saturating_add(1).saturating_sub(first);
+        if behind > 0 {
+            move_on(store, &mut partition, behind);
+        }
+    }
+    adjust_count(store, PAUSED_COUNT_FIELD, false);
+    partitions::settle(store, &mut partition, default_cap);
+    partitions::close(store, partition);
+    Ok(true)
+}
+
+/// Moves a partition's held items and its next virtual time `by` later.
+fn move_on(store: &mut impl Store, partition: &mut Partition, by: i64) {
+    partition.record.offset = partition.record.offset.saturating_add(by);
+    let next = store
+        .hget(HashKey::PartitionVirtualTime, &partition.name)
+        .and_then(|raw| parse_virtual_time(&raw))
+        .unwrap_or(0)
+        .saturating_add(by)
+        .min(super::MAX_VIRTUAL_TIME);
+    store.hset(
+        HashKey::PartitionVirtualTime,
+        &partition.name,
+        next.to_string().as_bytes(),
+    );
+}
+
+fn view(
+    store: &mut impl Store,
+    partition: Vec<u8>,
+    record: Record,
+    default_cap: Option<u64>,
+) -> PartitionView {
+    let virtual_time = store
+        .hget(HashKey::PartitionVirtualTime, &partition)
+        .and_then(|raw| parse_virtual_time(&raw));
+    PartitionView {
+        cap_in_force: record.cap_in_force(default_cap),
+        partition,
+        record,
+        virtual_time,
+    }
+}
+
+/// `VTRR.PARTITIONS ... PARTITION`: one partition, O(1).
+pub fn partition_view(
+    store: &mut impl Store,
+    name: &[u8],
+    anomalies: &mut Vec<Anomaly>,
+) -> PartitionView {
+    let default_cap = read_default_cap(store, anomalies);
+    let record = partitions::open(store, name, anomalies).record;
+    view(store, name.to_vec(), record, default_cap)
+}
+
+/// `VTRR.PARTITIONS`: one HSCAN step over the partition records.
+pub fn partitions_page(
+    store: &mut impl Store,
+    cursor: u64,
+    count: usize,
+    anomalies: &mut Vec<Anomaly>,
+) -> (u64, Vec<PartitionView>) {
+    let default_cap = read_default_cap(store, anomalies);
+    let (next, entries) = store.hscan(HashKey::Partitions, cursor, count);
+    let views = entries
+        .into_iter()
+        .map(|(name, raw)| {
+            let record = Record::parse(&raw).unwrap_or_else(|| {
+                anomalies.push(Anomaly::PartitionRecordUnreadable {
+                    partition: name.clone(),
+                });
+                Record::default()
+            });
+            view(store, name, record, default_cap)
+        })
+        .collect();
+    (next, views)
+}
+
+/// Counts per partition as the keys hold them: (queued, held, leased,
+/// delayed, dead). O(N).
+pub(super) fn count_from_keys(store: &mut impl Store) -> BTreeMap<Vec<u8>, [u64; 5]> {
+    let mut counts: BTreeMap<Vec<u8>, [u64; 5]> = BTreeMap::new();
+    for (zset, slot) in [
+        (ZsetKey::Queue, 0),
+        (ZsetKey::Inflight, 2),
+        (ZsetKey::Delayed, 3),
+        (ZsetKey::Dead, 4),
+    ] {
+        for (id, _) in store.zrange_upto(zset, f64::INFINITY, usize::MAX) {
+            let name = partition_of(store, &id);
+            counts.entry(name).or_default()[slot] += 1;
+        }
+    }
+    for (member, _) in store.zrange_upto(ZsetKey::Held, f64::INFINITY, usize::MAX) {
+        if let Some((name, _, _)) = held::parse_member(&member) {
+            let entry = counts.entry(name.to_vec()).or_default();
+            entry[0] += 1;
+            entry[1] += 1;
+        }
+    }
+    counts
+}
+
+/// `VTRR.RECOUNT`: rewrites every partition's counts from the keys (after
+/// a Lua script or a hand edit moved items behind the module's back), and
+/// the counts of paused and capped partitions. The number of partition
+/// records it changed. O(N).
+pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
+    let default_cap = read_default_cap(store, anomalies);
+    let mut counts = count_from_keys(store);
+    let mut names: Vec<Vec<u8>> = store.hfields(HashKey::Partitions);
+    names.extend(counts.keys().cloned());
+    names.sort();
+    names.dedup();
+    let (mut paused, mut capped, mut changed) = (0u64, 0u64, 0u64);
+    for name in names {
+        let [queued, held, leased, delayed, dead] = counts.remove(&name).unwrap_or_default();
+        let mut partition = partitions::open(store, &name, anomalies);
+        let before = partition.record.clone();
+        let record = &mut partition.record;
+        (
+            record.queued,
+            record.held,
+            record.leased,
+            record.delayed,
+            record.dead,
+        ) = (queued, held, leased, delayed, dead);
+        paused += u64::from(record.paused);
+        capped += u64::from(record.cap.is_some());
+        partitions::settle(store, &mut partition, default_cap);
+        if partition.record != before {
+            changed += 1;
+        }
+        partitions::close(store, partition);
+    }
+    for (field, count) in [(PAUSED_COUNT_FIELD, paused), (CAPPED_COUNT_FIELD, capped)] {
+        if count == 0 {
+            store.hdel(HashKey::Policy, field.as_bytes());
+        } else {
+            store.hset(
+                HashKey::Policy,
+                field.as_bytes(),
+                count.to_string().as_bytes(),
+            );
+        }
+    }
+    changed
+}
+
+/// (paused, capped) partition counts, as `VTRR.STATS` shows them.
+pub fn control_counts(store: &mut impl Store) -> (u64, u64) {
+    let mut read = |field: &str| {
+        store
+            .hget(HashKey::Policy, field.as_bytes())
+            .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (read(PAUSED_COUNT_FIELD), read(CAPPED_COUNT_FIELD))
+}

@@ -1,0 +1,352 @@
+//! Per-partition counts and tenant controls, one record per partition in
+//! `partitions`: how many of its items are queued (of which held), leased,
+//! delayed and dead, and its cap, share and pause.
+//!
+//! The rule that keeps LEASE from walking over items it may not serve: a
+//! partition under control (a cap, the queue's default cap, a pause, or
+//! items still held) keeps at most one item, its *head*, in `queue`, and
+//! only while it may be served; the rest wait in `held` (see `held.rs`).
+//! Every change of a partition's counts or settings ends in [`settle`],
+//! which promotes the next held item when the partition may be served and
+//! has no head. A partition that was never under control keeps all its
+//! items in `queue`, exactly as the Lua scripts do.
+
+use super::held;
+use super::Anomaly;
+use crate::store::{HashKey, Store};
+
+/// `policy` fields of the tenant controls.
+pub const DEFAULT_CONCURRENCY_FIELD: &str = "default-concurrency";
+pub const PAUSED_COUNT_FIELD: &str = "paused-partitions";
+pub const CAPPED_COUNT_FIELD: &str = "capped-partitions";
+
+/// An item's state, as the partition counts know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Queued,
+    Leased,
+    Delayed,
+    Dead,
+}
+
+/// One partition's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Items waiting to be leased: in `queue` or in `held`.
+    pub queued: u64,
+    /// Of those, the ones in `held`.
+    pub held: u64,
+    pub leased: u64,
+    pub delayed: u64,
+    pub dead: u64,
+    /// Most items leased at once (None: the queue's default).
+    pub cap: Option<u64>,
+    /// Service ratio: a partition with share s gets s times the weight of a
+    /// share-1 partition while both are backlogged.
+    pub share: u64,
+    pub paused: bool,
+    /// Weight not yet turned into virtual time (below `share`): the exact
+    /// remainder of weight/share, so shares lose nothing to rounding.
+    pub carry: u64,
+    /// Added to the virtual times stored in `held` (RESUME raises it).
+    pub offset: i64,
+    /// The id this partition has in `queue` while under control.
+    pub head: Option<Vec<u8>>,
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Record {
+            queued: 0,
+            held: 0,
+            leased: 0,
+            delayed: 0,
+            dead: 0,
+            cap: None,
+            share: 1,
+            paused: false,
+            carry: 0,
+            offset: 0,
+            head: None,
+        }
+    }
+}
+
+impl Record {
+    /// `<queued> <held> <leased> <delayed> <dead> <cap|-> <share> <paused>
+    /// <carry> <offset>[ <head id>]`: the head id (any bytes) comes last.
+    fn format(&self) -> Vec<u8> {
+        let cap = self.cap.map_or_else(|| "-".to_string(), |c| c.to_string());
+        let mut out = format!(
+            "{} {} {} {} {} {cap} {} {} {} {}",
+            self.queued,
+            self.held,
+            self.leased,
+            self.delayed,
+            self.dead,
+            self.share,
+            u8::from(self.paused),
+            self.carry,
+            self.offset
+        )
+        .into_bytes();
+        if let Some(head) = &self.head {
+            out.push(b' ');
+            out.extend_from_slice(head);
+        }
+        out
+    }
+
+    pub fn parse(raw: &[u8]) -> Option<Record> {
+        let mut parts = raw.splitn(11, |b| *b == b' ');
+        let mut number = || -> Option<&[u8]> { parts.next() };
+        let uint =
+            |raw: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(raw?).ok()?.parse().ok() };
+        let queued = uint(number())?;
+        let held = uint(number())?;
+        let leased = uint(number())?;
+        let delayed = uint(number())?;
+        let dead = uint(number())?;
+        let cap = match number()? {
+            b"-" => None,
+            raw => Some(uint(Some(raw))?),
+        };
+        let share = uint(number())?.max(1);
+        let paused = match number()? {
+            b"0" => false,
+            b"1" => true,
+            _ => return None,
+        };
+        let carry = uint(number())?;
+        let offset = std::str::from_utf8(number()?).ok()?.parse().ok()?;
+        let head = number().map(<[u8]>::to_vec);
+        Some(Record {
+            queued,
+            held,
+            leased,
+            delayed,
+            dead,
+            cap,
+            share,
+            paused,
+            carry,
+            offset,
+            head,
+        })
+    }
+
+    /// Nothing counted and nothing set: the record can go.
+    fn is_blank(&self) -> bool {
+        self.queued == 0
+            && self.held == 0
+            && self.leased == 0
+            && self.delayed == 0
+            && self.dead == 0
+            && !self.has_settings()
+            && self.head.is_none()
+    }
+
+    pub fn has_settings(&self) -> bool {
+        self.cap.is_some() || self.share != 1 || self.paused
+    }
+
+    /// The cap in force: the partition's own, else the queue's default.
+    pub fn cap_in_force(&self, default_cap: Option<u64>) -> Option<u64> {
+        self.cap.or(default_cap)
+    }
+
+    /// Whether one more of its items may be leased now.
+    pub fn servable(&self, default_cap: Option<u64>) -> bool {
+        !self.paused
+            && self
+                .cap_in_force(default_cap)
+                .is_none_or(|cap| self.leased < cap)
+    }
+
+    /// Whether its items go through `held` (one head at a time in `queue`).
+    fn controlled(&self, default_cap: Option<u64>) -> bool {
+        self.paused
+            || self.cap_in_force(default_cap).is_some()
+            || self.held > 0
+            || self.head.is_some()
+    }
+
+    pub fn count_mut(&mut self, state: State) -> &mut u64 {
+        match state {
+            State::Queued => &mut self.queued,
+            State::Leased => &mut self.leased,
+            State::Delayed => &mut self.delayed,
+            State::Dead => &mut self.dead,
+        }
+    }
+}
+
+/// A partition's record, read for a change and written back by [`close`].
+pub struct Partition {
+    pub name: Vec<u8>,
+    stored: Option<Vec<u8>>,
+    pub record: Record,
+}
+
+/// Reads a partition's record (none yet: a blank one). An unreadable record
+/// (written by another client) starts blank and is reported.
+pub fn open(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> Partition {
+    let stored = store.hget(HashKey::Partitions, name);
+    let record = match stored.as_deref() {
+        None => Record::default(),
+        Some(raw) => Record::parse(raw).unwrap_or_else(|| {
+            anomalies.push(Anomaly::PartitionRecordUnreadable {
+                partition: name.to_vec(),
+            });
+            Record::default()
+        }),
+    };
+    Partition {
+        name: name.to_vec(),
+        stored,
+        record,
+    }
+}
+
+/// Writes the record back when it changed; deletes it once blank.
+pub fn close(store: &mut impl Store, mut partition: Partition) {
+    if partition.record.held == 0 {
+        // The offset only means something for held items.
+        partition.record.offset = 0;
+    }
+    if partition.record.is_blank() {
+        if partition.stored.is_some() {
+            store.hdel(HashKey::Partitions, &partition.name);
+        }
+        return;
+    }
+    let formatted = partition.record.format();
+    if partition.stored.as_deref() != Some(formatted.as_slice()) {
+        store.hset(HashKey::Partitions, &partition.name, &formatted);
+    }
+}
+
+/// Restores the rule of this module: a partition that may be served and
+/// has held items has its head in `queue`. A recorded head that is no
+/// longer queued (a Lua script leased it) is forgotten first.
+pub fn settle(store: &mut impl Store, partition: &mut Partition, default_cap: Option<u64>) {
+    if let Some(head) = &partition.record.head {
+        if store.zscore(crate::store::ZsetKey::Queue, head).is_none() {
+            partition.record.head = None;
+        }
+    }
+    if partition.record.held > 0
+        && partition.record.head.is_none()
+        && partition.record.servable(default_cap)
+    {
+        held::promote(store, partition);
+    }
+}
+
+/// Where an item entering the queue at `score` goes: `queue` (as the head,
+/// when its partition is under control) or `held`. Counts it queued.
+pub fn enter_queue(
+    store: &mut impl Store,
+    partition: &mut Partition,
+    id: &[u8],
+    score: i64,
+    default_cap: Option<u64>,
+) {
+    partition.record.queued += 1;
+    let record = &partition.record;
+    if !record.controlled(default_cap) {
+        store.zadd(crate::store::ZsetKey::Queue, id, score as f64);
+    } else if record.head.is_none() && record.held == 0 && record.servable(default_cap) {
+        store.zadd(crate::store::ZsetKey::Queue, id, score as f64);
+        partition.record.head = Some(id.to_vec());
+    } else {
+        held::park(store, partition, id, score);
+        settle(store, partition, default_cap);
+    }
+}
+
+/// One item of `name` leaves `from` and enters `to` (None: leaves the
+/// queue's life). Not for entering the queue: that is [`enter_queue`].
+pub fn shift(
+    store: &mut impl Store,
+    name: &[u8],
+    from: Option<State>,
+    to: Option<State>,
+    default_cap: Option<u64>,
+    anomalies: &mut Vec<Anomaly>,
+) {
+    let mut partition = open(store, name, anomalies);
+    if let Some(from) = from {
+        let count = partition.record.count_mut(from);
+        *count = count.saturating_sub(1);
+    }
+    if let Some(to) = to {
+        *partition.record.count_mut(to) += 1;
+    }
+    settle(store, &mut partition, default_cap);
+    close(store, partition);
+}
+
+/// The queue's default cap (`policy` field `default-concurrency`); an
+/// unreadable value reads as none and is reported.
+pub fn read_default_cap(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Option<u64> {
+    let raw = store.hget(HashKey::Policy, DEFAULT_CONCURRENCY_FIELD.as_bytes())?;
+    let cap = std::str::from_utf8(&raw).ok().and_then(|s| s.parse().ok());
+    if cap.is_none() {
+        anomalies.push(Anomaly::PolicyUnreadable {
+            field: DEFAULT_CONCURRENCY_FIELD,
+        });
+    }
+    cap
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_survives_formatting_with_any_head_id() {
+        let record = Record {
+            queued: 7,
+            held: 3,
+            leased: 2,
+            delayed: 1,
+            dead: 4,
+            cap: Some(2),
+            share: 3,
+            paused: true,
+            carry: 2,
+            offset: -5,
+            head: Some(b"id with spaces \x00 and bytes".to_vec()),
+        };
+        assert_eq!(Record::parse(&record.format()), Some(record));
+        let plain = Record::default();
+        assert_eq!(Record::parse(&plain.format()), Some(plain));
+    }
+
+    #[test]
+    fn servable_follows_pause_own_cap_then_default() {
+        let mut record = Record {
+            leased: 2,
+            ..Record::default()
+        };
+        assert!(record.servable(None));
+        assert!(!record.servable(Some(2)));
+        record.cap = Some(3);
+        assert!(record.servable(Some(2)), "own cap wins over the default");
+        record.paused = true;
+        assert!(!record.servable(None));
+    }
+
+    #[test]
+    fn garbage_does_not_parse() {
+        for raw in [
+            &b""[..],
+            b"1 2 3",
+            b"1 0 0 0 0 - 1 2 0 0",
+            b"x 0 0 0 0 - 1 0 0 0",
+        ] {
+            assert_eq!(Record::parse(raw), None, "{raw:?}");
+        }
+    }
+}
