@@ -235,8 +235,17 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly
             partition.record.head = None;
         }
         partition.record.queued = partition.record.queued.saturating_sub(1);
-        if partition.record.share == 1 {
-            give_back(store, id, score);
+        let weight = store
+            .hget(HashKey::Meta, id)
+            .as_deref()
+            .and_then(parse_meta)
+            .map(|(w, _)| w);
+        let given_back = partition.record.share == 1 && give_back(store, id, score);
+        if !given_back {
+            // Its later items keep their places: the cost is given back
+            // once the partition has nothing queued.
+            let cost = weight.unwrap_or(1) / partition.record.share.max(1);
+            partition.record.gap = partition.record.gap.saturating_add(cost);
         }
         store.hdel(HashKey::Task, id);
         forget(store, id);
@@ -266,26 +275,28 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly
 }
 
 /// Returns a cancelled queued item's cost to its partition when nothing of
-/// the partition was placed after it.
-fn give_back(store: &mut impl Store, id: &[u8], score: i64) {
+/// the partition was placed after it; whether it did.
+fn give_back(store: &mut impl Store, id: &[u8], score: i64) -> bool {
     let Some(meta) = store.hget(HashKey::Meta, id) else {
-        return;
+        return false;
     };
     let Some((weight, partition)) = parse_meta(&meta) else {
-        return;
+        return false;
     };
     let start = score;
     let end = start.saturating_add(i64::try_from(weight).unwrap_or(i64::MAX));
     let next = store
         .hget(HashKey::PartitionVirtualTime, partition)
         .and_then(|raw| parse_virtual_time(&raw));
-    if next == Some(end.min(MAX_VIRTUAL_TIME)) {
-        store.hset(
-            HashKey::PartitionVirtualTime,
-            partition,
-            start.to_string().as_bytes(),
-        );
+    if next != Some(end.min(MAX_VIRTUAL_TIME)) {
+        return false;
     }
+    store.hset(
+        HashKey::PartitionVirtualTime,
+        partition,
+        start.to_string().as_bytes(),
+    );
+    true
 }
 
 /// Deletes what an item leaves beside its state: `meta` and its counters.

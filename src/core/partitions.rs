@@ -50,6 +50,9 @@ pub struct Record {
     pub carry: u64,
     /// Added to the virtual times stored in `held` (RESUME raises it).
     pub offset: i64,
+    /// Virtual time charged for queued items cancelled behind later ones;
+    /// given back when the partition has nothing queued (see `settle`).
+    pub gap: u64,
     /// The id this partition has in `queue` while under control.
     pub head: Option<Vec<u8>>,
 }
@@ -67,6 +70,7 @@ impl Default for Record {
             paused: false,
             carry: 0,
             offset: 0,
+            gap: 0,
             head: None,
         }
     }
@@ -74,11 +78,12 @@ impl Default for Record {
 
 impl Record {
     /// `<queued> <held> <leased> <delayed> <dead> <cap|-> <share> <paused>
-    /// <carry> <offset>[ <head id>]`: the head id (any bytes) comes last.
+    /// <carry> <offset> <gap>[ <head id>]`: the head id (any bytes) comes
+    /// last.
     fn format(&self) -> Vec<u8> {
         let cap = self.cap.map_or_else(|| "-".to_string(), |c| c.to_string());
         let mut out = format!(
-            "{} {} {} {} {} {cap} {} {} {} {}",
+            "{} {} {} {} {} {cap} {} {} {} {} {}",
             self.queued,
             self.held,
             self.leased,
@@ -87,7 +92,8 @@ impl Record {
             self.share,
             u8::from(self.paused),
             self.carry,
-            self.offset
+            self.offset,
+            self.gap
         )
         .into_bytes();
         if let Some(head) = &self.head {
@@ -98,7 +104,7 @@ impl Record {
     }
 
     pub fn parse(raw: &[u8]) -> Option<Record> {
-        let mut parts = raw.splitn(11, |b| *b == b' ');
+        let mut parts = raw.splitn(12, |b| *b == b' ');
         let mut number = || -> Option<&[u8]> { parts.next() };
         let uint =
             |raw: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(raw?).ok()?.parse().ok() };
@@ -119,6 +125,7 @@ impl Record {
         };
         let carry = uint(number())?;
         let offset = std::str::from_utf8(number()?).ok()?.parse().ok()?;
+        let gap = uint(number())?;
         let head = number().map(<[u8]>::to_vec);
         Some(Record {
             queued,
@@ -131,6 +138,7 @@ impl Record {
             paused,
             carry,
             offset,
+            gap,
             head,
         })
     }
@@ -144,6 +152,7 @@ impl Record {
             && self.dead == 0
             && !self.has_settings()
             && self.head.is_none()
+            && self.gap == 0
     }
 
     pub fn has_settings(&self) -> bool {
@@ -226,10 +235,14 @@ pub fn close(store: &mut impl Store, mut partition: Partition) {
     }
 }
 
-/// Restores the rule of this module: a partition that may be served and
-/// has held items has its head in `queue`. A recorded head that is no
-/// longer queued (a Lua script leased it) is forgotten first.
+/// Restores the rules of this module: a partition that may be served and
+/// has held items has its head in `queue` (a recorded head that is no
+/// longer queued, because a Lua script leased it, is forgotten first); a
+/// partition with nothing queued owes no cancelled items' cost.
 pub fn settle(store: &mut impl Store, partition: &mut Partition, default_cap: Option<u64>) {
+    if partition.record.queued == 0 && partition.record.gap > 0 {
+        give_back_gap(store, partition);
+    }
     if let Some(head) = &partition.record.head {
         if store.zscore(crate::store::ZsetKey::Queue, head).is_none() {
             partition.record.head = None;
@@ -241,6 +254,24 @@ pub fn settle(store: &mut impl Store, partition: &mut Partition, default_cap: Op
     {
         held::promote(store, partition);
     }
+}
+
+/// Moves the partition's next virtual time back by its gap: it re-enters
+/// as if the cancelled items had never been queued.
+fn give_back_gap(store: &mut impl Store, partition: &mut Partition) {
+    let gap = i64::try_from(std::mem::take(&mut partition.record.gap)).unwrap_or(i64::MAX);
+    let Some(next) = store
+        .hget(HashKey::PartitionVirtualTime, &partition.name)
+        .and_then(|raw| super::parse_virtual_time(&raw))
+    else {
+        return;
+    };
+    let back = next.saturating_sub(gap).max(0);
+    store.hset(
+        HashKey::PartitionVirtualTime,
+        &partition.name,
+        back.to_string().as_bytes(),
+    );
 }
 
 /// Where an item entering the queue at `score` goes: `queue` (as the head,
@@ -317,6 +348,7 @@ mod tests {
             paused: true,
             carry: 2,
             offset: -5,
+            gap: 9,
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
         };
         assert_eq!(Record::parse(&record.format()), Some(record));

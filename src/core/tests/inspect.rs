@@ -28,6 +28,9 @@ fn stats_counts_queue_state() {
             delayed: 0,
             dead: 0,
             next_due_ms: None,
+            held: 0,
+            paused_partitions: 0,
+            capped_partitions: 0,
         }
     );
 }
