@@ -353,7 +353,17 @@ pub fn policy(ctx: &Context, queue: &[u8]) -> Result<(Policy, Option<u64>), Redi
 
 /// `VTRR.POLICY` with options.
 pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Result<(), RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &CONTROL_KEYS, Access::Write)?;
+    // Only a default cap moves items: the dead-letter limits need only
+    // `policy` (so an ACL that grants just that key can set them).
+    let moves_items = changes
+        .iter()
+        .any(|c| matches!(c, PolicyChange::DefaultConcurrency(_)));
+    let keys: &[QueueKey] = if moves_items {
+        &CONTROL_KEYS
+    } else {
+        &[QueueKey::Policy]
+    };
+    let mut store = open(ctx, Caller::Client, queue, keys, Access::Write)?;
     let mut anomalies = Vec::new();
     core::set_policy(&mut store, changes, &mut anomalies);
     store.commit(c"vtrr.policy");

@@ -230,6 +230,11 @@ fn commands_declare_arity_flags_and_key_position() {
             vec!["write", "denyoom", "module", "fast"],
         ),
         ("vtrr.cancel", -3, vec!["write", "module", "fast"]),
+        ("vtrr.limit", -3, vec!["write", "module", "fast"]),
+        ("vtrr.pause", 3, vec!["write", "module", "fast"]),
+        ("vtrr.resume", 3, vec!["write", "module", "fast"]),
+        ("vtrr.partitions", -2, vec!["readonly", "module"]),
+        ("vtrr.recount", 2, vec!["write", "module"]),
     ];
     let listed: Vec<&str> = expected.iter().map(|(name, _, _)| *name).collect();
     for (name, arity, flags) in expected {
@@ -570,6 +575,8 @@ fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
         assert_eq!(
             policy,
             [
+                Value::BulkString(b"default-concurrency".to_vec()),
+                Value::Nil,
                 Value::BulkString(b"max-nacks".to_vec()),
                 Value::Nil,
                 Value::BulkString(b"max-timeouts".to_vec()),
@@ -685,6 +692,8 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     assert_eq!(
         replies[9],
         Value::Array(vec![
+            bulk("default-concurrency"),
+            Value::Nil,
             bulk("max-nacks"),
             Value::Int(5),
             bulk("max-timeouts"),
@@ -736,6 +745,8 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     assert_eq!(
         policy,
         [
+            bulk("default-concurrency"),
+            Value::Nil,
             bulk("max-nacks"),
             Value::Int(5),
             bulk("max-timeouts"),

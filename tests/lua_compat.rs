@@ -400,7 +400,7 @@ fn one_queue_can_be_driven_by_the_scripts_and_the_module_in_turn() {
         ),
         Reply::Int(1)
     );
-    assert_invariants(&mut con, "shared");
+    recount_and_assert_invariants(&mut con, "shared");
 
     // Random hand-over: every step by either implementation.
     let mut rng = Rng::new(seed());
@@ -419,7 +419,7 @@ fn one_queue_can_be_driven_by_the_scripts_and_the_module_in_turn() {
             (Op::Ack { .. }, Reply::Int(n)) => acked += n,
             _ => {}
         }
-        assert_invariants(&mut con, "mixed");
+        recount_and_assert_invariants(&mut con, "mixed");
     }
     let stats = stats(&mut con, "mixed");
     let live = match (&stats["queued"], &stats["inflight"]) {
