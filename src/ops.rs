@@ -228,10 +228,14 @@ pub fn lease(
     notify_dead(&store, &outcome.due, event);
     store.commit(event);
     if outcome.skipped_enough {
-        // It stopped early: a blocked client's next turn goes on.
+        // It stopped early: a blocked client's next turn goes on, and so
+        // does the timer, with no client traffic.
         store.signal_ready();
     }
     drop(store);
+    if outcome.skipped_enough {
+        watch(ctx, queue, request.now_ms);
+    }
     count_due(ctx, queue, &outcome.due);
     info::add(&info::LEASED, outcome.leased.len() as u64);
     if !outcome.leased.is_empty() {
@@ -329,6 +333,10 @@ pub fn run_due(ctx: &Context, queue: &[u8], now_ms: i64, limit: usize) -> Result
     let event = due_event(&outcome);
     notify_dead(&store, &outcome, event);
     store.commit(event);
+    if outcome.parked > 0 {
+        // What it parked may have uncovered servable items.
+        store.signal_ready();
+    }
     drop(store);
     count_due(ctx, queue, &outcome);
     Ok(outcome)
@@ -365,7 +373,7 @@ pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Resu
     };
     let mut store = open(ctx, Caller::Client, queue, keys, Access::Write)?;
     let mut anomalies = Vec::new();
-    core::set_policy(&mut store, changes, &mut anomalies);
+    core::set_policy(&mut store, changes, &mut anomalies).map_err(core_error(queue))?;
     store.commit(c"vtrr.policy");
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
@@ -396,8 +404,7 @@ pub fn set_limit(
     changes: &[LimitChange],
 ) -> Result<(), RedisError> {
     control(ctx, queue, c"vtrr.limit", |store, anomalies| {
-        core::set_limit(store, partition, changes, anomalies);
-        Ok(())
+        core::set_limit(store, partition, changes, anomalies)
     })
 }
 
@@ -501,8 +508,11 @@ fn due_event(due: &Due) -> &'static CStr {
         c"vtrr.reclaim"
     } else if due.promoted > 0 {
         c"vtrr.promote"
-    } else {
+    } else if due.dead_lettered > 0 {
         DEAD_EVENT
+    } else {
+        // Only items of paused or capped partitions moved to `held`.
+        c"vtrr.hold"
     }
 }
 

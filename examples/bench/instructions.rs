@@ -13,7 +13,16 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{cycle_batch, enqueue_batch, fill_backlog, spread, Bench, EnqueueShape, System};
+use super::{
+    cycle_batch, cycle_batch_on, enqueue_batch, fill_backlog, fill_module, spread, Bench,
+    EnqueueShape, System,
+};
+
+/// The module's queue whose every partition has a cap (the default cap, set
+/// before its items are queued, so they wait in `held` behind one head per
+/// partition), and that cap: high enough never to bind.
+const CAPPED_QUEUE: &str = "qc";
+const DEFAULT_CAP: u64 = 1000;
 
 /// Control of the callgrind instance the server runs under.
 pub struct Callgrind {
@@ -74,8 +83,9 @@ type Counts = Vec<(System, Vec<f64>)>;
 
 impl Bench<'_> {
     /// Counts a single-item enqueue and a lease+ack cycle for every system,
-    /// with `counted_backlog` items queued over 100 partitions; one table row per
-    /// scenario, labelled with `setting`.
+    /// with `counted_backlog` items queued over 100 partitions, and the
+    /// module's lease+ack cycle on a queue with a default cap; one table row
+    /// per scenario, labelled with `setting`.
     pub fn instruction_rows(&mut self, callgrind: &mut Callgrind, setting: &str) {
         let sizes = self.sizes;
         let partitions = 100;
@@ -83,48 +93,84 @@ impl Bench<'_> {
         for system in System::ALL {
             fill_backlog(&mut self.admin, system, sizes.counted_backlog, partitions);
         }
+        let _: () = redis::cmd("VTRR.POLICY")
+            .arg(CAPPED_QUEUE)
+            .arg("DEFAULT-CONCURRENCY")
+            .arg(DEFAULT_CAP)
+            .query(&mut self.admin)
+            .unwrap();
+        fill_module(
+            &mut self.admin,
+            CAPPED_QUEUE,
+            sizes.counted_backlog,
+            partitions,
+            |_| 1,
+        );
         let shape = EnqueueShape {
             partitions,
             items_per_call: 1,
         };
-        let enqueue = self.count(callgrind, |bench, system, start, n| {
+        let enqueue = self.count(callgrind, &System::ALL, |bench, system, start, n| {
             enqueue_batch(&bench.lua, system, &shape, &mut bench.admin, 0, start, n)
         });
-        let cycle = self.count(callgrind, |bench, system, start, n| {
+        let cycle = self.count(callgrind, &System::ALL, |bench, system, start, n| {
             cycle_batch(&bench.lua, system, &mut bench.admin, 0, start, n)
         });
+        let capped = self.count(callgrind, &[System::Module], |bench, system, start, n| {
+            let queue = CAPPED_QUEUE;
+            cycle_batch_on(&bench.lua, system, queue, &mut bench.admin, 0, start, n)
+        });
         for (scenario, counts) in [
-            ("enqueue, 1 item per call", enqueue),
-            ("lease + ack cycle", cycle),
+            ("enqueue, 1 item per call".to_string(), enqueue),
+            ("lease + ack cycle".to_string(), cycle),
+            (
+                format!("lease + ack cycle, default cap {DEFAULT_CAP} (module only)"),
+                capped,
+            ),
         ] {
-            let of = |wanted: System| &counts.iter().find(|(s, _)| *s == wanted).unwrap().1;
-            let cells: Vec<String> = counts.iter().map(|(_, repeats)| cell(repeats)).collect();
+            let of = |wanted: System| counts.iter().find(|(s, _)| *s == wanted).map(|c| &c.1);
+            let cells: Vec<String> = System::ALL
+                .iter()
+                .map(|&system| of(system).map_or_else(|| "—".to_string(), |r| cell(r)))
+                .collect();
             // Speed ratios per repeat, as the timed tables compute them.
-            let module = of(System::Module);
-            let speedup = |other: &Vec<f64>| -> Vec<f64> {
-                other.iter().zip(module).map(|(o, m)| o / m).collect()
+            let module = of(System::Module).unwrap();
+            let speedup = |other: Option<&Vec<f64>>| -> String {
+                other.map_or_else(
+                    || "—".to_string(),
+                    |other| {
+                        ratio_cell(
+                            &other
+                                .iter()
+                                .zip(module)
+                                .map(|(o, m)| o / m)
+                                .collect::<Vec<_>>(),
+                        )
+                    },
+                )
             };
             writeln!(
                 self.report,
                 "| {scenario}, {setting} | {} | {} | {} |",
                 cells.join(" | "),
-                ratio_cell(&speedup(of(System::Lua))),
-                ratio_cell(&speedup(of(System::Streams))),
+                speedup(of(System::Lua)),
+                speedup(of(System::Streams)),
             )
             .unwrap();
         }
     }
 
-    /// Runs `batch` for `counted_ops` operations per system and repeat, in
-    /// batches of 100, the systems taking turns within each repeat; returns
-    /// each repeat's instructions per operation.
+    /// Runs `batch` for `counted_ops` operations per system of `systems`
+    /// and repeat, in batches of 100, the systems taking turns within each
+    /// repeat; returns each repeat's instructions per operation.
     fn count(
         &mut self,
         callgrind: &mut Callgrind,
+        systems: &[System],
         batch: impl Fn(&mut Self, System, usize, usize),
     ) -> Counts {
         let ops = self.sizes.counted_ops;
-        let mut counts: Counts = System::ALL.map(|system| (system, Vec::new())).into();
+        let mut counts: Counts = systems.iter().map(|&system| (system, Vec::new())).collect();
         for repeat in 0..self.sizes.repeats {
             for (system, figures) in &mut counts {
                 callgrind.zero();
@@ -143,7 +189,7 @@ impl Bench<'_> {
 pub fn table_head(report: &mut String, sizes: &super::Sizes) {
     writeln!(
         report,
-        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} repeats of {} operations per system, the systems taking turns, on one connection, pipeline 100, {} items queued over 100 partitions; median (min–max) of the repeats. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give nearly the same count whatever else the machine is doing (what differs is the server's own background work and its random hash seeds). `module ÷ Lua` and `module ÷ Streams` compare speeds, as in the timed tables (the other's instructions over the module's). `no listpacks` is persistence off with `hash-max-listpack-entries 0` and `zset-max-listpack-entries 0`: every hash and sorted set is then a hash table or skip list, as a queue's in-flight set and its two hashes are once it holds more than 128 leases; with up to 100 leases held here, Redis otherwise keeps them as listpacks, which it scans linearly.\n\n| scenario | module | Lua | Streams | list | PING | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|",
+        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} repeats of {} operations per system, the systems taking turns, on one connection, pipeline 100, {} items queued over 100 partitions; median (min–max) of the repeats. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give nearly the same count whatever else the machine is doing (what differs is the server's own background work and its random hash seeds). `module ÷ Lua` and `module ÷ Streams` compare speeds, as in the timed tables (the other's instructions over the module's). `no listpacks` is persistence off with `hash-max-listpack-entries 0` and `zset-max-listpack-entries 0`: every hash and sorted set is then a hash table or skip list, as a queue's in-flight set and its two hashes are once it holds more than 128 leases; with up to 100 leases held here, Redis otherwise keeps them as listpacks, which it scans linearly. `default cap {DEFAULT_CAP}` is the module's cycle on a queue of its own, the same backlog queued after `VTRR.POLICY <queue> DEFAULT-CONCURRENCY {DEFAULT_CAP}`: every partition then keeps one item, its head, in `queue` and the rest in `held`, so each LEASE pops a head and promotes the partition's next held item (the cap never binds); the other systems have no such setting.\n\n| scenario | module | Lua | Streams | list | PING | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|",
         sizes.repeats, sizes.counted_ops, sizes.counted_backlog
     )
     .unwrap();

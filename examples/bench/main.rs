@@ -1,13 +1,15 @@
 //! `make bench`: what the same queue work costs as the module, as the Lua
 //! scripts it replaces, as Redis Streams and as a plain list, measured side by
 //! side on one server in one run; then the job lifecycle's own commands
-//! (DEFER, NACK, promotion), scaling, fairness, the timer and a mass expiry.
+//! (DEFER, NACK, promotion), scaling, the tenant controls' cost, fairness
+//! (by weight and by share), the timer and a mass expiry.
 //!
 //! `bench [--smoke] [--out FILE] [--plot FILE] [--section NAME]`. `--smoke`
 //! runs tiny sizes once (seconds), so `make test` keeps this program working;
 //! it measures, never asserts. `--plot` draws the fairness run's service
-//! order as an SVG. `--section` runs one section only (throughput, lifecycle,
-//! scaling, fairness, timer, mass-expiry).
+//! order, and service by share, as an SVG. `--section` runs one section
+//! only (throughput, lifecycle, scaling, tenant-controls, fairness, timer,
+//! mass-expiry).
 //! `bench --instructions` instead counts each operation's instructions on a
 //! server run under callgrind (`instructions.rs`).
 
@@ -51,6 +53,9 @@ struct Sizes {
     mass_leases: usize,
     mass_queues: usize,
     inline_expired: usize,
+    /// Tenant controls: the standing backlog (over 100 partitions) under
+    /// each configuration's lease+ack cycle.
+    tenant_backlog: usize,
     /// `--instructions`: operations counted per system and repeat, and the
     /// items queued first (enough for every repeat's cycles).
     counted_ops: usize,
@@ -78,6 +83,7 @@ const FULL: Sizes = Sizes {
     mass_leases: 100_000,
     mass_queues: 20_000,
     inline_expired: 10_000,
+    tenant_backlog: 40_000,
     counted_ops: 2_000,
     counted_backlog: 20_000,
 };
@@ -100,6 +106,7 @@ const SMOKE: Sizes = Sizes {
     mass_leases: 300,
     mass_queues: 100,
     inline_expired: 100,
+    tenant_backlog: 1_000,
     counted_ops: 100,
     counted_backlog: 300,
 };
@@ -415,9 +422,22 @@ fn cycle_batch(
     start: usize,
     n: usize,
 ) {
+    cycle_batch_on(lua, system, queue_of(system), con, worker, start, n);
+}
+
+/// [`cycle_batch`] on the module's or Lua's queue `queue` (Streams and the
+/// list keep their own keys).
+fn cycle_batch_on(
+    lua: &LuaScripts,
+    system: System,
+    queue: &str,
+    con: &mut Connection,
+    worker: usize,
+    start: usize,
+    n: usize,
+) {
     match system {
         System::Module | System::Lua => {
-            let queue = queue_of(system);
             let mut leases = redis::pipe();
             for op in start..start + n {
                 if system == System::Module {
@@ -569,6 +589,113 @@ fn queue_of(system: System) -> &'static str {
         System::Lua => "ql",
         _ => "qm",
     }
+}
+
+/// Tenant controls: the partitions of the measured queue, the default cap
+/// set on every one of them (high enough never to bind), and the
+/// partitions paused or capped at 1 (their numbers, `p<n>`).
+const TENANT_PARTITIONS: usize = 100;
+const TENANT_DEFAULT_CAP: u64 = 1000;
+const TENANT_PAUSED: Range<usize> = 0..10;
+const TENANT_CAPPED_AT_ONE: Range<usize> = 10..20;
+
+/// A configuration of the tenant controls section.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Controls {
+    None,
+    /// `VTRR.POLICY ... DEFAULT-CONCURRENCY` before the items are queued:
+    /// every partition's items go through `held`, one head in `queue`.
+    DefaultCap,
+    /// After the fill, some partitions paused and some capped at 1 with
+    /// their one lease held: LEASE meets their items in `queue` and moves
+    /// them to `held`.
+    PausedAndCapped,
+}
+
+impl Controls {
+    const ALL: [Controls; 3] = [
+        Controls::None,
+        Controls::DefaultCap,
+        Controls::PausedAndCapped,
+    ];
+
+    fn name(self) -> String {
+        match self {
+            Controls::None => "no controls".to_string(),
+            Controls::DefaultCap => format!("default cap {TENANT_DEFAULT_CAP} (every partition)"),
+            Controls::PausedAndCapped => format!(
+                "{} paused, {} capped at 1 with their lease held",
+                TENANT_PAUSED.len(),
+                TENANT_CAPPED_AT_ONE.len()
+            ),
+        }
+    }
+}
+
+/// The partition number of an item the `fill_*` helpers queued (`i<n>` of
+/// `p<n % partitions>`).
+fn partition_number(id: &str, partitions: usize) -> usize {
+    id[1..].parse::<usize>().unwrap() % partitions
+}
+
+/// Leases until each partition of `partitions` has one lease, held for an
+/// hour; acks every other item it leases (setup).
+fn hold_one_lease_each(con: &mut Connection, queue: &str, partitions: Range<usize>) {
+    let mut holding = std::collections::BTreeSet::new();
+    while holding.len() < partitions.len() {
+        let leased: Vec<(String, String, String, i64)> = redis::cmd("VTRR.LEASE")
+            .arg(queue)
+            .arg(HOUR_MS)
+            .arg("COUNT")
+            .arg(100)
+            .query(con)
+            .unwrap();
+        assert!(!leased.is_empty(), "backlog ran dry");
+        let mut ack = redis::cmd("VTRR.ACK");
+        ack.arg(queue);
+        let mut acking = false;
+        for (id, _, token, _) in leased {
+            let p = partition_number(&id, TENANT_PARTITIONS);
+            if partitions.contains(&p) && holding.insert(p) {
+                continue;
+            }
+            ack.arg(id).arg(token);
+            acking = true;
+        }
+        if acking {
+            let _: i64 = ack.query(con).unwrap();
+        }
+    }
+}
+
+/// `VTRR.STATS <queue>`'s `field`, a number.
+fn stat(con: &mut Connection, queue: &str, field: &str) -> i64 {
+    redis::from_redis_value(stats(con, queue).remove(field).unwrap()).unwrap()
+}
+
+/// `VTRR.PARTITIONS <queue> PARTITION p<n>`'s `leased`.
+fn leased_of(con: &mut Connection, queue: &str, n: usize) -> i64 {
+    let (_, mut maps): (String, Vec<BTreeMap<String, Value>>) = redis::cmd("VTRR.PARTITIONS")
+        .arg(queue)
+        .arg("PARTITION")
+        .arg(format!("p{n}"))
+        .query(con)
+        .unwrap();
+    maps.pop()
+        .and_then(|mut map| map.remove("leased"))
+        .map_or(0, |leased| redis::from_redis_value(leased).unwrap())
+}
+
+/// One repeat of the tenant controls section under `controls`.
+struct ControlledRun {
+    run: Run,
+    /// `held`'s change over the run, per cycle: -1 when every LEASE
+    /// promotes a held item, positive when LEASE parks items it meets.
+    held_per_cycle: f64,
+    /// Most leases out at the end in a paused partition, and in a
+    /// partition capped at 1 (0 and 1 when the controls held).
+    paused_leased: i64,
+    capped_leased: i64,
 }
 
 /// What one system did over its slices: per connection, the operations
@@ -1171,6 +1298,141 @@ impl Bench<'_> {
         )
     }
 
+    /// The lease+ack cycle with a standing backlog of `tenant_backlog` items
+    /// over `TENANT_PARTITIONS` partitions, under `controls`.
+    fn controlled_cycle(&mut self, controls: Controls) -> ControlledRun {
+        const QUEUE: &str = "qm"; // cycle_batch's
+        let sizes = self.sizes;
+        reset(&mut self.admin);
+        let run_seconds = sizes.slice.as_secs_f64() * sizes.rounds as f64;
+        let needed =
+            sizes.tenant_backlog + (System::Module.cycle_rate_bound() * run_seconds) as usize;
+        let con = &mut self.admin;
+        if controls == Controls::DefaultCap {
+            let _: () = redis::cmd("VTRR.POLICY")
+                .arg(QUEUE)
+                .arg("DEFAULT-CONCURRENCY")
+                .arg(TENANT_DEFAULT_CAP)
+                .query(con)
+                .unwrap();
+        }
+        fill_module(con, QUEUE, needed, TENANT_PARTITIONS, |_| 1);
+        if controls == Controls::PausedAndCapped {
+            for p in TENANT_PAUSED {
+                let _: i64 = redis::cmd("VTRR.PAUSE")
+                    .arg(QUEUE)
+                    .arg(format!("p{p}"))
+                    .query(con)
+                    .unwrap();
+            }
+            for p in TENANT_CAPPED_AT_ONE {
+                let _: () = redis::cmd("VTRR.LIMIT")
+                    .arg(QUEUE)
+                    .arg(format!("p{p}"))
+                    .arg("CONCURRENCY")
+                    .arg(1)
+                    .query(con)
+                    .unwrap();
+            }
+            hold_one_lease_each(con, QUEUE, TENANT_CAPPED_AT_ONE);
+        }
+        let queued_before = stat(con, QUEUE, "queued");
+        let held_before = stat(con, QUEUE, "held");
+        let lua = &self.lua;
+        let run = module_only(
+            self.server,
+            sizes,
+            &mut self.admin,
+            sizes.pipeline,
+            1,
+            |con, worker, start, n| cycle_batch(lua, System::Module, con, worker, start, n),
+        );
+        let con = &mut self.admin;
+        let cycles = queued_before - stat(con, QUEUE, "queued");
+        let held_change = stat(con, QUEUE, "held") - held_before;
+        let most_leased = |con: &mut Connection, partitions: Range<usize>| {
+            partitions
+                .map(|p| leased_of(con, QUEUE, p))
+                .max()
+                .unwrap_or(0)
+        };
+        ControlledRun {
+            run,
+            held_per_cycle: held_change as f64 / cycles.max(1) as f64,
+            paused_leased: most_leased(con, TENANT_PAUSED),
+            capped_leased: most_leased(con, TENANT_CAPPED_AT_ONE),
+        }
+    }
+
+    /// What the tenant controls cost the lease+ack cycle: none, a default
+    /// cap on every partition (the held/head path), and paused and capped
+    /// partitions whose queued items LEASE has to move out of its way.
+    fn tenant_controls_section(&mut self) {
+        let sizes = self.sizes;
+        writeln!(
+            self.report,
+            "## Tenant controls: the lease+ack cycle under caps and pauses (module, {TENANT_PARTITIONS} partitions)\n\nMeasured as the lifecycle rows ({} repeats, {} slices of {} ms each, the configurations taking turns within each repeat), each on a standing backlog of {} items of weight 1 over {TENANT_PARTITIONS} partitions (with enough on top for the run). `no controls`: no settings, as in the throughput rows. `default cap {TENANT_DEFAULT_CAP}`: `VTRR.POLICY <queue> DEFAULT-CONCURRENCY {TENANT_DEFAULT_CAP}` before the items are queued, so every partition is under control and keeps one item, its head, in `queue` and the rest in `held`: each LEASE pops a head and promotes that partition's next held item, each ACK settles the partition; the cap never binds (at most {} leases are out). `{}`: after the fill, `VTRR.PAUSE` of {} partitions and `VTRR.LIMIT <queue> <partition> CONCURRENCY 1` of {} others, each of which then holds one lease (an hour long); their items, queued before the controls, are still in `queue`, so LEASE moves each one it meets to `held` (the `held` change column), and a fifth of the backlog cannot be served. `server µs per cycle`: LEASE's and ACK's `usec_per_call` from INFO commandstats, summed; `÷ no controls`: that over the no-controls configuration's in the same repeat, median (min–max).\n",
+            sizes.repeats,
+            sizes.rounds,
+            sizes.slice.as_millis(),
+            sizes.tenant_backlog,
+            sizes.connections * sizes.pipeline,
+            Controls::PausedAndCapped.name(),
+            TENANT_PAUSED.len(),
+            TENANT_CAPPED_AT_ONE.len(),
+        )
+        .unwrap();
+        writeln!(
+            self.report,
+            "| configuration | cycles/s median (min–max) | p50 µs | p99 µs | server µs/call | server µs per cycle | ÷ no controls | `held` change per cycle |\n|---|---|---|---|---|---|---|---|"
+        )
+        .unwrap();
+        let mut results: Vec<Vec<ControlledRun>> =
+            Controls::ALL.iter().map(|_| Vec::new()).collect();
+        for _ in 0..sizes.repeats {
+            for (controls, runs) in Controls::ALL.into_iter().zip(&mut results) {
+                runs.push(self.controlled_cycle(controls));
+            }
+        }
+        let per_cycle = |run: &Run| run.usec_per_call.values().sum::<f64>();
+        let baseline: Vec<f64> = results[0].iter().map(|r| per_cycle(&r.run)).collect();
+        for (controls, runs) in Controls::ALL.into_iter().zip(&results) {
+            let repeats = Repeats(runs.iter().map(|r| r.run.clone()).collect());
+            let median = repeats.median();
+            let (rate, min, max) = spread(&repeats.rates());
+            let stats: Vec<String> = median
+                .usec_per_call
+                .iter()
+                .map(|(c, u)| format!("{c} {u:.2}"))
+                .collect();
+            let ratios: Vec<f64> = runs
+                .iter()
+                .zip(&baseline)
+                .map(|(r, base)| per_cycle(&r.run) / base)
+                .collect();
+            let (ratio, ratio_min, ratio_max) = spread(&ratios);
+            let (held, _, _) = spread(&runs.iter().map(|r| r.held_per_cycle).collect::<Vec<_>>());
+            writeln!(
+                self.report,
+                "| {} | {rate:.0} ({min:.0}–{max:.0}) | {:.0} | {:.0} | {} | {:.2} | {ratio:.2}× ({ratio_min:.2}–{ratio_max:.2}) | {held:+.2} |",
+                controls.name(),
+                median.p50_us,
+                median.p99_us,
+                stats.join(", "),
+                per_cycle(&median),
+            )
+            .unwrap();
+        }
+        let controlled = &results[2];
+        writeln!(
+            self.report,
+            "\nAt the end of every run, the most leases out in a paused partition: {}; in a partition capped at 1: {} (the hour-long lease).\n",
+            controlled.iter().map(|r| r.paused_leased).max().unwrap_or(0),
+            controlled.iter().map(|r| r.capped_leased).max().unwrap_or(0),
+        )
+        .unwrap();
+    }
+
     fn scaling_section(&mut self) {
         writeln!(
             self.report,
@@ -1305,15 +1567,11 @@ impl Bench<'_> {
             .unwrap();
         }
 
+        // The picture is written once the shares run below has drawn its panel.
         if let Some(path) = &self.plot {
-            let caption = format!(
-                "Service order: {} light partitions ({} items each) queued after a heavy one ({} items)",
-                sizes.light_partitions, sizes.light_items, sizes.heavy
-            );
-            std::fs::write(path, plot::service_order_svg(&caption, &panels)).unwrap();
             writeln!(
                 self.report,
-                "\n![When each partition was served, VTRR against FIFO]({path})"
+                "\n![When each partition was served, VTRR against FIFO; below, weight served by share]({path})"
             )
             .unwrap();
         }
@@ -1390,6 +1648,92 @@ impl Bench<'_> {
             .unwrap();
         }
         writeln!(self.report).unwrap();
+
+        let shares = self.shares_run();
+        if let Some(path) = &self.plot {
+            let caption = format!(
+                "Service order: {} light partitions ({} items each) queued after a heavy one ({} items)",
+                sizes.light_partitions, sizes.light_items, sizes.heavy
+            );
+            std::fs::write(
+                path,
+                plot::service_order_svg(&caption, &panels, Some(&shares)),
+            )
+            .unwrap();
+        }
+    }
+
+    /// Partitions of shares 1, 2 and 3 (`VTRR.LIMIT ... SHARE`, set before
+    /// their items are queued), `weighted_items` items of weight 1 each, all
+    /// backlogged: the weight each is served, as a table, and as the
+    /// picture's panel (weight served so far after each item served).
+    fn shares_run(&mut self) -> plot::SharesPanel<'static> {
+        let sizes = self.sizes;
+        let shares = [1u64, 2, 3];
+        reset(&mut self.admin);
+        for (p, share) in shares.iter().enumerate() {
+            let _: () = redis::cmd("VTRR.LIMIT")
+                .arg("f")
+                .arg(format!("p{p}"))
+                .arg("SHARE")
+                .arg(share)
+                .query(&mut self.admin)
+                .unwrap();
+        }
+        fill_module(&mut self.admin, "f", sizes.weighted_items * 3, 3, |_| 1);
+        let order = self.served_order(true);
+        let mut served = [0u64; 3];
+        let mut cumulative: Vec<Vec<u64>> = vec![Vec::new(); 3];
+        for id in &order {
+            let p = partition_number(id, 3);
+            served[p] += 1;
+            for (q, line) in cumulative.iter_mut().enumerate() {
+                line.push(served[q]); // weight 1 each: weight served = items served
+            }
+            if served[p] == sizes.weighted_items as u64 {
+                break; // one partition ran out: the backlogged window ends
+            }
+        }
+        let total: u64 = served.iter().sum();
+        let total_share: u64 = shares.iter().sum();
+        writeln!(
+            self.report,
+            "Partitions with shares 1, 2 and 3 (`VTRR.LIMIT <queue> <partition> SHARE <s>`, set before their items are queued), {} items of weight 1 each, all backlogged until the first runs out: each is served weight in proportion to its share (the picture's lower panel shows the weight served so far; its lines have slopes 1 : 2 : 3).\n\n| share | items served | weight served | fraction | ideal | deviation |\n|---|---|---|---|---|---|",
+            sizes.weighted_items
+        )
+        .unwrap();
+        let mut worst: f64 = 0.0;
+        for (p, share) in shares.iter().enumerate() {
+            let fraction = served[p] as f64 / total as f64;
+            let ideal = *share as f64 / total_share as f64;
+            worst = worst.max((fraction - ideal).abs());
+            writeln!(
+                self.report,
+                "| {share} | {} | {} | {fraction:.4} | {ideal:.4} | {:+.4} |",
+                served[p],
+                served[p],
+                fraction - ideal
+            )
+            .unwrap();
+        }
+        // The largest lag behind the ideal at any point of the window, in
+        // items (how bursty the interleaving is, not only its end result).
+        let mut lag: f64 = 0.0;
+        for (p, share) in shares.iter().enumerate() {
+            for (position, weight) in cumulative[p].iter().enumerate() {
+                let ideal = (position + 1) as f64 * *share as f64 / total_share as f64;
+                lag = lag.max((*weight as f64 - ideal).abs());
+            }
+        }
+        writeln!(
+            self.report,
+            "\nWorst deviation from the ideal fraction: {worst:.4}; at any point of the window, no partition was more than {lag:.2} items of weight from its share of the items served so far.\n"
+        )
+        .unwrap();
+        plot::SharesPanel {
+            title: "Shares 1, 2, 3 (VTRR.LIMIT ... SHARE), all backlogged",
+            series: shares.into_iter().zip(cumulative).collect(),
+        }
     }
 
     fn timer_section(&mut self) {
@@ -1827,10 +2171,11 @@ fn main() {
             "persistence off, run by `make bench`, which pins the server to CPU 0 and this load generator to CPU 1",
         );
         type Section = (&'static str, fn(&mut Bench<'_>));
-        let sections: [Section; 6] = [
+        let sections: [Section; 7] = [
             ("throughput", |b| b.throughput_section()),
             ("lifecycle", |b| b.lifecycle_section()),
             ("scaling", |b| b.scaling_section()),
+            ("tenant-controls", |b| b.tenant_controls_section()),
             ("fairness", |b| b.fairness_section()),
             ("timer", |b| b.timer_section()),
             ("mass-expiry", |b| b.mass_expiry_section()),

@@ -31,24 +31,46 @@ pub struct PartitionView {
     pub cap_in_force: Option<u64>,
 }
 
-fn adjust_count(store: &mut impl Store, field: &str, up: bool) {
-    let current = store
+fn read_count(store: &mut impl Store, field: &str) -> Option<u64> {
+    store
         .hget(HashKey::Policy, field.as_bytes())
-        .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse::<u64>().ok())
-        .unwrap_or(0);
-    let next = if up {
-        current + 1
-    } else {
-        current.saturating_sub(1)
-    };
-    if next == 0 {
+        .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok())
+}
+
+/// Writes a count of paused or capped partitions (0: no field), only when
+/// it changed: a no-op must not disturb WATCH.
+fn write_count(store: &mut impl Store, field: &str, count: u64) {
+    if read_count(store, field) == (count > 0).then_some(count) {
+        return;
+    }
+    if count == 0 {
         store.hdel(HashKey::Policy, field.as_bytes());
     } else {
         store.hset(
             HashKey::Policy,
             field.as_bytes(),
-            next.to_string().as_bytes(),
+            count.to_string().as_bytes(),
         );
+    }
+}
+
+fn adjust_count(store: &mut impl Store, field: &str, up: bool) {
+    let current = read_count(store, field).unwrap_or(0);
+    let next = if up {
+        current + 1
+    } else {
+        current.saturating_sub(1)
+    };
+    write_count(store, field, next);
+}
+
+/// Whether the cap in force went up (or away): the partition's held
+/// backlog then rejoins at the current virtual time (see [`rejoin`]).
+fn raised(before: Option<u64>, after: Option<u64>) -> bool {
+    match (before, after) {
+        (Some(_), None) => true,
+        (Some(before), Some(after)) => after > before,
+        (None, _) => false,
     }
 }
 
@@ -59,9 +81,11 @@ pub fn set_limit(
     name: &[u8],
     changes: &[LimitChange],
     anomalies: &mut Vec<Anomaly>,
-) {
+) -> Result<(), CoreError> {
+    let current_virtual_time = parse_current_virtual_time(store.current_virtual_time().as_deref())?;
     let default_cap = read_default_cap(store, anomalies);
     let mut partition = partitions::open(store, name, anomalies);
+    let cap_before = partition.record.cap_in_force(default_cap);
     let was_capped = partition.record.cap.is_some();
     for change in changes {
         match *change {
@@ -72,8 +96,12 @@ pub fn set_limit(
     if was_capped != partition.record.cap.is_some() {
         adjust_count(store, CAPPED_COUNT_FIELD, !was_capped);
     }
+    if raised(cap_before, partition.record.cap_in_force(default_cap)) {
+        rejoin(store, &mut partition, current_virtual_time);
+    }
     partitions::settle(store, &mut partition, default_cap);
     partitions::close(store, partition);
+    Ok(())
 }
 
 /// `VTRR.LIMIT` without options: (own cap, share).
@@ -82,9 +110,16 @@ pub fn limit(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) 
 }
 
 /// `VTRR.POLICY ... DEFAULT-CONCURRENCY`: sets the cap of every partition
-/// without its own, then settles each partition that has held items (a
-/// raised default lets them in). O(partitions).
-pub fn set_default_cap(store: &mut impl Store, cap: Option<u64>, anomalies: &mut Vec<Anomaly>) {
+/// without its own, then settles each partition (a raised default lets
+/// their held items in, rejoining at the current virtual time).
+/// O(partitions).
+pub fn set_default_cap(
+    store: &mut impl Store,
+    cap: Option<u64>,
+    anomalies: &mut Vec<Anomaly>,
+) -> Result<(), CoreError> {
+    let current_virtual_time = parse_current_virtual_time(store.current_virtual_time().as_deref())?;
+    let before = read_default_cap(store, anomalies);
     match cap {
         Some(n) => store.hset(
             HashKey::Policy,
@@ -95,9 +130,14 @@ pub fn set_default_cap(store: &mut impl Store, cap: Option<u64>, anomalies: &mut
     }
     for name in store.hfields(HashKey::Partitions) {
         let mut partition = partitions::open(store, &name, anomalies);
+        let own = partition.record.cap;
+        if own.is_none() && raised(before, cap) {
+            rejoin(store, &mut partition, current_virtual_time);
+        }
         partitions::settle(store, &mut partition, cap);
         partitions::close(store, partition);
     }
+    Ok(())
 }
 
 /// `VTRR.PAUSE`: false when already paused. Its head (if any) leaves
@@ -135,20 +175,39 @@ pub fn resume(
         return Ok(false);
     }
     partition.record.paused = false;
-    if let Some((first, _)) = held::first(store, &partition) {
-        let behind = current_virtual_time.saturating_add(1).saturating_sub(first);
-        if behind > 0 {
-            move_on(store, &mut partition, behind);
-        }
-    }
+    rejoin(store, &mut partition, current_virtual_time);
     adjust_count(store, PAUSED_COUNT_FIELD, false);
     partitions::settle(store, &mut partition, default_cap);
     partitions::close(store, partition);
     Ok(true)
 }
 
-/// Moves a partition's held items and its next virtual time `by` later.
-fn move_on(store: &mut impl Store, partition: &mut Partition, by: i64) {
+/// A partition that was held back (paused, or capped below what it now
+/// may run) has items far behind the current virtual time; served at those
+/// times they would all come before anyone else's. Its held backlog
+/// rejoins at the current virtual time instead, keeping its order and
+/// spacing, as a partition that was idle would.
+/// Its items still in `queue` (queued before it came under control, so
+/// not findable by partition) get the same shift when a LEASE reaches them.
+fn rejoin(store: &mut impl Store, partition: &mut Partition, current_virtual_time: i64) {
+    if let Some((first, _)) = held::first(store, partition) {
+        let behind = current_virtual_time.saturating_add(1).saturating_sub(first);
+        if behind > 0 {
+            let next = move_on(store, partition, behind);
+            let record = &mut partition.record;
+            if record.in_queue_unheaded() > 0 {
+                // Everything queued before now; a second rejoin before those
+                // are reached moves them again (later, never earlier).
+                record.pending_shift = record.pending_shift.saturating_add(behind);
+                record.shift_below = record.shift_below.max(next.saturating_sub(behind));
+            }
+        }
+    }
+}
+
+/// Moves a partition's held items and its next virtual time `by` later;
+/// the new next virtual time.
+fn move_on(store: &mut impl Store, partition: &mut Partition, by: i64) -> i64 {
     partition.record.offset = partition.record.offset.saturating_add(by);
     let next = store
         .hget(HashKey::PartitionVirtualTime, &partition.name)
@@ -161,6 +220,7 @@ fn move_on(store: &mut impl Store, partition: &mut Partition, by: i64) {
         &partition.name,
         next.to_string().as_bytes(),
     );
+    next
 }
 
 fn view(
@@ -273,26 +333,15 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
         partitions::close(store, partition);
     }
     for (field, count) in [(PAUSED_COUNT_FIELD, paused), (CAPPED_COUNT_FIELD, capped)] {
-        if count == 0 {
-            store.hdel(HashKey::Policy, field.as_bytes());
-        } else {
-            store.hset(
-                HashKey::Policy,
-                field.as_bytes(),
-                count.to_string().as_bytes(),
-            );
-        }
+        write_count(store, field, count);
     }
     changed
 }
 
 /// (paused, capped) partition counts, as `VTRR.STATS` shows them.
 pub fn control_counts(store: &mut impl Store) -> (u64, u64) {
-    let mut read = |field: &str| {
-        store
-            .hget(HashKey::Policy, field.as_bytes())
-            .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (read(PAUSED_COUNT_FIELD), read(CAPPED_COUNT_FIELD))
+    (
+        read_count(store, PAUSED_COUNT_FIELD).unwrap_or(0),
+        read_count(store, CAPPED_COUNT_FIELD).unwrap_or(0),
+    )
 }

@@ -3,8 +3,8 @@
 
 use super::controls::set_default_cap;
 use super::partitions::{self, read_default_cap, State};
-use super::scoring::{partition_of, read_placing, requeue};
-use super::{counters, held, parse_meta, parse_virtual_time, Anomaly, CoreError, MAX_VIRTUAL_TIME};
+use super::scoring::{partition_of, read_current_virtual_time, read_placing, requeue};
+use super::{counters, held, parse_meta, Anomaly, CoreError};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Why an item died.
@@ -72,14 +72,25 @@ pub fn read_policy(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Poli
 }
 
 /// `VTRR.POLICY` with options: applies every change.
-pub fn set_policy(store: &mut impl Store, changes: &[PolicyChange], anomalies: &mut Vec<Anomaly>) {
+pub fn set_policy(
+    store: &mut impl Store,
+    changes: &[PolicyChange],
+    anomalies: &mut Vec<Anomaly>,
+) -> Result<(), CoreError> {
+    // Refuse before the first write: a default cap reads the virtual time.
+    if changes
+        .iter()
+        .any(|c| matches!(c, PolicyChange::DefaultConcurrency(_)))
+    {
+        read_current_virtual_time(store)?;
+    }
     for change in changes {
         let (field, value) = match *change {
             PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value),
             PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value),
             PolicyChange::DefaultConcurrency(cap) => {
                 if read_default_cap(store, anomalies) != cap {
-                    set_default_cap(store, cap, anomalies);
+                    set_default_cap(store, cap, anomalies)?;
                 }
                 continue;
             }
@@ -89,6 +100,7 @@ pub fn set_policy(store: &mut impl Store, changes: &[PolicyChange], anomalies: &
             None => store.hdel(HashKey::Policy, field.as_bytes()),
         }
     }
+    Ok(())
 }
 
 /// Moves an item (already out of queue, inflight or delayed) to the
@@ -198,105 +210,55 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
 /// item loses its lease too, so its worker's RENEW and ACK reply 0, and
 /// its slot of its partition's cap is free again.
 ///
-/// A queued item that is its partition's last gives its cost back (the
-/// partition's virtual time returns to the item's start, as if it had
-/// never been enqueued). The ids are taken from the highest score down, so
-/// cancelling all of a partition's queued items gives all of it back; one
-/// with later items of its partition behind it leaves a gap in the
-/// partition's turns until the partition is next idle.
+/// A cancelled queued item's cost goes back to its partition once the
+/// partition has nothing queued (`partitions::settle`), as if it had never
+/// been enqueued; until then it is a gap in the partition's turns (its
+/// later items keep their places). The whole weight goes back: the share
+/// it was charged at may have changed since, and giving back too much only
+/// lets the partition re-enter as a newcomer would, never before the
+/// current virtual time.
 pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly>) -> u64 {
     let default_cap = read_default_cap(store, anomalies);
-    let mut queued: Vec<(i64, &[u8], Vec<u8>)> = Vec::new();
-    let mut others: Vec<&[u8]> = Vec::new();
-    for id in ids {
-        let score = match store.zscore(ZsetKey::Queue, id) {
-            Some(score) => Some(score as i64),
-            None => held::held_at(store, id).map(|relative| {
-                let name = partition_of(store, id);
-                let offset = partitions::open(store, &name, anomalies).record.offset;
-                relative.saturating_add(offset)
-            }),
-        };
-        match score {
-            Some(score) => queued.push((score, id, partition_of(store, id))),
-            None => others.push(id),
-        }
-    }
-    queued.sort_by(|a, b| b.0.cmp(&a.0));
     let mut cancelled = 0;
-    for (score, id, name) in queued {
+    for id in ids {
+        let name = partition_of(store, id);
         let mut partition = partitions::open(store, &name, anomalies);
-        let removed =
+        let queued =
             store.zrem(ZsetKey::Queue, id) || held::remove(store, &mut partition, id).is_some();
-        if !removed {
-            continue; // named twice
-        }
-        if partition.record.head.as_deref() == Some(id) {
-            partition.record.head = None;
-        }
-        partition.record.queued = partition.record.queued.saturating_sub(1);
-        let weight = store
-            .hget(HashKey::Meta, id)
-            .as_deref()
-            .and_then(parse_meta)
-            .map(|(w, _)| w);
-        let given_back = partition.record.share == 1 && give_back(store, id, score);
-        if !given_back {
-            // Its later items keep their places: the cost is given back
-            // once the partition has nothing queued.
-            let cost = weight.unwrap_or(1) / partition.record.share.max(1);
-            partition.record.gap = partition.record.gap.saturating_add(cost);
-        }
-        store.hdel(HashKey::Task, id);
+        let from = if queued {
+            if partition.record.head.as_deref() == Some(*id) {
+                partition.record.head = None;
+            }
+            let weight = store
+                .hget(HashKey::Meta, id)
+                .as_deref()
+                .and_then(parse_meta)
+                .map_or(1, |(weight, _)| weight);
+            partition.record.gap = partition.record.gap.saturating_add(weight);
+            store.hdel(HashKey::Task, id);
+            State::Queued
+        } else if store.zrem(ZsetKey::Delayed, id) {
+            store.hdel(HashKey::DelayedTask, id);
+            State::Delayed
+        } else if store.zrem(ZsetKey::Dead, id) {
+            store.hdel(HashKey::DeadReason, id);
+            store.hdel(HashKey::DeadTask, id);
+            State::Dead
+        } else if store.zrem(ZsetKey::Inflight, id) {
+            store.hdel(HashKey::Lease, id);
+            store.hdel(HashKey::InflightTask, id);
+            State::Leased
+        } else {
+            continue; // not there, or named twice
+        };
+        let count = partition.record.count_mut(from);
+        *count = count.saturating_sub(1);
         forget(store, id);
         partitions::settle(store, &mut partition, default_cap);
         partitions::close(store, partition);
         cancelled += 1;
     }
-    for id in others {
-        let (from, payload_key) = if store.zrem(ZsetKey::Delayed, id) {
-            (State::Delayed, HashKey::DelayedTask)
-        } else if store.zrem(ZsetKey::Dead, id) {
-            store.hdel(HashKey::DeadReason, id);
-            (State::Dead, HashKey::DeadTask)
-        } else if store.zrem(ZsetKey::Inflight, id) {
-            store.hdel(HashKey::Lease, id);
-            (State::Leased, HashKey::InflightTask)
-        } else {
-            continue;
-        };
-        let name = partition_of(store, id);
-        partitions::shift(store, &name, Some(from), None, default_cap, anomalies);
-        store.hdel(payload_key, id);
-        forget(store, id);
-        cancelled += 1;
-    }
     cancelled
-}
-
-/// Returns a cancelled queued item's cost to its partition when nothing of
-/// the partition was placed after it; whether it did.
-fn give_back(store: &mut impl Store, id: &[u8], score: i64) -> bool {
-    let Some(meta) = store.hget(HashKey::Meta, id) else {
-        return false;
-    };
-    let Some((weight, partition)) = parse_meta(&meta) else {
-        return false;
-    };
-    let start = score;
-    let end = start.saturating_add(i64::try_from(weight).unwrap_or(i64::MAX));
-    let next = store
-        .hget(HashKey::PartitionVirtualTime, partition)
-        .and_then(|raw| parse_virtual_time(&raw));
-    if next != Some(end.min(MAX_VIRTUAL_TIME)) {
-        return false;
-    }
-    store.hset(
-        HashKey::PartitionVirtualTime,
-        partition,
-        start.to_string().as_bytes(),
-    );
-    true
 }
 
 /// Deletes what an item leaves beside its state: `meta` and its counters.

@@ -5,6 +5,7 @@
 
 use super::dead::bury_without_payload;
 use super::enqueue::{enqueue, EnqueueOutcome};
+use super::lease::{park_front, MAX_PARKED_PER_LEASE};
 use super::partitions::{self, State};
 use super::reclaim::reclaim_at;
 use super::scoring::{is_present, partition_of, read_placing, requeue, Placing};
@@ -111,10 +112,12 @@ pub(super) fn due_at(
     promote_at(store, at, now_ms, limit.saturating_sub(reclaimed), outcome);
 }
 
-/// The timer's run on one queue: [`due_at`].
+/// The timer's run on one queue: [`due_at`], then the parking a LEASE left
+/// (see `lease::park_front`).
 pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due, CoreError> {
     let mut outcome = Due::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
     due_at(store, &at, now_ms, limit, &mut outcome);
+    outcome.parking_left = park_front(store, &at, MAX_PARKED_PER_LEASE, &mut outcome);
     Ok(outcome)
 }

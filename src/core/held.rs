@@ -56,6 +56,26 @@ pub(super) fn park(store: &mut impl Store, partition: &mut Partition, id: &[u8],
     partition.record.held += 1;
 }
 
+/// An item popped from `queue` whose partition may not be served now goes
+/// to `held` at its score. It was queued before its partition came under
+/// control, so it sits in `queue` beside the partition's head and may come
+/// before it: the head waits in `held` too, so the next promotion takes the
+/// lowest.
+pub(super) fn park_popped(
+    store: &mut impl Store,
+    partition: &mut Partition,
+    id: &[u8],
+    score: i64,
+) {
+    park(store, partition, id, score);
+    if let Some(head) = partition.record.head.take() {
+        if let Some(head_score) = store.zscore(ZsetKey::Queue, &head) {
+            store.zrem(ZsetKey::Queue, &head);
+            park(store, partition, &head, head_score as i64);
+        }
+    }
+}
+
 /// The partition's lowest held item: (virtual time, id).
 pub(super) fn first(store: &mut impl Store, partition: &Partition) -> Option<(i64, Vec<u8>)> {
     let prefix = prefix(&partition.name);
@@ -110,7 +130,7 @@ mod tests {
 
     #[test]
     fn members_sort_by_partition_then_time_then_id() {
-        let mut members = vec![
+        let mut members = [
             member(b"b", 1, b"x"),
             member(b"a", 5, b"y"),
             member(b"a", -3, b"z"),

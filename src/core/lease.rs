@@ -76,11 +76,25 @@ pub fn lease(
         let anomalies = &mut outcome.due.anomalies;
         let name = partition_of(store, &id);
         let mut partition = partitions::open(store, &name, anomalies);
-        if partition.record.head.as_deref() == Some(id.as_slice()) {
+        let was_head = partition.record.head.as_deref() == Some(id.as_slice());
+        if was_head {
             partition.record.head = None;
         }
+        if let Some(shift) = partition.record.owed_shift(was_head, score as i64) {
+            // Queued before its partition rejoined: it takes its shifted
+            // place among the partition's held items.
+            held::park_popped(store, &mut partition, &id, score as i64 + shift);
+            partitions::settle(store, &mut partition, at.default_cap);
+            partitions::close(store, partition);
+            parked += 1;
+            if parked >= MAX_PARKED_PER_LEASE {
+                outcome.skipped_enough = true;
+                break;
+            }
+            continue;
+        }
         if !partition.record.servable(at.default_cap) {
-            held::park(store, &mut partition, &id, score as i64);
+            held::park_popped(store, &mut partition, &id, score as i64);
             partitions::close(store, partition);
             parked += 1;
             if parked >= MAX_PARKED_PER_LEASE {
@@ -128,15 +142,49 @@ pub fn lease(
             store.delete(HashKey::Task);
             store.delete(HashKey::PartitionVirtualTime);
         } else {
+            // Never backwards: a capped partition's owed item, served when
+            // its slot frees, keeps the lower time it was queued at.
+            let popped = (last.floor() as i64).max(current_virtual_time);
             // Rewriting an unchanged value would cost an effect per lease
             // (most leases pop a score the previous one already set).
-            let popped = last.floor() as i64;
             if stored_virtual_time.as_deref() != Some(popped.to_string().as_bytes()) {
                 store.set_current_virtual_time(popped);
             }
         }
     }
     Ok(outcome)
+}
+
+/// Moves up to `limit` items at the front of `queue` whose partitions may
+/// not be served to `held` (what a LEASE that stopped at
+/// [`MAX_PARKED_PER_LEASE`] left; the timer goes on with it). Whether it
+/// stopped at `limit`.
+pub(super) fn park_front(
+    store: &mut impl Store,
+    at: &Placing,
+    limit: usize,
+    outcome: &mut Due,
+) -> bool {
+    let mut parked = 0;
+    while parked < limit {
+        let Some((id, score)) = store.zfirst(ZsetKey::Queue) else {
+            return false;
+        };
+        let name = partition_of(store, &id);
+        let mut partition = partitions::open(store, &name, &mut outcome.anomalies);
+        if partition.record.servable(at.default_cap) {
+            return false;
+        }
+        store.zrem(ZsetKey::Queue, &id);
+        if partition.record.head.as_deref() == Some(id.as_slice()) {
+            partition.record.head = None;
+        }
+        held::park_popped(store, &mut partition, &id, score as i64);
+        partitions::close(store, partition);
+        parked += 1;
+        outcome.parked += 1;
+    }
+    true
 }
 
 /// Fenced: true when `token` is the item's current lease token.

@@ -31,7 +31,7 @@ pub use dead::{
 };
 pub use delay::{defer, run_due};
 pub use enqueue::{enqueue, EnqueueOutcome};
-pub use lease::{ack, lease, renew, LeaseOutcome, LeaseRequest};
+pub use lease::{ack, lease, renew, LeaseOutcome, LeaseRequest, MAX_PARKED_PER_LEASE};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
 pub use reclaim::reclaim;
@@ -77,6 +77,10 @@ pub struct Due {
     pub promoted: u64,
     /// Items moved to the dead-letter set.
     pub dead_lettered: u64,
+    /// Items of paused or capped partitions moved from `queue` to `held`.
+    pub parked: u64,
+    /// The timer's run stopped parking at its limit: more may be left.
+    pub parking_left: bool,
     pub anomalies: Vec<Anomaly>,
 }
 

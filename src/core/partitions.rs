@@ -53,6 +53,11 @@ pub struct Record {
     /// Virtual time charged for queued items cancelled behind later ones;
     /// given back when the partition has nothing queued (see `settle`).
     pub gap: u64,
+    /// Virtual time its items queued before a RESUME (or a raised cap) owe:
+    /// the held ones moved by `offset` at once; one still in `queue` below
+    /// `shift_below` moves when a LEASE reaches it (see `lease`).
+    pub pending_shift: i64,
+    pub shift_below: i64,
     /// The id this partition has in `queue` while under control.
     pub head: Option<Vec<u8>>,
 }
@@ -71,6 +76,8 @@ impl Default for Record {
             carry: 0,
             offset: 0,
             gap: 0,
+            pending_shift: 0,
+            shift_below: 0,
             head: None,
         }
     }
@@ -78,12 +85,12 @@ impl Default for Record {
 
 impl Record {
     /// `<queued> <held> <leased> <delayed> <dead> <cap|-> <share> <paused>
-    /// <carry> <offset> <gap>[ <head id>]`: the head id (any bytes) comes
-    /// last.
+    /// <carry> <offset> <gap> <pending shift> <shift below>[ <head id>]`:
+    /// the head id (any bytes) comes last.
     fn format(&self) -> Vec<u8> {
         let cap = self.cap.map_or_else(|| "-".to_string(), |c| c.to_string());
         let mut out = format!(
-            "{} {} {} {} {} {cap} {} {} {} {} {}",
+            "{} {} {} {} {} {cap} {} {} {} {} {} {} {}",
             self.queued,
             self.held,
             self.leased,
@@ -93,7 +100,9 @@ impl Record {
             u8::from(self.paused),
             self.carry,
             self.offset,
-            self.gap
+            self.gap,
+            self.pending_shift,
+            self.shift_below
         )
         .into_bytes();
         if let Some(head) = &self.head {
@@ -104,7 +113,7 @@ impl Record {
     }
 
     pub fn parse(raw: &[u8]) -> Option<Record> {
-        let mut parts = raw.splitn(12, |b| *b == b' ');
+        let mut parts = raw.splitn(14, |b| *b == b' ');
         let mut number = || -> Option<&[u8]> { parts.next() };
         let uint =
             |raw: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(raw?).ok()?.parse().ok() };
@@ -126,6 +135,10 @@ impl Record {
         let carry = uint(number())?;
         let offset = std::str::from_utf8(number()?).ok()?.parse().ok()?;
         let gap = uint(number())?;
+        let int =
+            |raw: Option<&[u8]>| -> Option<i64> { std::str::from_utf8(raw?).ok()?.parse().ok() };
+        let pending_shift = int(number())?;
+        let shift_below = int(number())?;
         let head = number().map(<[u8]>::to_vec);
         Some(Record {
             queued,
@@ -139,6 +152,8 @@ impl Record {
             carry,
             offset,
             gap,
+            pending_shift,
+            shift_below,
             head,
         })
     }
@@ -153,6 +168,7 @@ impl Record {
             && !self.has_settings()
             && self.head.is_none()
             && self.gap == 0
+            && self.pending_shift == 0
     }
 
     pub fn has_settings(&self) -> bool {
@@ -178,6 +194,21 @@ impl Record {
             || self.cap_in_force(default_cap).is_some()
             || self.held > 0
             || self.head.is_some()
+    }
+
+    /// Its queued items in `queue` that are not its head: queued before it
+    /// came under control.
+    pub fn in_queue_unheaded(&self) -> u64 {
+        self.queued
+            .saturating_sub(self.held)
+            .saturating_sub(u64::from(self.head.is_some()))
+    }
+
+    /// The virtual time an item popped from `queue` at `score` is owed:
+    /// later by the pending shift when it was queued before a rejoin.
+    pub fn owed_shift(&self, id_is_head: bool, score: i64) -> Option<i64> {
+        (self.pending_shift > 0 && !id_is_head && score < self.shift_below)
+            .then_some(self.pending_shift)
     }
 
     pub fn count_mut(&mut self, state: State) -> &mut u64 {
@@ -242,6 +273,10 @@ pub fn close(store: &mut impl Store, mut partition: Partition) {
 pub fn settle(store: &mut impl Store, partition: &mut Partition, default_cap: Option<u64>) {
     if partition.record.queued == 0 && partition.record.gap > 0 {
         give_back_gap(store, partition);
+    }
+    if partition.record.pending_shift > 0 && partition.record.in_queue_unheaded() == 0 {
+        partition.record.pending_shift = 0;
+        partition.record.shift_below = 0;
     }
     if let Some(head) = &partition.record.head {
         if store.zscore(crate::store::ZsetKey::Queue, head).is_none() {
@@ -349,6 +384,8 @@ mod tests {
             carry: 2,
             offset: -5,
             gap: 9,
+            pending_shift: 4,
+            shift_below: -2,
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
         };
         assert_eq!(Record::parse(&record.format()), Some(record));

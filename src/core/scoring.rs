@@ -40,7 +40,8 @@ pub(super) fn parse_current_virtual_time(raw: Option<&[u8]>) -> Result<i64, Core
 
 /// The VTRR scoring rule, shared by every way an item enters the queue:
 /// the item starts at `max(partition's next virtual time, current virtual
-/// time + 1)` and moves its partition's virtual time on by `weight / share`
+/// time + 1)` (just the former while the partition has items queued) and
+/// moves its partition's virtual time on by `weight / share`
 /// (the remainder is carried to the partition's next item, so nothing is
 /// lost to rounding). It then goes to `queue`, or to `held` when its
 /// partition is under a cap or pause (`partitions::enter_queue`).
@@ -64,9 +65,15 @@ pub(super) fn place(
             0
         }),
     };
-    let start = partition_virtual_time
-        .max(current_virtual_time.saturating_add(1))
-        .min(MAX_VIRTUAL_TIME);
+    // A partition re-entering starts at the current virtual time. One with
+    // items still queued follows its last item, even when that is behind
+    // (paused or capped, its backlog waits; the new item waits after it).
+    let start = if partition.record.queued > 0 {
+        partition_virtual_time
+    } else {
+        partition_virtual_time.max(current_virtual_time.saturating_add(1))
+    }
+    .min(MAX_VIRTUAL_TIME);
     let share = partition.record.share.max(1);
     let owed = partition.record.carry.saturating_add(item.weight);
     partition.record.carry = owed % share;

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{HashKey, Store, ZsetKey};
+use super::{HashKey, HashPage, Store, ZsetKey};
 
 /// A score with the total order Redis uses for finite doubles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -146,7 +146,7 @@ impl Store for MemoryStore {
             .unwrap_or_default()
     }
 
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, Vec<u8>)>) {
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
         // The cursor is a position in field order; enough for tests.
         let Some(hash) = self.hashes.get(&key) else {
             return (0, Vec::new());

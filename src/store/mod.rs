@@ -70,6 +70,9 @@ pub enum HashKey {
     Partitions,
 }
 
+/// One HSCAN step: the next cursor (0 when done) and field/value pairs.
+pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// Operations on one queue's keys. Implementations have already checked the
 /// key types, so operations cannot fail; a missing key reads as empty.
 pub trait Store {
@@ -94,8 +97,8 @@ pub trait Store {
     fn hlen(&mut self, key: HashKey) -> u64;
     /// Every field of a hash (O(N): only for the invariant check).
     fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>>;
-    /// One step of HSCAN: (next cursor, 0 when done; field/value pairs).
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, Vec<u8>)>);
+    /// One step of HSCAN.
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage;
     fn delete(&mut self, key: HashKey);
 
     /// Raw content of `vtrr:<name>:current_virtual_time`.

@@ -18,7 +18,7 @@ use super::blocking::signal_ready;
 use super::effects::{format_score, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
-use super::{HashKey, Store, ZsetKey};
+use super::{HashKey, HashPage, Store, ZsetKey};
 use crate::keys::{KeyKind, QueueKey};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
@@ -476,7 +476,7 @@ impl Store for RedisStore<'_> {
         }
     }
 
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, Vec<u8>)>) {
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
         let which = QueueKey::from(key);
         let Some(slot) = self.slots[which.index()].as_ref() else {
             return (0, Vec::new());

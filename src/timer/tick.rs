@@ -93,7 +93,11 @@ fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
                     info::add(&info::TIMER_RECLAIMED, done.reclaimed);
                     info::add(&info::TIMER_PROMOTED, done.promoted);
                     done_in_run += done.reclaimed + done.promoted;
-                    ops::next_due(ctx, &queue)
+                    if done.parking_left {
+                        Some(now)
+                    } else {
+                        ops::next_due(ctx, &queue)
+                    }
                 }
                 Err(error) => {
                     // A wrong key type or unreadable virtual time: try the

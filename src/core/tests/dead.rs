@@ -12,7 +12,8 @@ fn max_timeouts_dead_letters_on_the_expiry_past_the_limit() {
         &mut store,
         &[PolicyChange::MaxTimeouts(Some(1))],
         &mut Vec::new(),
-    );
+    )
+    .unwrap();
     enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap();
     let first = reclaim(&mut store, 10, 10).unwrap();
@@ -49,14 +50,16 @@ fn policy_reads_back_and_none_clears() {
             PolicyChange::MaxNacks(Some(0)),
         ],
         &mut Vec::new(),
-    );
+    )
+    .unwrap();
     let policy = read_policy(&mut store, &mut Vec::new());
     assert_eq!((policy.max_timeouts, policy.max_nacks), (Some(3), Some(0)));
     set_policy(
         &mut store,
         &[PolicyChange::MaxTimeouts(None)],
         &mut Vec::new(),
-    );
+    )
+    .unwrap();
     let policy = read_policy(&mut store, &mut Vec::new());
     assert_eq!((policy.max_timeouts, policy.max_nacks), (None, Some(0)));
     // A value another client wrote badly reads as NONE, reported.
@@ -91,7 +94,8 @@ fn revive_requeues_fresh_with_counters_reset() {
         &mut store,
         &[PolicyChange::MaxTimeouts(Some(0))],
         &mut Vec::new(),
-    );
+    )
+    .unwrap();
     enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap(); // a
     reclaim(&mut store, 10, 10).unwrap(); // a dies
@@ -167,26 +171,25 @@ fn a_popped_item_without_payload_is_dead_lettered_not_served_empty() {
 }
 
 #[test]
-fn cancelling_a_partitions_last_queued_items_gives_their_cost_back() {
+fn cancelled_items_cost_comes_back_once_their_partition_has_nothing_queued() {
     let mut store = MemoryStore::new();
     enqueue(
         &mut store,
         &[item("A", "a1", 2), item("A", "a2", 3), item("A", "a3", 1)],
     )
     .unwrap(); // a1 at 1, a2 at 3, a3 at 6; A's next is 7
-    let ids: [&[u8]; 2] = [b"a2", b"a3"]; // any order: the highest goes first
-    assert_eq!(cancel(&mut store, &ids, &mut Vec::new()), 2);
-    assert_eq!(
-        store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
-        b"3"
-    );
-    // A middle item leaves its cost charged (later items keep their places).
-    enqueue(&mut store, &[item("A", "b1", 1), item("A", "b2", 1)]).unwrap(); // 3, 4
-    assert_eq!(cancel(&mut store, &[b"b1"], &mut Vec::new()), 1);
-    assert_eq!(
-        store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
-        b"5"
-    );
+    let next = |store: &mut MemoryStore| store.hget(HashKey::PartitionVirtualTime, b"A").unwrap();
+    // a1 is still queued: the cost stays charged (a gap in A's turns).
+    assert_eq!(cancel(&mut store, &[b"a2", b"a3"], &mut Vec::new()), 2);
+    assert_eq!(next(&mut store), b"7");
+    enqueue(&mut store, &[item("A", "b1", 1)]).unwrap();
+    assert_eq!(store.zscore(ZsetKey::Queue, b"b1"), Some(7.0));
+    // Nothing of A queued: all of it comes back, as if never enqueued.
+    assert_eq!(cancel(&mut store, &[b"a1", b"b1"], &mut Vec::new()), 2);
+    assert_eq!(next(&mut store), b"1"); // a1's start
+    enqueue(&mut store, &[item("A", "c1", 1)]).unwrap();
+    assert_eq!(store.zscore(ZsetKey::Queue, b"c1"), Some(1.0));
+    assert!(check::check(&mut store).is_empty());
 }
 
 #[test]

@@ -86,7 +86,8 @@ fn dead_and_max_nacks_send_the_item_to_the_dead_letter_set() {
         &mut store,
         &[PolicyChange::MaxNacks(Some(1))],
         &mut Vec::new(),
-    );
+    )
+    .unwrap();
     let token = leased_one(&mut store);
     assert_eq!(
         nack_now(&mut store, &token, Nack::Delay { ms: 0 }),

@@ -65,6 +65,23 @@ enum Op {
         max_timeouts: Option<i64>,
         max_nacks: Option<i64>,
     },
+    Limit {
+        partition: u8,
+        cap: Option<u64>,
+    },
+    Share {
+        partition: u8,
+        share: u64,
+    },
+    Pause {
+        partition: u8,
+    },
+    Resume {
+        partition: u8,
+    },
+    DefaultCap {
+        cap: Option<u64>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -83,9 +100,24 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Every operation, with the tenant controls (caps, shares, pauses, the
+/// default cap) interleaved.
+fn op_with_controls() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => op(),
+        1 => (0u8..6, prop::option::of(1u64..=3)).prop_map(|(partition, cap)| Op::Limit { partition, cap }),
+        1 => (0u8..6, 1u64..=3).prop_map(|(partition, share)| Op::Share { partition, share }),
+        1 => (0u8..6).prop_map(|partition| Op::Pause { partition }),
+        1 => (0u8..6).prop_map(|partition| Op::Resume { partition }),
+        1 => prop::option::of(1u64..=3).prop_map(|cap| Op::DefaultCap { cap }),
+    ]
+}
+
 /// Running state of guarantee (1) for one pair of partitions.
 #[derive(Default, Clone, Copy)]
 struct Stretch {
+    /// The two partitions' shares when the stretch began.
+    shares: (u64, u64),
     active: bool,
     difference: i64,
     low: i64,
@@ -114,6 +146,33 @@ struct Simulation {
     finished: usize,
     /// Weight of queued items cancelled per partition since it was last idle.
     gaps: BTreeMap<u8, u64>,
+    /// The tenant controls as set.
+    caps: BTreeMap<u8, u64>,
+    shares: BTreeMap<u8, u64>,
+    paused: HashSet<u8>,
+    default_cap: Option<u64>,
+    /// Partitions whose cap was lowered below the leases they held, until
+    /// those leases end.
+    lowered: HashSet<u8>,
+    /// Partitions whose share changed while they had items queued: those
+    /// items keep the places they were given, so guarantee (1) at the new
+    /// share applies once the partition has been idle.
+    reshared: HashSet<u8>,
+    /// The largest cap in force (1 when uncapped) per partition since it
+    /// was last idle: how many owed items it may be served in a row.
+    owed_caps: BTreeMap<u8, u64>,
+    /// Partitions that waited at their cap since they were last idle: their
+    /// items keep their times while they wait, so each freed slot serves
+    /// them first (at most their cap at once) until they have caught up.
+    /// Guarantee (1) is about partitions that have not been held back.
+    owed: HashSet<u8>,
+}
+
+/// One queued item as the lease order sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Waiting {
+    score: i64,
+    id: Vec<u8>,
 }
 
 impl Simulation {
@@ -129,7 +188,84 @@ impl Simulation {
             tokens: 0,
             finished: 0,
             gaps: BTreeMap::new(),
+            caps: BTreeMap::new(),
+            shares: BTreeMap::new(),
+            paused: HashSet::new(),
+            default_cap: None,
+            lowered: HashSet::new(),
+            reshared: HashSet::new(),
+            owed_caps: BTreeMap::new(),
+            owed: HashSet::new(),
         }
+    }
+
+    fn name(partition: u8) -> [u8; 2] {
+        [b'p', partition]
+    }
+
+    fn share(&self, partition: u8) -> u64 {
+        self.shares.get(&partition).copied().unwrap_or(1)
+    }
+
+    fn cap_in_force(&self, partition: u8) -> Option<u64> {
+        self.caps.get(&partition).copied().or(self.default_cap)
+    }
+
+    /// Leases held per partition, from `inflight` (not the module's counts).
+    fn leased_per_partition(&self) -> BTreeMap<u8, u64> {
+        let mut leased = BTreeMap::new();
+        for (id, _) in self.store.zset_entries(ZsetKey::Inflight) {
+            *leased.entry(self.items[&id].0).or_insert(0) += 1;
+        }
+        leased
+    }
+
+    fn servable(&self, partition: u8, leased: &BTreeMap<u8, u64>) -> bool {
+        !self.paused.contains(&partition)
+            && self
+                .cap_in_force(partition)
+                .is_none_or(|cap| leased.get(&partition).copied().unwrap_or(0) < cap)
+    }
+
+    /// Every queued item (in `queue` or `held`) with the virtual time it
+    /// will be served at.
+    fn waiting(&self) -> Vec<(u8, Waiting)> {
+        let records = self.store.hash_entries(HashKey::Partitions);
+        let record = |partition: u8| {
+            records
+                .get(&Self::name(partition)[..])
+                .and_then(|raw| crate::core::partitions::Record::parse(raw))
+                .unwrap_or_default()
+        };
+        // An item queued before its partition rejoined (RESUME, a raised
+        // cap) is owed the same shift as its held items.
+        let mut waiting: Vec<(u8, Waiting)> = self
+            .store
+            .zset_entries(ZsetKey::Queue)
+            .into_iter()
+            .map(|(id, score)| {
+                let partition = self.items[&id].0;
+                let record = record(partition);
+                let is_head = record.head.as_deref() == Some(id.as_slice());
+                let score = score as i64 + record.owed_shift(is_head, score as i64).unwrap_or(0);
+                (partition, Waiting { score, id })
+            })
+            .collect();
+        for (member, _) in self.store.zset_entries(ZsetKey::Held) {
+            let (name, relative, id) = crate::core::held::parse_member(&member).unwrap();
+            let offset = crate::core::partitions::Record::parse(&records[name])
+                .unwrap()
+                .offset;
+            let partition = self.items[id].0;
+            waiting.push((
+                partition,
+                Waiting {
+                    score: relative + offset,
+                    id: id.to_vec(),
+                },
+            ));
+        }
+        waiting
     }
 
     /// Fresh ids of items of `partition` with `weight`, remembered.
@@ -158,9 +294,12 @@ impl Simulation {
             if self.newcomers.iter().any(|n| n.partition == *partition) {
                 continue;
             }
+            // A partition with share s serves up to s items per unit of
+            // virtual time: it counts s times.
+            let others: u64 = busy_before.iter().map(|p| self.share(*p)).sum();
             self.newcomers.push(Newcomer {
                 partition: *partition,
-                bound: busy_before.len() * (self.max_weight[partition] as usize + 1),
+                bound: others as usize * (self.max_weight[partition] as usize + 1),
                 already_queued: before.iter().cloned().collect(),
                 served_before: 0,
             });
@@ -178,15 +317,17 @@ impl Simulation {
         .into_iter()
         .flat_map(|key| self.store.zset_entries(key))
         .map(|(id, _)| id)
+        .chain(
+            self.store
+                .zset_entries(ZsetKey::Held)
+                .into_iter()
+                .map(|(member, _)| crate::core::held::parse_member(&member).unwrap().2.to_vec()),
+        )
         .collect()
     }
 
     fn queued(&self) -> Vec<Vec<u8>> {
-        self.store
-            .zset_entries(ZsetKey::Queue)
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect()
+        self.waiting().into_iter().map(|(_, w)| w.id).collect()
     }
 
     fn queued_partitions(&self, queued: &[Vec<u8>]) -> HashSet<u8> {
@@ -235,7 +376,8 @@ impl Simulation {
                 for (id, due) in self.store.zset_entries(ZsetKey::Delayed) {
                     prop_assert!(due > self.now_ms as f64, "{:?} due but still delayed", id);
                 }
-                let mut queued = self.queued();
+                let mut waiting = self.waiting();
+                let mut leased_now = self.leased_per_partition();
                 let tokens = &mut self.tokens;
                 let request = LeaseRequest {
                     now_ms: self.now_ms,
@@ -249,11 +391,44 @@ impl Simulation {
                     tokens.to_string().into_bytes()
                 })
                 .unwrap();
-                prop_assert_eq!(outcome.due, Due::default());
+                prop_assert_eq!(&outcome.due, &Due::default());
+                let leased_count = outcome.leased.len();
                 for leased in outcome.leased {
-                    prop_assert_eq!(&leased.id, &queued[0], "not the lowest score");
-                    self.observe_pop(&queued, &leased.id)?;
-                    queued.remove(0);
+                    // The lowest virtual time among partitions that may be
+                    // served: not paused, under their cap.
+                    let busy: HashSet<u8> = waiting
+                        .iter()
+                        .map(|(p, _)| *p)
+                        .filter(|p| self.servable(*p, &leased_now))
+                        .collect();
+                    // Equal times may be served in either order: within a
+                    // partition under control first come, across partitions
+                    // in member order of whichever items are in `queue`.
+                    let lowest = waiting
+                        .iter()
+                        .filter(|(p, _)| busy.contains(p))
+                        .map(|(_, w)| w.score)
+                        .min();
+                    let got = waiting
+                        .iter()
+                        .find(|(p, w)| w.id == leased.id && busy.contains(p))
+                        .map(|(_, w)| w.score);
+                    prop_assert!(
+                        got.is_some() && got == lowest,
+                        "not the lowest servable time: {:?} leased at {:?}, lowest {:?}",
+                        leased.id,
+                        got,
+                        lowest
+                    );
+                    let queued_partitions: HashSet<u8> = waiting.iter().map(|(p, _)| *p).collect();
+                    self.observe_pop(&queued_partitions, &busy, &leased.id)?;
+                    waiting.retain(|(_, w)| w.id != leased.id);
+                    *leased_now.entry(self.items[&leased.id].0).or_insert(0) += 1;
+                }
+                // A LEASE that returned fewer than asked left nothing servable.
+                if !outcome.skipped_enough && leased_count < usize::from(count) {
+                    let left = waiting.iter().any(|(p, _)| self.servable(*p, &leased_now));
+                    prop_assert!(!left, "LEASE returned short while items were servable");
                 }
             }
             Op::Ack { pick } => {
@@ -321,7 +496,7 @@ impl Simulation {
                 let present = self.present();
                 if !present.is_empty() {
                     let id = present[pick % present.len()].clone();
-                    let was_queued = self.store.zscore(ZsetKey::Queue, &id).is_some();
+                    let was_queued = self.queued().contains(&id);
                     prop_assert_eq!(cancel(&mut self.store, &[&id], &mut Vec::new()), 1);
                     self.finished += 1;
                     if was_queued {
@@ -358,8 +533,64 @@ impl Simulation {
                     PolicyChange::MaxNacks(max_nacks),
                 ],
                 &mut Vec::new(),
-            ),
+            )
+            .unwrap(),
+            Op::Limit { partition, cap } => {
+                let change = LimitChange::Concurrency(cap);
+                set_limit(
+                    &mut self.store,
+                    &Self::name(partition),
+                    &[change],
+                    &mut Vec::new(),
+                )
+                .unwrap();
+                match cap {
+                    Some(cap) => self.caps.insert(partition, cap),
+                    None => self.caps.remove(&partition),
+                };
+            }
+            Op::Share { partition, share } => {
+                let change = LimitChange::Share(share);
+                set_limit(
+                    &mut self.store,
+                    &Self::name(partition),
+                    &[change],
+                    &mut Vec::new(),
+                )
+                .unwrap();
+                if self.shares.insert(partition, share).unwrap_or(1) != share {
+                    self.reshared.insert(partition);
+                }
+            }
+            Op::Pause { partition } => {
+                let paused = pause(&mut self.store, &Self::name(partition), &mut Vec::new());
+                prop_assert_eq!(paused, self.paused.insert(partition));
+            }
+            Op::Resume { partition } => {
+                let resumed =
+                    resume(&mut self.store, &Self::name(partition), &mut Vec::new()).unwrap();
+                prop_assert_eq!(resumed, self.paused.remove(&partition));
+            }
+            Op::DefaultCap { cap } => {
+                set_policy(
+                    &mut self.store,
+                    &[PolicyChange::DefaultConcurrency(cap)],
+                    &mut Vec::new(),
+                )
+                .unwrap();
+                self.default_cap = cap;
+            }
         }
+        let leased = self.leased_per_partition();
+        let over: HashSet<u8> = leased
+            .iter()
+            .filter(|(p, n)| self.cap_in_force(**p).is_some_and(|cap| **n > cap))
+            .map(|(p, _)| *p)
+            .collect();
+        if matches!(op, Op::Limit { .. } | Op::DefaultCap { .. }) {
+            self.lowered.extend(over.iter().copied());
+        }
+        self.lowered.retain(|p| over.contains(p));
         let problems = check::check(&mut self.store);
         prop_assert!(
             problems.is_empty(),
@@ -371,34 +602,83 @@ impl Simulation {
     }
 
     /// Checks both guarantees for one pop, given the queue just before it.
-    fn observe_pop(&mut self, queued: &[Vec<u8>], popped: &[u8]) -> Result<(), TestCaseError> {
-        let busy = self.queued_partitions(queued);
+    /// Guarantee (1) with shares and caps, in virtual-time units: a
+    /// partition's allowance is its largest weight times its cap in force
+    /// (a capped partition is served its owed items as soon as slots free),
+    /// plus its cancelled gap, divided by its share (rounded up), plus 1
+    /// for the carried remainder when its share is above 1.
+    fn allowance(&self, partition: u8) -> i64 {
+        let share = self.share(partition);
+        let cap = self.owed_caps.get(&partition).copied().unwrap_or(1);
+        let owed = self.max_weight[&partition] * cap + self.gaps.get(&partition).unwrap_or(&0);
+        (owed.div_ceil(share) + u64::from(share > 1)) as i64
+    }
+
+    /// `waiting`: the partitions with items queued; `busy`: those of them
+    /// that may be served.
+    fn observe_pop(
+        &mut self,
+        waiting: &HashSet<u8>,
+        busy: &HashSet<u8>,
+        popped: &[u8],
+    ) -> Result<(), TestCaseError> {
         let (popped_partition, popped_weight) = self.items[popped];
-        self.gaps.retain(|partition, _| busy.contains(partition));
+        self.gaps.retain(|partition, _| waiting.contains(partition));
+        // Virtual time charged at an old share stays charged: a reshared
+        // partition settles once idle with its next time caught up.
+        let current = read_current_virtual_time(&mut self.store).unwrap();
+        let times = self.store.hash_entries(HashKey::PartitionVirtualTime);
+        let ahead = |partition: u8| {
+            times
+                .get(&Self::name(partition)[..])
+                .and_then(|raw| parse_virtual_time(raw))
+                .is_some_and(|next| next > current + 1)
+        };
+        self.reshared
+            .retain(|partition| waiting.contains(partition) || ahead(*partition));
+        self.owed_caps
+            .retain(|partition, _| waiting.contains(partition));
+        self.owed.retain(|partition| waiting.contains(partition));
+        for &partition in waiting {
+            if !busy.contains(&partition) && !self.paused.contains(&partition) {
+                self.owed.insert(partition);
+            }
+        }
+        for &partition in waiting {
+            let cap = self.cap_in_force(partition).unwrap_or(1);
+            let owed = self.owed_caps.entry(partition).or_insert(cap);
+            *owed = (*owed).max(cap);
+        }
         let partitions: Vec<u8> = self.max_weight.keys().copied().collect();
         for (i, &f) in partitions.iter().enumerate() {
             for &g in &partitions[i + 1..] {
+                let shares = (self.share(f), self.share(g));
+                let bound = (self.allowance(f) + self.allowance(g)) * (shares.0 * shares.1) as i64;
+                let settled = !self.reshared.contains(&f)
+                    && !self.reshared.contains(&g)
+                    && !self.owed.contains(&f)
+                    && !self.owed.contains(&g);
                 let stretch = self.stretches.entry((f, g)).or_default();
-                if !(busy.contains(&f) && busy.contains(&g)) {
+                if !(busy.contains(&f) && busy.contains(&g) && settled) {
                     stretch.active = false;
                     continue;
                 }
-                if !stretch.active {
+                if !stretch.active || stretch.shares != shares {
                     *stretch = Stretch {
                         active: true,
+                        shares,
                         ..Stretch::default()
                     };
                 }
+                // Service in units of 1 / (share f * share g) virtual time.
                 let weight = popped_weight as i64;
                 if popped_partition == f {
-                    stretch.difference += weight;
+                    stretch.difference += weight * shares.1 as i64;
                 } else if popped_partition == g {
-                    stretch.difference -= weight;
+                    stretch.difference -= weight * shares.0 as i64;
                 }
                 stretch.low = stretch.low.min(stretch.difference);
                 stretch.high = stretch.high.max(stretch.difference);
-                let gaps = self.gaps.get(&f).unwrap_or(&0) + self.gaps.get(&g).unwrap_or(&0);
-                let bound = (self.max_weight[&f] + self.max_weight[&g] + gaps) as i64;
                 prop_assert!(
                     stretch.high - stretch.low <= bound,
                     "guarantee 1: partitions {} and {} differ by {} > {}",
@@ -409,6 +689,10 @@ impl Simulation {
                 );
             }
         }
+        // Guarantee (2) is for a newcomer that may be served; the owed items
+        // of capped partitions (served as their slots free) do not count.
+        self.newcomers.retain(|n| busy.contains(&n.partition));
+        let popped_capped = self.cap_in_force(popped_partition).is_some();
         let mut finished = Vec::new();
         for (index, newcomer) in self.newcomers.iter_mut().enumerate() {
             if newcomer.partition == popped_partition {
@@ -420,7 +704,7 @@ impl Simulation {
                     newcomer.bound
                 );
                 finished.push(index);
-            } else if newcomer.already_queued.remove(popped) {
+            } else if newcomer.already_queued.remove(popped) && !popped_capped {
                 newcomer.served_before += 1;
             }
         }
@@ -439,6 +723,28 @@ proptest! {
         let mut simulation = Simulation::new();
         for op in &ops {
             simulation.run(op)?;
+        }
+    }
+
+    #[test]
+    fn tenant_controls_keep_caps_order_counts_and_shares(ops in prop::collection::vec(op_with_controls(), 1..150)) {
+        let mut simulation = Simulation::new();
+        for op in &ops {
+            simulation.run(op)?;
+            let present = simulation.present();
+            let distinct: HashSet<_> = present.iter().collect();
+            prop_assert_eq!(distinct.len(), present.len());
+            prop_assert_eq!(present.len() + simulation.finished, simulation.items.len());
+            // No partition holds more leases than its cap, unless the cap
+            // was lowered below what it already held (none are granted then).
+            for (partition, leased) in simulation.leased_per_partition() {
+                if let Some(cap) = simulation.cap_in_force(partition) {
+                    prop_assert!(
+                        leased <= cap || simulation.lowered.contains(&partition),
+                        "partition {} holds {} leases over its cap {}", partition, leased, cap
+                    );
+                }
+            }
         }
     }
 

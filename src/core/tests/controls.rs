@@ -1,0 +1,222 @@
+//! Tenant controls: caps, shares, pause, the default cap, the per-partition
+//! view and recount.
+
+use super::*;
+use crate::core::partitions::Record;
+use crate::store::{HashKey, Store, ZsetKey};
+
+fn limit(store: &mut MemoryStore, partition: &str, change: LimitChange) {
+    set_limit(store, partition.as_bytes(), &[change], &mut Vec::new()).unwrap();
+}
+
+fn record(store: &mut MemoryStore, partition: &str) -> Record {
+    partition_view(store, partition.as_bytes(), &mut Vec::new()).record
+}
+
+fn token_of(store: &mut MemoryStore, id: &str) -> Vec<u8> {
+    store.hget(HashKey::Lease, id.as_bytes()).unwrap()
+}
+
+fn ack_id(store: &mut MemoryStore, id: &str) {
+    let token = token_of(store, id);
+    assert_eq!(ack(store, &[(id.as_bytes(), &token)], &mut Vec::new()), 1);
+}
+
+#[test]
+fn a_capped_partition_is_skipped_and_keeps_its_place() {
+    let mut store = MemoryStore::new();
+    limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
+    enqueue(
+        &mut store,
+        &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
+    )
+    .unwrap();
+    enqueue(
+        &mut store,
+        &[item("B", "b1", 1), item("B", "b2", 1), item("B", "b3", 1)],
+    )
+    .unwrap();
+    // Only A's head is in `queue`; the rest wait in `held`.
+    assert_eq!(store.zcard(ZsetKey::Queue), 4);
+    assert_eq!(record(&mut store, "A").held, 2);
+    assert_eq!(lease_ids(&mut store, 0, 10), ["a1", "b1", "b2", "b3"]);
+    ack_id(&mut store, "a1");
+    // a2 comes back with the time it was queued at (2), ahead of anything
+    // newer; then A is at its cap again.
+    enqueue(&mut store, &[item("C", "c1", 1)]).unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 10), ["a2", "c1"]);
+    assert!(check::check(&mut store).is_empty());
+}
+
+#[test]
+fn every_way_a_lease_ends_frees_its_slot() {
+    let mut store = MemoryStore::new();
+    limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
+    let ids: Vec<String> = (0..5).map(|n| format!("a{n}")).collect();
+    let items: Vec<_> = ids.iter().map(|id| item("A", id, 1)).collect();
+    enqueue(&mut store, &items).unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 5), ["a0"]);
+    // Nack, expiry, cancel, ack: each lets exactly the next one in.
+    let token = token_of(&mut store, "a0");
+    nack(&mut store, b"a0", &token, 0, Nack::Dead, &mut Vec::new()).unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 5), ["a1"]);
+    assert_eq!(reclaim(&mut store, 5_000, 10).unwrap().reclaimed, 1);
+    assert_eq!(lease_ids(&mut store, 5_000, 5), ["a2"]);
+    assert_eq!(cancel(&mut store, &[b"a2"], &mut Vec::new()), 1);
+    assert_eq!(lease_ids(&mut store, 5_000, 5), ["a3"]);
+    ack_id(&mut store, "a3");
+    assert_eq!(lease_ids(&mut store, 5_000, 5), ["a4"]);
+    assert!(check::check(&mut store).is_empty());
+}
+
+#[test]
+fn a_paused_partition_waits_and_rejoins_at_the_current_virtual_time() {
+    let mut store = MemoryStore::new();
+    let a: Vec<String> = (0..4).map(|n| format!("a{n}")).collect();
+    let b: Vec<String> = (0..8).map(|n| format!("b{n}")).collect();
+    enqueue(
+        &mut store,
+        &a.iter().map(|id| item("A", id, 1)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    enqueue(
+        &mut store,
+        &b.iter().map(|id| item("B", id, 1)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    assert!(pause(&mut store, b"A", &mut Vec::new()));
+    assert!(!pause(&mut store, b"A", &mut Vec::new()));
+    assert_eq!(lease_ids(&mut store, 0, 5), ["b0", "b1", "b2", "b3", "b4"]);
+    assert!(resume(&mut store, b"A", &mut Vec::new()).unwrap());
+    // No burst: A's four items alternate with B's rest from here.
+    assert_eq!(
+        lease_ids(&mut store, 0, 6),
+        ["a0", "b5", "a1", "b6", "a2", "b7"]
+    );
+    assert!(check::check(&mut store).is_empty());
+}
+
+#[test]
+fn a_share_three_partition_gets_three_turns_per_turn_of_a_share_one() {
+    let mut store = MemoryStore::new();
+    limit(&mut store, "A", LimitChange::Share(3));
+    let a: Vec<String> = (0..9).map(|n| format!("a{n}")).collect();
+    let b: Vec<String> = (0..3).map(|n| format!("b{n}")).collect();
+    enqueue(
+        &mut store,
+        &a.iter().map(|id| item("A", id, 1)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    enqueue(
+        &mut store,
+        &b.iter().map(|id| item("B", id, 1)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    // The carried remainder: nine weight-1 items advance A by exactly 3.
+    assert_eq!(
+        store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
+        b"4"
+    );
+    let served = lease_ids(&mut store, 0, 12);
+    let a_in_first_eight = served[..8].iter().filter(|id| id.starts_with('a')).count();
+    assert_eq!(a_in_first_eight, 6, "{served:?}");
+}
+
+#[test]
+fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
+    let mut store = MemoryStore::new();
+    set_policy(
+        &mut store,
+        &[PolicyChange::DefaultConcurrency(Some(1))],
+        &mut Vec::new(),
+    )
+    .unwrap();
+    limit(&mut store, "B", LimitChange::Concurrency(Some(2)));
+    enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
+    enqueue(
+        &mut store,
+        &[item("B", "b1", 1), item("B", "b2", 1), item("B", "b3", 1)],
+    )
+    .unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 10), ["a1", "b1", "b2"]);
+    let view = partition_view(&mut store, b"A", &mut Vec::new());
+    assert_eq!((view.record.cap, view.cap_in_force), (None, Some(1)));
+    // Lifting the default lets A's held item in at once.
+    set_policy(
+        &mut store,
+        &[PolicyChange::DefaultConcurrency(None)],
+        &mut Vec::new(),
+    )
+    .unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 10), ["a2"]);
+    assert!(check::check(&mut store).is_empty());
+}
+
+#[test]
+fn items_queued_before_a_pause_are_parked_at_most_a_bounded_number_per_lease() {
+    let mut store = MemoryStore::new();
+    let many: Vec<String> = (0..(MAX_PARKED_PER_LEASE + 10))
+        .map(|n| format!("p{n:05}"))
+        .collect();
+    enqueue(&mut store, &[item("O", "o0", 5_000)]).unwrap();
+    enqueue(
+        &mut store,
+        &many.iter().map(|id| item("P", id, 1)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    enqueue(&mut store, &[item("O", "o1", 1)]).unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 1), ["o0"]);
+    assert!(pause(&mut store, b"P", &mut Vec::new()));
+    let outcome = lease_at(&mut store, 0, 1000, 1, 0).unwrap();
+    assert!(outcome.skipped_enough && outcome.leased.is_empty());
+    // The timer's run goes on parking; then o1 is leasable.
+    let due = run_due(&mut store, 0, 10).unwrap();
+    assert_eq!(due.parked, 10);
+    assert!(!due.parking_left);
+    assert_eq!(lease_ids(&mut store, 0, 1), ["o1"]);
+    assert_eq!(record(&mut store, "P").held as usize, many.len());
+    assert!(check::check(&mut store).is_empty());
+}
+
+#[test]
+fn cancel_finds_a_held_item_and_recount_repairs_counts() {
+    let mut store = MemoryStore::new();
+    limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
+    enqueue(
+        &mut store,
+        &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
+    )
+    .unwrap();
+    assert_eq!(cancel(&mut store, &[b"a3"], &mut Vec::new()), 1);
+    assert_eq!(record(&mut store, "A").queued, 2);
+    // A hand edit (or a script) adds an item the counts do not know.
+    store.zadd(ZsetKey::Queue, b"x", 9.0);
+    store.hset(HashKey::Task, b"x", b"X");
+    store.hset(HashKey::Meta, b"x", b"1:A");
+    assert!(!check::check(&mut store).is_empty());
+    assert_eq!(recount(&mut store, &mut Vec::new()), 1);
+    assert_eq!(record(&mut store, "A").queued, 3);
+    assert!(check::check(&mut store).is_empty());
+}
+
+#[test]
+fn the_partitions_view_pages_through_every_partition() {
+    let mut store = MemoryStore::new();
+    for n in 0..25 {
+        let partition = format!("t{n:02}");
+        enqueue(&mut store, &[item(&partition, &format!("i{n}"), 1)]).unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let (next, page) = partitions_page(&mut store, cursor, 10, &mut Vec::new());
+        assert!(page.len() <= 10);
+        seen.extend(page.into_iter().map(|v| (v.partition, v.record.queued)));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(seen.len(), 25);
+    assert!(seen.iter().all(|(_, queued)| *queued == 1));
+}
