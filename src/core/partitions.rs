@@ -84,78 +84,82 @@ impl Default for Record {
 }
 
 impl Record {
-    /// `<queued> <held> <leased> <delayed> <dead> <cap|-> <share> <paused>
-    /// <carry> <offset> <gap> <pending shift> <shift below>[ <head id>]`:
-    /// the head id (any bytes) comes last.
+    /// `<queued> <held> <leased> <delayed> <dead>`, then, only when any
+    /// differs from its default, `<cap|-> <share> <paused> <carry> <offset>
+    /// <gap> <pending shift> <shift below>[ <head id>]` (the head id, any
+    /// bytes, comes last). Written on every change of a partition's
+    /// counts, so it is short in the common case and formatted by hand.
     fn format(&self) -> Vec<u8> {
-        let cap = self.cap.map_or_else(|| "-".to_string(), |c| c.to_string());
-        let mut out = format!(
-            "{} {} {} {} {} {cap} {} {} {} {} {} {} {}",
-            self.queued,
-            self.held,
-            self.leased,
-            self.delayed,
-            self.dead,
-            self.share,
-            u8::from(self.paused),
-            self.carry,
-            self.offset,
-            self.gap,
-            self.pending_shift,
-            self.shift_below
-        )
-        .into_bytes();
-        if let Some(head) = &self.head {
-            out.push(b' ');
-            out.extend_from_slice(head);
+        let mut out = Vec::with_capacity(32);
+        for count in [self.queued, self.held, self.leased, self.delayed, self.dead] {
+            push_number(&mut out, i128::from(count));
         }
+        if self.has_settings()
+            || self.carry != 0
+            || self.offset != 0
+            || self.gap != 0
+            || self.pending_shift != 0
+            || self.shift_below != 0
+            || self.head.is_some()
+        {
+            match self.cap {
+                Some(cap) => push_number(&mut out, i128::from(cap)),
+                None => out.extend_from_slice(b"- "),
+            }
+            for number in [
+                i128::from(self.share),
+                i128::from(u8::from(self.paused)),
+                i128::from(self.carry),
+                i128::from(self.offset),
+                i128::from(self.gap),
+                i128::from(self.pending_shift),
+                i128::from(self.shift_below),
+            ] {
+                push_number(&mut out, number);
+            }
+            if let Some(head) = &self.head {
+                out.extend_from_slice(head);
+                return out;
+            }
+        }
+        out.pop(); // the last separator
         out
     }
 
     pub fn parse(raw: &[u8]) -> Option<Record> {
         let mut parts = raw.splitn(14, |b| *b == b' ');
-        let mut number = || -> Option<&[u8]> { parts.next() };
-        let uint =
-            |raw: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(raw?).ok()?.parse().ok() };
-        let queued = uint(number())?;
-        let held = uint(number())?;
-        let leased = uint(number())?;
-        let delayed = uint(number())?;
-        let dead = uint(number())?;
-        let cap = match number()? {
-            b"-" => None,
-            raw => Some(uint(Some(raw))?),
+        let mut next = || parts.next();
+        fn number<T: std::str::FromStr>(raw: Option<&[u8]>) -> Option<T> {
+            std::str::from_utf8(raw?).ok()?.parse().ok()
+        }
+        let mut record = Record {
+            queued: number(next())?,
+            held: number(next())?,
+            leased: number(next())?,
+            delayed: number(next())?,
+            dead: number(next())?,
+            ..Record::default()
         };
-        let share = uint(number())?.max(1);
-        let paused = match number()? {
+        let Some(cap) = next() else {
+            return Some(record); // the short form: settings at their defaults
+        };
+        record.cap = match cap {
+            b"-" => None,
+            raw => Some(number(Some(raw))?),
+        };
+        record.share = number::<u64>(next())?.max(1);
+        record.paused = match next()? {
             b"0" => false,
             b"1" => true,
             _ => return None,
         };
-        let carry = uint(number())?;
-        let offset = std::str::from_utf8(number()?).ok()?.parse().ok()?;
-        let gap = uint(number())?;
-        let int =
-            |raw: Option<&[u8]>| -> Option<i64> { std::str::from_utf8(raw?).ok()?.parse().ok() };
-        let pending_shift = int(number())?;
-        let shift_below = int(number())?;
-        let head = number().map(<[u8]>::to_vec);
-        Some(Record {
-            queued,
-            held,
-            leased,
-            delayed,
-            dead,
-            cap,
-            share,
-            paused,
-            carry,
-            offset,
-            gap,
-            pending_shift,
-            shift_below,
-            head,
-        })
+        record.carry = number(next())?;
+        record.offset = number(next())?;
+        record.gap = number(next())?;
+        record.pending_shift = number(next())?;
+        record.shift_below = number(next())?;
+        record.head = next().map(<[u8]>::to_vec);
+        Some(record)
     }
 
     /// Nothing counted and nothing set: the record can go.
@@ -219,6 +223,26 @@ impl Record {
             State::Dead => &mut self.dead,
         }
     }
+}
+
+/// Appends `number` in decimal and a space.
+fn push_number(out: &mut Vec<u8>, number: i128) {
+    if number < 0 {
+        out.push(b'-');
+    }
+    let mut digits = [0u8; 40];
+    let mut at = digits.len();
+    let mut rest = number.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    out.push(b' ');
 }
 
 /// A partition's record, read for a change and written back by [`close`].
@@ -389,8 +413,18 @@ mod tests {
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
         };
         assert_eq!(Record::parse(&record.format()), Some(record));
-        let plain = Record::default();
+        let plain = Record {
+            queued: 3,
+            leased: 12,
+            ..Record::default()
+        };
+        assert_eq!(plain.format(), b"3 0 12 0 0");
         assert_eq!(Record::parse(&plain.format()), Some(plain));
+        let negative = Record {
+            offset: -7,
+            ..Record::default()
+        };
+        assert_eq!(Record::parse(&negative.format()), Some(negative));
     }
 
     #[test]
