@@ -80,21 +80,16 @@ pub fn lease(
         if was_head {
             partition.record.head = None;
         }
-        if let Some(shift) = partition.record.owed_shift(was_head, score as i64) {
-            // Queued before its partition rejoined: it takes its shifted
-            // place among the partition's held items.
-            held::park_popped(store, &mut partition, &id, score as i64 + shift);
+        // Not served now: an item queued before its partition rejoined
+        // takes its shifted place among the partition's held items; one
+        // whose partition is paused or at its cap waits there at its time.
+        let park_at = match partition.record.owed_shift(was_head, score as i64) {
+            Some(shift) => Some(score as i64 + shift),
+            None => (!partition.record.servable(at.default_cap)).then_some(score as i64),
+        };
+        if let Some(time) = park_at {
+            held::park_popped(store, &mut partition, &id, time);
             partitions::settle(store, &mut partition, at.default_cap);
-            partitions::close(store, partition);
-            parked += 1;
-            if parked >= MAX_PARKED_PER_LEASE {
-                outcome.skipped_enough = true;
-                break;
-            }
-            continue;
-        }
-        if !partition.record.servable(at.default_cap) {
-            held::park_popped(store, &mut partition, &id, score as i64);
             partitions::close(store, partition);
             parked += 1;
             if parked >= MAX_PARKED_PER_LEASE {

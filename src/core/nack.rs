@@ -49,22 +49,9 @@ pub fn nack(
     store.hdel(HashKey::Lease, id);
     let nacks = counters::increment(store, HashKey::Nacks, id, anomalies);
     let policy = read_policy(store, anomalies);
-    let name = partition_of(store, id);
-    let Some(payload) = payload else {
-        let to = Some(State::Dead);
-        partitions::shift(
-            store,
-            &name,
-            Some(State::Leased),
-            to,
-            at.default_cap,
-            anomalies,
-        );
-        bury_without_payload(store, id, now_ms, anomalies);
-        return Ok(Some(Nacked::Dead(Reason::PayloadMissing)));
-    };
     let past_policy = policy.max_nacks.is_some_and(|max| nacks > max);
     let nacked = match nack {
+        _ if payload.is_none() => Nacked::Dead(Reason::PayloadMissing),
         Nack::Dead => Nacked::Dead(Reason::Nacked),
         _ if past_policy => Nacked::Dead(Reason::MaxNacks),
         Nack::Delay { ms } if ms > 0 => Nacked::Delayed {
@@ -77,14 +64,13 @@ pub fn nack(
         Nacked::Delayed { .. } => Some(State::Delayed),
         Nacked::Requeued => None,
     };
-    partitions::shift(
-        store,
-        &name,
-        Some(State::Leased),
-        to,
-        at.default_cap,
-        anomalies,
-    );
+    let name = partition_of(store, id);
+    let (from, cap) = (Some(State::Leased), at.default_cap);
+    partitions::shift(store, &name, from, to, cap, anomalies);
+    let Some(payload) = payload else {
+        bury_without_payload(store, id, now_ms, anomalies);
+        return Ok(Some(nacked));
+    };
     match nacked {
         Nacked::Dead(reason) => bury(store, id, &payload, now_ms, reason),
         Nacked::Delayed { due_ms } => hold(store, id, &payload, due_ms),

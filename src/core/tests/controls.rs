@@ -13,6 +13,13 @@ fn record(store: &mut MemoryStore, partition: &str) -> Record {
     partition_view(store, partition.as_bytes(), &mut Vec::new()).record
 }
 
+/// Enqueues `n` weight-1 items of `partition`, ids `<prefix>0`, `<prefix>1`, ...
+fn enqueue_n(store: &mut MemoryStore, partition: &str, prefix: &str, n: usize) {
+    let ids: Vec<String> = (0..n).map(|k| format!("{prefix}{k}")).collect();
+    let items: Vec<_> = ids.iter().map(|id| item(partition, id, 1)).collect();
+    enqueue(store, &items).unwrap();
+}
+
 fn token_of(store: &mut MemoryStore, id: &str) -> Vec<u8> {
     store.hget(HashKey::Lease, id.as_bytes()).unwrap()
 }
@@ -52,9 +59,7 @@ fn a_capped_partition_is_skipped_and_keeps_its_place() {
 fn every_way_a_lease_ends_frees_its_slot() {
     let mut store = MemoryStore::new();
     limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
-    let ids: Vec<String> = (0..5).map(|n| format!("a{n}")).collect();
-    let items: Vec<_> = ids.iter().map(|id| item("A", id, 1)).collect();
-    enqueue(&mut store, &items).unwrap();
+    enqueue_n(&mut store, "A", "a", 5);
     assert_eq!(lease_ids(&mut store, 0, 5), ["a0"]);
     // Nack, expiry, cancel, ack: each lets exactly the next one in.
     let token = token_of(&mut store, "a0");
@@ -72,18 +77,8 @@ fn every_way_a_lease_ends_frees_its_slot() {
 #[test]
 fn a_paused_partition_waits_and_rejoins_at_the_current_virtual_time() {
     let mut store = MemoryStore::new();
-    let a: Vec<String> = (0..4).map(|n| format!("a{n}")).collect();
-    let b: Vec<String> = (0..8).map(|n| format!("b{n}")).collect();
-    enqueue(
-        &mut store,
-        &a.iter().map(|id| item("A", id, 1)).collect::<Vec<_>>(),
-    )
-    .unwrap();
-    enqueue(
-        &mut store,
-        &b.iter().map(|id| item("B", id, 1)).collect::<Vec<_>>(),
-    )
-    .unwrap();
+    enqueue_n(&mut store, "A", "a", 4);
+    enqueue_n(&mut store, "B", "b", 8);
     assert!(pause(&mut store, b"A", &mut Vec::new()));
     assert!(!pause(&mut store, b"A", &mut Vec::new()));
     assert_eq!(lease_ids(&mut store, 0, 5), ["b0", "b1", "b2", "b3", "b4"]);
@@ -100,18 +95,8 @@ fn a_paused_partition_waits_and_rejoins_at_the_current_virtual_time() {
 fn a_share_three_partition_gets_three_turns_per_turn_of_a_share_one() {
     let mut store = MemoryStore::new();
     limit(&mut store, "A", LimitChange::Share(3));
-    let a: Vec<String> = (0..9).map(|n| format!("a{n}")).collect();
-    let b: Vec<String> = (0..3).map(|n| format!("b{n}")).collect();
-    enqueue(
-        &mut store,
-        &a.iter().map(|id| item("A", id, 1)).collect::<Vec<_>>(),
-    )
-    .unwrap();
-    enqueue(
-        &mut store,
-        &b.iter().map(|id| item("B", id, 1)).collect::<Vec<_>>(),
-    )
-    .unwrap();
+    enqueue_n(&mut store, "A", "a", 9);
+    enqueue_n(&mut store, "B", "b", 3);
     // The carried remainder: nine weight-1 items advance A by exactly 3.
     assert_eq!(
         store.hget(HashKey::PartitionVirtualTime, b"A").unwrap(),
