@@ -227,13 +227,12 @@ pub fn lease(
     };
     notify_dead(&store, &outcome.due, event);
     store.commit(event);
-    if outcome.skipped_enough {
-        // It stopped early: a blocked client's next turn goes on, and so
-        // does the timer, with no client traffic.
-        store.signal_ready();
-    }
     drop(store);
     if outcome.skipped_enough {
+        // It stopped early: the timer goes on parking within its time
+        // budget, with no client traffic, and wakes blocked clients when
+        // it has. (Signalling here would let a blocked client's turns run
+        // back to back in one event-loop pass, unbounded.)
         watch(ctx, queue, request.now_ms);
     }
     count_due(ctx, queue, &outcome.due);
