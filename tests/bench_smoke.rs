@@ -37,6 +37,8 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
         "| VTRR (module) |",
         "| FIFO list |",
         "Worst deviation from the ideal share",
+        "## Tenant controls: the lease+ack cycle under caps and pauses",
+        "| share | items served | weight served | fraction | ideal | deviation |",
         "## Timer",
         "A flood of expired leases: see Mass expiry",
         "## Mass expiry",

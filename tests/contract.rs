@@ -476,17 +476,17 @@ fn bad_input_to_the_lifecycle_commands_gets_a_clear_error_and_changes_nothing() 
 }
 
 #[test]
-fn a_lifecycle_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
+fn a_module_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
     let (_server, mut con, token) = queue_in_every_state_on_a_quiet_server();
     let t = token.as_str();
     // a's lease expires now: RECLAIM and LEASE too would write if let through.
     expire_lease(&mut con, "q", b"a", t);
-    for (suffix, calls) in lifecycle_key_openers(t) {
+    for (suffix, calls) in module_key_openers(t) {
         let key = format!("vtrr:q:{suffix}");
         let original: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut con).unwrap();
         let _: () = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
         // A hash where a sorted set belongs and the other way round.
-        let expected = if matches!(suffix, "delayed" | "dead") {
+        let expected = if matches!(suffix, "delayed" | "dead" | "held") {
             let _: () = redis::cmd("HSET")
                 .arg(&key)
                 .arg("f")
@@ -529,15 +529,35 @@ fn a_lifecycle_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it()
     assert_eq!(reclaimed, 1);
     let revived: i64 = command(&["VTRR.REVIVE", "q", "b"]).query(&mut con).unwrap();
     assert_eq!(revived, 1);
+    let resumed: i64 = command(&["VTRR.RESUME", "q", "h"]).query(&mut con).unwrap();
+    assert_eq!(resumed, 1);
     assert_invariants(&mut con, "q");
 }
 
 #[test]
-fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
+fn idle_lifecycle_and_tenant_calls_do_not_abort_a_watching_client_and_real_changes_do() {
     let (server, mut worker, token) = queue_in_every_state_on_a_quiet_server();
     let mut watcher = server.connect();
     let t = token.as_str();
+    // Settings to repeat: h (paused, h1 held) with its own cap and share,
+    // and a default cap.
+    let limited: Value = command(&["VTRR.LIMIT", "q", "h", "CONCURRENCY", "2", "SHARE", "3"])
+        .query(&mut worker)
+        .unwrap();
+    assert_eq!(limited, Value::Okay);
+    set_policy(&mut worker, "q", &["DEFAULT-CONCURRENCY", "4"]);
     let keys = all_queue_keys("q");
+    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let settings = |cap: Value, paused: i64, share: i64| {
+        Value::Array(vec![
+            bulk("concurrency"),
+            cap,
+            bulk("paused"),
+            Value::Int(paused),
+            bulk("share"),
+            Value::Int(share),
+        ])
+    };
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
         let idle: [(Vec<&str>, i64); 20] = [
             (vec!["VTRR.NACK", "q", "a", "stale"], 0),
@@ -576,7 +596,7 @@ fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
             policy,
             [
                 Value::BulkString(b"default-concurrency".to_vec()),
-                Value::Nil,
+                Value::Int(4),
                 Value::BulkString(b"max-nacks".to_vec()),
                 Value::Nil,
                 Value::BulkString(b"max-timeouts".to_vec()),
@@ -584,14 +604,67 @@ fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
             ]
         );
         let _: Value = command(&["VTRR.STATS", "q"]).query(&mut worker).unwrap();
+        // The tenant controls, each asked for what already holds.
+        let idle_controls: [(Vec<&str>, Value); 14] = [
+            (vec!["VTRR.PAUSE", "q", "h"], Value::Int(0)), // paused
+            (vec!["VTRR.RESUME", "q", "p"], Value::Int(0)), // running
+            (vec!["VTRR.RESUME", "q", "never-seen"], Value::Int(0)),
+            (vec!["VTRR.LIMIT", "q", "h"], settings(Value::Int(2), 1, 3)),
+            (vec!["VTRR.LIMIT", "q", "p"], settings(Value::Nil, 0, 1)),
+            (
+                vec!["VTRR.LIMIT", "q", "never-seen"],
+                settings(Value::Nil, 0, 1),
+            ),
+            (
+                vec!["VTRR.LIMIT", "q", "h", "CONCURRENCY", "2"],
+                Value::Okay,
+            ),
+            (vec!["VTRR.LIMIT", "q", "h", "SHARE", "3"], Value::Okay),
+            (
+                vec!["VTRR.LIMIT", "q", "h", "SHARE", "3", "CONCURRENCY", "2"],
+                Value::Okay,
+            ),
+            (
+                vec!["VTRR.LIMIT", "q", "p", "CONCURRENCY", "NONE", "SHARE", "1"],
+                Value::Okay,
+            ),
+            (
+                vec!["VTRR.LIMIT", "q", "never-seen", "CONCURRENCY", "NONE"],
+                Value::Okay,
+            ),
+            (
+                vec!["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "4"],
+                Value::Okay,
+            ),
+            (
+                vec!["VTRR.POLICY", "q", "MAX-TIMEOUTS", "3", "MAX-NACKS", "NONE"],
+                Value::Okay,
+            ),
+            // Counts already right (the paused and capped counts too).
+            (vec!["VTRR.RECOUNT", "q"], Value::Int(0)),
+        ];
+        for (words, expected) in idle_controls {
+            let got: Value = command(&words).query(&mut worker).unwrap();
+            assert_eq!(got, expected, "{words:?}");
+        }
+        for words in [
+            &["VTRR.PARTITIONS", "q"][..],
+            &["VTRR.PARTITIONS", "q", "COUNT", "1"],
+            &["VTRR.PARTITIONS", "q", "CURSOR", "0", "COUNT", "100"],
+            &["VTRR.PARTITIONS", "q", "PARTITION", "h"],
+            &["VTRR.PARTITIONS", "q", "PARTITION", "never-seen"],
+        ] {
+            let (_, entries): (String, Vec<Value>) = command(words).query(&mut worker).unwrap();
+            assert!(!entries.is_empty(), "{words:?}");
+        }
         assert_invariants(&mut worker, "q");
     });
     assert!(
         untouched,
-        "EXEC aborted by a lifecycle command that changed nothing"
+        "EXEC aborted by a lifecycle or tenant command that changed nothing"
     );
     // Each real change aborts it.
-    let changes: [(Vec<&str>, Value); 7] = [
+    let changes: [(Vec<&str>, Value); 15] = [
         (
             vec!["VTRR.NACK", "q", "a", t, "DELAY", "60000"],
             Value::Int(1),
@@ -608,6 +681,27 @@ fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
             Value::Okay,
         ),
         (vec!["VTRR.CANCEL", "q", "d"], Value::Int(1)),
+        // b (revived) and c are queued in p, whose lease of a has ended.
+        (
+            vec!["VTRR.LIMIT", "q", "h", "CONCURRENCY", "3"],
+            Value::Okay,
+        ),
+        (vec!["VTRR.LIMIT", "q", "h", "SHARE", "1"], Value::Okay),
+        (
+            vec!["VTRR.LIMIT", "q", "h", "CONCURRENCY", "NONE"],
+            Value::Okay,
+        ),
+        (vec!["VTRR.PAUSE", "q", "p"], Value::Int(1)),
+        (vec!["VTRR.RESUME", "q", "p"], Value::Int(1)),
+        (vec!["VTRR.RESUME", "q", "h"], Value::Int(1)),
+        (
+            vec!["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "2"],
+            Value::Okay,
+        ),
+        (
+            vec!["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "NONE"],
+            Value::Okay,
+        ),
     ];
     for (words, expected) in changes {
         let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
@@ -616,6 +710,17 @@ fn idle_lifecycle_calls_do_not_abort_a_watching_client_and_real_changes_do() {
         });
         assert!(!untouched, "{words:?} changed the queue but EXEC ran");
     }
+    // A RECOUNT that corrects a count (h's record lost by hand) too.
+    let _: () = redis::cmd("HDEL")
+        .arg("vtrr:q:partitions")
+        .arg("h")
+        .query(&mut worker)
+        .unwrap();
+    let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
+        let corrected: i64 = command(&["VTRR.RECOUNT", "q"]).query(&mut worker).unwrap();
+        assert_eq!(corrected, 1);
+    });
+    assert!(!untouched, "RECOUNT corrected a record but EXEC ran");
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
         let leased: Vec<Value> = command(&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"])
             .query(&mut worker)
@@ -760,6 +865,239 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     assert_eq!(
         (&leased[0], &leased[3], &leased[4]),
         (&bulk("b"), &Value::Int(0), &Value::Int(0))
+    );
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn tenant_controls_fire_module_keyspace_notifications() {
+    let server = notifying_server("0");
+    let mut con = server.connect();
+    let mut sub_con = server.connect();
+    let mut pubsub = keyspace_events(&mut sub_con, "vtrr:q:queue");
+    let ok = |con: &mut redis::Connection, words: &[&str]| {
+        let reply: Value = command(words).query(con).unwrap();
+        assert_eq!(reply, Value::Okay, "{words:?}");
+    };
+    let int =
+        |con: &mut redis::Connection, words: &[&str]| -> i64 { command(words).query(con).unwrap() };
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    ok(&mut con, &["VTRR.LIMIT", "q", "p", "CONCURRENCY", "1"]);
+    ok(&mut con, &["VTRR.LIMIT", "q", "p", "CONCURRENCY", "1"]); // no event
+    let _: Value = command(&["VTRR.LIMIT", "q", "p"]).query(&mut con).unwrap(); // no event
+    lease(&mut con, "q", 60_000).unwrap();
+    // b, queued before the cap, goes to `held` and nothing is leased.
+    assert_eq!(lease(&mut con, "q", 60_000), None);
+    assert_eq!(int(&mut con, &["VTRR.PAUSE", "q", "p"]), 1);
+    assert_eq!(int(&mut con, &["VTRR.PAUSE", "q", "p"]), 0); // no event
+    assert_eq!(int(&mut con, &["VTRR.RESUME", "q", "r"]), 0); // no event
+    let _: Value = command(&["VTRR.PARTITIONS", "q"]).query(&mut con).unwrap(); // no event
+    partition_view(&mut con, "q", "p"); // no event
+    assert_eq!(int(&mut con, &["VTRR.RECOUNT", "q"]), 0); // no event
+
+    // r's record lost by hand (a hash event, not a module one): RECOUNT
+    // writes it again.
+    enqueue_items(&mut con, "q", &[("r", "c", 1, b"C")]);
+    let _: () = redis::cmd("HDEL")
+        .arg("vtrr:q:partitions")
+        .arg("r")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(int(&mut con, &["VTRR.RECOUNT", "q"]), 1);
+    assert_eq!(int(&mut con, &["VTRR.RESUME", "q", "p"]), 1);
+    ok(&mut con, &["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "3"]);
+    ok(&mut con, &["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "3"]); // no event
+    enqueue_items(&mut con, "q", &[("p", "last", 1, b"L")]);
+    assert_eq!(
+        next_events(&mut pubsub, 10),
+        [
+            "vtrr.enqueue",
+            "vtrr.limit",
+            "vtrr.lease",
+            "vtrr.hold",
+            "vtrr.pause",
+            "vtrr.enqueue",
+            "vtrr.recount",
+            "vtrr.resume",
+            "vtrr.policy",
+            "vtrr.enqueue"
+        ]
+    );
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn tenant_commands_work_inside_multi_and_lua() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("VTRR.LIMIT")
+        .arg("q")
+        .arg("p")
+        .arg("CONCURRENCY")
+        .arg(1)
+        .arg("SHARE")
+        .arg(2)
+        .cmd("VTRR.PAUSE")
+        .arg("q")
+        .arg("r")
+        .cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg(&["p", "a", "1", "A", "p", "b", "1", "B", "r", "c", "1", "C"])
+        .cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("COUNT")
+        .arg(5)
+        .cmd("VTRR.LIMIT")
+        .arg("q")
+        .arg("p")
+        .cmd("VTRR.PARTITIONS")
+        .arg("q")
+        .arg("PARTITION")
+        .arg("p")
+        .cmd("VTRR.RESUME")
+        .arg("q")
+        .arg("r")
+        .cmd("VTRR.RESUME")
+        .arg("q")
+        .arg("r")
+        .cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("COUNT")
+        .arg(5)
+        .cmd("VTRR.RECOUNT")
+        .arg("q")
+        .cmd("VTRR.POLICY")
+        .arg("q")
+        .arg("DEFAULT-CONCURRENCY")
+        .arg(2)
+        .cmd("VTRR.POLICY")
+        .arg("q")
+        .query(&mut con)
+        .unwrap();
+    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let leased_ids = |reply: &Value| -> Vec<Vec<u8>> {
+        leases_in(reply).into_iter().map(|(id, _)| id).collect()
+    };
+    assert_eq!(replies[..3], [Value::Okay, Value::Int(1), Value::Int(3)]);
+    // p's cap of 1 and r's pause hold b and c back.
+    assert_eq!(leased_ids(&replies[3]), [b"a".to_vec()]);
+    assert_eq!(
+        replies[4],
+        Value::Array(vec![
+            bulk("concurrency"),
+            Value::Int(1),
+            bulk("paused"),
+            Value::Int(0),
+            bulk("share"),
+            Value::Int(2),
+        ])
+    );
+    let (cursor, views): (String, Vec<View>) = redis::from_redis_value(replies[5].clone()).unwrap();
+    assert_eq!((cursor.as_str(), views.len()), ("0", 1));
+    for (field, expected) in [
+        ("partition", bulk("p")),
+        ("queued", Value::Int(1)),
+        ("held", Value::Int(1)),
+        ("leased", Value::Int(1)),
+        ("concurrency", Value::Int(1)),
+        ("concurrency-in-force", Value::Int(1)),
+        ("share", Value::Int(2)),
+        ("paused", Value::Int(0)),
+    ] {
+        assert_eq!(views[0][field], expected, "{field} in {:?}", views[0]);
+    }
+    assert_eq!(replies[6..8], [Value::Int(1), Value::Int(0)]);
+    assert_eq!(leased_ids(&replies[8]), [b"c".to_vec()]);
+    assert_eq!(replies[9..11], [Value::Int(0), Value::Okay]);
+    assert_eq!(
+        replies[11],
+        Value::Array(vec![
+            bulk("default-concurrency"),
+            Value::Int(2),
+            bulk("max-nacks"),
+            Value::Nil,
+            bulk("max-timeouts"),
+            Value::Nil
+        ])
+    );
+    assert_invariants(&mut con, "q");
+
+    // A script: p's cap lifted lets b in (up to the default cap of 2); a
+    // pause holds d back until RESUME, and b's ACK frees a slot for it.
+    let script = r#"
+        local q = KEYS[1]
+        local lifted = redis.call('VTRR.LIMIT', q, 'p', 'CONCURRENCY', 'NONE')
+        local first = redis.call('VTRR.LEASE', q, 60000, 'COUNT', 5)
+        local paused = redis.call('VTRR.PAUSE', q, 'p')
+        local again = redis.call('VTRR.PAUSE', q, 'p')
+        local added = redis.call('VTRR.ENQUEUE', q, 'p', 'd', 1, 'D')
+        local none = redis.call('VTRR.LEASE', q, 60000)
+        local view = redis.call('VTRR.PARTITIONS', q, 'PARTITION', 'p')
+        local settings = redis.call('VTRR.LIMIT', q, 'p')
+        local acked = redis.call('VTRR.ACK', q, first[1][1], first[1][3])
+        local resumed = redis.call('VTRR.RESUME', q, 'p')
+        local second = redis.call('VTRR.LEASE', q, 60000)
+        local recounted = redis.call('VTRR.RECOUNT', q)
+        local default = redis.call('VTRR.POLICY', q, 'DEFAULT-CONCURRENCY', 'NONE')
+        return {lifted['ok'], #first, first[1][1], paused, again, added, tostring(none),
+                view[1], view[2][1], settings, acked, resumed, second[1], recounted,
+                default['ok']}
+    "#;
+    let got: Vec<Value> = redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg("q")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(got.len(), 15, "{got:?}");
+    assert_eq!(
+        got[..8],
+        [
+            bulk("OK"),
+            Value::Int(1),
+            bulk("b"),
+            Value::Int(1),
+            Value::Int(0),
+            Value::Int(1),
+            bulk("false"),
+            bulk("0"),
+        ]
+    );
+    let view: View = redis::from_redis_value(got[8].clone()).unwrap();
+    for (field, expected) in [
+        ("partition", bulk("p")),
+        ("queued", Value::Int(1)),
+        ("held", Value::Int(1)),
+        ("leased", Value::Int(2)),
+        ("paused", Value::Int(1)),
+        ("concurrency-in-force", Value::Int(2)),
+    ] {
+        assert_eq!(view[field], expected, "{field} in {view:?}");
+    }
+    assert_eq!(
+        got[9],
+        Value::Array(vec![
+            bulk("concurrency"),
+            Value::Nil,
+            bulk("paused"),
+            Value::Int(1),
+            bulk("share"),
+            Value::Int(2),
+        ])
+    );
+    assert_eq!(
+        got[10..],
+        [
+            Value::Int(1),
+            Value::Int(1),
+            bulk("d"),
+            Value::Int(0),
+            bulk("OK")
+        ]
     );
     assert_invariants(&mut con, "q");
 }

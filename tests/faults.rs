@@ -1,6 +1,8 @@
 //! Faults and hostile input: kill -9 under load with appendfsync always
-//! (also with items in every state of the job lifecycle), random argument fuzzing against a live server (every call answered, failed
-//! calls change nothing), and running out of memory.
+//! (also with items in every state of the job lifecycle, a paused
+//! partition and a capped one among them), random argument fuzzing
+//! against a live server (every call answered, failed calls change
+//! nothing), and running out of memory.
 
 mod common;
 
@@ -319,31 +321,52 @@ fn lifecycle_crash_step(
     Ok(())
 }
 
-/// The ids in each of a queue's four states, read in one transaction (the
-/// timer may move an item between two separate reads).
-fn states(con: &mut Connection, queue: &str) -> [(&'static str, BTreeSet<String>); 4] {
-    const STATES: [&str; 4] = ["queue", "inflight", "delayed", "dead"];
+/// The ids in each of a queue's states — in `queue`, held (queued in
+/// `held`, named by `held_at`), leased, delayed, dead — read in one
+/// transaction (the timer may move an item between two separate reads).
+fn states(con: &mut Connection, queue: &str) -> [(&'static str, BTreeSet<String>); 5] {
+    const STATES: [&str; 5] = ["queue", "held", "inflight", "delayed", "dead"];
     let mut pipe = redis::pipe();
     pipe.atomic();
     for state in STATES {
-        pipe.cmd("ZRANGE")
-            .arg(format!("vtrr:{queue}:{state}"))
-            .arg(0)
-            .arg(-1);
+        if state == "held" {
+            pipe.cmd("HKEYS").arg(format!("vtrr:{queue}:held_at"));
+        } else {
+            pipe.cmd("ZRANGE")
+                .arg(format!("vtrr:{queue}:{state}"))
+                .arg(0)
+                .arg(-1);
+        }
     }
     let ids: Vec<Vec<String>> = pipe.query(con).unwrap();
     let mut ids = ids.into_iter().map(|ids| ids.into_iter().collect());
     STATES.map(|state| (state, ids.next().unwrap()))
 }
 
+/// A partition of the lifecycle crash workload (items n with n % 7 == 5)
+/// paused throughout: its items wait in `held`.
+const PAUSED: &str = "p5";
+/// A partition of the lifecycle crash workload (n % 7 == 6) capped at one
+/// lease: its other queued items wait in `held` while one is out.
+const CAPPED: &str = "p6";
+
 #[test]
 fn kill_9_with_items_in_every_state_loses_nothing() {
     let mut server = durable_server();
     let mut con = server.connect();
     set_policy(&mut con, LIFE, &["MAX-TIMEOUTS", "1", "MAX-NACKS", "2"]);
+    let paused: i64 = command(&["VTRR.PAUSE", LIFE, PAUSED])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(paused, 1);
+    let capped: Value = command(&["VTRR.LIMIT", LIFE, CAPPED, "CONCURRENCY", "1"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(capped, Value::Okay);
     let (outcomes, stop, worker) = start_workload(&server, lifecycle_crash_step);
-    // Kill only once items are in every state: queued, leased, delayed,
-    // dead, and acked ones gone.
+    // Kill only once items are in every state: queued, held (of the paused
+    // partition, and of the capped one while it has a lease out), leased,
+    // delayed, dead, and acked ones gone.
     wait_until(Duration::from_secs(30), "items were in every state", || {
         let stats = stats(&mut con, LIFE);
         let at_least = |field: &str, n: i64| matches!(stats[field], Value::Int(m) if m >= n);
@@ -351,12 +374,15 @@ fn kill_9_with_items_in_every_state_loses_nothing() {
             !worker.is_finished(),
             "the workload stopped before the kill"
         );
+        let capped = partition_view(&mut con, LIFE, CAPPED);
         let outcomes = outcomes.lock().unwrap();
         outcomes.added.len() >= 300
             && outcomes.acked.len() >= 20
-            && ["queued", "inflight", "delayed", "dead"]
+            && ["queued", "held", "inflight", "delayed", "dead"]
                 .iter()
                 .all(|field| at_least(field, 10))
+            && capped["leased"] == Value::Int(1)
+            && matches!(capped["held"], Value::Int(n) if n >= 2)
     });
     let mut con = kill_9_and_restart(&mut server, &stop, worker);
     let outcomes = outcomes.lock().unwrap();
@@ -407,12 +433,26 @@ fn kill_9_with_items_in_every_state_loses_nothing() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // The pause and the cap survived, and the cap still holds.
+    let paused = partition_view(&mut con, LIFE, PAUSED);
+    assert_eq!(
+        (&paused["paused"], &paused["leased"]),
+        (&Value::Int(1), &Value::Int(0)),
+        "{paused:?}"
+    );
+    assert!(
+        matches!(paused["held"], Value::Int(n) if n > 0),
+        "{paused:?}"
+    );
+    let capped = partition_view(&mut con, LIFE, CAPPED);
+    assert_eq!(capped["concurrency"], Value::Int(1), "{capped:?}");
+    assert!(matches!(capped["leased"], Value::Int(0 | 1)), "{capped:?}");
     assert_invariants(&mut con, LIFE);
 }
 
 /// Argument values chosen to break parsers.
 fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
-    const WORDS: [&str; 38] = [
+    const WORDS: [&str; 48] = [
         "fz",
         "wt",
         "",
@@ -452,6 +492,17 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
         "1000000001",
         "seed",
         "stale",
+        // The tenant controls' options and bounds.
+        "CONCURRENCY",
+        "concurrency",
+        "SHARE",
+        "DEFAULT-CONCURRENCY",
+        "PARTITION",
+        "CURSOR",
+        "1000000",
+        "1000001",
+        "10000",
+        "10001",
     ];
     match rng.below(10) {
         0 => (0..rng.below(16)).map(|_| rng.below(256) as u8).collect(), // binary, invalid UTF-8, NUL
@@ -463,7 +514,7 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Every command the fuzz calls.
-const FUZZED: [&str; 13] = [
+const FUZZED: [&str; 18] = [
     "VTRR.ENQUEUE",
     "VTRR.DEFER",
     "VTRR.LEASE",
@@ -477,11 +528,17 @@ const FUZZED: [&str; 13] = [
     "VTRR.DEAD",
     "VTRR.REVIVE",
     "VTRR.CANCEL",
+    "VTRR.LIMIT",
+    "VTRR.PAUSE",
+    "VTRR.RESUME",
+    "VTRR.PARTITIONS",
+    "VTRR.RECOUNT",
 ];
 
 /// The commands of shaped calls, weighted so items keep flowing: enough
-/// enqueues and leases to nack, enough deaths to revive.
-const SHAPED_MIX: [&str; 22] = [
+/// enqueues and leases to nack, enough deaths to revive, and caps and
+/// pauses that come and go.
+const SHAPED_MIX: [&str; 28] = [
     "VTRR.ENQUEUE",
     "VTRR.ENQUEUE",
     "VTRR.ENQUEUE",
@@ -504,6 +561,12 @@ const SHAPED_MIX: [&str; 22] = [
     "VTRR.REVIVE",
     "VTRR.REVIVE",
     "VTRR.CANCEL",
+    "VTRR.LIMIT",
+    "VTRR.LIMIT",
+    "VTRR.PAUSE",
+    "VTRR.RESUME",
+    "VTRR.PARTITIONS",
+    "VTRR.RECOUNT",
 ];
 
 /// One of `options`, or now and then a nasty value instead.
@@ -597,7 +660,36 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
                     args.push(one_of(rng, &["0", "1", "2", "NONE", "none"]));
                 }
             }
+            if rng.chance(30) {
+                args.push(b"DEFAULT-CONCURRENCY".to_vec());
+                args.push(one_of(rng, &["1", "2", "NONE", "NONE", "0"]));
+            }
         }
+        "VTRR.LIMIT" => {
+            args.push(one_of(rng, &["p", "p", "q", ""]));
+            // Else the reading form.
+            if rng.chance(75) {
+                if rng.chance(70) {
+                    args.push(b"CONCURRENCY".to_vec());
+                    args.push(one_of(rng, &["1", "2", "NONE", "NONE", "0"]));
+                }
+                if rng.chance(40) {
+                    args.extend([b"SHARE".to_vec(), one_of(rng, &["1", "3", "0"])]);
+                }
+            }
+        }
+        "VTRR.PAUSE" | "VTRR.RESUME" => args.push(one_of(rng, &["p", "q", ""])),
+        "VTRR.PARTITIONS" => match rng.below(4) {
+            0 => args.extend([b"PARTITION".to_vec(), one_of(rng, &["p", "q", "none", ""])]),
+            1 => args.extend([b"COUNT".to_vec(), one_of(rng, &["1", "10", "0"])]),
+            2 => args.extend([
+                b"CURSOR".to_vec(),
+                one_of(rng, &["0", "1", "x"]),
+                b"COUNT".to_vec(),
+                one_of(rng, &["2", "10000", "10001"]),
+            ]),
+            _ => {}
+        },
         "VTRR.DEAD" if rng.chance(40) => {
             args.extend([b"COUNT".to_vec(), one_of(rng, &["1", "5"])]);
         }
@@ -668,14 +760,21 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
         .arg("not a hash")
         .query(&mut con)
         .unwrap();
+    // ... and `partitions`, the one key LIMIT's reading form opens.
+    let _: () = redis::cmd("LPUSH")
+        .arg("vtrr:wt:partitions")
+        .arg("not a hash")
+        .query(&mut con)
+        .unwrap();
     enqueue_one(&mut con, "fz", "p", "seed", "S");
     let mut rng = Rng::new(seed());
     let (mut ok, mut failed) = (0, 0);
     // Per command: calls answered, calls refused.
     let mut per_command: std::collections::BTreeMap<&str, (u64, u64)> =
         FUZZED.iter().map(|c| (*c, (0, 0))).collect();
-    // Replies of 1 from NACK and REVIVE on fz: items really moved.
-    let (mut nacked, mut revived) = (0, 0);
+    // Replies of 1 from NACK and REVIVE on fz: items really moved; from
+    // PAUSE and RESUME: partitions really stopped and started.
+    let (mut nacked, mut revived, mut paused, mut resumed) = (0, 0, 0, 0);
     let mut leases: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     // `make fuzz` runs a longer campaign through VTRR_FUZZ_CALLS.
     let calls: usize = std::env::var("VTRR_FUZZ_CALLS")
@@ -718,6 +817,8 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
                         "VTRR.LEASE" => leases.extend(leases_in(&reply)),
                         "VTRR.NACK" if reply == Value::Int(1) => nacked += 1,
                         "VTRR.REVIVE" if reply != Value::Int(0) => revived += 1,
+                        "VTRR.PAUSE" if reply == Value::Int(1) => paused += 1,
+                        "VTRR.RESUME" if reply == Value::Int(1) => resumed += 1,
                         _ => {}
                     }
                 }
@@ -749,7 +850,7 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
     eprintln!("{ok} calls succeeded, {failed} were refused");
     eprintln!("per command (answered, refused): {per_command:?}");
     eprintln!(
-        "{} leases seen, {nacked} nacks and {revived} revives took effect",
+        "{} leases seen, {nacked} nacks, {revived} revives, {paused} pauses and {resumed} resumes took effect",
         leases.len()
     );
     assert!(
@@ -764,8 +865,8 @@ fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
             );
         }
         assert!(
-            nacked > 0 && revived > 0,
-            "the shaped calls should move items: {nacked} nacks, {revived} revives took effect"
+            nacked > 0 && revived > 0 && paused > 0 && resumed > 0,
+            "the shaped calls should move items: {nacked} nacks, {revived} revives, {paused} pauses, {resumed} resumes took effect"
         );
     }
 }

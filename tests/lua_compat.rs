@@ -433,3 +433,64 @@ fn one_queue_can_be_driven_by_the_scripts_and_the_module_in_turn() {
         enqueued.len()
     );
 }
+
+#[test]
+fn the_scripts_and_the_module_in_turn_drive_a_queue_without_settings_as_the_scripts_alone() {
+    // Two queues get the same operations: `alone` from the scripts only,
+    // `mixed` from either implementation at random, never recounted (the
+    // module's per-partition counts of `mixed` go stale whenever a script
+    // moves an item; with no settings they must change nothing).
+    let server = quiet_server();
+    let mut con = server.connect();
+    let mut lua = Lua::load(&mut con);
+    let item =
+        |partition: &str, id: &str| (partition.to_string(), id.to_string(), 1, b"P".to_vec());
+    // First a fixed hand-over: the module enqueues p's x, the scripts lease
+    // it (and the queue's current virtual time moves past p's), then the
+    // module enqueues p's y: the scripts score y after the current virtual
+    // time, and so must the module.
+    let lease_two = Op::Lease {
+        lease_ms: 600_000,
+        count: 2,
+    };
+    let mut steps: Vec<(bool, Op)> = vec![
+        (true, Op::Enqueue(vec![item("p", "x")])),
+        (
+            false,
+            Op::Enqueue(vec![
+                item("o", "o1"),
+                item("o", "o2"),
+                item("o", "o3"),
+                item("o", "o4"),
+            ]),
+        ),
+        (false, lease_two.clone()),
+        (false, lease_two.clone()),
+        (true, Op::Enqueue(vec![item("p", "y")])),
+        (false, lease_two),
+    ];
+    let mut rng = Rng::new(seed());
+    steps.extend((0..300).map(|_| (rng.chance(50), random_op(&mut rng))));
+    let mut history = Vec::new();
+    for (by_module, op) in steps {
+        history.push((by_module, op.clone()));
+        // Leases of 1 ms have expired for both queues by the next step.
+        std::thread::sleep(Duration::from_millis(2));
+        let expected = run_lua(&mut lua, &mut con, "alone", &op);
+        let got = if by_module {
+            run_module(&mut con, "mixed", &op)
+        } else {
+            run_lua(&mut lua, &mut con, "mixed", &op)
+        };
+        assert_eq!(
+            got, expected,
+            "reply differs after (by module?, op) {history:?}"
+        );
+        assert_eq!(
+            contents(&mut con, "mixed"),
+            contents(&mut con, "alone"),
+            "keys differ after (by module?, op) {history:?}"
+        );
+    }
+    recount_and_assert_invariants(&mut con, "mixed");
+}

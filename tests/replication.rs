@@ -1,7 +1,9 @@
 //! Every write reaches replicas and the AOF as effects: after a random
 //! workload of every command (the job lifecycle's DEFER, NACK, POLICY,
-//! REVIVE and CANCEL included, large enough that the lifecycle keys are
-//! hash tables and skip lists, not listpacks) a replica's keys hold the
+//! REVIVE and CANCEL and the tenant controls' LIMIT, PAUSE, RESUME,
+//! DEFAULT-CONCURRENCY and RECOUNT included, large enough that the
+//! lifecycle keys and `partitions`, `held` and `held_at` are hash tables
+//! and skip lists, not listpacks) a replica's keys hold the
 //! master's content, whether or not the replica loads the module, and an
 //! AOF/RDB reload gives the same content. Content, not DUMP bytes: a hash
 //! table's DUMP lists entries in table order, which two servers with equal
@@ -127,15 +129,34 @@ fn defer(con: &mut Connection, rng: &mut Rng, queue: &str, delay_ms: u64, ids: &
 /// The dead-letter policy the lifecycle workload starts and ends with.
 const DEAD_LETTER_POLICY: [&str; 4] = ["MAX-TIMEOUTS", "1", "MAX-NACKS", "2"];
 
-/// The job lifecycle, on `queue` under a dead-letter policy: DEFER (due
-/// soon, for the timer or LEASE to promote, and far in the future), NACK
-/// (plain, DELAY, DEAD), leases left to expire until MAX-TIMEOUTS
-/// dead-letters them, MAX-NACKS, REVIVE, CANCEL, POLICY changes, and some
-/// of it from Lua and inside MULTI/EXEC. Large enough (more than 512
-/// entries) that `delayed`, `dead` and their hashes leave the listpack
+/// Partitions of the tenant controls' bulk (`b0`, `b1`, ...): more than
+/// Redis keeps in a listpack hash (512).
+const BULK_PARTITIONS: u64 = 600;
+
+/// A partition the random part puts under tenant controls: one of the
+/// workloads' own (p0-p4), now and then one of the bulk.
+fn controlled_partition(rng: &mut Rng) -> String {
+    if rng.chance(25) {
+        format!("b{}", rng.below(BULK_PARTITIONS))
+    } else {
+        format!("p{}", rng.below(5))
+    }
+}
+
+/// The job lifecycle and the tenant controls, on `queue` under a
+/// dead-letter policy: DEFER (due soon, for the timer or LEASE to promote,
+/// and far in the future), NACK (plain, DELAY, DEAD), leases left to expire
+/// until MAX-TIMEOUTS dead-letters them, MAX-NACKS, REVIVE, CANCEL, POLICY
+/// changes, and among them LIMIT (CONCURRENCY and SHARE), PAUSE, RESUME,
+/// POLICY DEFAULT-CONCURRENCY and RECOUNT (after the reference Lua enqueue
+/// script wrote behind the module's back); some of it from Lua and inside
+/// MULTI/EXEC. Large enough that `delayed`, `dead` and their hashes (more
+/// than 512 entries), and `partitions`, `held` and `held_at` (600
+/// partitions, paused or capped, with two items each) leave the listpack
 /// encoding before the random part runs.
 fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     let mut rng = Rng::new(seed ^ 0x5eed);
+    let lua = LuaScripts::load(con);
     let mut leases: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     // Ids are numbered life1, life2, ...: `made` so far.
     let mut made = 0u64;
@@ -209,8 +230,39 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
             std::thread::sleep(Duration::from_millis(3));
         }
     }
-    for step in 0..1200u64 {
-        match rng.below(16) {
+    // The tenant controls' bulk: every third bulk partition capped at one
+    // lease (its head in `queue`, its second item held), the others paused
+    // (both items held): 600 records, 1,000 held items. The random part
+    // resumes and uncaps only a few of them.
+    let mut controls = redis::pipe();
+    for k in 0..BULK_PARTITIONS {
+        let partition = format!("b{k}");
+        if k % 3 == 0 {
+            controls
+                .cmd("VTRR.LIMIT")
+                .arg(queue)
+                .arg(&partition)
+                .arg("CONCURRENCY")
+                .arg(1)
+                .arg("SHARE")
+                .arg(1 + k % 4);
+        } else {
+            controls.cmd("VTRR.PAUSE").arg(queue).arg(&partition);
+        }
+    }
+    let _: Vec<Value> = controls.query(con).unwrap();
+    for chunk in 0..BULK_PARTITIONS / 100 {
+        let mut cmd = redis::cmd("VTRR.ENQUEUE");
+        cmd.arg(queue);
+        for k in chunk * 100..(chunk + 1) * 100 {
+            for id in fresh(2, &mut made) {
+                cmd.arg(format!("b{k}")).arg(id).arg(1 + k % 3).arg("B");
+            }
+        }
+        let _: i64 = cmd.query(con).unwrap();
+    }
+    for step in 0..1500u64 {
+        match rng.below(22) {
             0 | 1 => {
                 let n = 1 + rng.below(3);
                 let mut cmd = redis::cmd("VTRR.ENQUEUE");
@@ -377,6 +429,95 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                     .query(con)
                     .unwrap();
             }
+            16 | 17 => {
+                let mut cmd = redis::cmd("VTRR.LIMIT");
+                cmd.arg(queue).arg(controlled_partition(&mut rng));
+                let (cap, share) = match rng.below(3) {
+                    0 => (true, false),
+                    1 => (false, true),
+                    _ => (true, true),
+                };
+                if cap {
+                    cmd.arg("CONCURRENCY");
+                    match rng.below(4) {
+                        0 => cmd.arg("NONE"),
+                        n => cmd.arg(n),
+                    };
+                }
+                if share {
+                    cmd.arg("SHARE").arg(1 + rng.below(4));
+                }
+                let _: () = cmd.query(con).unwrap();
+            }
+            18 => {
+                let command = if rng.chance(50) {
+                    "VTRR.PAUSE"
+                } else {
+                    "VTRR.RESUME"
+                };
+                let _: i64 = redis::cmd(command)
+                    .arg(queue)
+                    .arg(controlled_partition(&mut rng))
+                    .query(con)
+                    .unwrap();
+            }
+            19 => {
+                let mut cmd = redis::cmd("VTRR.POLICY");
+                cmd.arg(queue).arg("DEFAULT-CONCURRENCY");
+                match rng.below(4) {
+                    0 => cmd.arg("NONE"),
+                    n => cmd.arg(n),
+                };
+                if rng.chance(30) {
+                    cmd.arg("MAX-NACKS").arg(1 + rng.below(3));
+                }
+                let _: () = cmd.query(con).unwrap();
+            }
+            20 => {
+                // The reference Lua script enqueues behind the module's back
+                // (no counts kept), RECOUNT puts the counts right, inside
+                // MULTI/EXEC: the script's effects and RECOUNT's replicate.
+                let mut enqueue = lua.cmd("enqueue", queue);
+                for id in fresh(1 + rng.below(3), &mut made) {
+                    enqueue
+                        .arg(format!("p{}", rng.below(5)))
+                        .arg(id)
+                        .arg(1 + rng.below(3))
+                        .arg("S");
+                }
+                let (added, corrected): (i64, i64) = redis::pipe()
+                    .atomic()
+                    .add_command(enqueue)
+                    .cmd("VTRR.RECOUNT")
+                    .arg(queue)
+                    .query(con)
+                    .unwrap();
+                assert!(
+                    added == 0 || corrected > 0,
+                    "RECOUNT corrected nothing after {added} Lua enqueues"
+                );
+            }
+            21 => {
+                // From Lua: the commands' effects are what replicates.
+                let id = fresh(1, &mut made).remove(0);
+                let reply: Value = redis::cmd("EVAL")
+                    .arg(
+                        "redis.call('VTRR.PAUSE', KEYS[1], ARGV[1]) \
+                         redis.call('VTRR.ENQUEUE', KEYS[1], ARGV[1], ARGV[2], 1, 'L') \
+                         redis.call('VTRR.LIMIT', KEYS[1], ARGV[1], 'SHARE', ARGV[3]) \
+                         redis.call('VTRR.RESUME', KEYS[1], ARGV[1]) \
+                         return redis.call('VTRR.LEASE', KEYS[1], ARGV[4], 'COUNT', 2)",
+                    )
+                    .arg(1)
+                    .arg(queue)
+                    .arg(controlled_partition(&mut rng))
+                    .arg(&id)
+                    .arg(1 + rng.below(3))
+                    .arg(if rng.chance(50) { 5 } else { 600_000 })
+                    .query(con)
+                    .unwrap();
+                leases.extend(leases_in(&reply));
+            }
             _ => {
                 let _: i64 = redis::cmd("VTRR.RECLAIM").arg(queue).query(con).unwrap();
             }
@@ -386,8 +527,11 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
         }
     }
     // Leave every key of the queue non-empty: a dead-letter policy, long
-    // leases, and queued items after them (no drain).
+    // leases, and queued items after them (no drain); held items of the
+    // paused and capped bulk partitions. No default cap, so the callers'
+    // last items of partitions of their own land in `queue`.
     set_policy(con, queue, &DEAD_LETTER_POLICY);
+    set_policy(con, queue, &["DEFAULT-CONCURRENCY", "NONE"]);
     for round in 0..2 {
         let mut cmd = redis::cmd("VTRR.ENQUEUE");
         cmd.arg(queue);
@@ -416,47 +560,6 @@ fn both_workloads(con: &mut Connection, queue: &str) -> u64 {
     seed
 }
 
-/// A key's type and content, read back in an order that does not depend on
-/// its encoding: sorted fields, members by (score, member), the string.
-#[derive(Debug, PartialEq)]
-enum Content {
-    String(Vec<u8>),
-    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
-    Zset(Vec<(Vec<u8>, String)>),
-}
-
-fn content(con: &mut Connection, key: &[u8]) -> Option<Content> {
-    let kind: String = redis::cmd("TYPE").arg(key).query(con).unwrap();
-    Some(match kind.as_str() {
-        "none" => return None,
-        "string" => Content::String(redis::cmd("GET").arg(key).query(con).unwrap()),
-        "hash" => Content::Hash(redis::cmd("HGETALL").arg(key).query(con).unwrap()),
-        // Scores as the server prints them: exact, no float rounding here.
-        "zset" => Content::Zset(
-            redis::cmd("ZRANGE")
-                .arg(key)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES")
-                .query(con)
-                .unwrap(),
-        ),
-        other => panic!("{} has type {other}", String::from_utf8_lossy(key)),
-    })
-}
-
-/// Every key of the database with its content, sorted by name.
-fn contents_all(con: &mut Connection) -> Vec<(Vec<u8>, Option<Content>)> {
-    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
-    keys.sort();
-    keys.into_iter()
-        .map(|key| {
-            let content = content(con, &key);
-            (key, content)
-        })
-        .collect()
-}
-
 /// Asserts two snapshots of `contents_all` are equal, naming the first key
 /// that differs.
 #[track_caller]
@@ -476,15 +579,38 @@ fn assert_same_contents(
     for ((key, e), (_, g)) in expected.iter().zip(got) {
         assert!(
             e == g,
-            "{what}: {} differs:\nexpected {e:?}\ngot      {g:?}",
-            String::from_utf8_lossy(key)
+            "{what}: {} differs: {}",
+            String::from_utf8_lossy(key),
+            difference(e, g)
         );
     }
 }
 
-/// Asserts every one of the queue's sixteen keys exists on `con` (so the
+/// What differs between two contents of one key: for a hash or a sorted
+/// set only the entries that are not in both (a large key's whole content
+/// would bury them), else both in full.
+fn difference(expected: &Option<Content>, got: &Option<Content>) -> String {
+    fn one_sided<T: PartialEq + std::fmt::Debug>(a: &[T], b: &[T]) -> Vec<String> {
+        a.iter()
+            .filter(|entry| !b.contains(entry))
+            .map(|entry| format!("{entry:?}"))
+            .collect()
+    }
+    let (only_expected, only_got) = match (expected, got) {
+        (Some(Content::Hash(e)), Some(Content::Hash(g))) => {
+            let (e, g): (Vec<_>, Vec<_>) = (e.iter().collect(), g.iter().collect());
+            (one_sided(&e, &g), one_sided(&g, &e))
+        }
+        (Some(Content::Zset(e)), Some(Content::Zset(g))) => (one_sided(e, g), one_sided(g, e)),
+        _ => return format!("\nexpected {expected:?}\ngot      {got:?}"),
+    };
+    format!("\nonly expected {only_expected:?}\nonly got      {only_got:?}")
+}
+
+/// Asserts every one of the queue's nineteen keys exists on `con` (so the
 /// comparison covers each), and that `delayed`, `delayed_task`, `dead`,
-/// `dead_task` and `dead_reason` are no longer listpacks.
+/// `dead_task`, `dead_reason`, `partitions`, `held` and `held_at` are no
+/// longer listpacks.
 fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
     for key in all_queue_keys(queue) {
         assert!(
@@ -498,6 +624,9 @@ fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
         ("dead", "skiplist"),
         ("dead_task", "hashtable"),
         ("dead_reason", "hashtable"),
+        ("partitions", "hashtable"),
+        ("held", "skiplist"),
+        ("held_at", "hashtable"),
     ] {
         let key = format!("vtrr:{queue}:{suffix}");
         let got: String = redis::cmd("OBJECT")
@@ -519,7 +648,10 @@ fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
 }
 
 /// Waits until the master's timer has nothing left to do on `queue`: no
-/// expired lease, no delayed item due (only the far-future ones remain).
+/// expired lease and none about to expire (only the workloads' leases of
+/// ten minutes remain: a short one granted by the last steps would
+/// otherwise come back, or die, while the contents are compared), no
+/// delayed item due (only the far-future ones remain).
 fn wait_timer_idle(master: &mut Connection, queue: &str) {
     wait_until(
         Duration::from_secs(5),
@@ -537,7 +669,12 @@ fn wait_timer_idle(master: &mut Connection, queue: &str) {
                 Value::Int(due) => *due > now_ms + FAR_MS as i64 / 2,
                 other => panic!("next_due_ms {other:?}"),
             };
-            stats["expired"] == Value::Int(0) && nothing_due
+            let no_short_lease = match &stats["next_expiry_ms"] {
+                Value::Nil => true,
+                Value::Int(expiry) => *expiry > now_ms + 60_000,
+                other => panic!("next_expiry_ms {other:?}"),
+            };
+            stats["expired"] == Value::Int(0) && nothing_due && no_short_lease
         },
     );
 }

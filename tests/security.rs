@@ -46,6 +46,12 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
         ("VTRR.RECLAIM", vec!["other"]),
         ("VTRR.STATS", vec!["other"]),
         ("VTRR.CHECK", vec!["other"]),
+        ("VTRR.LIMIT", vec!["other", "p", "CONCURRENCY", "1"]),
+        ("VTRR.LIMIT", vec!["other", "p"]),
+        ("VTRR.PAUSE", vec!["other", "p"]),
+        ("VTRR.RESUME", vec!["other", "p"]),
+        ("VTRR.PARTITIONS", vec!["other"]),
+        ("VTRR.RECOUNT", vec!["other"]),
     ] {
         let err = error_of(redis::cmd(command).arg(&args).query(&mut worker));
         assert!(
@@ -147,10 +153,19 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
                             && !keys.is_empty(),
                         "{keys:?}"
                     );
-                    for suffix in ["delayed", "delayed_task", "policy"] {
+                    for suffix in [
+                        "delayed",
+                        "delayed_task",
+                        "policy",
+                        "partitions",
+                        "held",
+                        "held_at",
+                    ] {
                         let key = format!("vtrr:{queue}:{suffix}");
                         assert!(keys.contains(&key), "{key} not in {keys:?}");
                     }
+                    let resumed: i64 = command(&["VTRR.RESUME", queue, "t"]).query(con).unwrap();
+                    assert_eq!(resumed, 1);
                 }
                 Err(error) => {
                     assert_eq!(error.code(), Some("MOVED"), "{error}");
@@ -194,6 +209,14 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
         &["VTRR.DEAD", "plain"],
         &["VTRR.REVIVE", "plain", "x"],
         &["VTRR.CANCEL", "plain", "x"],
+        &["VTRR.LIMIT", "plain", "p"],
+        &["VTRR.LIMIT", "plain", "p", "CONCURRENCY", "1", "SHARE", "2"],
+        &["VTRR.PAUSE", "plain", "p"],
+        &["VTRR.RESUME", "plain", "p"],
+        &["VTRR.PARTITIONS", "plain"],
+        &["VTRR.PARTITIONS", "plain", "PARTITION", "p"],
+        &["VTRR.RECOUNT", "plain"],
+        &["VTRR.POLICY", "plain", "DEFAULT-CONCURRENCY", "3"],
     ] {
         let mut refused = 0;
         for con in connections.iter_mut() {
@@ -220,7 +243,8 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
 }
 
 /// On the node owning `queue` (which holds one lease): DEFER, POLICY,
-/// LEASE WITHCOUNTERS, NACK, DEAD, REVIVE and CANCEL are served.
+/// LEASE WITHCOUNTERS, NACK, DEAD, REVIVE and CANCEL are served, and so are
+/// the tenant controls (which leave an item held).
 fn lifecycle_on_owner(con: &mut redis::Connection, queue: &str) {
     let int =
         |con: &mut redis::Connection, words: &[&str]| -> i64 { command(words).query(con).unwrap() };
@@ -242,6 +266,24 @@ fn lifecycle_on_owner(con: &mut redis::Connection, queue: &str) {
     assert_eq!(dead[0][7], Value::BulkString(b"max-nacks".to_vec()));
     assert_eq!(int(con, &["VTRR.REVIVE", queue, "b"]), 1);
     assert_eq!(int(con, &["VTRR.CANCEL", queue, "b"]), 1);
+    let ok = |con: &mut redis::Connection, words: &[&str]| {
+        let reply: Value = command(words).query(con).unwrap();
+        assert_eq!(reply, Value::Okay, "{words:?}");
+    };
+    ok(
+        con,
+        &["VTRR.LIMIT", queue, "t", "CONCURRENCY", "1", "SHARE", "2"],
+    );
+    ok(con, &["VTRR.POLICY", queue, "DEFAULT-CONCURRENCY", "5"]);
+    assert_eq!(int(con, &["VTRR.PAUSE", queue, "t"]), 1);
+    assert_eq!(int(con, &["VTRR.ENQUEUE", queue, "t", "t1", "1", "T"]), 1);
+    assert_eq!(int(con, &["VTRR.RECOUNT", queue]), 0);
+    let t = partition_view(con, queue, "t");
+    assert_eq!((&t["held"], &t["paused"]), (&Value::Int(1), &Value::Int(1)));
+    let (cursor, views): (String, Vec<View>) =
+        command(&["VTRR.PARTITIONS", queue]).query(con).unwrap();
+    assert_eq!(cursor, "0");
+    assert!(views.iter().any(|view| view["partition"] == t["partition"]));
     assert_invariants(con, queue);
 }
 
@@ -279,11 +321,11 @@ fn connect_as(
 }
 
 #[test]
-fn a_user_denied_one_lifecycle_key_gets_noperm_naming_it_and_nothing_changes() {
+fn a_user_denied_one_module_key_gets_noperm_naming_it_and_nothing_changes() {
     let (server, mut admin, token) = every_state_with_a_lease_expired();
     let t = token.as_str();
     let before = dump_all(&mut admin);
-    for (denied, calls) in lifecycle_key_openers(t) {
+    for (denied, calls) in module_key_openers(t) {
         // Every other key of the queue, each named on its own.
         let selectors: Vec<String> = ALL_SUFFIXES
             .iter()
@@ -321,7 +363,7 @@ fn a_user_denied_one_lifecycle_key_gets_noperm_naming_it_and_nothing_changes() {
 }
 
 #[test]
-fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
+fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue() {
     let (server, mut admin, token) = every_state_with_a_lease_expired();
     let t = token.as_str();
     let mut reader = connect_as(&server, &mut admin, "reader", &[String::from("%R~vtrr:*")]);
@@ -334,7 +376,7 @@ fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
     let noperm = |key: &str| {
         format!("NOPERM this user has no permissions to access the key vtrr:q:{key} of this queue")
     };
-    for (words, key) in [
+    let refused = [
         (&["VTRR.CANCEL", "q", "c"][..], "queue"),
         (&["VTRR.CANCEL", "q", "missing"], "queue"),
         (&["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"], "queue"),
@@ -343,7 +385,20 @@ fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
         (&["VTRR.REVIVE", "q", "b"], "queue"),
         (&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"], "queue"),
         (&["VTRR.POLICY", "q", "MAX-TIMEOUTS", "NONE"], "policy"),
-    ] {
+        // The tenant controls: each would change the queue.
+        (&["VTRR.LIMIT", "q", "p", "CONCURRENCY", "1"], "queue"),
+        (&["VTRR.LIMIT", "q", "h", "SHARE", "2"], "queue"),
+        (&["VTRR.PAUSE", "q", "p"], "queue"),
+        (&["VTRR.RESUME", "q", "h"], "queue"),
+        (&["VTRR.RECOUNT", "q"], "queue"),
+        (&["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "1"], "queue"),
+    ];
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut admin)
+        .unwrap();
+    for (words, key) in refused {
         assert_eq!(
             error_of(command(words).query(&mut reader)),
             noperm(key),
@@ -351,6 +406,38 @@ fn a_read_only_user_lists_dead_items_but_cannot_change_the_queue() {
         );
         assert_eq!(before, dump_all(&mut admin), "{words:?} changed something");
     }
+    // Each refusal is in ACL LOG under the reader's name (Redis counts
+    // repeats of the same user and key in one entry).
+    let mut logged: Vec<(String, String, i64)> = acl_log(&mut admin)
+        .into_iter()
+        .map(|entry| (entry.username, entry.object, entry.count))
+        .collect();
+    let mut expected: Vec<(String, String, i64)> = ["queue", "policy"]
+        .iter()
+        .map(|key| {
+            let times = refused.iter().filter(|(_, k)| k == key).count() as i64;
+            ("reader".to_string(), format!("vtrr:q:{key}"), times)
+        })
+        .collect();
+    logged.sort();
+    expected.sort();
+    assert_eq!(logged, expected);
+    // What only reads: the per-partition view and a partition's settings.
+    let (cursor, views): (String, Vec<View>) = command(&["VTRR.PARTITIONS", "q"])
+        .query(&mut reader)
+        .unwrap();
+    assert_eq!((cursor.as_str(), views.len()), ("0", 2), "{views:?}");
+    let h = partition_view(&mut reader, "q", "h");
+    assert_eq!(
+        (&h["paused"], &h["held"]),
+        (&Value::Int(1), &Value::Int(1)),
+        "{h:?}"
+    );
+    let settings: View = command(&["VTRR.LIMIT", "q", "h"])
+        .query(&mut reader)
+        .unwrap();
+    assert_eq!(settings["paused"], Value::Int(1), "{settings:?}");
+    assert_eq!(before, dump_all(&mut admin));
     let cancelled: i64 = command(&["VTRR.CANCEL", "q", "c"])
         .query(&mut admin)
         .unwrap();
@@ -366,7 +453,7 @@ fn every_denied_key_is_recorded_in_acl_log_with_its_name_and_user() {
         .query(&mut admin)
         .unwrap();
     let mut expected = Vec::new();
-    for (denied, calls) in lifecycle_key_openers(&token) {
+    for (denied, calls) in module_key_openers(&token) {
         let selectors: Vec<String> = ALL_SUFFIXES
             .iter()
             .filter(|suffix| **suffix != denied)
@@ -378,31 +465,54 @@ fn every_denied_key_is_recorded_in_acl_log_with_its_name_and_user() {
         assert!(error_of(command(words).query(&mut user)).starts_with("NOPERM"));
         expected.push((user_name, format!("vtrr:q:{denied}")));
     }
-    // ACL LOG lists the newest first; each entry is a flat field/value map.
-    let log: Vec<Vec<Value>> = redis::cmd("ACL")
-        .arg("LOG")
-        .arg(100)
-        .query(&mut admin)
-        .unwrap();
-    let field = |entry: &[Value], name: &str| -> String {
-        let at = entry
-            .iter()
-            .position(|v| matches!(v, Value::BulkString(b) if b == name.as_bytes()))
-            .unwrap_or_else(|| panic!("no {name} in {entry:?}"));
-        match &entry[at + 1] {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            Value::SimpleString(s) => s.clone(),
-            other => panic!("{name} is {other:?}"),
-        }
-    };
-    let mut logged: Vec<(String, String)> = log
-        .iter()
-        .map(|entry| {
-            assert_eq!(field(entry, "reason"), "key", "{entry:?}");
-            (field(entry, "username"), field(entry, "object"))
-        })
+    let mut logged: Vec<(String, String)> = acl_log(&mut admin)
+        .into_iter()
+        .map(|entry| (entry.username, entry.object))
         .collect();
     logged.sort();
     expected.sort();
     assert_eq!(logged, expected);
+}
+
+/// One `ACL LOG` entry of a denied key.
+struct AclLogEntry {
+    username: String,
+    /// The key.
+    object: String,
+    /// How many times the same denial was seen.
+    count: i64,
+}
+
+/// Every `ACL LOG` entry (newest first), each of which must be a key
+/// denial (reason `key`).
+fn acl_log(admin: &mut redis::Connection) -> Vec<AclLogEntry> {
+    // Each entry is a flat field/value map.
+    let log: Vec<Vec<Value>> = redis::cmd("ACL").arg("LOG").arg(100).query(admin).unwrap();
+    let field = |entry: &[Value], name: &str| -> Value {
+        let at = entry
+            .iter()
+            .position(|v| matches!(v, Value::BulkString(b) if b == name.as_bytes()))
+            .unwrap_or_else(|| panic!("no {name} in {entry:?}"));
+        entry[at + 1].clone()
+    };
+    let text = |entry: &[Value], name: &str| -> String {
+        match field(entry, name) {
+            Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            Value::SimpleString(s) => s,
+            other => panic!("{name} is {other:?}"),
+        }
+    };
+    log.iter()
+        .map(|entry| {
+            assert_eq!(text(entry, "reason"), "key", "{entry:?}");
+            let Value::Int(count) = field(entry, "count") else {
+                panic!("count in {entry:?}");
+            };
+            AclLogEntry {
+                username: text(entry, "username"),
+                object: text(entry, "object"),
+                count,
+            }
+        })
+        .collect()
 }

@@ -95,8 +95,13 @@ pub fn set_policy(
                 continue;
             }
         };
-        match value {
-            Some(n) => store.hset(HashKey::Policy, field.as_bytes(), n.to_string().as_bytes()),
+        // Setting what is already set writes nothing (WATCH stays intact).
+        let text = value.map(|n| n.to_string().into_bytes());
+        if store.hget(HashKey::Policy, field.as_bytes()) == text {
+            continue;
+        }
+        match text {
+            Some(text) => store.hset(HashKey::Policy, field.as_bytes(), &text),
             None => store.hdel(HashKey::Policy, field.as_bytes()),
         }
     }

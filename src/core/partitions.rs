@@ -193,7 +193,7 @@ impl Record {
     }
 
     /// Whether its items go through `held` (one head at a time in `queue`).
-    fn controlled(&self, default_cap: Option<u64>) -> bool {
+    pub fn controlled(&self, default_cap: Option<u64>) -> bool {
         self.paused
             || self.cap_in_force(default_cap).is_some()
             || self.held > 0

@@ -40,8 +40,8 @@ pub(super) fn parse_current_virtual_time(raw: Option<&[u8]>) -> Result<i64, Core
 
 /// The VTRR scoring rule, shared by every way an item enters the queue:
 /// the item starts at `max(partition's next virtual time, current virtual
-/// time + 1)` (just the former while the partition has items queued) and
-/// moves its partition's virtual time on by `weight / share`
+/// time + 1)` (just the former while a partition under control has items
+/// queued) and moves its partition's virtual time on by `weight / share`
 /// (the remainder is carried to the partition's next item, so nothing is
 /// lost to rounding). It then goes to `queue`, or to `held` when its
 /// partition is under a cap or pause (`partitions::enter_queue`).
@@ -65,10 +65,13 @@ pub(super) fn place(
             0
         }),
     };
-    // A partition re-entering starts at the current virtual time. One with
-    // items still queued follows its last item, even when that is behind
-    // (paused or capped, its backlog waits; the new item waits after it).
-    let start = if partition.record.queued > 0 {
+    // A partition re-entering starts at the current virtual time. One under
+    // control with items still queued follows its last item, even when
+    // that is behind (paused or capped, its backlog waits; the new item
+    // waits after it). Without controls the two agree whenever the counts
+    // are exact, and the scripts' rule is kept for queues they share (they
+    // keep no counts).
+    let start = if partition.record.queued > 0 && partition.record.controlled(at.default_cap) {
         partition_virtual_time
     } else {
         partition_virtual_time.max(current_virtual_time.saturating_add(1))

@@ -259,9 +259,11 @@ pub fn notifying_server(reclaim_interval_ms: &str) -> Server {
         .spawn()
 }
 
-/// Every key suffix of a queue: vtrr-queue's nine (`SUFFIXES`), then the
-/// module's own (delayed and dead items, nack counts, the dead-letter policy).
-pub const ALL_SUFFIXES: [&str; 16] = [
+/// Every key suffix of a queue, in the module's order (src/keys.rs):
+/// vtrr-queue's nine (`SUFFIXES`), then the module's own (delayed and dead
+/// items, nack counts, the dead-letter policy and default cap, held items
+/// of partitions under control, per-partition records).
+pub const ALL_SUFFIXES: [&str; 19] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -278,6 +280,9 @@ pub const ALL_SUFFIXES: [&str; 16] = [
     "dead_task",
     "dead_reason",
     "policy",
+    "held",
+    "held_at",
+    "partitions",
 ];
 
 /// The nine key suffixes of a queue that vtrr-queue knows: the first nine
@@ -297,7 +302,7 @@ pub fn queue_keys(name: &str) -> Vec<String> {
     keys_of(name, &SUFFIXES)
 }
 
-/// All sixteen key names of queue `name`, in `ALL_SUFFIXES` order.
+/// All nineteen key names of queue `name`, in `ALL_SUFFIXES` order.
 pub fn all_queue_keys(name: &str) -> Vec<String> {
     keys_of(name, &ALL_SUFFIXES)
 }
@@ -323,20 +328,23 @@ pub fn assert_drained(con: &mut redis::Connection, name: &str) {
 }
 
 /// DUMP of each of `keys`, in order, beside its name (None for a missing
-/// key).
+/// key), in one round trip.
 pub fn dump_keys<K: redis::ToRedisArgs>(
     con: &mut redis::Connection,
     keys: Vec<K>,
 ) -> Vec<(K, Option<Vec<u8>>)> {
-    keys.into_iter()
-        .map(|key| {
-            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
-            (key, dump)
-        })
-        .collect()
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let mut dumps = redis::pipe();
+    for key in &keys {
+        dumps.cmd("DUMP").arg(key);
+    }
+    let dumps: Vec<Option<Vec<u8>>> = dumps.query(con).unwrap();
+    keys.into_iter().zip(dumps).collect()
 }
 
-/// DUMP of every key of queue `name`, all sixteen (None for missing keys).
+/// DUMP of every key of queue `name`, all nineteen (None for missing keys).
 pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
     dump_keys(con, all_queue_keys(name))
 }
@@ -696,11 +704,12 @@ pub fn next_events(pubsub: &mut redis::PubSub, n: usize) -> Vec<String> {
     events
 }
 
-/// Queue `name` with an item in every state, so all sixteen keys exist:
+/// Queue `name` with an item in every state, so all nineteen keys exist:
 /// `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
 /// queued after one expired lease and one nack (so `timeouts` and `nacks`
-/// hold it), `d` delayed by a minute, and a MAX-TIMEOUTS policy. Needs a
-/// server whose timer is off (`quiet_server`).
+/// hold it), `d` delayed by a minute, all of partition `p`; `h1` held
+/// (its partition `h` is paused, so it waits in `held`); and a
+/// MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
 pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     enqueue_items(
         con,
@@ -725,6 +734,9 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     assert_eq!((id.as_slice(), timeouts), (&b"c"[..], 1));
     assert_eq!(nack(con, name, b"c", &c_token, &[]), 1);
     assert_eq!(defer_items(con, name, 60_000, &[("p", "d", 1, b"d")]), 1);
+    let paused: i64 = command(&["VTRR.PAUSE", name, "h"]).query(con).unwrap();
+    assert_eq!(paused, 1);
+    assert_eq!(enqueue_items(con, name, &[("h", "h1", 1, b"H1")]), 1);
     set_policy(con, name, &["MAX-TIMEOUTS", "3"]);
     let missing: Vec<String> = dump_queue(con, name)
         .into_iter()
@@ -746,11 +758,12 @@ pub fn queue_in_every_state_on_a_quiet_server() -> (Server, redis::Connection, S
 }
 
 /// The module's own keys of queue `q` (beyond vtrr-queue's nine), each with
-/// the calls that open it (src/ops.rs), as words: one well-formed call of
+/// every call that opens it (src/ops.rs), as words: one well-formed call of
 /// each command, on `q` as `queue_in_every_state` leaves it (`token` is
-/// a's).
-pub fn lifecycle_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
-    let calls: [(&str, Vec<&str>); 13] = [
+/// a's), each of which would change the queue or read the key if let
+/// through.
+pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
+    let calls: [(&str, Vec<&str>); 21] = [
         ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
         (
             "defer",
@@ -767,56 +780,143 @@ pub fn lifecycle_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)>
         ("policy-read", vec!["VTRR.POLICY", "q"]),
         ("revive", vec!["VTRR.REVIVE", "q", "b"]),
         ("cancel", vec!["VTRR.CANCEL", "q", "c"]),
+        (
+            "limit-set",
+            vec!["VTRR.LIMIT", "q", "p", "CONCURRENCY", "1", "SHARE", "2"],
+        ),
+        ("limit-read", vec!["VTRR.LIMIT", "q", "p"]),
+        ("pause", vec!["VTRR.PAUSE", "q", "p"]),
+        ("resume", vec!["VTRR.RESUME", "q", "h"]),
+        ("partitions", vec!["VTRR.PARTITIONS", "q", "COUNT", "100"]),
+        ("partition", vec!["VTRR.PARTITIONS", "q", "PARTITION", "h"]),
+        ("recount", vec!["VTRR.RECOUNT", "q"]),
+        (
+            "default-cap",
+            vec!["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "1"],
+        ),
     ];
-    let openers: [(&str, &[&str]); 7] = [
+    let openers: [(&str, &[&str]); 10] = [
         (
             "delayed",
             &[
                 "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
-                "cancel",
+                "cancel", "recount",
             ],
         ),
         (
             "delayed_task",
             &[
-                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel",
+                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel", "recount",
             ],
         ),
         (
             "nacks",
             &[
-                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
             ],
         ),
         (
             "dead",
             &[
                 "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
-                "cancel",
+                "cancel", "recount",
             ],
         ),
         (
             "dead_task",
             &[
-                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
             ],
         ),
         (
             "dead_reason",
             &[
-                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel",
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
             ],
         ),
         (
             "policy",
             &[
+                "enqueue",
+                "defer",
                 "lease",
+                "ack",
                 "nack",
                 "reclaim",
+                "stats",
                 "check",
                 "policy-set",
                 "policy-read",
                 "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "partitions",
+                "partition",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "held",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "stats",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "held_at",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "partitions",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "limit-read",
+                "pause",
+                "resume",
+                "partitions",
+                "partition",
+                "recount",
+                "default-cap",
             ],
         ),
     ];
@@ -903,9 +1003,68 @@ impl LuaScripts {
     }
 }
 
+/// One map of a `VTRR.PARTITIONS` (or `VTRR.LIMIT` without options)
+/// reply, by field name.
+pub type View = std::collections::BTreeMap<String, Value>;
+
+/// `VTRR.PARTITIONS <queue> PARTITION <p>`: its one map (the cursor must
+/// be "0").
+pub fn partition_view(con: &mut redis::Connection, queue: &str, partition: &str) -> View {
+    let (cursor, mut maps): (String, Vec<View>) = redis::cmd("VTRR.PARTITIONS")
+        .arg(queue)
+        .arg("PARTITION")
+        .arg(partition)
+        .query(con)
+        .unwrap();
+    assert_eq!(cursor, "0");
+    assert_eq!(maps.len(), 1, "{maps:?}");
+    maps.pop().unwrap()
+}
+
 /// `VTRR.RECOUNT` then the invariant check: after Lua scripts (which keep
 /// no per-partition counts) moved items of a queue.
 pub fn recount_and_assert_invariants(con: &mut redis::Connection, name: &str) {
     let _: i64 = redis::cmd("VTRR.RECOUNT").arg(name).query(con).unwrap();
     assert_invariants(con, name);
+}
+
+/// A key's type and content, read back in an order that does not depend on
+/// its encoding: sorted fields, members by (score, member), the string.
+#[derive(Debug, PartialEq)]
+pub enum Content {
+    String(Vec<u8>),
+    Hash(std::collections::BTreeMap<Vec<u8>, Vec<u8>>),
+    Zset(Vec<(Vec<u8>, String)>),
+}
+
+pub fn content(con: &mut redis::Connection, key: &[u8]) -> Option<Content> {
+    let kind: String = redis::cmd("TYPE").arg(key).query(con).unwrap();
+    Some(match kind.as_str() {
+        "none" => return None,
+        "string" => Content::String(redis::cmd("GET").arg(key).query(con).unwrap()),
+        "hash" => Content::Hash(redis::cmd("HGETALL").arg(key).query(con).unwrap()),
+        // Scores as the server prints them: exact, no float rounding here.
+        "zset" => Content::Zset(
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(con)
+                .unwrap(),
+        ),
+        other => panic!("{} has type {other}", String::from_utf8_lossy(key)),
+    })
+}
+
+/// Every key of the database with its content, sorted by name.
+pub fn contents_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Content>)> {
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let content = content(con, &key);
+            (key, content)
+        })
+        .collect()
 }
