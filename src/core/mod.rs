@@ -2,9 +2,11 @@
 //!
 //! Nothing here reads a clock or draws randomness: `now_ms` and lease tokens
 //! are passed in, so every function is deterministic and testable without a
-//! server. One scoring function (`scoring::place`) serves enqueue and reclaim.
-//! One file per concept: scoring, enqueue, lease (with ack and renew),
-//! reclaim, stats, check.
+//! server. One scoring function (`scoring::place`) serves every way an item
+//! enters the queue. One file per concept: scoring, enqueue, lease (with ack
+//! and renew), reclaim, delay, nack, dead (with cancel), partitions (counts
+//! and the head rule), held, controls (LIMIT, PAUSE, RESUME, PARTITIONS,
+//! RECOUNT), counters, stats, check.
 
 pub mod check;
 mod controls;
