@@ -102,6 +102,10 @@ pub fn open(error: &OpenError) -> RedisError {
             "NOPERM this user has no permissions to access the key {} of this queue",
             String::from_utf8_lossy(key)
         )),
+        // Cluster clients retry TRYAGAIN; by then the slot has an owner.
+        OpenError::SlotMoving => {
+            err("TRYAGAIN the queue's slot is being migrated; retry when it has moved".into())
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use crate::core::{
     PartitionView, Policy, PolicyChange, Stats,
 };
 use crate::keys::QueueKey;
-use crate::store::redis::{Access, Caller, RedisStore};
+use crate::store::redis::{Access, Caller, OpenError, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
 use crate::store::{Store, ZsetKey};
 use crate::timer::index::with_index;
@@ -325,9 +325,19 @@ pub fn reclaim(ctx: &Context, queue: &[u8], limit: usize) -> Result<u64, RedisEr
 
 /// The timer's run on one queue (in the context's database): up to `limit`
 /// items due at `now_ms`, expired leases first, then due delayed items. The
-/// number of items acted on.
-pub fn run_due(ctx: &Context, queue: &[u8], now_ms: i64, limit: usize) -> Result<Due, RedisError> {
-    let mut store = open(ctx, Caller::Server, queue, &QueueKey::ALL, Access::Write)?;
+/// number of items acted on; None when the queue's slot is being migrated
+/// (the timer leaves it alone until it has an owner).
+pub fn run_due(
+    ctx: &Context,
+    queue: &[u8],
+    now_ms: i64,
+    limit: usize,
+) -> Result<Option<Due>, RedisError> {
+    let mut store =
+        match RedisStore::open(ctx, queue, &QueueKey::ALL, Access::Write, Caller::Server) {
+            Err(OpenError::SlotMoving) => return Ok(None),
+            opened => opened.map_err(|e| error::open(&e))?,
+        };
     let outcome = core::run_due(&mut store, now_ms, limit).map_err(core_error(queue))?;
     let event = due_event(&outcome);
     notify_dead(&store, &outcome, event);
@@ -338,7 +348,7 @@ pub fn run_due(ctx: &Context, queue: &[u8], now_ms: i64, limit: usize) -> Result
     }
     drop(store);
     count_due(ctx, queue, &outcome);
-    Ok(outcome)
+    Ok(Some(outcome))
 }
 
 /// `VTRR.POLICY` without options: the policy and the default cap.

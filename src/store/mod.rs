@@ -4,12 +4,14 @@
 //!
 //! Every `unsafe` block of the module lives in this folder, one file per
 //! concern: `api` (the load-time guard), `strings`, `acl`, `key_names`,
-//! `effects` (replication), `redis` (the key API), `blocking`, `server`
-//! (clock, tokens, databases, server events) and `command_info`.
+//! `effects` (replication), `redis` (the key API), `blocking`, `cluster`
+//! (slot migration), `server` (clock, tokens, databases, server events) and
+//! `command_info`.
 
 mod acl;
 pub mod api;
 pub mod blocking;
+pub mod cluster;
 pub mod command_info;
 mod effects;
 mod key_names;

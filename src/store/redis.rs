@@ -15,6 +15,7 @@ use redis_module::{raw, Context};
 use super::acl::AclUser;
 use super::api::api;
 use super::blocking::signal_ready;
+use super::cluster::{self, Actor};
 use super::effects::{format_score, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
@@ -43,6 +44,8 @@ pub enum OpenError {
     WrongType { key: Vec<u8>, expected: KeyKind },
     /// The client's ACL user may not access this key.
     NoPermission { key: Vec<u8> },
+    /// The queue's slot is being migrated to or from this node.
+    SlotMoving,
 }
 
 struct Slot {
@@ -77,6 +80,15 @@ impl<'ctx> RedisStore<'ctx> {
         access: Access,
         caller: Caller,
     ) -> Result<Self, OpenError> {
+        let actor = match (caller, access) {
+            (Caller::Client, _) => Some(Actor::Client),
+            (Caller::Server, Access::Write) => Some(Actor::Timer),
+            // The timer's reads only refresh its index.
+            (Caller::Server, Access::Read) => None,
+        };
+        if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
+            return Err(OpenError::SlotMoving);
+        }
         let (names, queue_name) = names_of(queue, keys);
         let user = match caller {
             Caller::Client => AclUser::of_caller(ctx),

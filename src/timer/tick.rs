@@ -16,6 +16,7 @@ use redis_module::{Context, ContextFlags};
 use super::index::with_index;
 use super::{arm, rebuild, TIMER_ID};
 use crate::ops;
+use crate::store::cluster;
 use crate::store::server::{now_ms, select_db, selected_db};
 use crate::{config, info};
 
@@ -23,6 +24,8 @@ use crate::{config, info};
 const RESUME_MS: u64 = 1;
 /// How soon the timer looks again at a queue it could not act on.
 const RETRY_BROKEN_MS: i64 = 1_000;
+/// How soon the timer looks again at a queue whose slot was migrating.
+const RETRY_MIGRATING_MS: i64 = 100;
 
 pub fn tick(ctx: &Context, _: ()) {
     TIMER_ID.store(0, Ordering::Relaxed);
@@ -30,6 +33,7 @@ pub fn tick(ctx: &Context, _: ()) {
     let deadline = started + config::timer_budget();
     let original_db = selected_db(ctx);
     let now = now_ms();
+    cluster::settle_suspicion(ctx);
     let mut work_left = rebuild::step(ctx, deadline);
     work_left |= recheck_written(ctx, deadline);
     if ctx.get_flags().contains(ContextFlags::MASTER) {
@@ -89,7 +93,8 @@ fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
         };
         if select_db(ctx, db) {
             let due = match ops::run_due(ctx, &queue, now, chunk) {
-                Ok(done) => {
+                Ok(None) => Some(now.saturating_add(RETRY_MIGRATING_MS)),
+                Ok(Some(done)) => {
                     info::add(&info::TIMER_RECLAIMED, done.reclaimed);
                     info::add(&info::TIMER_PROMOTED, done.promoted);
                     done_in_run += done.reclaimed + done.promoted;

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 pub use redis::Value;
 
+pub mod cluster;
+
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
 pub fn server_binary() -> String {

@@ -1,0 +1,359 @@
+//! A queue through live resharding and failover, on real clusters on
+//! loopback, under enqueue/lease/renew/ack traffic with the timer running on
+//! every node: slots moved the legacy way (SETSLOT/MIGRATE, as `redis-cli
+//! --cluster reshard` does), atomically (Valkey 9's CLUSTER MIGRATESLOTS),
+//! and a master failed over to its replica. A ledger of what every client
+//! saw checks that nothing is lost, acked twice, leased twice at once, or
+//! served with the wrong payload.
+//!
+//! `VTRR_SOAK_ROUNDS` (default 1) moves the slot back and forth that many
+//! times (`make soak`).
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::cluster::{key_slot, Cluster, ClusterClient, Redirects};
+use common::*;
+
+const QUEUE: &str = "{q}";
+
+fn payload_of(id: &str) -> Vec<u8> {
+    format!("payload-of-{id}").into_bytes()
+}
+
+/// A lease as a client saw it: the earliest its server-side expiry can be.
+struct Held {
+    token: String,
+    expires_no_earlier_than: Instant,
+}
+
+/// Everything the clients saw, and every broken promise found on the way.
+#[derive(Default)]
+struct Ledger {
+    enqueued: HashSet<String>,
+    acked: HashMap<String, u32>,
+    leased: HashMap<String, Held>,
+    leases: u64,
+    violations: Vec<String>,
+    redirects: Redirects,
+}
+
+impl Ledger {
+    fn on_lease(&mut self, id: &str, payload: &[u8], token: &str, asked: Instant, lease: Duration) {
+        self.leases += 1;
+        if payload != payload_of(id).as_slice() {
+            self.violations.push(format!(
+                "{id} leased with payload {:?}",
+                String::from_utf8_lossy(payload)
+            ));
+        }
+        if self.acked.contains_key(id) {
+            self.violations
+                .push(format!("{id} leased after it was acked"));
+        }
+        if let Some(previous) = self.leased.get(id) {
+            // The new lease was granted before this reply arrived; the old
+            // one cannot have expired before its lower bound.
+            // The server's clock has millisecond steps: 2 ms of slack.
+            let now = Instant::now() + Duration::from_millis(2);
+            if now < previous.expires_no_earlier_than {
+                self.violations.push(format!(
+                    "{id} leased while its lease {} was current for {:?} more",
+                    previous.token,
+                    previous.expires_no_earlier_than - now
+                ));
+            }
+        }
+        self.leased.insert(
+            id.to_string(),
+            Held {
+                token: token.to_string(),
+                expires_no_earlier_than: asked + lease,
+            },
+        );
+    }
+
+    fn on_renew(&mut self, id: &str, asked: Instant, lease: Duration) {
+        if let Some(held) = self.leased.get_mut(id) {
+            held.expires_no_earlier_than = held.expires_no_earlier_than.max(asked + lease);
+        }
+    }
+
+    fn on_ack(&mut self, id: &str) {
+        let count = self.acked.entry(id.to_string()).or_default();
+        *count += 1;
+        if *count > 1 {
+            self.violations.push(format!("{id} acked {count} times"));
+        }
+        self.leased.remove(id);
+    }
+
+    fn add_redirects(&mut self, seen: Redirects) {
+        self.redirects.moved += seen.moved;
+        self.redirects.ask += seen.ask;
+        self.redirects.try_again += seen.try_again;
+    }
+}
+
+fn int(value: Value) -> i64 {
+    match value {
+        Value::Int(n) => n,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+/// Enqueues `count` items (ids `prefix0..`) over 200 partitions, 10 per call.
+fn enqueue_batch(
+    client: &mut ClusterClient,
+    ledger: &Mutex<Ledger>,
+    prefix: &str,
+    from: u64,
+    count: u64,
+) {
+    let mut n = from;
+    while n < from + count {
+        let mut cmd = redis::cmd("VTRR.ENQUEUE");
+        cmd.arg(QUEUE);
+        let mut ids = Vec::new();
+        for _ in 0..10.min(from + count - n) {
+            let id = format!("{prefix}{n}");
+            cmd.arg(format!("p{}", n % 200))
+                .arg(&id)
+                .arg(1 + n % 3)
+                .arg(payload_of(&id));
+            ids.push(id);
+            n += 1;
+        }
+        let added = int(client.query(&cmd).expect("ENQUEUE"));
+        assert_eq!(added, ids.len() as i64);
+        ledger.lock().unwrap().enqueued.extend(ids);
+    }
+}
+
+/// One worker's loop until `stop`: lease; then ack (most), renew and ack,
+/// or abandon a short lease to the timer.
+fn work(cluster_client: &mut ClusterClient, ledger: &Mutex<Ledger>, seed: u64, stop: &AtomicBool) {
+    let mut rng = Rng::new(seed);
+    while !stop.load(Ordering::Relaxed) {
+        let abandon = rng.chance(15);
+        // Abandoned leases expire over the next second: some during the move.
+        let lease_ms: u64 = if abandon {
+            30 + rng.below(1_000)
+        } else {
+            5_000
+        };
+        let asked = Instant::now();
+        let reply = cluster_client
+            .query(redis::cmd("VTRR.LEASE").arg(QUEUE).arg(lease_ms))
+            .expect("LEASE");
+        let (id, payload, token, _): (Vec<u8>, Vec<u8>, String, i64) = match reply {
+            Value::Nil => {
+                thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            value => redis::from_redis_value(value).unwrap(),
+        };
+        let id = String::from_utf8(id).unwrap();
+        ledger.lock().unwrap().on_lease(
+            &id,
+            &payload,
+            &token,
+            asked,
+            Duration::from_millis(lease_ms),
+        );
+        if abandon {
+            continue;
+        }
+        if rng.chance(20) {
+            let asked = Instant::now();
+            let renewed = cluster_client
+                .query(
+                    redis::cmd("VTRR.RENEW")
+                        .arg(QUEUE)
+                        .arg(&id)
+                        .arg(&token)
+                        .arg(5_000),
+                )
+                .expect("RENEW");
+            if int(renewed) == 1 {
+                ledger
+                    .lock()
+                    .unwrap()
+                    .on_renew(&id, asked, Duration::from_millis(5_000));
+            }
+        }
+        let acked = cluster_client
+            .query(redis::cmd("VTRR.ACK").arg(QUEUE).arg(&id).arg(&token))
+            .expect("ACK");
+        if int(acked) == 1 {
+            ledger.lock().unwrap().on_ack(&id);
+        }
+    }
+    ledger
+        .lock()
+        .unwrap()
+        .add_redirects(cluster_client.redirects);
+}
+
+/// Traffic against `cluster` while `during` runs: a producer and three
+/// workers. Returns the ledger once everything enqueued has been acked.
+fn under_traffic(cluster: &Cluster, during: impl FnOnce()) -> Ledger {
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let mut setup = ClusterClient::new(cluster, 0);
+    enqueue_batch(&mut setup, &ledger, "before-", 0, 3_000);
+    let stop = Arc::new(AtomicBool::new(false));
+    let produced = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for seed in 0..3u64 {
+        let (ledger, stop) = (ledger.clone(), stop.clone());
+        let mut client = ClusterClient::new(cluster, (seed as usize) % cluster.nodes.len());
+        threads.push(thread::spawn(move || {
+            work(&mut client, &ledger, seed + 1, &stop)
+        }));
+    }
+    {
+        let (ledger, stop, produced) = (ledger.clone(), stop.clone(), produced.clone());
+        let mut client = ClusterClient::new(cluster, 1);
+        threads.push(thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                enqueue_batch(&mut client, &ledger, "during-", n, 10);
+                n += 10;
+                produced.store(n, Ordering::Relaxed);
+                thread::sleep(Duration::from_millis(3));
+            }
+            ledger.lock().unwrap().add_redirects(client.redirects);
+        }));
+    }
+    thread::sleep(Duration::from_millis(300));
+    during();
+    thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a client thread failed");
+    }
+    assert!(produced.load(Ordering::Relaxed) > 0);
+    // Drain: abandoned leases come back through the timer alone.
+    let mut client = ClusterClient::new(cluster, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = {
+            let ledger = ledger.lock().unwrap();
+            ledger
+                .enqueued
+                .iter()
+                .all(|id| ledger.acked.contains_key(id))
+        };
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "items never came back");
+        let reply = client
+            .query(
+                redis::cmd("VTRR.LEASE")
+                    .arg(QUEUE)
+                    .arg(60_000)
+                    .arg("COUNT")
+                    .arg(100),
+            )
+            .expect("LEASE");
+        let leases: Vec<(Vec<u8>, Vec<u8>, String, i64)> =
+            redis::from_redis_value(reply).unwrap_or_default();
+        if leases.is_empty() {
+            thread::sleep(Duration::from_millis(20));
+        }
+        for (id, payload, token, _) in leases {
+            let id = String::from_utf8(id).unwrap();
+            let mut ledger = ledger.lock().unwrap();
+            ledger.on_lease(
+                &id,
+                &payload,
+                &token,
+                Instant::now(),
+                Duration::from_millis(60_000),
+            );
+            let acked = client
+                .query(redis::cmd("VTRR.ACK").arg(QUEUE).arg(&id).arg(&token))
+                .expect("ACK");
+            assert_eq!(int(acked), 1);
+            ledger.on_ack(&id);
+        }
+    }
+    Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap()
+}
+
+/// Every promise of the issue, on the ledger and on the nodes.
+fn assert_nothing_lost_or_doubled(cluster: &Cluster, ledger: &Ledger, owner: usize, old: usize) {
+    assert!(
+        ledger.violations.is_empty(),
+        "{:#?}",
+        &ledger.violations[..ledger.violations.len().min(20)]
+    );
+    let missing: Vec<&String> = ledger
+        .enqueued
+        .iter()
+        .filter(|id| !ledger.acked.contains_key(*id))
+        .collect();
+    assert!(missing.is_empty(), "never acked: {missing:?}");
+    let mut con = cluster.con(owner);
+    let anomalies: Vec<String> = redis::cmd("VTRR.CHECK").arg(QUEUE).query(&mut con).unwrap();
+    assert!(anomalies.is_empty(), "{anomalies:?}");
+    let stats = stats(&mut con, QUEUE);
+    for count in ["queued", "inflight"] {
+        assert_eq!(stats.get(count), Some(&Value::Int(0)), "{stats:?}");
+    }
+    let slot = key_slot(QUEUE);
+    assert_eq!(
+        cluster.keys_in_slot(old, slot),
+        0,
+        "keys left on the old owner"
+    );
+}
+
+fn timer_reclaimed(cluster: &Cluster, node: usize) -> i64 {
+    vtrr_info(&mut cluster.con(node))
+        .get("vtrr_timer_items_reclaimed")
+        .copied()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_legacy_reshard_under_traffic_completes_and_loses_or_doubles_nothing() {
+    let cluster = Cluster::start(2, 0, &["reclaim-interval-ms", "10"]);
+    let slot = key_slot(QUEUE);
+    let rounds: usize = std::env::var("VTRR_SOAK_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let first_owner = cluster.owner(0, slot);
+    let mut owner = first_owner;
+    let ledger = under_traffic(&cluster, || {
+        for _ in 0..rounds {
+            let to = 1 - owner;
+            // One key per MIGRATE, 50 ms apart: traffic meets every split.
+            let moved = cluster.migrate_slot_legacy(slot, owner, to, 1, Duration::from_millis(50));
+            assert!(moved >= 9, "only {moved} keys moved");
+            owner = to;
+        }
+    });
+    eprintln!(
+        "leases {}, acked {}, redirects {:?}",
+        ledger.leases,
+        ledger.acked.len(),
+        ledger.redirects
+    );
+    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, 1 - owner);
+    assert!(
+        ledger.redirects.ask + ledger.redirects.try_again > 0,
+        "the traffic never met the migration: {:?}",
+        ledger.redirects
+    );
+    assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
+    // The abandoned leases were taken back by the new owner's timer.
+    assert!(timer_reclaimed(&cluster, owner) > 0);
+}
