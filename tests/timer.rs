@@ -440,3 +440,34 @@ fn a_queue_the_timer_could_not_act_on_is_tried_again_once_repaired() {
         queued_with_timeouts(&mut con, "q", "a")
     });
 }
+
+/// CLIENT PAUSE WRITE (and the pause of a manual or atomic-migration
+/// failover) freezes the dataset: a write propagated then would trip the
+/// server's assertion. The timer waits it out and reclaims after.
+#[test]
+fn the_timer_writes_nothing_while_writes_are_paused() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "10"])
+        .args(&["--appendonly", "yes"])
+        .spawn();
+    let mut con = server.connect();
+    enqueue_one(&mut con, "files", "alice", "a1", "A1");
+    let (id, _, _, _) = lease(&mut con, "files", 100).unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(800)
+        .arg("WRITE")
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let _: String = redis::cmd("PING").query(&mut con).expect("server alive");
+    assert!(
+        !queued_with_timeouts(&mut con, "files", "a1"),
+        "reclaimed while paused"
+    );
+    assert_eq!(id, b"a1");
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut con).unwrap();
+    wait_until(Duration::from_secs(5), "reclaimed after the pause", || {
+        queued_with_timeouts(&mut con, "files", "a1")
+    });
+}

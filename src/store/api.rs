@@ -32,6 +32,7 @@ macro_rules! required {
 required!(
     RedisModule_ACLAddLogEntry,
     RedisModule_ACLCheckKeyPermissions,
+    RedisModule_AvoidReplicaTraffic,
     RedisModule_BlockClientOnKeys,
     RedisModule_CloseKey,
     RedisModule_CommandFilterArgGet,

@@ -45,6 +45,14 @@ pub fn new_token() -> Vec<u8> {
         .collect()
 }
 
+/// Whether the server asks modules not to propagate anything now: writes
+/// are paused (CLIENT PAUSE WRITE, a manual failover, the hand-over of an
+/// atomic slot migration), and a write propagated then trips an assertion.
+pub fn writes_paused() -> bool {
+    // SAFETY: checked at load; no arguments.
+    unsafe { api!(RedisModule_AvoidReplicaTraffic)() != 0 }
+}
+
 /// The database the context works on.
 pub fn selected_db(ctx: &Context) -> i32 {
     // SAFETY: live context; checked at load.

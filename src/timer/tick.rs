@@ -17,7 +17,7 @@ use super::index::with_index;
 use super::{arm, rebuild, TIMER_ID};
 use crate::ops;
 use crate::store::cluster;
-use crate::store::server::{now_ms, select_db, selected_db};
+use crate::store::server::{now_ms, select_db, selected_db, writes_paused};
 use crate::{config, info};
 
 /// How soon the next run comes while work is left.
@@ -36,7 +36,9 @@ pub fn tick(ctx: &Context, _: ()) {
     cluster::settle_suspicion(ctx);
     let mut work_left = rebuild::step(ctx, deadline);
     work_left |= recheck_written(ctx, deadline);
-    if ctx.get_flags().contains(ContextFlags::MASTER) {
+    // While writes are paused the dataset must not change: what is due
+    // waits for the next run after the pause.
+    if ctx.get_flags().contains(ContextFlags::MASTER) && !writes_paused() {
         work_left |= act_on_due(ctx, now, deadline);
     }
     select_db(ctx, original_db);
