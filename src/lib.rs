@@ -16,9 +16,7 @@ pub mod timer;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{LoadingSubevent, ServerRole};
-use redis_module::{
-    redis_module, Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status,
-};
+use redis_module::{redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 use redis_module_macros::{
     config_changed_event_handler, info_command_handler, loading_event_handler,
     role_changed_event_handler,
@@ -32,9 +30,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("vtrr: this server lacks {missing}; not loading"));
         return Status::Err;
     }
-    // Keys are signalled as modified only when a command really changed
-    // them, so an idle LEASE or timer tick never aborts a client's WATCH.
-    ctx.set_module_options(ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED);
+    store::cluster::set_module_options(ctx);
     for command in COMMANDS {
         if let Err(e) = command_info::set(ctx, &command.info) {
             ctx.log_warning(&format!("vtrr: {e}"));

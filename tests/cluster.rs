@@ -315,6 +315,14 @@ fn assert_nothing_lost_or_doubled(cluster: &Cluster, ledger: &Ledger, owner: usi
     );
 }
 
+/// Slot moves per test: 1, or `VTRR_SOAK_ROUNDS` (`make soak`).
+fn soak_rounds() -> usize {
+    std::env::var("VTRR_SOAK_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1)
+}
+
 fn timer_reclaimed(cluster: &Cluster, node: usize) -> i64 {
     vtrr_info(&mut cluster.con(node))
         .get("vtrr_timer_items_reclaimed")
@@ -326,10 +334,7 @@ fn timer_reclaimed(cluster: &Cluster, node: usize) -> i64 {
 fn a_legacy_reshard_under_traffic_completes_and_loses_or_doubles_nothing() {
     let cluster = Cluster::start(2, 0, &["reclaim-interval-ms", "10"]);
     let slot = key_slot(QUEUE);
-    let rounds: usize = std::env::var("VTRR_SOAK_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(1);
+    let rounds = soak_rounds();
     let first_owner = cluster.owner(0, slot);
     let mut owner = first_owner;
     let ledger = under_traffic(&cluster, || {
@@ -355,5 +360,33 @@ fn a_legacy_reshard_under_traffic_completes_and_loses_or_doubles_nothing() {
     );
     assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
     // The abandoned leases were taken back by the new owner's timer.
+    assert!(timer_reclaimed(&cluster, owner) > 0);
+}
+
+#[test]
+fn an_atomic_slot_migration_under_traffic_loses_or_doubles_nothing() {
+    let cluster = Cluster::start(2, 0, &["reclaim-interval-ms", "10"]);
+    if !cluster.has_atomic_slot_migration() {
+        eprintln!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9+)");
+        return;
+    }
+    let slot = key_slot(QUEUE);
+    let mut owner = cluster.owner(0, slot);
+    let ledger = under_traffic(&cluster, || {
+        for _ in 0..soak_rounds() * 2 {
+            let to = 1 - owner;
+            cluster.migrate_slot_atomic(slot, owner, to);
+            owner = to;
+            thread::sleep(Duration::from_millis(200));
+        }
+    });
+    eprintln!(
+        "leases {}, acked {}, redirects {:?}",
+        ledger.leases,
+        ledger.acked.len(),
+        ledger.redirects
+    );
+    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, 1 - owner);
+    assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
     assert!(timer_reclaimed(&cluster, owner) > 0);
 }

@@ -56,6 +56,7 @@ required!(
     RedisModule_Replicate,
     RedisModule_RetainString,
     RedisModule_SelectDb,
+    RedisModule_SetModuleOptions,
     RedisModule_SignalKeyAsReady,
     RedisModule_SignalModifiedKey,
     RedisModule_StringDMA,

@@ -30,6 +30,42 @@ use redis_module::{raw, Context, ContextFlags, RedisValue};
 use super::api::api;
 use super::bytes_of;
 
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: Valkey 9 refuses
+/// `CLUSTER MIGRATESLOTS` unless every loaded module sets it. Set only on
+/// Valkey 9 and later: Redis may give the bit another meaning.
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// Sets the module's options: keys signalled as modified only when a
+/// command really changed them (so an idle LEASE or timer run never aborts
+/// a client's WATCH), and, on Valkey 9+, atomic slot migration.
+///
+/// An atomic migration needs nothing more from the module. The source keeps
+/// serving the slot and forwards the module's writes (its own replication);
+/// the target loads the keys hidden from clients, and the keyspace events
+/// their loading fires put the queue in the timer's index, whose probe then
+/// waits until the slot is the target's. The final hand-over pauses writes,
+/// which the timer respects (`writes_paused`); the old owner's keys are
+/// deleted with events that take the queue out of its index.
+pub fn set_module_options(ctx: &Context) {
+    let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
+    if valkey_major_version(ctx).is_some_and(|major| major >= 9) {
+        options |= HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
+    // SAFETY: live context at load; the call only stores the flags.
+    unsafe { api!(RedisModule_SetModuleOptions)(ctx.ctx, options) };
+}
+
+/// `valkey_version` of `INFO server`, absent on Redis.
+fn valkey_major_version(ctx: &Context) -> Option<u32> {
+    let reply = ctx.call("INFO", &["server"][..]).ok()?;
+    let info = bytes_of(&reply)?;
+    let text = String::from_utf8_lossy(&info);
+    let version = text
+        .lines()
+        .find_map(|l| l.strip_prefix("valkey_version:"))?;
+    version.split('.').next()?.trim().parse().ok()
+}
+
 /// Cluster mode (fixed for the life of the server), set at load.
 static CLUSTER_MODE: AtomicBool = AtomicBool::new(false);
 

@@ -248,6 +248,48 @@ impl Cluster {
         moved
     }
 
+    /// Whether the servers move slots atomically (`CLUSTER MIGRATESLOTS`,
+    /// Valkey 9).
+    pub fn has_atomic_slot_migration(&self) -> bool {
+        let reply: Value = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg("CLUSTER|MIGRATESLOTS")
+            .query(&mut self.con(0))
+            .unwrap();
+        matches!(reply, Value::Array(entries) if entries.iter().any(|e| *e != Value::Nil))
+    }
+
+    /// Moves `slot` from `from` to `to` with `CLUSTER MIGRATESLOTS` and
+    /// waits for the job to succeed (panics if it fails).
+    pub fn migrate_slot_atomic(&self, slot: u16, from: usize, to: usize) {
+        let mut source = self.con(from);
+        let started: redis::RedisResult<()> = redis::cmd("CLUSTER")
+            .arg("MIGRATESLOTS")
+            .arg("SLOTSRANGE")
+            .arg(slot)
+            .arg(slot)
+            .arg("NODE")
+            .arg(&self.ids[to])
+            .query(&mut source);
+        if let Err(e) = started {
+            panic!("MIGRATESLOTS refused: {e}");
+        }
+        let finished = wait_for(Duration::from_secs(60), || {
+            let jobs: Value = redis::cmd("CLUSTER")
+                .arg("GETSLOTMIGRATIONS")
+                .query(&mut source)
+                .unwrap();
+            let text = format!("{jobs:?}");
+            assert!(
+                !text.contains("\"failed\"") && !text.contains("\"cancelled\""),
+                "slot migration failed: {text}"
+            );
+            text.contains("\"success\"")
+        });
+        assert!(finished, "slot migration never finished");
+        self.wait_owner(slot, to);
+    }
+
     pub fn is_master(&self, node: usize) -> bool {
         let role: Vec<Value> = redis::cmd("ROLE").query(&mut self.con(node)).unwrap();
         matches!(role.first(), Some(Value::BulkString(r)) if r == b"master")
