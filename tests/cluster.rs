@@ -35,8 +35,15 @@ struct Held {
 /// Everything the clients saw, and every broken promise found on the way.
 #[derive(Default)]
 struct Ledger {
+    /// Clients wait for a replica (`WAIT 1`) after each write, and only
+    /// what a replica confirmed is promised to survive a failover.
+    confirm: bool,
     enqueued: HashSet<String>,
+    /// Enqueued without a replica's confirmation: may be lost.
+    maybe_enqueued: HashSet<String>,
     acked: HashMap<String, u32>,
+    /// Acked without a replica's confirmation: may come back.
+    maybe_acked: HashSet<String>,
     leased: HashMap<String, Held>,
     leases: u64,
     violations: Vec<String>,
@@ -84,7 +91,12 @@ impl Ledger {
         }
     }
 
-    fn on_ack(&mut self, id: &str) {
+    fn on_ack(&mut self, id: &str, confirmed: bool) {
+        if !confirmed {
+            self.maybe_acked.insert(id.to_string());
+            self.leased.remove(id);
+            return;
+        }
         let count = self.acked.entry(id.to_string()).or_default();
         *count += 1;
         if *count > 1 {
@@ -93,11 +105,30 @@ impl Ledger {
         self.leased.remove(id);
     }
 
+    fn on_enqueue(&mut self, ids: Vec<String>, confirmed: bool) {
+        if confirmed {
+            self.enqueued.extend(ids);
+        } else {
+            self.maybe_enqueued.extend(ids);
+        }
+    }
+
+    /// Whether `id` needs no more work: acked, confirmed or not.
+    fn done(&self, id: &str) -> bool {
+        self.acked.contains_key(id) || self.maybe_acked.contains(id)
+    }
+
     fn add_redirects(&mut self, seen: Redirects) {
         self.redirects.moved += seen.moved;
         self.redirects.ask += seen.ask;
         self.redirects.try_again += seen.try_again;
     }
+}
+
+/// The connection closed under the command (a demoted master drops its
+/// clients): its outcome is unknown.
+fn dropped(error: &redis::RedisError) -> bool {
+    error.is_io_error() || error.is_connection_dropped()
 }
 
 fn int(value: Value) -> i64 {
@@ -129,9 +160,17 @@ fn enqueue_batch(
             ids.push(id);
             n += 1;
         }
-        let added = int(client.query(&cmd).expect("ENQUEUE"));
-        assert_eq!(added, ids.len() as i64);
-        ledger.lock().unwrap().enqueued.extend(ids);
+        let confirmed = match client.query(&cmd) {
+            Ok(added) => {
+                assert_eq!(int(added), ids.len() as i64);
+                let confirm = ledger.lock().unwrap().confirm;
+                !confirm || client.replicated()
+            }
+            // The connection closed: maybe added, maybe not.
+            Err(e) if dropped(&e) => false,
+            Err(e) => panic!("ENQUEUE: {e}"),
+        };
+        ledger.lock().unwrap().on_enqueue(ids, confirmed);
     }
 }
 
@@ -148,9 +187,13 @@ fn work(cluster_client: &mut ClusterClient, ledger: &Mutex<Ledger>, seed: u64, s
             5_000
         };
         let asked = Instant::now();
-        let reply = cluster_client
-            .query(redis::cmd("VTRR.LEASE").arg(QUEUE).arg(lease_ms))
-            .expect("LEASE");
+        let reply = match cluster_client.query(redis::cmd("VTRR.LEASE").arg(QUEUE).arg(lease_ms)) {
+            Ok(reply) => reply,
+            // A lease granted then is lost to this worker; the timer takes
+            // it back.
+            Err(e) if dropped(&e) => continue,
+            Err(e) => panic!("LEASE: {e}"),
+        };
         let (id, payload, token, _): (Vec<u8>, Vec<u8>, String, i64) = match reply {
             Value::Nil => {
                 thread::sleep(Duration::from_millis(2));
@@ -171,27 +214,34 @@ fn work(cluster_client: &mut ClusterClient, ledger: &Mutex<Ledger>, seed: u64, s
         }
         if rng.chance(20) {
             let asked = Instant::now();
-            let renewed = cluster_client
-                .query(
-                    redis::cmd("VTRR.RENEW")
-                        .arg(QUEUE)
-                        .arg(&id)
-                        .arg(&token)
-                        .arg(5_000),
-                )
-                .expect("RENEW");
-            if int(renewed) == 1 {
+            let renewed = match cluster_client.query(
+                redis::cmd("VTRR.RENEW")
+                    .arg(QUEUE)
+                    .arg(&id)
+                    .arg(&token)
+                    .arg(5_000),
+            ) {
+                Ok(renewed) => int(renewed),
+                Err(e) if dropped(&e) => 0,
+                Err(e) => panic!("RENEW: {e}"),
+            };
+            if renewed == 1 {
                 ledger
                     .lock()
                     .unwrap()
                     .on_renew(&id, asked, Duration::from_millis(5_000));
             }
         }
-        let acked = cluster_client
-            .query(redis::cmd("VTRR.ACK").arg(QUEUE).arg(&id).arg(&token))
-            .expect("ACK");
-        if int(acked) == 1 {
-            ledger.lock().unwrap().on_ack(&id);
+        match cluster_client.query(redis::cmd("VTRR.ACK").arg(QUEUE).arg(&id).arg(&token)) {
+            Ok(acked) if int(acked.clone()) == 1 => {
+                let confirm = ledger.lock().unwrap().confirm;
+                let confirmed = !confirm || cluster_client.replicated();
+                ledger.lock().unwrap().on_ack(&id, confirmed);
+            }
+            Ok(_) => {}
+            // Maybe acked, maybe not: the item may come back.
+            Err(e) if dropped(&e) => ledger.lock().unwrap().on_ack(&id, false),
+            Err(e) => panic!("ACK: {e}"),
         }
     }
     ledger
@@ -201,9 +251,13 @@ fn work(cluster_client: &mut ClusterClient, ledger: &Mutex<Ledger>, seed: u64, s
 }
 
 /// Traffic against `cluster` while `during` runs: a producer and three
-/// workers. Returns the ledger once everything enqueued has been acked.
-fn under_traffic(cluster: &Cluster, during: impl FnOnce()) -> Ledger {
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
+/// workers; with `confirm`, each waits for a replica after every write.
+/// Returns the ledger once the queue is drained.
+fn under_traffic(cluster: &Cluster, confirm: bool, during: impl FnOnce()) -> Ledger {
+    let ledger = Arc::new(Mutex::new(Ledger {
+        confirm,
+        ..Ledger::default()
+    }));
     let mut setup = ClusterClient::new(cluster, 0);
     enqueue_batch(&mut setup, &ledger, "before-", 0, 3_000);
     let stop = Arc::new(AtomicBool::new(false));
@@ -244,12 +298,9 @@ fn under_traffic(cluster: &Cluster, during: impl FnOnce()) -> Ledger {
     loop {
         let done = {
             let ledger = ledger.lock().unwrap();
-            ledger
-                .enqueued
-                .iter()
-                .all(|id| ledger.acked.contains_key(id))
+            ledger.enqueued.iter().all(|id| ledger.done(id))
         };
-        if done {
+        if done && drained(&mut client) {
             break;
         }
         assert!(Instant::now() < deadline, "items never came back");
@@ -281,14 +332,30 @@ fn under_traffic(cluster: &Cluster, during: impl FnOnce()) -> Ledger {
                 .query(redis::cmd("VTRR.ACK").arg(QUEUE).arg(&id).arg(&token))
                 .expect("ACK");
             assert_eq!(int(acked), 1);
-            ledger.on_ack(&id);
+            ledger.on_ack(&id, true);
         }
     }
     Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap()
 }
 
+/// Nothing queued, leased or delayed.
+fn drained(client: &mut ClusterClient) -> bool {
+    let reply = client
+        .query(redis::cmd("VTRR.STATS").arg(QUEUE))
+        .expect("STATS");
+    let stats: HashMap<String, Value> = redis::from_redis_value(reply).unwrap();
+    ["queued", "inflight", "delayed"]
+        .iter()
+        .all(|count| stats.get(*count) == Some(&Value::Int(0)))
+}
+
 /// Every promise of the issue, on the ledger and on the nodes.
-fn assert_nothing_lost_or_doubled(cluster: &Cluster, ledger: &Ledger, owner: usize, old: usize) {
+fn assert_nothing_lost_or_doubled(
+    cluster: &Cluster,
+    ledger: &Ledger,
+    owner: usize,
+    old: Option<usize>,
+) {
     assert!(
         ledger.violations.is_empty(),
         "{:#?}",
@@ -297,7 +364,7 @@ fn assert_nothing_lost_or_doubled(cluster: &Cluster, ledger: &Ledger, owner: usi
     let missing: Vec<&String> = ledger
         .enqueued
         .iter()
-        .filter(|id| !ledger.acked.contains_key(*id))
+        .filter(|id| !ledger.done(id))
         .collect();
     assert!(missing.is_empty(), "never acked: {missing:?}");
     let mut con = cluster.con(owner);
@@ -307,12 +374,14 @@ fn assert_nothing_lost_or_doubled(cluster: &Cluster, ledger: &Ledger, owner: usi
     for count in ["queued", "inflight"] {
         assert_eq!(stats.get(count), Some(&Value::Int(0)), "{stats:?}");
     }
-    let slot = key_slot(QUEUE);
-    assert_eq!(
-        cluster.keys_in_slot(old, slot),
-        0,
-        "keys left on the old owner"
-    );
+    if let Some(old) = old {
+        let slot = key_slot(QUEUE);
+        assert_eq!(
+            cluster.keys_in_slot(old, slot),
+            0,
+            "keys left on the old owner"
+        );
+    }
 }
 
 /// Slot moves per test: 1, or `VTRR_SOAK_ROUNDS` (`make soak`).
@@ -332,12 +401,12 @@ fn timer_reclaimed(cluster: &Cluster, node: usize) -> i64 {
 
 #[test]
 fn a_legacy_reshard_under_traffic_completes_and_loses_or_doubles_nothing() {
-    let cluster = Cluster::start(2, 0, &["reclaim-interval-ms", "10"]);
+    let cluster = Cluster::start(2, &["reclaim-interval-ms", "10"]);
     let slot = key_slot(QUEUE);
     let rounds = soak_rounds();
     let first_owner = cluster.owner(0, slot);
     let mut owner = first_owner;
-    let ledger = under_traffic(&cluster, || {
+    let ledger = under_traffic(&cluster, false, || {
         for _ in 0..rounds {
             let to = 1 - owner;
             // One key per MIGRATE, 50 ms apart: traffic meets every split.
@@ -352,7 +421,7 @@ fn a_legacy_reshard_under_traffic_completes_and_loses_or_doubles_nothing() {
         ledger.acked.len(),
         ledger.redirects
     );
-    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, 1 - owner);
+    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, Some(1 - owner));
     assert!(
         ledger.redirects.ask + ledger.redirects.try_again > 0,
         "the traffic never met the migration: {:?}",
@@ -365,14 +434,14 @@ fn a_legacy_reshard_under_traffic_completes_and_loses_or_doubles_nothing() {
 
 #[test]
 fn an_atomic_slot_migration_under_traffic_loses_or_doubles_nothing() {
-    let cluster = Cluster::start(2, 0, &["reclaim-interval-ms", "10"]);
+    let cluster = Cluster::start(2, &["reclaim-interval-ms", "10"]);
     if !cluster.has_atomic_slot_migration() {
         eprintln!("skipped: this server has no CLUSTER MIGRATESLOTS (Valkey 9+)");
         return;
     }
     let slot = key_slot(QUEUE);
     let mut owner = cluster.owner(0, slot);
-    let ledger = under_traffic(&cluster, || {
+    let ledger = under_traffic(&cluster, false, || {
         for _ in 0..soak_rounds() * 2 {
             let to = 1 - owner;
             cluster.migrate_slot_atomic(slot, owner, to);
@@ -386,7 +455,72 @@ fn an_atomic_slot_migration_under_traffic_loses_or_doubles_nothing() {
         ledger.acked.len(),
         ledger.redirects
     );
-    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, 1 - owner);
+    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, Some(1 - owner));
     assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
     assert!(timer_reclaimed(&cluster, owner) > 0);
+}
+
+#[test]
+fn a_failover_under_traffic_keeps_confirmed_writes_and_leases_held_across_it() {
+    let slot = key_slot(QUEUE);
+    let master = Cluster::first_owner(3, slot);
+    let cluster = Cluster::start_with(3, 1, master, &["reclaim-interval-ms", "10"], &[]);
+    let replica = 3;
+    // Leases this test holds across the failover, on a queue of the same
+    // slot that no worker touches.
+    let held = "held{q}";
+    let mut con = cluster.con(master);
+    for i in 0..30 {
+        enqueue_one(&mut con, held, &format!("p{i}"), &format!("h{i}"), "H");
+    }
+    let long: Vec<Lease> = (0..20)
+        .map(|_| lease(&mut con, held, 20_000).unwrap())
+        .collect();
+    let short: Vec<Lease> = (0..10)
+        .map(|_| lease(&mut con, held, 2_000).unwrap())
+        .collect();
+    wait_replicated(&mut con);
+
+    let ledger = under_traffic(&cluster, true, || {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query(&mut cluster.con(replica))
+            .unwrap();
+        wait_until(Duration::from_secs(20), "the replica took over", || {
+            cluster.is_master(replica)
+        });
+        cluster.wait_owner(slot, replica);
+    });
+    eprintln!(
+        "leases {}, acked {} (+{} unconfirmed), enqueued {} (+{} unconfirmed), redirects {:?}",
+        ledger.leases,
+        ledger.acked.len(),
+        ledger.maybe_acked.len(),
+        ledger.enqueued.len(),
+        ledger.maybe_enqueued.len(),
+        ledger.redirects
+    );
+    assert_nothing_lost_or_doubled(&cluster, &ledger, replica, None);
+    assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
+
+    // On the new master the long leases still renew and ack...
+    let mut con = cluster.con(replica);
+    for (i, (id, _, token, _)) in long.iter().enumerate() {
+        if i % 2 == 0 {
+            assert_eq!(renew(&mut con, held, id, token, 20_000), 1);
+        }
+        assert_eq!(ack(&mut con, held, id, token), 1);
+    }
+    // ...and its timer alone brings the short ones back.
+    wait_until(Duration::from_secs(10), "short leases reclaimed", || {
+        stats(&mut con, held).get("inflight") == Some(&Value::Int(0))
+    });
+    let view = stats(&mut con, held);
+    assert_eq!(view.get("queued"), Some(&Value::Int(10)), "{view:?}");
+    for (id, _, token, _) in &short {
+        assert_eq!(ack(&mut con, held, id, token), 0, "an expired lease acked");
+    }
+    assert!(timer_reclaimed(&cluster, replica) >= 10);
+    let anomalies: Vec<String> = redis::cmd("VTRR.CHECK").arg(held).query(&mut con).unwrap();
+    assert!(anomalies.is_empty(), "{anomalies:?}");
 }

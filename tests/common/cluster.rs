@@ -50,15 +50,18 @@ fn cluster_args() -> Vec<&'static str> {
 }
 
 impl Cluster {
-    /// `masters` masters sharing the slots evenly, plus `replicas` replicas
-    /// of the first master; the module loaded everywhere with `module_args`.
-    pub fn start(masters: usize, replicas: usize, module_args: &[&str]) -> Cluster {
-        Cluster::start_with(masters, replicas, module_args, &[])
+    /// `masters` masters sharing the slots evenly, the module loaded
+    /// everywhere with `module_args`.
+    pub fn start(masters: usize, module_args: &[&str]) -> Cluster {
+        Cluster::start_with(masters, 0, 0, module_args, &[])
     }
 
+    /// As `start`, plus `replicas` replicas of master `replicated`, and
+    /// `extra` server arguments on every node.
     pub fn start_with(
         masters: usize,
         replicas: usize,
+        replicated: usize,
         module_args: &[&str],
         extra: &[&str],
     ) -> Cluster {
@@ -109,7 +112,7 @@ impl Cluster {
         for r in masters..masters + replicas {
             let _: () = redis::cmd("CLUSTER")
                 .arg("REPLICATE")
-                .arg(&cluster.ids[0])
+                .arg(&cluster.ids[replicated])
                 .query(&mut cluster.con(r))
                 .unwrap();
         }
@@ -166,6 +169,11 @@ impl Cluster {
             });
             assert!(agreed, "node {n} does not see node {owner} own slot {slot}");
         }
+    }
+
+    /// The master (index) a fresh cluster of `masters` gives `slot`.
+    pub fn first_owner(masters: usize, slot: u16) -> usize {
+        (usize::from(slot) / (SLOTS as usize / masters)).min(masters - 1)
     }
 
     /// The index of the node `node` reports as the owner of `slot`.
@@ -360,6 +368,9 @@ impl ClusterClient {
     }
 
     /// The reply, following redirects for up to 30 s; other errors return.
+    /// A closed connection (a demoted master drops its clients) is
+    /// forgotten and its error returned: the command may or may not have
+    /// run, which only the caller can judge.
     pub fn query(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut asking_port = None;
@@ -374,6 +385,10 @@ impl ClusterClient {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
             };
+            if error.is_io_error() || error.is_connection_dropped() {
+                self.connections.remove(&port);
+                return Err(error);
+            }
             assert!(
                 Instant::now() < deadline,
                 "still redirected after 30 s: {error}"
@@ -391,9 +406,26 @@ impl ClusterClient {
                     self.redirects.try_again += 1;
                     std::thread::sleep(Duration::from_millis(5));
                 }
+                // A failover in progress: wait for the new topology.
+                ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 _ => return Err(error),
             }
         }
+    }
+}
+
+impl ClusterClient {
+    /// `WAIT 1` on the node that served the last command: whether one
+    /// replica has everything written so far.
+    pub fn replicated(&mut self) -> bool {
+        let port = self.owner_port;
+        let acked: redis::RedisResult<i64> = redis::cmd("WAIT")
+            .arg(1)
+            .arg(2_000)
+            .query(self.connection(port));
+        acked.is_ok_and(|n| n >= 1)
     }
 }
 
