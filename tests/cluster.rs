@@ -524,3 +524,68 @@ fn a_failover_under_traffic_keeps_confirmed_writes_and_leases_held_across_it() {
     let anomalies: Vec<String> = redis::cmd("VTRR.CHECK").arg(held).query(&mut con).unwrap();
     assert!(anomalies.is_empty(), "{anomalies:?}");
 }
+
+/// The README's worker (`examples/worker.py`) with redis-py's RedisCluster,
+/// two of them, through a legacy reshard of their queue's slot while more
+/// items arrive: each item processed once, with its payload.
+#[test]
+fn redis_py_cluster_workers_process_every_item_once_through_a_reshard() {
+    let cluster = Cluster::start(2, &["reclaim-interval-ms", "10"]);
+    let slot = key_slot(QUEUE);
+    let owner = cluster.owner(0, slot);
+    let ledger = Mutex::new(Ledger::default());
+    let mut producer = ClusterClient::new(&cluster, 0);
+    enqueue_batch(&mut producer, &ledger, "before-", 0, 400);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/worker.py");
+    let workers: Vec<std::process::Child> = (0..2)
+        .map(|w| {
+            std::process::Command::new("python3")
+                .arg(script)
+                .env("VTRR_URL", format!("redis://127.0.0.1:{}", cluster.nodes[w].port))
+                .env("VTRR_CLUSTER", "1")
+                .env("VTRR_QUEUE", QUEUE)
+                .env("VTRR_EXIT_WHEN_IDLE", "1")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3 with redis-py (make deps installs it)")
+        })
+        .collect();
+    // Items keep arriving while the slot moves one key at a time.
+    let moving = AtomicBool::new(true);
+    thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut n = 0;
+            while moving.load(Ordering::Relaxed) {
+                enqueue_batch(&mut producer, &ledger, "during-", n, 10);
+                n += 10;
+                thread::sleep(Duration::from_millis(5));
+            }
+        });
+        cluster.migrate_slot_legacy(slot, owner, 1 - owner, 1, Duration::from_millis(50));
+        moving.store(false, Ordering::Relaxed);
+    });
+    let mut processed: HashMap<String, u32> = HashMap::new();
+    for worker in workers {
+        let output = worker.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "worker failed:\n{stderr}");
+        assert!(stderr.is_empty(), "{stderr}");
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            let mut words = line.split_whitespace().skip(1);
+            let (id, payload) = (words.next().unwrap(), words.next().unwrap());
+            assert_eq!(payload.as_bytes(), payload_of(id), "{line}");
+            *processed.entry(id.to_string()).or_default() += 1;
+        }
+    }
+    let ledger = ledger.into_inner().unwrap();
+    assert!(ledger.enqueued.len() > 400);
+    for id in &ledger.enqueued {
+        assert_eq!(processed.get(id), Some(&1), "{id} processed {:?} times", processed.get(id));
+    }
+    assert_eq!(processed.len(), ledger.enqueued.len());
+    let mut con = cluster.con(1 - owner);
+    let anomalies: Vec<String> = redis::cmd("VTRR.CHECK").arg(QUEUE).query(&mut con).unwrap();
+    assert!(anomalies.is_empty(), "{anomalies:?}");
+    assert_eq!(cluster.keys_in_slot(owner, slot), 0);
+}
