@@ -10,6 +10,7 @@ mod nack;
 mod properties;
 mod reclaim;
 mod scoring;
+mod sharding;
 
 use crate::core::*;
 use crate::store::memory::MemoryStore;
