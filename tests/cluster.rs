@@ -541,7 +541,10 @@ fn redis_py_cluster_workers_process_every_item_once_through_a_reshard() {
         .map(|w| {
             std::process::Command::new("python3")
                 .arg(script)
-                .env("VTRR_URL", format!("redis://127.0.0.1:{}", cluster.nodes[w].port))
+                .env(
+                    "VTRR_URL",
+                    format!("redis://127.0.0.1:{}", cluster.nodes[w].port),
+                )
                 .env("VTRR_CLUSTER", "1")
                 .env("VTRR_QUEUE", QUEUE)
                 .env("VTRR_EXIT_WHEN_IDLE", "1")
@@ -581,7 +584,12 @@ fn redis_py_cluster_workers_process_every_item_once_through_a_reshard() {
     let ledger = ledger.into_inner().unwrap();
     assert!(ledger.enqueued.len() > 400);
     for id in &ledger.enqueued {
-        assert_eq!(processed.get(id), Some(&1), "{id} processed {:?} times", processed.get(id));
+        assert_eq!(
+            processed.get(id),
+            Some(&1),
+            "{id} processed {:?} times",
+            processed.get(id)
+        );
     }
     assert_eq!(processed.len(), ledger.enqueued.len());
     let mut con = cluster.con(1 - owner);
