@@ -5,7 +5,7 @@ MODULE_RELEASE := target/release/libvtrr.so
 APT_PACKAGES   := redis-server redis-tools libclang-dev valgrind
 PORT           ?= 6379
 
-.PHONY: help deps build release lint unit integration test test-matrix fuzz bench bench-instructions run clean
+.PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions run clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ bench-instructions: release ## Instructions per operation, each system, counted 
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
 	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture
+
+soak: build ## Cluster soak: the queue's slot moved ROUNDS times each way under traffic (ROUNDS=20; SERVER=path for another server)
+	VTRR_SOAK_ROUNDS=$${ROUNDS:-20} VTRR_REDIS_SERVER=$${SERVER:-redis-server} cargo test --test cluster -- --nocapture
 
 run: release ## Start redis-server in the foreground with the module (redis.conf.example)
 	@if redis-cli -p $(PORT) ping >/dev/null 2>&1; then \

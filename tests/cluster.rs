@@ -597,3 +597,29 @@ fn redis_py_cluster_workers_process_every_item_once_through_a_reshard() {
     assert!(anomalies.is_empty(), "{anomalies:?}");
     assert_eq!(cluster.keys_in_slot(owner, slot), 0);
 }
+
+/// A LEASE blocked forever on the old owner is not left waiting on a queue
+/// that has moved: it gets MOVED when the slot leaves.
+#[test]
+fn a_lease_blocked_on_the_old_owner_is_redirected_when_the_slot_leaves() {
+    let cluster = Cluster::start(2, &["reclaim-interval-ms", "10"]);
+    let slot = key_slot(QUEUE);
+    let owner = cluster.owner(0, slot);
+    let mut con = cluster.con(owner);
+    enqueue_one(&mut con, QUEUE, "p", "a", "A");
+    let (id, _, token, _) = lease(&mut con, QUEUE, 60_000).unwrap();
+    assert_eq!(ack(&mut con, QUEUE, &id, &token), 1);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let mut waiter = cluster.con(owner);
+    thread::spawn(move || {
+        let reply = lease_block_cmd(QUEUE, 60_000, 0).query::<Value>(&mut waiter);
+        let _ = sender.send(reply);
+    });
+    wait_blocked(&mut con, 1);
+    cluster.migrate_slot_legacy(slot, owner, 1 - owner, 10, Duration::ZERO);
+    let reply = receiver
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the blocked LEASE was left waiting");
+    let error = reply.expect_err("no item to lease");
+    assert_eq!(error.code(), Some("MOVED"), "{error}");
+}
