@@ -1,7 +1,10 @@
 //! Module configs (`vtrr.<name>`), settable as loadmodule arguments, in
 //! redis.conf and with CONFIG SET. Bounds live beside the values they bound.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+
+use redis_module::configuration::{ConfigurationContext, ConfigurationValue};
+use redis_module::RedisError;
 use std::time::Duration;
 
 pub const RECLAIM_INTERVAL_MS_DEFAULT: i64 = 1000;
@@ -38,4 +41,39 @@ pub fn reclaim_batch() -> usize {
 
 pub fn timer_budget() -> Duration {
     Duration::from_micros(TIMER_BUDGET_US.load(Ordering::Relaxed).max(1) as u64)
+}
+
+redis_module::enum_configuration! {
+    /// `vtrr.replication`: what a write propagates to replicas and the AOF.
+    #[allow(non_camel_case_types)]
+    #[derive(PartialEq, Eq, Debug)]
+    pub enum Replication {
+        /// One command per call: ENQUEUE and ACK as sent, time-dependent
+        /// calls as `VTRR.APPLY` with the clock reading, limit and tokens
+        /// they used. Replicas and AOF loading need the module.
+        commands = 0,
+        /// The plain writes (ZADD, HSET, ...): replicas and AOF files load
+        /// without the module.
+        effects = 1,
+    }
+}
+
+/// Where `vtrr.replication` lives: an atomic, read by every write.
+pub struct ReplicationSetting(AtomicI32);
+
+pub static REPLICATION: ReplicationSetting = ReplicationSetting(AtomicI32::new(0));
+pub const REPLICATION_DEFAULT: Replication = Replication::commands;
+
+impl ConfigurationValue<Replication> for ReplicationSetting {
+    fn get(&self, _ctx: &ConfigurationContext) -> Replication {
+        replication()
+    }
+    fn set(&self, _ctx: &ConfigurationContext, value: Replication) -> Result<(), RedisError> {
+        self.0.store(value.into(), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+pub fn replication() -> Replication {
+    Replication::try_from(REPLICATION.0.load(Ordering::Relaxed)).unwrap_or(REPLICATION_DEFAULT)
 }

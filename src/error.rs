@@ -109,6 +109,24 @@ pub fn open(error: &OpenError) -> RedisError {
     }
 }
 
+/// An internal command sent by a client.
+pub fn internal_command(command: &str) -> RedisError {
+    err(format!(
+        "ERR {command} is internal: only a master's replication stream or the AOF may send it"
+    ))
+}
+
+pub fn apply_version(version: &str) -> RedisError {
+    err(format!(
+        "ERR VTRR.APPLY version {version} is not one this module reads ({}): upgrade the module on this server (replicas before their master)",
+        crate::replay::VERSION
+    ))
+}
+
+pub fn apply_malformed(why: &str) -> RedisError {
+    err(format!("ERR VTRR.APPLY malformed: {why}"))
+}
+
 pub fn cluster_needs_hash_tag() -> RedisError {
     err("ERR in cluster mode the queue name must contain a hash tag, like {files}, so all its keys share one slot".into())
 }

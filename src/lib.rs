@@ -11,6 +11,7 @@ pub mod info;
 pub mod keys;
 pub mod limits;
 pub mod ops;
+pub mod replay;
 pub mod store;
 pub mod timer;
 
@@ -22,7 +23,7 @@ use redis_module_macros::{
     role_changed_event_handler,
 };
 
-use commands::{cancel, dead_letter, enqueue, lease, reclaim, stats, tenants, Command};
+use commands::{apply, cancel, dead_letter, enqueue, lease, reclaim, stats, tenants, Command};
 use store::command_info;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -111,7 +112,9 @@ macro_rules! register {
         ],
         string: [],
         bool: [],
-        enum: [],
+        enum: [
+            ["replication", &config::REPLICATION, config::REPLICATION_DEFAULT, ConfigurationFlags::DEFAULT, None],
+        ],
         module_args_as_configuration: true,
     ]
 }
@@ -137,4 +140,5 @@ register!(
     tenants::RESUME,
     tenants::PARTITIONS,
     tenants::RECOUNT,
+    apply::APPLY,
 );

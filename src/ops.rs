@@ -8,13 +8,15 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError};
 
+use crate::config::Replication;
 use crate::core::partitions::Record;
 use crate::core::{
     self, check, Anomaly, DeadItem, Due, LeaseRequest, Leased, LimitChange, Nack, Nacked, NewItem,
     PartitionView, Policy, PolicyChange, Stats,
 };
 use crate::keys::QueueKey;
-use crate::store::redis::{Access, Caller, OpenError, RedisStore};
+use crate::replay::{Apply, Operation};
+use crate::store::redis::{Access, Caller, OpenError, Propagate, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
 use crate::store::{Store, ZsetKey};
 use crate::timer::index::with_index;
@@ -147,6 +149,45 @@ fn core_error(queue: &[u8]) -> impl Fn(core::CoreError) -> RedisError + '_ {
     move |e| error::core(&e, queue)
 }
 
+/// When a time-dependent operation runs, and the lease tokens it draws: the
+/// server's clock and fresh tokens, or the master's (`VTRR.APPLY`).
+pub struct Moment<'a> {
+    pub now_ms: i64,
+    replayed_tokens: Option<&'a [&'a [u8]]>,
+}
+
+impl<'a> Moment<'a> {
+    pub fn now() -> Moment<'static> {
+        Moment {
+            now_ms: now_ms(),
+            replayed_tokens: None,
+        }
+    }
+
+    /// As the master ran it: its clock reading and the tokens it drew.
+    pub fn replayed(now_ms: i64, tokens: &'a [&'a [u8]]) -> Moment<'a> {
+        Moment {
+            now_ms,
+            replayed_tokens: Some(tokens),
+        }
+    }
+}
+
+/// How a time-dependent call propagates: as `VTRR.APPLY` with what it used,
+/// or as its effects in `vtrr.replication effects` mode.
+fn applied<'a>(queue: &[u8], now_ms: i64, operation: impl FnOnce() -> Operation<'a>) -> Propagate {
+    match config::replication() {
+        Replication::effects => Propagate::Effects,
+        Replication::commands => Propagate::Apply(
+            Apply {
+                now_ms,
+                operation: operation(),
+            }
+            .to_args(queue),
+        ),
+    }
+}
+
 /// The one hook to the timer: something of `queue` (in the context's
 /// database) falls due at `due_ms`.
 fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
@@ -158,32 +199,40 @@ fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
 pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64, RedisError> {
     let mut store = open(ctx, Caller::Client, queue, &ENQUEUE_KEYS, Access::Write)?;
     let outcome = core::enqueue(&mut store, items).map_err(core_error(queue))?;
-    store.commit(c"vtrr.enqueue");
+    // Deterministic: the same call on the same keys writes the same.
+    store.commit(c"vtrr.enqueue", Propagate::Verbatim);
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
     info::add(&info::ENQUEUED, outcome.added);
     Ok(outcome.added)
 }
 
-/// `VTRR.DEFER`: the number of items added, leasable `delay_ms` from now.
+/// `VTRR.DEFER`: the number of items added, leasable at `due_ms`.
 pub fn defer(
     ctx: &Context,
     queue: &[u8],
-    delay_ms: i64,
+    at: &Moment,
+    due_ms: i64,
     items: &[NewItem<'_>],
 ) -> Result<u64, RedisError> {
-    let now = now_ms();
-    let due_ms = now.saturating_add(delay_ms);
+    let now = at.now_ms;
+    let delayed = due_ms > now;
     let mut store = open(ctx, Caller::Client, queue, &DEFER_KEYS, Access::Write)?;
     let outcome = core::defer(&mut store, now, due_ms, items).map_err(core_error(queue))?;
-    store.commit(if delay_ms > 0 {
-        c"vtrr.defer"
-    } else {
-        c"vtrr.enqueue"
-    });
+    store.commit(
+        if delayed {
+            c"vtrr.defer"
+        } else {
+            c"vtrr.enqueue"
+        },
+        applied(queue, now, || Operation::Defer {
+            due_ms,
+            items: items.to_vec(),
+        }),
+    );
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
-    if delay_ms > 0 {
+    if delayed {
         info::add(&info::DEFERRED, outcome.added);
         if outcome.added > 0 {
             watch(ctx, queue, due_ms);
@@ -199,19 +248,37 @@ pub fn defer(
 pub fn lease(
     ctx: &Context,
     queue: &[u8],
+    at: &Moment,
     lease_ms: i64,
     count: usize,
+    due_limit: usize,
     with_counters: bool,
 ) -> Result<Vec<Leased>, RedisError> {
     let request = LeaseRequest {
-        now_ms: now_ms(),
+        now_ms: at.now_ms,
         lease_ms,
         count,
-        due_limit: config::reclaim_batch(),
+        due_limit,
         with_counters,
     };
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
-    let outcome = core::lease(&mut store, &request, new_token).map_err(core_error(queue))?;
+    let mut replayed = at.replayed_tokens.map(|tokens| tokens.iter());
+    let mut diverged = false;
+    let draw = || match replayed.as_mut() {
+        None => new_token(),
+        Some(tokens) => tokens.next().map(|t| t.to_vec()).unwrap_or_else(|| {
+            diverged = true;
+            new_token()
+        }),
+    };
+    let outcome = core::lease(&mut store, &request, draw).map_err(core_error(queue))?;
+    if diverged || replayed.is_some_and(|mut left| left.next().is_some()) {
+        ctx.log_warning(&format!(
+            "vtrr: replaying a LEASE of queue {} leased {} items where the master leased another number: this server's copy differs from its master's",
+            String::from_utf8_lossy(queue),
+            outcome.leased.len()
+        ));
+    }
     let event = if outcome.leased.is_empty() {
         due_event(&outcome.due)
     } else {
@@ -226,7 +293,15 @@ pub fn lease(
         c"vtrr.lease"
     };
     notify_dead(&store, &outcome.due, event);
-    store.commit(event);
+    store.commit(
+        event,
+        applied(queue, request.now_ms, || Operation::Lease {
+            lease_ms,
+            count,
+            due_limit,
+            tokens: outcome.leased.iter().map(|l| l.token.as_slice()).collect(),
+        }),
+    );
     drop(store);
     if outcome.skipped_enough {
         // It stopped early: the timer goes on parking within its time
@@ -248,7 +323,7 @@ pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64,
     let mut store = open(ctx, Caller::Client, queue, &ACK_KEYS, Access::Write)?;
     let mut anomalies = Vec::new();
     let acked = core::ack(&mut store, pairs, &mut anomalies);
-    store.commit(c"vtrr.ack");
+    store.commit(c"vtrr.ack", Propagate::Verbatim);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     info::add(&info::ACKED, acked);
@@ -261,14 +336,22 @@ pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64,
 pub fn renew(
     ctx: &Context,
     queue: &[u8],
+    at: &Moment,
     id: &[u8],
     token: &[u8],
     lease_ms: i64,
 ) -> Result<bool, RedisError> {
-    let now = now_ms();
+    let now = at.now_ms;
     let mut store = open(ctx, Caller::Client, queue, &RENEW_KEYS, Access::Write)?;
     let renewed = core::renew(&mut store, id, token, now, lease_ms);
-    store.commit(c"vtrr.renew");
+    store.commit(
+        c"vtrr.renew",
+        applied(queue, now, || Operation::Renew {
+            id,
+            token,
+            lease_ms,
+        }),
+    );
     drop(store);
     if renewed {
         info::add(&info::RENEWED, 1);
@@ -282,11 +365,12 @@ pub fn renew(
 pub fn nack(
     ctx: &Context,
     queue: &[u8],
+    at: &Moment,
     id: &[u8],
     token: &[u8],
     how: Nack,
 ) -> Result<Option<Nacked>, RedisError> {
-    let now = now_ms();
+    let now = at.now_ms;
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let mut anomalies = Vec::new();
     let nacked =
@@ -294,7 +378,10 @@ pub fn nack(
     if matches!(nacked, Some(Nacked::Dead(_))) {
         store.notify(DEAD_EVENT);
     }
-    store.commit(c"vtrr.nack");
+    store.commit(
+        c"vtrr.nack",
+        applied(queue, now, || Operation::Nack { id, token, how }),
+    );
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     match nacked {
@@ -312,12 +399,15 @@ pub fn nack(
 }
 
 /// `VTRR.RECLAIM`: takes back up to `limit` leases of `queue` expired now.
-pub fn reclaim(ctx: &Context, queue: &[u8], limit: usize) -> Result<u64, RedisError> {
-    let now = now_ms();
+pub fn reclaim(ctx: &Context, queue: &[u8], at: &Moment, limit: usize) -> Result<u64, RedisError> {
+    let now = at.now_ms;
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let outcome = core::reclaim(&mut store, now, limit).map_err(core_error(queue))?;
     notify_dead(&store, &outcome, c"vtrr.reclaim");
-    store.commit(c"vtrr.reclaim");
+    store.commit(
+        c"vtrr.reclaim",
+        applied(queue, now, || Operation::Reclaim { limit }),
+    );
     drop(store);
     count_due(ctx, queue, &outcome);
     Ok(outcome.reclaimed)
@@ -341,7 +431,7 @@ pub fn run_due(
     let outcome = core::run_due(&mut store, now_ms, limit).map_err(core_error(queue))?;
     let event = due_event(&outcome);
     notify_dead(&store, &outcome, event);
-    store.commit(event);
+    store.commit(event, applied(queue, now_ms, || Operation::Due { limit }));
     if outcome.parked > 0 {
         // What it parked may have uncovered servable items.
         store.signal_ready();
@@ -383,7 +473,7 @@ pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Resu
     let mut store = open(ctx, Caller::Client, queue, keys, Access::Write)?;
     let mut anomalies = Vec::new();
     core::set_policy(&mut store, changes, &mut anomalies).map_err(core_error(queue))?;
-    store.commit(c"vtrr.policy");
+    store.commit(c"vtrr.policy", Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     Ok(())
@@ -399,7 +489,7 @@ fn control<T>(
     let mut store = open(ctx, Caller::Client, queue, &CONTROL_KEYS, Access::Write)?;
     let mut anomalies = Vec::new();
     let result = change(&mut store, &mut anomalies).map_err(core_error(queue))?;
-    store.commit(event);
+    store.commit(event, Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     Ok(result)
@@ -476,7 +566,7 @@ pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let mut anomalies = Vec::new();
     let changed = core::recount(&mut store, &mut anomalies);
-    store.commit(c"vtrr.recount");
+    store.commit(c"vtrr.recount", Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     Ok(changed)
@@ -492,7 +582,7 @@ pub fn dead_items(ctx: &Context, queue: &[u8], count: usize) -> Result<Vec<DeadI
 pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let outcome = core::revive(&mut store, ids).map_err(core_error(queue))?;
-    store.commit(c"vtrr.revive");
+    store.commit(c"vtrr.revive", Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
     info::add(&info::REVIVED, outcome.count);
@@ -504,7 +594,7 @@ pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
     let mut store = open(ctx, Caller::Client, queue, &CANCEL_KEYS, Access::Write)?;
     let mut anomalies = Vec::new();
     let cancelled = core::cancel(&mut store, ids, &mut anomalies);
-    store.commit(c"vtrr.cancel");
+    store.commit(c"vtrr.cancel", Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     info::add(&info::CANCELLED, cancelled);

@@ -235,6 +235,9 @@ fn commands_declare_arity_flags_and_key_position() {
         ("vtrr.resume", 3, vec!["write", "module", "fast"]),
         ("vtrr.partitions", -2, vec!["readonly", "module"]),
         ("vtrr.recount", 2, vec!["write", "module"]),
+        // Internal (vtrr.replication commands); not deny-oom: a replica
+        // applies what its master did.
+        ("vtrr.apply", -5, vec!["write", "module"]),
     ];
     let listed: Vec<&str> = expected.iter().map(|(name, _, _)| *name).collect();
     for (name, arity, flags) in expected {
@@ -1100,4 +1103,43 @@ fn tenant_commands_work_inside_multi_and_lua() {
         ]
     );
     assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn a_client_cannot_send_the_internal_apply_command() {
+    let (_server, mut con, _token) = queue_in_every_state_on_a_quiet_server();
+    let before = dump_all(&mut con);
+    for words in [
+        &["VTRR.APPLY", "q", "1", "DUE", "1", "16"][..],
+        &[
+            "VTRR.APPLY",
+            "q",
+            "1",
+            "LEASE",
+            "99999999999999",
+            "1000",
+            "1",
+            "16",
+            "t",
+        ],
+        &["VTRR.APPLY", "q", "2", "DUE", "1", "16"],
+    ] {
+        assert_eq!(
+            error_of(command(words).query(&mut con)),
+            "ERR VTRR.APPLY is internal: only a master's replication stream or the AOF may send it",
+            "{words:?}"
+        );
+        // Not from a script or a transaction either.
+        let script = format!(
+            "return redis.call({})",
+            words
+                .iter()
+                .map(|w| format!("'{w}'"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let error = error_of(redis::cmd("EVAL").arg(script).arg(0).query(&mut con));
+        assert!(error.contains("VTRR.APPLY is internal"), "{error}");
+    }
+    assert_eq!(dump_all(&mut con), before);
 }

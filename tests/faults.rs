@@ -58,9 +58,10 @@ type Step = fn(&mut Connection, &mut Rng, u64, &Mutex<Outcomes>) -> Result<(), S
 
 /// A server with its timer on that fsyncs every write before the reply
 /// (`appendfsync always`): a reply means the write survives kill -9.
-fn durable_server() -> Server {
+/// `mode` is the `vtrr.replication` mode: what the AOF holds.
+fn durable_server(mode: &str) -> Server {
     Server::builder()
-        .module_args(&["reclaim-interval-ms", "20"])
+        .module_args(&["reclaim-interval-ms", "20", "replication", mode])
         .args(&["--appendonly", "yes", "--appendfsync", "always"])
         .spawn()
 }
@@ -150,8 +151,17 @@ fn crash_step(
 }
 
 #[test]
-fn kill_9_mid_workload_loses_and_duplicates_nothing() {
-    let mut server = durable_server();
+fn kill_9_mid_workload_loses_and_duplicates_nothing_in_commands_mode() {
+    kill_9_mid_workload_loses_and_duplicates_nothing("commands");
+}
+
+#[test]
+fn kill_9_mid_workload_loses_and_duplicates_nothing_in_effects_mode() {
+    kill_9_mid_workload_loses_and_duplicates_nothing("effects");
+}
+
+fn kill_9_mid_workload_loses_and_duplicates_nothing(mode: &str) {
+    let mut server = durable_server(mode);
     let (outcomes, stop, worker) = start_workload(&server, crash_step);
     // appendfsync always makes every write wait for the disk: let the
     // workload get going, then kill at an arbitrary point.
@@ -351,8 +361,17 @@ const PAUSED: &str = "p5";
 const CAPPED: &str = "p6";
 
 #[test]
-fn kill_9_with_items_in_every_state_loses_nothing() {
-    let mut server = durable_server();
+fn kill_9_with_items_in_every_state_loses_nothing_in_commands_mode() {
+    kill_9_with_items_in_every_state_loses_nothing("commands");
+}
+
+#[test]
+fn kill_9_with_items_in_every_state_loses_nothing_in_effects_mode() {
+    kill_9_with_items_in_every_state_loses_nothing("effects");
+}
+
+fn kill_9_with_items_in_every_state_loses_nothing(mode: &str) {
+    let mut server = durable_server(mode);
     let mut con = server.connect();
     set_policy(&mut con, LIFE, &["MAX-TIMEOUTS", "1", "MAX-NACKS", "2"]);
     let paused: i64 = command(&["VTRR.PAUSE", LIFE, PAUSED])

@@ -692,9 +692,40 @@ fn assert_replica_timer_wrote_nothing(r: &mut Connection) {
     );
 }
 
+/// `INFO commandstats` calls of `command` (lowercase) on `con`.
+fn calls_of(con: &mut Connection, command: &str) -> i64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
 #[test]
-fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
-    let master = timed_server("50");
+fn a_replica_with_the_module_ends_identical_in_commands_mode() {
+    let replica = replica_with_the_module_ends_identical("commands");
+    // One command per call reached it: no effects but the Lua scripts'.
+    let mut r = replica.connect();
+    assert!(calls_of(&mut r, "vtrr.apply") > 0);
+    assert!(calls_of(&mut r, "vtrr.ack") > 0);
+}
+
+#[test]
+fn a_replica_with_the_module_ends_identical_in_effects_mode() {
+    let replica = replica_with_the_module_ends_identical("effects");
+    let mut r = replica.connect();
+    assert_eq!(calls_of(&mut r, "vtrr.apply"), 0);
+    assert_eq!(calls_of(&mut r, "vtrr.ack"), 0);
+}
+
+/// A master in `vtrr.replication <mode>` and its replica with the module
+/// end with the same contents after both workloads, timer runs included;
+/// the replica's timer never writes. Returns the replica.
+fn replica_with_the_module_ends_identical(mode: &str) -> Server {
+    let master = Server::builder()
+        .module_args(&["reclaim-interval-ms", "50", "replication", mode])
+        .spawn();
     let replica = timed_server("10");
     attach_replica(&replica, &master);
     let mut m = master.connect();
@@ -733,11 +764,15 @@ fn a_replica_with_the_module_ends_identical_and_its_timer_never_writes() {
         on_master["vtrr_timer_items_promoted"] >= promoted_before + 20,
         "master timer did not promote the late items"
     );
+    replica
 }
 
 #[test]
 fn a_replica_without_the_module_ends_identical() {
-    let master = timed_server("50");
+    // What `vtrr.replication effects` is for.
+    let master = Server::builder()
+        .module_args(&["reclaim-interval-ms", "50", "replication", "effects"])
+        .spawn();
     let replica = Server::builder().without_module().spawn();
     attach_replica(&replica, &master);
     let mut m = master.connect();
@@ -750,9 +785,18 @@ fn a_replica_without_the_module_ends_identical() {
 }
 
 #[test]
-fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
+fn aof_and_rdb_reloads_give_back_the_same_state_in_commands_mode() {
+    aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack("commands");
+}
+
+#[test]
+fn aof_and_rdb_reloads_give_back_the_same_state_in_effects_mode() {
+    aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack("effects");
+}
+
+fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack(mode: &str) {
     let mut server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "0"])
+        .module_args(&["reclaim-interval-ms", "0", "replication", mode])
         .args(&["--appendonly", "yes", "--appendfsync", "always"])
         .spawn();
     let mut con = server.connect();
@@ -775,7 +819,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack() {
     assert_all_keys_present_and_large(&mut con, "durable");
     let before = contents_all(&mut con);
 
-    // From the AOF (commands as effects).
+    // From the AOF.
     server.kill();
     server.restart();
     let mut con = server.connect();
@@ -887,4 +931,45 @@ fn a_promoted_replica_promotes_due_delayed_items() {
         },
     );
     assert_invariants(&mut r, "q");
+}
+
+/// An AOF written by a newer module (a `VTRR.APPLY` version this one does
+/// not read) is not applied as if it were understood: the server says so
+/// in its log, and applies nothing of that command.
+#[test]
+fn an_apply_of_an_unknown_version_is_refused_loudly() {
+    let mut server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .args(&["--appendonly", "yes", "--appendfsync", "always"])
+        .spawn();
+    let mut con = server.connect();
+    enqueue_one(&mut con, "q", "p", "a", "A");
+    lease(&mut con, "q", 1).unwrap();
+    std::thread::sleep(Duration::from_millis(10));
+    let before = contents_all(&mut con);
+    server.stop(false);
+    // What a newer master would write: the same reclaim, as version 2.
+    let dir = server.dir.join("appendonlydir");
+    let incr = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .unwrap();
+    let words = ["VTRR.APPLY", "q", "2", "RECLAIM", "99999999999999", "100"];
+    let mut resp = format!("*{}\r\n", words.len());
+    for word in words {
+        resp.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+    }
+    let mut aof = std::fs::OpenOptions::new().append(true).open(incr).unwrap();
+    std::io::Write::write_all(&mut aof, resp.as_bytes()).unwrap();
+    server.restart();
+    let mut con = server.connect();
+    assert_same_contents(&before, &contents_all(&mut con), "AOF reload");
+    assert!(
+        server.log().contains(
+            "vtrr: not applied to queue q: ERR VTRR.APPLY version 2 is not one this module reads (1)"
+        ),
+        "{}",
+        server.log()
+    );
 }

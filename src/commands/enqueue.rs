@@ -72,6 +72,7 @@ fn defer(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         error::delay_ms("delay-ms")
     })?;
     let items = items(&argv[3..])?;
-    let added = ops::defer(ctx, queue, delay_ms, &items)?;
+    let at = ops::Moment::now();
+    let added = ops::defer(ctx, queue, &at, at.now_ms.saturating_add(delay_ms), &items)?;
     Ok(RedisValue::Integer(added as i64))
 }

@@ -7,7 +7,7 @@ use crate::core::{Leased, Nack};
 use crate::keys::{key_name, QueueKey};
 use crate::store::blocking::{block_on_key, Waiter};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
-use crate::{error, limits, ops};
+use crate::{config, error, limits, ops};
 
 pub const LEASE: Command = Command {
     info: CommandInfo {
@@ -135,8 +135,10 @@ fn grant(ctx: &Context, request: &LeaseRequest) -> Result<Vec<Leased>, RedisErro
     ops::lease(
         ctx,
         &request.queue,
+        &ops::Moment::now(),
         request.lease_ms,
         request.count.unwrap_or(1),
+        config::reclaim_batch(),
         request.with_counters,
     )
 }
@@ -208,7 +210,14 @@ fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let queue = queue_name(ctx, &argv[1])?;
     let id = id(&argv[2])?;
     let lease_ms = args::lease_ms(&argv[4])?;
-    let renewed = ops::renew(ctx, queue, id, argv[3].as_slice(), lease_ms)?;
+    let renewed = ops::renew(
+        ctx,
+        queue,
+        &ops::Moment::now(),
+        id,
+        argv[3].as_slice(),
+        lease_ms,
+    )?;
     Ok(RedisValue::Integer(i64::from(renewed)))
 }
 
@@ -241,6 +250,6 @@ fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         (None, true) => Nack::Dead,
         (None, false) => Nack::Requeue,
     };
-    let nacked = ops::nack(ctx, queue, id, argv[3].as_slice(), how)?;
+    let nacked = ops::nack(ctx, queue, &ops::Moment::now(), id, argv[3].as_slice(), how)?;
     Ok(RedisValue::Integer(i64::from(nacked.is_some())))
 }

@@ -3,6 +3,7 @@
 //! metadata (name, flags, arity, summary, complexity) sits beside its
 //! handler, and registration reads it from there.
 
+pub mod apply;
 pub mod args;
 pub mod cancel;
 pub mod dead_letter;

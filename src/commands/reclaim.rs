@@ -34,6 +34,6 @@ fn reclaim(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             _ => return Err(error::syntax()),
         }
     }
-    let reclaimed = ops::reclaim(ctx, queue, limit)?;
+    let reclaimed = ops::reclaim(ctx, queue, &ops::Moment::now(), limit)?;
     Ok(RedisValue::Integer(reclaimed as i64))
 }

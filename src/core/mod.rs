@@ -87,7 +87,7 @@ pub struct Due {
 }
 
 /// One item to enqueue.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewItem<'a> {
     pub partition: &'a [u8],
     pub id: &'a [u8],

@@ -5,7 +5,7 @@
 use std::os::raw::c_int;
 use std::ptr;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, ContextFlags};
 
 use super::api::api;
 use super::redis::Access;
@@ -15,8 +15,16 @@ use super::strings::OwnedString;
 pub struct AclUser(*mut raw::RedisModuleUser);
 
 impl AclUser {
-    /// None in contexts without a client (the timer), where Redis itself acts.
+    /// None where Redis itself acts: the timer (no client), a master's
+    /// replication stream and AOF loading (clients without a user, whose
+    /// name `GetCurrentUserName` would dereference).
     pub fn of_caller(ctx: &Context) -> Option<AclUser> {
+        if ctx
+            .get_flags()
+            .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+        {
+            return None;
+        }
         // SAFETY: live context; the returned name is freed right after use,
         // the user is freed on drop.
         unsafe {

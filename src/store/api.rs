@@ -54,6 +54,7 @@ required!(
     RedisModule_OpenKey,
     RedisModule_RegisterCommandFilter,
     RedisModule_Replicate,
+    RedisModule_ReplicateVerbatim,
     RedisModule_RetainString,
     RedisModule_SelectDb,
     RedisModule_SetModuleOptions,

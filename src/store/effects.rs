@@ -1,8 +1,8 @@
 //! Effects replication: every write a store makes is recorded as the plain
 //! command that redoes it (ZADD, ZREM, HSET, HDEL, SET, DEL) and propagated
 //! at commit, so replicas and the AOF need no module and never re-run clock
-//! or random logic. This is the seam where another replication strategy
-//! would plug in.
+//! or random logic (`vtrr.replication effects`). In `commands` mode a call
+//! propagates one command instead: verbatim, or `VTRR.APPLY`.
 
 use std::ffi::CStr;
 use std::io::Write as _;
@@ -81,6 +81,11 @@ impl Effects {
         self.0.iter().any(|e| e.command == Command::Zadd)
     }
 
+    /// Drops the recorded effects (the call propagates as one command).
+    pub fn forget(&mut self) {
+        self.0.clear();
+    }
+
     /// Propagates the effects on `key` and forgets them.
     pub fn replicate(&mut self, ctx: &Context, key: &OwnedString) {
         let mut argv: SmallVec<[*mut raw::RedisModuleString; 8]> = SmallVec::new();
@@ -101,6 +106,30 @@ impl Effects {
             };
         }
     }
+}
+
+/// Propagates the calling client's command as it was sent.
+pub fn replicate_verbatim(ctx: &Context) {
+    // SAFETY: live command context.
+    unsafe { api!(RedisModule_ReplicateVerbatim)(ctx.ctx) };
+}
+
+/// Propagates `VTRR.APPLY <args...>`.
+pub fn replicate_apply(ctx: &Context, args: &[Vec<u8>]) {
+    let strings: SmallVec<[OwnedString; 12]> = args.iter().map(|a| OwnedString::new(a)).collect();
+    let mut argv: SmallVec<[*mut raw::RedisModuleString; 12]> =
+        strings.iter().map(|s| s.0).collect();
+    // SAFETY: live context; "v" takes an array of valid strings and its
+    // length, and Redis takes its own reference to each.
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            c"VTRR.APPLY".as_ptr(),
+            c"v".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        )
+    };
 }
 
 /// Formats a score the way Redis parses it back exactly, into `buffer`:

@@ -16,10 +16,11 @@ use super::acl::AclUser;
 use super::api::api;
 use super::blocking::signal_ready;
 use super::cluster::{self, Actor};
-use super::effects::{format_score, Command, Effects};
+use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
 use super::{HashKey, HashPage, Store, ZsetKey};
+use crate::config::{self, Replication};
 use crate::keys::{KeyKind, QueueKey};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
@@ -35,6 +36,17 @@ pub enum Caller {
 pub enum Access {
     Read,
     Write,
+}
+
+/// How a committed call reaches replicas and the AOF (in `vtrr.replication
+/// effects` mode, always as its effects).
+pub enum Propagate {
+    /// Its writes, as the plain commands that redo them (ZADD, HSET, ...).
+    Effects,
+    /// The client's command as it was sent: the call is deterministic.
+    Verbatim,
+    /// `VTRR.APPLY` with these arguments (`replay::Apply::to_args`).
+    Apply(Vec<Vec<u8>>),
 }
 
 /// Why a queue's keys could not be opened. Nothing was written.
@@ -195,9 +207,20 @@ impl<'ctx> RedisStore<'ctx> {
     /// Signals the changed keys (for WATCH and client-side caching),
     /// replicates the effects and fires `event` on `vtrr:<name>:queue`.
     /// Returns whether anything had changed.
-    pub fn commit(&mut self, event: &CStr) -> bool {
+    pub fn commit(&mut self, event: &CStr, propagate: Propagate) -> bool {
         if !self.changed() {
             return false;
+        }
+        let effects = match propagate {
+            Propagate::Effects => true,
+            _ => config::replication() == Replication::effects,
+        };
+        if !effects {
+            match propagate {
+                Propagate::Verbatim => replicate_verbatim(self.ctx),
+                Propagate::Apply(args) => replicate_apply(self.ctx, &args),
+                Propagate::Effects => {}
+            }
         }
         let queue_grew = self.slots[QueueKey::Queue.index()]
             .as_ref()
@@ -209,7 +232,11 @@ impl<'ctx> RedisStore<'ctx> {
         for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
             // SAFETY: ctx and the key name are valid for this call.
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
-            slot.effects.replicate(self.ctx, &slot.name);
+            if effects {
+                slot.effects.replicate(self.ctx, &slot.name);
+            } else {
+                slot.effects.forget();
+            }
         }
         self.notify(event);
         true

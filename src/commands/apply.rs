@@ -1,0 +1,100 @@
+//! `VTRR.APPLY`, the internal command of `vtrr.replication commands`: a
+//! replica or an AOF load redoes a time-dependent call with the clock
+//! reading, limit and tokens the master used (format in `replay.rs`).
+
+use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
+
+use super::{args, check_arity, Command};
+use crate::replay::{Apply, Operation, ParseError};
+use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::{error, ops};
+
+pub const APPLY: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.apply",
+        // Not deny-oom: a replica must apply what its master did.
+        flags: "write",
+        arity: -5,
+        summary: "Internal: redoes a time-dependent call as the master ran it (vtrr.replication commands); only a master's stream or the AOF may send it",
+        complexity: "That of the call it redoes",
+        key_flags: KEY_WRITE,
+    },
+    handler: apply,
+};
+
+/// VTRR.APPLY <name> <version> <operation> <now-ms> <arguments...>
+fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &APPLY)?;
+    if !ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return Err(error::internal_command("VTRR.APPLY"));
+    }
+    let queue = args::queue_name(&argv[1])?;
+    let rest: Vec<&[u8]> = argv[2..].iter().map(RedisString::as_slice).collect();
+    let applied = Apply::parse(&rest).map_err(|e| {
+        let refused = match e {
+            ParseError::UnknownVersion(version) => error::apply_version(&version),
+            ParseError::Malformed(why) => error::apply_malformed(why),
+        };
+        // A replica's or an AOF load's error reaches no client: say it here.
+        ctx.log_warning(&format!(
+            "vtrr: not applied to queue {}: {refused}",
+            String::from_utf8_lossy(queue),
+        ));
+        refused
+    })?;
+    let now_ms = applied.now_ms;
+    match applied.operation {
+        Operation::Lease {
+            lease_ms,
+            count,
+            due_limit,
+            tokens,
+        } => {
+            let at = ops::Moment::replayed(now_ms, &tokens);
+            ops::lease(ctx, queue, &at, lease_ms, count, due_limit, false)?;
+        }
+        Operation::Renew {
+            id,
+            token,
+            lease_ms,
+        } => {
+            ops::renew(
+                ctx,
+                queue,
+                &ops::Moment::replayed(now_ms, &[]),
+                id,
+                token,
+                lease_ms,
+            )?;
+        }
+        Operation::Nack { id, token, how } => {
+            ops::nack(
+                ctx,
+                queue,
+                &ops::Moment::replayed(now_ms, &[]),
+                id,
+                token,
+                how,
+            )?;
+        }
+        Operation::Defer { due_ms, items } => {
+            ops::defer(
+                ctx,
+                queue,
+                &ops::Moment::replayed(now_ms, &[]),
+                due_ms,
+                &items,
+            )?;
+        }
+        Operation::Reclaim { limit } => {
+            ops::reclaim(ctx, queue, &ops::Moment::replayed(now_ms, &[]), limit)?;
+        }
+        Operation::Due { limit } => {
+            ops::run_due(ctx, queue, now_ms, limit)?;
+        }
+    }
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

@@ -1,0 +1,304 @@
+//! `VTRR.APPLY`, the internal command a time-dependent call propagates in
+//! `vtrr.replication commands` mode: the operation with the clock reading,
+//! the limit and the lease tokens it used, so a replica or an AOF load redoes
+//! exactly the master's writes. Both directions of the format live here.
+//!
+//! `VTRR.APPLY <name> <version> <operation> <now-ms> <arguments...>`:
+//!
+//! | operation | arguments |
+//! |---|---|
+//! | `LEASE` | `<lease-ms> <count> <due-limit> [<token> ...]` (one token per item leased) |
+//! | `RENEW` | `<id> <token> <lease-ms>` |
+//! | `NACK` | `<id> <token> <delay-ms>\|REQUEUE\|DEAD` |
+//! | `DEFER` | `<due-ms> <partition> <id> <weight> <payload> [...]` |
+//! | `RECLAIM` | `<limit>` (VTRR.RECLAIM) |
+//! | `DUE` | `<limit>` (a timer run on the queue) |
+//!
+//! The version changes whenever the format or the meaning of an operation
+//! does; a server that meets a version it does not know applies nothing and
+//! says so in its log.
+
+use crate::core::{Nack, NewItem};
+
+/// The format this module writes and reads.
+pub const VERSION: u32 = 1;
+
+/// A time-dependent operation as the master ran it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operation<'a> {
+    Lease {
+        lease_ms: i64,
+        count: usize,
+        due_limit: usize,
+        tokens: Vec<&'a [u8]>,
+    },
+    Renew {
+        id: &'a [u8],
+        token: &'a [u8],
+        lease_ms: i64,
+    },
+    Nack {
+        id: &'a [u8],
+        token: &'a [u8],
+        how: Nack,
+    },
+    Defer {
+        due_ms: i64,
+        items: Vec<NewItem<'a>>,
+    },
+    Reclaim {
+        limit: usize,
+    },
+    Due {
+        limit: usize,
+    },
+}
+
+/// One `VTRR.APPLY`: when, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Apply<'a> {
+    pub now_ms: i64,
+    pub operation: Operation<'a>,
+}
+
+/// Why a `VTRR.APPLY` could not be read. Nothing was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Written by a newer module.
+    UnknownVersion(String),
+    Malformed(&'static str),
+}
+
+impl Apply<'_> {
+    /// The arguments after the command name: `<name> <version> ...`.
+    pub fn to_args(&self, queue: &[u8]) -> Vec<Vec<u8>> {
+        let number = |n: i64| n.to_string().into_bytes();
+        let unsigned = |n: usize| n.to_string().into_bytes();
+        let mut args = vec![
+            queue.to_vec(),
+            VERSION.to_string().into_bytes(),
+            Vec::new(),
+            number(self.now_ms),
+        ];
+        let (name, rest): (&[u8], Vec<Vec<u8>>) = match &self.operation {
+            Operation::Lease {
+                lease_ms,
+                count,
+                due_limit,
+                tokens,
+            } => (
+                b"LEASE",
+                [number(*lease_ms), unsigned(*count), unsigned(*due_limit)]
+                    .into_iter()
+                    .chain(tokens.iter().map(|t| t.to_vec()))
+                    .collect(),
+            ),
+            Operation::Renew {
+                id,
+                token,
+                lease_ms,
+            } => (
+                b"RENEW",
+                vec![id.to_vec(), token.to_vec(), number(*lease_ms)],
+            ),
+            Operation::Nack { id, token, how } => (
+                b"NACK",
+                vec![
+                    id.to_vec(),
+                    token.to_vec(),
+                    match how {
+                        Nack::Requeue => b"REQUEUE".to_vec(),
+                        Nack::Dead => b"DEAD".to_vec(),
+                        Nack::Delay { ms } => number(*ms),
+                    },
+                ],
+            ),
+            Operation::Defer { due_ms, items } => (
+                b"DEFER",
+                std::iter::once(number(*due_ms))
+                    .chain(items.iter().flat_map(|item| {
+                        [
+                            item.partition.to_vec(),
+                            item.id.to_vec(),
+                            number(item.weight as i64),
+                            item.payload.to_vec(),
+                        ]
+                    }))
+                    .collect(),
+            ),
+            Operation::Reclaim { limit } => (b"RECLAIM", vec![unsigned(*limit)]),
+            Operation::Due { limit } => (b"DUE", vec![unsigned(*limit)]),
+        };
+        args[2] = name.to_vec();
+        args.extend(rest);
+        args
+    }
+
+    /// Reads the arguments after `<name>`: `<version> <operation> <now-ms> ...`.
+    pub fn parse<'a>(args: &[&'a [u8]]) -> Result<Apply<'a>, ParseError> {
+        let [version, name, now_ms, rest @ ..] = args else {
+            return Err(ParseError::Malformed("too few arguments"));
+        };
+        if *version != VERSION.to_string().as_bytes() {
+            return Err(ParseError::UnknownVersion(
+                String::from_utf8_lossy(version).into_owned(),
+            ));
+        }
+        let now_ms = integer(now_ms)?;
+        let count = |raw: &[u8]| -> Result<usize, ParseError> {
+            std::str::from_utf8(raw)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                .ok_or(ParseError::Malformed("not a count"))
+        };
+        let operation = match (name.to_ascii_uppercase().as_slice(), rest) {
+            (b"LEASE", [lease_ms, n, due_limit, tokens @ ..]) => Operation::Lease {
+                lease_ms: integer(lease_ms)?,
+                count: count(n)?,
+                due_limit: count(due_limit)?,
+                tokens: tokens.to_vec(),
+            },
+            (b"RENEW", [id, token, lease_ms]) => Operation::Renew {
+                id,
+                token,
+                lease_ms: integer(lease_ms)?,
+            },
+            (b"NACK", [id, token, how]) => Operation::Nack {
+                id,
+                token,
+                how: match how.to_ascii_uppercase().as_slice() {
+                    b"REQUEUE" => Nack::Requeue,
+                    b"DEAD" => Nack::Dead,
+                    _ => Nack::Delay { ms: integer(how)? },
+                },
+            },
+            (b"DEFER", [due_ms, groups @ ..]) if groups.len() % 4 == 0 => Operation::Defer {
+                due_ms: integer(due_ms)?,
+                items: groups
+                    .chunks_exact(4)
+                    .map(|group| {
+                        Ok(NewItem {
+                            partition: group[0],
+                            id: group[1],
+                            weight: u64::try_from(integer(group[2])?)
+                                .map_err(|_| ParseError::Malformed("negative weight"))?,
+                            payload: group[3],
+                        })
+                    })
+                    .collect::<Result<_, ParseError>>()?,
+            },
+            (b"RECLAIM", [limit]) => Operation::Reclaim {
+                limit: count(limit)?,
+            },
+            (b"DUE", [limit]) => Operation::Due {
+                limit: count(limit)?,
+            },
+            _ => return Err(ParseError::Malformed("unknown operation or arguments")),
+        };
+        Ok(Apply { now_ms, operation })
+    }
+}
+
+fn integer(raw: &[u8]) -> Result<i64, ParseError> {
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or(ParseError::Malformed("not an integer"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(apply: Apply<'_>) {
+        let args = apply.to_args(b"{q}");
+        assert_eq!(args[0], b"{q}");
+        let refs: Vec<&[u8]> = args[1..].iter().map(Vec::as_slice).collect();
+        assert_eq!(Apply::parse(&refs).unwrap(), apply);
+    }
+
+    #[test]
+    fn every_operation_reads_back_as_written() {
+        let item = NewItem {
+            partition: b"alice",
+            id: b"a 1",
+            weight: 3,
+            payload: b"\x00\xffbinary",
+        };
+        for operation in [
+            Operation::Lease {
+                lease_ms: 30_000,
+                count: 10,
+                due_limit: 16,
+                tokens: vec![b"0123456789abcdef0123456789abcdef", b"t2"],
+            },
+            Operation::Lease {
+                lease_ms: 1,
+                count: 1,
+                due_limit: 1,
+                tokens: vec![],
+            },
+            Operation::Renew {
+                id: b"x",
+                token: b"t",
+                lease_ms: 5,
+            },
+            Operation::Nack {
+                id: b"x",
+                token: b"t",
+                how: Nack::Requeue,
+            },
+            Operation::Nack {
+                id: b"x",
+                token: b"t",
+                how: Nack::Dead,
+            },
+            Operation::Nack {
+                id: b"x",
+                token: b"t",
+                how: Nack::Delay { ms: 250 },
+            },
+            Operation::Defer {
+                due_ms: 1_700_000_000_123,
+                items: vec![item, item],
+            },
+            Operation::Reclaim { limit: 100 },
+            // VTRR.RECLAIM without LIMIT: every expired lease.
+            Operation::Reclaim { limit: usize::MAX },
+            Operation::Due { limit: 16 },
+        ] {
+            round_trip(Apply {
+                now_ms: 1_700_000_000_000,
+                operation,
+            });
+        }
+    }
+
+    #[test]
+    fn an_unknown_version_or_a_malformed_command_is_refused() {
+        fn parse(words: &[&'static str]) -> Result<Apply<'static>, ParseError> {
+            let refs: Vec<&'static [u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            Apply::parse(&refs)
+        }
+        assert_eq!(
+            parse(&["2", "DUE", "1", "16"]),
+            Err(ParseError::UnknownVersion("2".into()))
+        );
+        for words in [
+            &["1"][..],
+            &["1", "DUE", "x", "16"],
+            &["1", "DUE", "1"],
+            &["1", "DUE", "1", "-1"],
+            &["1", "RENEW", "1", "id", "token"],
+            &["1", "DEFER", "1", "2", "p", "id", "1"],
+            &["1", "LEASE", "1", "100", "1"],
+            &["1", "FLY", "1"],
+        ] {
+            assert!(
+                matches!(parse(words), Err(ParseError::Malformed(_))),
+                "{words:?}"
+            );
+        }
+    }
+}
