@@ -5,7 +5,7 @@ MODULE_RELEASE := target/release/libvtrr.so
 APT_PACKAGES   := redis-server redis-tools libclang-dev valgrind
 PORT           ?= 6379
 
-.PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions run clean
+.PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions bench-baseline run clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -38,7 +38,7 @@ unit: deps ## Unit and property tests of the core (no server)
 integration: build ## Integration suites against real redis-server processes
 	cargo test --tests --test '*'
 
-test: deps lint build ## Everything CI runs: lint, unit, property and integration tests
+test: deps lint build release ## Everything CI runs: lint, unit, property and integration tests, the instruction-count gate
 	cargo test --lib --tests
 
 test-matrix: build ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/)
@@ -61,7 +61,14 @@ bench-instructions: release ## Instructions per operation, each system, counted 
 	cargo build --release --example bench
 	counts=$$(mktemp -d); \
 	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) VTRR_REDIS_SERVER=$$PWD/scripts/callgrind-server.sh VTRR_CALLGRIND_DIR=$$counts \
-	  target/release/examples/bench --instructions --out docs/instructions.md; \
+	  target/release/examples/bench --instructions --out docs/instructions.md --json docs/instructions.json; \
+	status=$$?; rm -rf $$counts; exit $$status
+
+bench-baseline: release ## Rewrites the instruction-count gate's baseline (tiny sizes, release build, callgrind); commit it with an intended change
+	cargo build --example bench
+	counts=$$(mktemp -d); \
+	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) VTRR_REDIS_SERVER=$$PWD/scripts/callgrind-server.sh VTRR_CALLGRIND_DIR=$$counts \
+	  target/debug/examples/bench --instructions --smoke --json examples/bench/instructions-baseline.json > /dev/null; \
 	status=$$?; rm -rf $$counts; exit $$status
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)

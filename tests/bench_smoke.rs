@@ -121,14 +121,50 @@ fn the_benchmark_runs_every_scenario_at_tiny_sizes() {
     );
 }
 
+/// The committed instruction counts at tiny sizes (`make bench-baseline`).
+const BASELINE: &str = "examples/bench/instructions-baseline.json";
+
+/// How much more a module operation may cost than its baseline.
+const MAX_GROWTH: f64 = 1.10;
+/// How far the module's speed ratio to the Lua scripts may fall below the
+/// baseline's: each count repeats to about 1%, so the ratio to about 2%.
+const RATIO_SLACK: f64 = 0.96;
+
+#[derive(serde::Deserialize)]
+struct Counted {
+    scenario: String,
+    setting: String,
+    system: String,
+    instructions: f64,
+}
+
+fn read_counts(path: &Path) -> Vec<Counted> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The performance gate: the release module's instruction counts at tiny
+/// sizes, under callgrind, against the committed baseline. Fails when a
+/// module operation costs more than 10% over its baseline or its speed
+/// ratio to the Lua scripts falls. Counts, not timings: they repeat to
+/// about 2% on any machine. An intended change updates the baseline in the
+/// same commit (`make bench-baseline`).
 #[test]
-fn the_instruction_counts_run_under_callgrind_at_tiny_sizes() {
+fn instruction_counts_stay_within_the_committed_baseline() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let module = root.join("target/release/libvtrr.so");
+    assert!(
+        module.exists(),
+        "{module:?} missing: the gate counts the release build (`make test` builds it)"
+    );
     let program = root.join("target/debug/examples/bench");
     let counts = std::env::temp_dir().join(format!("vtrr-callgrind-smoke-{}", std::process::id()));
     std::fs::create_dir_all(&counts).unwrap();
+    let json = counts.join("counts.json");
     let output = Command::new(program)
-        .args(["--instructions", "--smoke"])
+        .args(["--instructions", "--smoke", "--json"])
+        .arg(&json)
+        .env("VTRR_MODULE", &module)
         .env(
             "VTRR_REDIS_SERVER",
             root.join("scripts/callgrind-server.sh"),
@@ -136,27 +172,81 @@ fn the_instruction_counts_run_under_callgrind_at_tiny_sizes() {
         .env("VTRR_CALLGRIND_DIR", &counts)
         .output()
         .unwrap();
-    std::fs::remove_dir_all(&counts).unwrap();
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    let current = read_counts(&json);
+    std::fs::remove_dir_all(&counts).unwrap();
     let report = String::from_utf8(output.stdout).unwrap();
-    // Six rows (two scenarios; persistence off, AOF on, no listpacks), each
-    // with a count, `<median>k (<min>–<max>)`, for all five systems.
+    // Every scenario and setting has a row with a count for all six
+    // columns, `<median>k (<min>–<max>)`.
     for scenario in ["enqueue, 1 item per call", "lease + ack cycle"] {
-        for setting in ["persistence off", "AOF on", "no listpacks"] {
+        for setting in [
+            "persistence off",
+            "AOF on",
+            "AOF on, effects mode",
+            "no listpacks",
+        ] {
             let row = report
                 .lines()
                 .find(|line| line.starts_with(&format!("| {scenario}, {setting} |")))
                 .unwrap_or_else(|| panic!("no {scenario}, {setting} row in:\n{report}"));
-            let counts: Vec<f64> = row
+            let figures: Vec<f64> = row
                 .split('|')
                 .filter_map(|cell| cell.trim().split_once("k (")?.0.parse().ok())
                 .collect();
-            assert_eq!(counts.len(), 5, "{row}");
-            assert!(counts.iter().all(|&n| n > 0.0), "{row}");
+            assert_eq!(figures.len(), 6, "{row}");
+            assert!(figures.iter().all(|&n| n > 0.0), "{row}");
         }
     }
+    assert!(report.contains("## AOF bytes per operation"), "{report}");
+
+    let baseline = read_counts(&root.join(BASELINE));
+    let find = |counts: &[Counted], of: &Counted, system: &str| -> f64 {
+        counts
+            .iter()
+            .find(|c| c.scenario == of.scenario && c.setting == of.setting && c.system == system)
+            .unwrap_or_else(|| panic!("no {system} count for {} / {}", of.scenario, of.setting))
+            .instructions
+    };
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for base in baseline.iter().filter(|c| c.system == "module") {
+        let now = find(&current, base, "module");
+        checked += 1;
+        if now > base.instructions * MAX_GROWTH {
+            failures.push(format!(
+                "{} / {}: {:.0} instructions per operation, baseline {:.0} (+{:.1}%)",
+                base.scenario,
+                base.setting,
+                now,
+                base.instructions,
+                (now / base.instructions - 1.0) * 100.0
+            ));
+        }
+        if baseline
+            .iter()
+            .any(|c| c.system == "Lua" && c.scenario == base.scenario)
+        {
+            let ratio_now = find(&current, base, "Lua") / now;
+            let ratio_then = find(&baseline, base, "Lua") / base.instructions;
+            if ratio_now < ratio_then * RATIO_SLACK {
+                failures.push(format!(
+                    "{} / {}: module ÷ Lua {ratio_now:.2}×, baseline {ratio_then:.2}×",
+                    base.scenario, base.setting
+                ));
+            }
+        }
+    }
+    assert!(
+        checked >= 12,
+        "the baseline has only {checked} module counts"
+    );
+    assert!(
+        failures.is_empty(),
+        "instruction counts over the baseline (an intended change updates {BASELINE} with `make bench-baseline`):\n{}",
+        failures.join("\n")
+    );
 }

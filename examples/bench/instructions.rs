@@ -78,21 +78,104 @@ impl Callgrind {
     }
 }
 
-/// Instructions per operation, by system: one figure per repeat.
-type Counts = Vec<(System, Vec<f64>)>;
+/// One way of running the server the counts are taken in.
+pub struct Setting {
+    pub name: &'static str,
+    pub server_args: &'static [&'static str],
+    /// `vtrr.replication`.
+    pub replication: &'static str,
+    /// The AOF is on: bytes appended per operation are measured too.
+    pub aof: bool,
+}
 
-impl Bench<'_> {
-    /// Counts a single-item enqueue and a lease+ack cycle for every system,
-    /// with `counted_backlog` items queued over 100 partitions, and the
-    /// module's lease+ack cycle on a queue with a default cap; one table row
-    /// per scenario, labelled with `setting`.
-    pub fn instruction_rows(&mut self, callgrind: &mut Callgrind, setting: &str) {
+const AOF: &[&str] = &["--appendonly", "yes", "--appendfsync", "no"];
+
+pub const SETTINGS: [Setting; 4] = [
+    Setting {
+        name: "persistence off",
+        server_args: &[],
+        replication: "commands",
+        aof: false,
+    },
+    Setting {
+        name: "AOF on",
+        server_args: AOF,
+        replication: "commands",
+        aof: true,
+    },
+    Setting {
+        name: "AOF on, effects mode",
+        server_args: AOF,
+        replication: "effects",
+        aof: true,
+    },
+    Setting {
+        name: "no listpacks",
+        server_args: &[
+            "--hash-max-listpack-entries",
+            "0",
+            "--zset-max-listpack-entries",
+            "0",
+        ],
+        replication: "commands",
+        aof: false,
+    },
+];
+
+/// One measured figure, as `--json` writes it: the median of the repeats.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Counted {
+    pub scenario: String,
+    pub setting: String,
+    pub system: String,
+    /// Whole-server instructions per operation.
+    pub instructions: f64,
+    /// AOF bytes appended per operation (settings with the AOF on).
+    pub aof_bytes: Option<f64>,
+}
+
+/// The columns of the counts table: every system, and the module's own
+/// reads and writes sent as plain commands.
+const PLAIN: &str = "plain commands";
+
+/// One system's repeats: instructions per operation, and AOF bytes per
+/// operation when the AOF is on.
+struct Figures {
+    name: &'static str,
+    instructions: Vec<f64>,
+    aof_bytes: Vec<f64>,
+}
+
+type Batch<'f, 'b> = &'f dyn Fn(&mut Bench<'b>, usize, usize);
+
+/// A named run of operations: `run(bench, start, n)` does operations
+/// `start..start + n`.
+type Run<'f, 'b> = (&'static str, Box<dyn Fn(&mut Bench<'b>, usize, usize) + 'f>);
+
+impl<'b> Bench<'b> {
+    /// Counts a single-item enqueue and a lease+ack cycle for every system
+    /// and the plain-command baseline, with `counted_backlog` items queued
+    /// over 100 partitions, and the module's lease+ack cycle on a queue with
+    /// a default cap; one table row per scenario, labelled with the setting.
+    pub fn instruction_rows(
+        &mut self,
+        callgrind: &mut Callgrind,
+        setting: &Setting,
+        counted: &mut Vec<Counted>,
+    ) {
         let sizes = self.sizes;
         let partitions = 100;
         super::reset(&mut self.admin);
         for system in System::ALL {
             fill_backlog(&mut self.admin, system, sizes.counted_backlog, partitions);
         }
+        fill_module(
+            &mut self.admin,
+            PLAIN_QUEUE,
+            sizes.counted_backlog,
+            partitions,
+            |_| 1,
+        );
         let _: () = redis::cmd("VTRR.POLICY")
             .arg(CAPPED_QUEUE)
             .arg("DEFAULT-CONCURRENCY")
@@ -110,17 +193,54 @@ impl Bench<'_> {
             partitions,
             items_per_call: 1,
         };
-        let enqueue = self.count(callgrind, &System::ALL, |bench, system, start, n| {
-            enqueue_batch(&bench.lua, system, &shape, &mut bench.admin, 0, start, n)
-        });
-        let cycle = self.count(callgrind, &System::ALL, |bench, system, start, n| {
+        let systems = |batch: fn(&mut Bench<'b>, System, &EnqueueShape, usize, usize)| {
+            System::ALL.map(move |system| (system, batch))
+        };
+        let enqueue_of = |bench: &mut Bench<'b>, system: System, shape: &EnqueueShape, start, n| {
+            enqueue_batch(&bench.lua, system, shape, &mut bench.admin, 0, start, n)
+        };
+        let cycle_of = |bench: &mut Bench<'b>, system: System, _: &EnqueueShape, start, n| {
             cycle_batch(&bench.lua, system, &mut bench.admin, 0, start, n)
-        });
-        let capped = self.count(callgrind, &[System::Module], |bench, system, start, n| {
-            let queue = CAPPED_QUEUE;
-            cycle_batch_on(&bench.lua, system, queue, &mut bench.admin, 0, start, n)
-        });
-        for (scenario, counts) in [
+        };
+        let mut measure = |bench: &mut Bench<'b>,
+                           batch: fn(&mut Bench<'b>, System, &EnqueueShape, usize, usize),
+                           plain: Batch<'_, 'b>| {
+            let mut runs: Vec<Run<'_, 'b>> = systems(batch)
+                .into_iter()
+                .map(|(system, batch)| {
+                    let shape = &shape;
+                    let run: Run<'_, 'b> = (
+                        system.name(),
+                        Box::new(move |b, start, n| batch(b, system, shape, start, n)),
+                    );
+                    run
+                })
+                .collect();
+            runs.insert(1, (PLAIN, Box::new(plain)));
+            bench.count(callgrind, setting.aof, &runs)
+        };
+        let plain_enqueue =
+            |b: &mut Bench<'b>, start, n| plain_enqueue_batch(&mut b.admin, start, n);
+        let plain_cycle = |b: &mut Bench<'b>, start, n| plain_cycle_batch(&mut b.admin, start, n);
+        let enqueue = measure(self, enqueue_of, &plain_enqueue);
+        let cycle = measure(self, cycle_of, &plain_cycle);
+        let capped_cycle = |b: &mut Bench<'b>, start, n| {
+            cycle_batch_on(
+                &b.lua,
+                System::Module,
+                CAPPED_QUEUE,
+                &mut b.admin,
+                0,
+                start,
+                n,
+            )
+        };
+        let capped = self.count(
+            callgrind,
+            setting.aof,
+            &[("module", Box::new(capped_cycle))],
+        );
+        for (scenario, figures) in [
             ("enqueue, 1 item per call".to_string(), enqueue),
             ("lease + ack cycle".to_string(), cycle),
             (
@@ -128,19 +248,30 @@ impl Bench<'_> {
                 capped,
             ),
         ] {
-            let of = |wanted: System| counts.iter().find(|(s, _)| *s == wanted).map(|c| &c.1);
-            let cells: Vec<String> = System::ALL
-                .iter()
-                .map(|&system| of(system).map_or_else(|| "—".to_string(), |r| cell(r)))
+            let of = |name: &str| figures.iter().find(|f| f.name == name);
+            for figure in &figures {
+                counted.push(Counted {
+                    scenario: scenario.clone(),
+                    setting: setting.name.to_string(),
+                    system: figure.name.to_string(),
+                    instructions: spread(&figure.instructions).0,
+                    aof_bytes: setting.aof.then(|| spread(&figure.aof_bytes).0),
+                });
+            }
+            let cells: Vec<String> = std::iter::once("module")
+                .chain(std::iter::once(PLAIN))
+                .chain(System::ALL[1..].iter().map(|s| s.name()))
+                .map(|name| of(name).map_or_else(|| "—".to_string(), |f| cell(&f.instructions)))
                 .collect();
             // Speed ratios per repeat, as the timed tables compute them.
-            let module = of(System::Module).unwrap();
-            let speedup = |other: Option<&Vec<f64>>| -> String {
+            let module = &of("module").unwrap().instructions;
+            let speedup = |other: Option<&Figures>| -> String {
                 other.map_or_else(
                     || "—".to_string(),
                     |other| {
                         ratio_cell(
                             &other
+                                .instructions
                                 .iter()
                                 .zip(module)
                                 .map(|(o, m)| o / m)
@@ -151,48 +282,325 @@ impl Bench<'_> {
             };
             writeln!(
                 self.report,
-                "| {scenario}, {setting} | {} | {} | {} |",
+                "| {scenario}, {} | {} | {} | {} | {} |",
+                setting.name,
                 cells.join(" | "),
-                speedup(of(System::Lua)),
-                speedup(of(System::Streams)),
+                speedup(of(PLAIN)),
+                speedup(of("Lua")),
+                speedup(of("Streams")),
             )
             .unwrap();
         }
     }
 
-    /// Runs `batch` for `counted_ops` operations per system of `systems`
-    /// and repeat, in batches of 100, the systems taking turns within each
-    /// repeat; returns each repeat's instructions per operation.
+    /// Runs each of `runs` for `counted_ops` operations per repeat, in
+    /// batches of 100, the runs taking turns within each repeat; returns
+    /// each repeat's instructions (and with `aof`, AOF bytes) per operation.
     fn count(
         &mut self,
         callgrind: &mut Callgrind,
-        systems: &[System],
-        batch: impl Fn(&mut Self, System, usize, usize),
-    ) -> Counts {
+        aof: bool,
+        runs: &[Run<'_, 'b>],
+    ) -> Vec<Figures> {
         let ops = self.sizes.counted_ops;
-        let mut counts: Counts = systems.iter().map(|&system| (system, Vec::new())).collect();
+        let mut figures: Vec<Figures> = runs
+            .iter()
+            .map(|(name, _)| Figures {
+                name,
+                instructions: Vec::new(),
+                aof_bytes: Vec::new(),
+            })
+            .collect();
         for repeat in 0..self.sizes.repeats {
-            for (system, figures) in &mut counts {
+            for ((_, run), figure) in runs.iter().zip(&mut figures) {
+                let aof_before = aof.then(|| aof_size(&mut self.admin));
                 callgrind.zero();
                 let end = (repeat + 1) * ops;
                 for start in (repeat * ops..end).step_by(100) {
-                    batch(self, *system, start, 100.min(end - start));
+                    run(self, start, 100.min(end - start));
                 }
-                figures.push(callgrind.dump() as f64 / ops as f64);
+                figure
+                    .instructions
+                    .push(callgrind.dump() as f64 / ops as f64);
+                if let Some(before) = aof_before {
+                    let grown = aof_size(&mut self.admin) - before;
+                    figure.aof_bytes.push(grown as f64 / ops as f64);
+                }
             }
         }
-        counts
+        figures
     }
+}
+
+/// `aof_current_size` of `INFO persistence`: what the AOF holds, written
+/// out (before the reply of the call that wrote it is sent).
+fn aof_size(con: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("persistence").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("aof_current_size:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("aof_current_size")
+}
+
+/// The module's queue the plain-command baseline works on: filled by
+/// VTRR.ENQUEUE, then driven by plain commands only.
+const PLAIN_QUEUE: &str = "qp";
+
+fn plain_key(suffix: &str) -> String {
+    format!("vtrr:{PLAIN_QUEUE}:{suffix}")
+}
+
+/// The reads and writes of one VTRR.ENQUEUE of one item into an
+/// uncontrolled partition, as plain pipelined commands (two round trips:
+/// the reads, then the writes): the id checked absent from `meta`,
+/// `delayed` and `dead`; the current and partition virtual times, the
+/// partition's record and the default cap read; the item scored into
+/// `queue`, its payload, meta, partition time and record written.
+fn plain_enqueue_batch(con: &mut redis::Connection, start: usize, n: usize) {
+    let mut reads = redis::pipe();
+    for op in start..start + n {
+        let (partition, id) = (format!("p{}", op % 100), format!("plain{op}"));
+        reads
+            .cmd("HEXISTS")
+            .arg(plain_key("meta"))
+            .arg(&id)
+            .ignore()
+            .cmd("ZSCORE")
+            .arg(plain_key("delayed"))
+            .arg(&id)
+            .ignore()
+            .cmd("ZSCORE")
+            .arg(plain_key("dead"))
+            .arg(&id)
+            .ignore()
+            .cmd("GET")
+            .arg(plain_key("current_virtual_time"))
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("partition_virtual_time"))
+            .arg(&partition)
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("partitions"))
+            .arg(&partition)
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("policy"))
+            .arg("default-concurrency")
+            .ignore();
+    }
+    let _: () = reads.query(con).unwrap();
+    let mut writes = redis::pipe();
+    for op in start..start + n {
+        let (partition, id) = (format!("p{}", op % 100), format!("plain{op}"));
+        let score = 1_000_000 + op;
+        writes
+            .cmd("ZADD")
+            .arg(plain_key("queue"))
+            .arg(score)
+            .arg(&id)
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("task"))
+            .arg(&id)
+            .arg(super::PAYLOAD)
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("meta"))
+            .arg(&id)
+            .arg(format!("1 {partition}"))
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("partition_virtual_time"))
+            .arg(&partition)
+            .arg(score)
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("partitions"))
+            .arg(&partition)
+            .arg("1 0 0 0 0")
+            .ignore();
+    }
+    let _: () = writes.query(con).unwrap();
+}
+
+/// The reads and writes of one VTRR.LEASE and one VTRR.ACK of an
+/// uncontrolled partition's item, as plain pipelined commands. Lease: the
+/// due check of `inflight` and `delayed`, the current virtual time and the
+/// default cap, the lowest item popped; then its payload, meta, counters
+/// and partition record read, the payload moved to `inflight_task`, the
+/// expiry and token written, the record and current virtual time updated.
+/// Ack: the token checked; the item removed from `inflight`,
+/// `inflight_task`, `lease`, `meta`, `timeouts` and `nacks`; the record
+/// updated.
+fn plain_cycle_batch(con: &mut redis::Connection, start: usize, n: usize) {
+    let mut pops = redis::pipe();
+    for _ in start..start + n {
+        pops.cmd("ZRANGEBYSCORE")
+            .arg(plain_key("inflight"))
+            .arg("-inf")
+            .arg(0)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(16)
+            .ignore()
+            .cmd("ZRANGEBYSCORE")
+            .arg(plain_key("delayed"))
+            .arg("-inf")
+            .arg(0)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(16)
+            .ignore()
+            .cmd("GET")
+            .arg(plain_key("current_virtual_time"))
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("policy"))
+            .arg("default-concurrency")
+            .ignore()
+            .cmd("ZPOPMIN")
+            .arg(plain_key("queue"));
+    }
+    let popped: Vec<Vec<(String, f64)>> = pops.query(con).unwrap();
+    let ids: Vec<(String, f64)> = popped
+        .into_iter()
+        .map(|mut p| p.pop().expect("backlog ran dry"))
+        .collect();
+    let mut leases = redis::pipe();
+    for (op, (id, score)) in (start..).zip(&ids) {
+        let partition = format!("p{}", op % 100);
+        let token = format!("{:032x}", op);
+        leases
+            .cmd("HGET")
+            .arg(plain_key("task"))
+            .arg(id)
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("meta"))
+            .arg(id)
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("timeouts"))
+            .arg(id)
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("partitions"))
+            .arg(&partition)
+            .ignore()
+            .cmd("HDEL")
+            .arg(plain_key("task"))
+            .arg(id)
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("inflight_task"))
+            .arg(id)
+            .arg(super::PAYLOAD)
+            .ignore()
+            .cmd("ZADD")
+            .arg(plain_key("inflight"))
+            .arg(9_000_000_000_000u64)
+            .arg(id)
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("lease"))
+            .arg(id)
+            .arg(&token)
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("partitions"))
+            .arg(&partition)
+            .arg("0 0 1 0 0")
+            .ignore()
+            .cmd("SET")
+            .arg(plain_key("current_virtual_time"))
+            .arg(*score as i64)
+            .ignore();
+    }
+    let _: () = leases.query(con).unwrap();
+    let mut checks = redis::pipe();
+    for (id, _) in &ids {
+        checks.cmd("HGET").arg(plain_key("lease")).arg(id).ignore();
+    }
+    let _: () = checks.query(con).unwrap();
+    let mut acks = redis::pipe();
+    for (op, (id, _)) in (start..).zip(&ids) {
+        let partition = format!("p{}", op % 100);
+        acks.cmd("ZREM")
+            .arg(plain_key("inflight"))
+            .arg(id)
+            .ignore()
+            .cmd("HDEL")
+            .arg(plain_key("inflight_task"))
+            .arg(id)
+            .ignore()
+            .cmd("HDEL")
+            .arg(plain_key("lease"))
+            .arg(id)
+            .ignore()
+            .cmd("HDEL")
+            .arg(plain_key("meta"))
+            .arg(id)
+            .ignore()
+            .cmd("HDEL")
+            .arg(plain_key("timeouts"))
+            .arg(id)
+            .ignore()
+            .cmd("HDEL")
+            .arg(plain_key("nacks"))
+            .arg(id)
+            .ignore()
+            .cmd("HGET")
+            .arg(plain_key("partitions"))
+            .arg(&partition)
+            .ignore()
+            .cmd("HSET")
+            .arg(plain_key("partitions"))
+            .arg(&partition)
+            .arg("0 0 0 0 0")
+            .ignore();
+    }
+    let _: () = acks.query(con).unwrap();
 }
 
 /// The table's head, before the rows of `instruction_rows`.
 pub fn table_head(report: &mut String, sizes: &super::Sizes) {
     writeln!(
         report,
-        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} repeats of {} operations per system, the systems taking turns, on one connection, pipeline 100, {} items queued over 100 partitions; median (min–max) of the repeats. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give nearly the same count whatever else the machine is doing (what differs is the server's own background work and its random hash seeds). `module ÷ Lua` and `module ÷ Streams` compare speeds, as in the timed tables (the other's instructions over the module's). `no listpacks` is persistence off with `hash-max-listpack-entries 0` and `zset-max-listpack-entries 0`: every hash and sorted set is then a hash table or skip list, as a queue's in-flight set and its two hashes are once it holds more than 128 leases; with up to 100 leases held here, Redis otherwise keeps them as listpacks, which it scans linearly. `default cap {DEFAULT_CAP}` is the module's cycle on a queue of its own, the same backlog queued after `VTRR.POLICY <queue> DEFAULT-CONCURRENCY {DEFAULT_CAP}`: every partition then keeps one item, its head, in `queue` and the rest in `held`, so each LEASE pops a head and promotes the partition's next held item (the cap never binds); the other systems have no such setting.\n\n| scenario | module | Lua | Streams | list | PING | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|",
+        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} repeats of {} operations per system, the systems taking turns, on one connection, pipeline 100, {} items queued over 100 partitions; median (min–max) of the repeats. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give nearly the same count whatever else the machine is doing (what differs is the server's own background work and its random hash seeds). `plain commands` is the module's own reads and writes of the operation sent as plain pipelined commands (ZPOPMIN, HGET, HSET, ZADD, ...; listed in `examples/bench/instructions.rs`) on a queue the module filled: what the same work costs without the module's commands. `module ÷ …` compare speeds, as in the timed tables (the other's instructions over the module's). `vtrr.replication` is `commands` except in `effects mode`. `no listpacks` is persistence off with `hash-max-listpack-entries 0` and `zset-max-listpack-entries 0`: every hash and sorted set is then a hash table or skip list, as a queue's in-flight set and its two hashes are once it holds more than 128 leases; with up to 100 leases held here, Redis otherwise keeps them as listpacks, which it scans linearly. `default cap {DEFAULT_CAP}` is the module's cycle on a queue of its own, the same backlog queued after `VTRR.POLICY <queue> DEFAULT-CONCURRENCY {DEFAULT_CAP}`: every partition then keeps one item, its head, in `queue` and the rest in `held`, so each LEASE pops a head and promotes the partition's next held item (the cap never binds); the other systems have no such setting.\n\n| scenario | module | {PLAIN} | Lua | Streams | list | PING | module ÷ plain | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|---|---|",
         sizes.repeats, sizes.counted_ops, sizes.counted_backlog
     )
     .unwrap();
+}
+
+/// The AOF table: bytes appended per operation, by system, for every
+/// setting with the AOF on.
+pub fn aof_table(report: &mut String, counted: &[Counted]) {
+    writeln!(
+        report,
+        "\n## AOF bytes per operation\n\n`aof_current_size` before and after each system's operations above (payloads of {} bytes), divided by the operations.\n\n| scenario | module | {PLAIN} | Lua | Streams | list | PING |\n|---|---|---|---|---|---|---|",
+        super::PAYLOAD.len()
+    )
+    .unwrap();
+    let mut rows: Vec<(&str, &str)> = Vec::new();
+    for c in counted.iter().filter(|c| c.aof_bytes.is_some()) {
+        if !rows.contains(&(c.scenario.as_str(), c.setting.as_str())) {
+            rows.push((&c.scenario, &c.setting));
+        }
+    }
+    for (scenario, setting) in rows {
+        let cells: Vec<String> = ["module", PLAIN, "Lua", "Streams", "list", "PING"]
+            .iter()
+            .map(|system| {
+                counted
+                    .iter()
+                    .find(|c| c.scenario == scenario && c.setting == setting && c.system == *system)
+                    .and_then(|c| c.aof_bytes)
+                    .map_or_else(|| "—".to_string(), |b| format!("{b:.0}"))
+            })
+            .collect();
+        writeln!(report, "| {scenario}, {setting} | {} |", cells.join(" | ")).unwrap();
+    }
 }
 
 /// Instructions as `125.6k (125.4–125.9)`: median (min–max) of the repeats.

@@ -2103,31 +2103,23 @@ impl<'a> Bench<'a> {
     }
 }
 
-/// `bench --instructions`: the callgrind counts, persistence off, AOF on,
-/// and persistence off with every hash and sorted set a hash table or skip
-/// list (as they are once a queue holds more than 128 leases), not a listpack
-/// scanned linearly.
-fn count_instructions(sizes: &Sizes, smoke: bool) -> String {
+/// `bench --instructions`: the callgrind counts in each of
+/// `instructions::SETTINGS` (persistence off, AOF on in both replication
+/// modes, and no listpacks: every hash and sorted set a hash table or skip
+/// list, as they are once a queue holds more than 128 leases), then the AOF
+/// bytes per operation; with the figures for `--json`.
+fn count_instructions(sizes: &Sizes, smoke: bool) -> (String, Vec<instructions::Counted>) {
     let mut report = String::new();
-    for (setting, args) in [
-        ("persistence off", &[][..]),
-        (
-            "AOF on",
-            &["--appendonly", "yes", "--appendfsync", "no"][..],
-        ),
-        (
-            "no listpacks",
-            &[
-                "--hash-max-listpack-entries",
-                "0",
-                "--zset-max-listpack-entries",
-                "0",
-            ][..],
-        ),
-    ] {
+    let mut counted = Vec::new();
+    for setting in &instructions::SETTINGS {
         let server = Server::builder()
-            .module_args(&["reclaim-interval-ms", "0"])
-            .args(args)
+            .module_args(&[
+                "reclaim-interval-ms",
+                "0",
+                "replication",
+                setting.replication,
+            ])
+            .args(setting.server_args)
             .spawn();
         let mut callgrind = instructions::Callgrind::new(server.pid());
         let mut bench = Bench::new(&server, sizes, None);
@@ -2140,10 +2132,11 @@ fn count_instructions(sizes: &Sizes, smoke: bool) -> String {
             );
             instructions::table_head(&mut bench.report, sizes);
         }
-        bench.instruction_rows(&mut callgrind, setting);
+        bench.instruction_rows(&mut callgrind, setting, &mut counted);
         report = bench.report;
     }
-    report
+    instructions::aof_table(&mut report, &counted);
+    (report, counted)
 }
 
 fn main() {
@@ -2158,7 +2151,13 @@ fn main() {
     let out = value_of("--out");
     let sizes = if smoke { &SMOKE } else { &FULL };
     let report = if args.iter().any(|a| a == "--instructions") {
-        count_instructions(sizes, smoke)
+        let (report, counted) = count_instructions(sizes, smoke);
+        if let Some(path) = value_of("--json") {
+            let json = serde_json::to_string_pretty(&counted).unwrap();
+            std::fs::write(&path, json + "\n").unwrap();
+            eprintln!("wrote {path}");
+        }
+        report
     } else {
         let server = Server::builder()
             .module_args(&["reclaim-interval-ms", "0"])
