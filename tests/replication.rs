@@ -720,7 +720,8 @@ fn a_replica_with_the_module_ends_identical_in_effects_mode() {
 }
 
 /// A master in `vtrr.replication <mode>` and its replica with the module
-/// end with the same contents after both workloads, timer runs included;
+/// end with the same contents after both workloads, timer runs and leases
+/// served to blocked clients included;
 /// the replica's timer never writes. Returns the replica.
 fn replica_with_the_module_ends_identical(mode: &str) -> Server {
     let master = Server::builder()
@@ -741,6 +742,25 @@ fn replica_with_the_module_ends_identical(mode: &str) -> Server {
         .arg(100)
         .query(&mut m)
         .unwrap();
+    // Leases granted to blocked clients, when an enqueue wakes them.
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let mut con = master.connect();
+            std::thread::spawn(move || {
+                let leased: Option<Lease> = lease_block_cmd("waiters", 600_000, 10_000)
+                    .query(&mut con)
+                    .unwrap();
+                leased.expect("a blocked waiter was served")
+            })
+        })
+        .collect();
+    wait_blocked(&mut m, 3);
+    for n in 0..3 {
+        enqueue_one(&mut m, "waiters", &format!("p{n}"), &format!("w{n}"), "W");
+    }
+    for waiter in waiters {
+        waiter.join().unwrap();
+    }
     let mut rng = Rng::new(seed);
     let late: Vec<String> = (0..20).map(|n| format!("late{n}")).collect();
     defer(&mut m, &mut rng, "jobs", 30, &late);
