@@ -392,6 +392,21 @@ fn soak_rounds() -> usize {
         .unwrap_or(1)
 }
 
+/// After the queue's slot moved between the two masters, ending on
+/// `owner`: nothing lost or doubled, clients were redirected, and the
+/// leases abandoned to the timer were taken back by the new owner's.
+fn assert_moved_whole(cluster: &Cluster, ledger: &Ledger, owner: usize) {
+    eprintln!(
+        "leases {}, acked {}, redirects {:?}",
+        ledger.leases,
+        ledger.acked.len(),
+        ledger.redirects
+    );
+    assert_nothing_lost_or_doubled(cluster, ledger, owner, Some(1 - owner));
+    assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
+    assert!(timer_reclaimed(cluster, owner) > 0);
+}
+
 fn timer_reclaimed(cluster: &Cluster, node: usize) -> i64 {
     vtrr_info(&mut cluster.con(node))
         .get("vtrr_timer_items_reclaimed")
@@ -415,21 +430,12 @@ fn a_legacy_reshard_under_traffic_completes_and_loses_or_doubles_nothing() {
             owner = to;
         }
     });
-    eprintln!(
-        "leases {}, acked {}, redirects {:?}",
-        ledger.leases,
-        ledger.acked.len(),
-        ledger.redirects
-    );
-    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, Some(1 - owner));
+    assert_moved_whole(&cluster, &ledger, owner);
     assert!(
         ledger.redirects.ask + ledger.redirects.try_again > 0,
         "the traffic never met the migration: {:?}",
         ledger.redirects
     );
-    assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
-    // The abandoned leases were taken back by the new owner's timer.
-    assert!(timer_reclaimed(&cluster, owner) > 0);
 }
 
 #[test]
@@ -449,15 +455,7 @@ fn an_atomic_slot_migration_under_traffic_loses_or_doubles_nothing() {
             thread::sleep(Duration::from_millis(200));
         }
     });
-    eprintln!(
-        "leases {}, acked {}, redirects {:?}",
-        ledger.leases,
-        ledger.acked.len(),
-        ledger.redirects
-    );
-    assert_nothing_lost_or_doubled(&cluster, &ledger, owner, Some(1 - owner));
-    assert!(ledger.redirects.moved > 0, "{:?}", ledger.redirects);
-    assert!(timer_reclaimed(&cluster, owner) > 0);
+    assert_moved_whole(&cluster, &ledger, owner);
 }
 
 #[test]

@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
-
+use common::cluster::Cluster;
 use common::*;
 
 #[test]
@@ -84,40 +83,9 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
 
 #[test]
 fn a_three_master_cluster_routes_queues_by_hash_tag() {
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| {
-            Server::builder()
-                .args(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-                .spawn()
-        })
-        .collect();
-    let addresses: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let status = std::process::Command::new("redis-cli")
-        .arg("--cluster")
-        .arg("create")
-        .args(&addresses)
-        .arg("--cluster-yes")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("redis-cli --cluster create");
-    assert!(status.success());
-    let mut connections: Vec<redis::Connection> = nodes.iter().map(Server::connect).collect();
-    for con in connections.iter_mut() {
-        assert!(wait_for(Duration::from_secs(10), || {
-            let info: String = redis::cmd("CLUSTER").arg("INFO").query(con).unwrap();
-            info.contains("cluster_state:ok")
-        }));
-    }
+    let cluster = Cluster::start(3, &[]);
+    let mut connections: Vec<redis::Connection> =
+        cluster.nodes.iter().map(Server::connect).collect();
     for queue in ["{files}", "{images}", "{t42}"] {
         let slot: i64 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")

@@ -350,6 +350,15 @@ fn plain_key(suffix: &str) -> String {
     format!("vtrr:{PLAIN_QUEUE}:{suffix}")
 }
 
+/// Adds `words` to `pipe` as one command whose reply is ignored.
+fn send(pipe: &mut redis::Pipeline, words: &[&str]) {
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        cmd.arg(*word);
+    }
+    pipe.add_command(cmd).ignore();
+}
+
 /// The reads and writes of one VTRR.ENQUEUE of one item into an
 /// uncontrolled partition, as plain pipelined commands (two round trips:
 /// the reads, then the writes): the id checked absent from `meta`,
@@ -357,69 +366,46 @@ fn plain_key(suffix: &str) -> String {
 /// partition's record and the default cap read; the item scored into
 /// `queue`, its payload, meta, partition time and record written.
 fn plain_enqueue_batch(con: &mut redis::Connection, start: usize, n: usize) {
+    let key = plain_key;
+    let items: Vec<(String, String, String)> = (start..start + n)
+        .map(|op| {
+            (
+                format!("p{}", op % 100),
+                format!("plain{op}"),
+                (1_000_000 + op).to_string(),
+            )
+        })
+        .collect();
     let mut reads = redis::pipe();
-    for op in start..start + n {
-        let (partition, id) = (format!("p{}", op % 100), format!("plain{op}"));
-        reads
-            .cmd("HEXISTS")
-            .arg(plain_key("meta"))
-            .arg(&id)
-            .ignore()
-            .cmd("ZSCORE")
-            .arg(plain_key("delayed"))
-            .arg(&id)
-            .ignore()
-            .cmd("ZSCORE")
-            .arg(plain_key("dead"))
-            .arg(&id)
-            .ignore()
-            .cmd("GET")
-            .arg(plain_key("current_virtual_time"))
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("partition_virtual_time"))
-            .arg(&partition)
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("partitions"))
-            .arg(&partition)
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("policy"))
-            .arg("default-concurrency")
-            .ignore();
+    for (partition, id, _) in &items {
+        send(&mut reads, &["HEXISTS", &key("meta"), id]);
+        send(&mut reads, &["ZSCORE", &key("delayed"), id]);
+        send(&mut reads, &["ZSCORE", &key("dead"), id]);
+        send(&mut reads, &["GET", &key("current_virtual_time")]);
+        send(
+            &mut reads,
+            &["HGET", &key("partition_virtual_time"), partition],
+        );
+        send(&mut reads, &["HGET", &key("partitions"), partition]);
+        send(&mut reads, &["HGET", &key("policy"), "default-concurrency"]);
     }
     let _: () = reads.query(con).unwrap();
     let mut writes = redis::pipe();
-    for op in start..start + n {
-        let (partition, id) = (format!("p{}", op % 100), format!("plain{op}"));
-        let score = 1_000_000 + op;
-        writes
-            .cmd("ZADD")
-            .arg(plain_key("queue"))
-            .arg(score)
-            .arg(&id)
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("task"))
-            .arg(&id)
-            .arg(super::PAYLOAD)
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("meta"))
-            .arg(&id)
-            .arg(format!("1 {partition}"))
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("partition_virtual_time"))
-            .arg(&partition)
-            .arg(score)
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("partitions"))
-            .arg(&partition)
-            .arg("1 0 0 0 0")
-            .ignore();
+    for (partition, id, score) in &items {
+        send(&mut writes, &["ZADD", &key("queue"), score, id]);
+        send(&mut writes, &["HSET", &key("task"), id, super::PAYLOAD]);
+        send(
+            &mut writes,
+            &["HSET", &key("meta"), id, &format!("1 {partition}")],
+        );
+        send(
+            &mut writes,
+            &["HSET", &key("partition_virtual_time"), partition, score],
+        );
+        send(
+            &mut writes,
+            &["HSET", &key("partitions"), partition, "1 0 0 0 0"],
+        );
     }
     let _: () = writes.query(con).unwrap();
 }
@@ -434,131 +420,85 @@ fn plain_enqueue_batch(con: &mut redis::Connection, start: usize, n: usize) {
 /// `inflight_task`, `lease`, `meta`, `timeouts` and `nacks`; the record
 /// updated.
 fn plain_cycle_batch(con: &mut redis::Connection, start: usize, n: usize) {
+    let key = plain_key;
     let mut pops = redis::pipe();
-    for _ in start..start + n {
-        pops.cmd("ZRANGEBYSCORE")
-            .arg(plain_key("inflight"))
-            .arg("-inf")
-            .arg(0)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(16)
-            .ignore()
-            .cmd("ZRANGEBYSCORE")
-            .arg(plain_key("delayed"))
-            .arg("-inf")
-            .arg(0)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(16)
-            .ignore()
-            .cmd("GET")
-            .arg(plain_key("current_virtual_time"))
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("policy"))
-            .arg("default-concurrency")
-            .ignore()
-            .cmd("ZPOPMIN")
-            .arg(plain_key("queue"));
+    for _ in 0..n {
+        send(
+            &mut pops,
+            &[
+                "ZRANGEBYSCORE",
+                &key("inflight"),
+                "-inf",
+                "0",
+                "LIMIT",
+                "0",
+                "16",
+            ],
+        );
+        send(
+            &mut pops,
+            &[
+                "ZRANGEBYSCORE",
+                &key("delayed"),
+                "-inf",
+                "0",
+                "LIMIT",
+                "0",
+                "16",
+            ],
+        );
+        send(&mut pops, &["GET", &key("current_virtual_time")]);
+        send(&mut pops, &["HGET", &key("policy"), "default-concurrency"]);
+        pops.cmd("ZPOPMIN").arg(key("queue"));
     }
     let popped: Vec<Vec<(String, f64)>> = pops.query(con).unwrap();
-    let ids: Vec<(String, f64)> = popped
-        .into_iter()
-        .map(|mut p| p.pop().expect("backlog ran dry"))
+    let leased: Vec<(String, String, String)> = (start..)
+        .zip(popped)
+        .map(|(op, mut pop)| {
+            let (id, score) = pop.pop().expect("backlog ran dry");
+            (id, format!("p{}", op % 100), (score as i64).to_string())
+        })
         .collect();
     let mut leases = redis::pipe();
-    for (op, (id, score)) in (start..).zip(&ids) {
-        let partition = format!("p{}", op % 100);
-        let token = format!("{:032x}", op);
-        leases
-            .cmd("HGET")
-            .arg(plain_key("task"))
-            .arg(id)
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("meta"))
-            .arg(id)
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("timeouts"))
-            .arg(id)
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("partitions"))
-            .arg(&partition)
-            .ignore()
-            .cmd("HDEL")
-            .arg(plain_key("task"))
-            .arg(id)
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("inflight_task"))
-            .arg(id)
-            .arg(super::PAYLOAD)
-            .ignore()
-            .cmd("ZADD")
-            .arg(plain_key("inflight"))
-            .arg(9_000_000_000_000u64)
-            .arg(id)
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("lease"))
-            .arg(id)
-            .arg(&token)
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("partitions"))
-            .arg(&partition)
-            .arg("0 0 1 0 0")
-            .ignore()
-            .cmd("SET")
-            .arg(plain_key("current_virtual_time"))
-            .arg(*score as i64)
-            .ignore();
+    for (op, (id, partition, score)) in (start..).zip(&leased) {
+        let token = format!("{op:032x}");
+        send(&mut leases, &["HGET", &key("task"), id]);
+        send(&mut leases, &["HGET", &key("meta"), id]);
+        send(&mut leases, &["HGET", &key("timeouts"), id]);
+        send(&mut leases, &["HGET", &key("partitions"), partition]);
+        send(&mut leases, &["HDEL", &key("task"), id]);
+        send(
+            &mut leases,
+            &["HSET", &key("inflight_task"), id, super::PAYLOAD],
+        );
+        send(
+            &mut leases,
+            &["ZADD", &key("inflight"), "9000000000000", id],
+        );
+        send(&mut leases, &["HSET", &key("lease"), id, &token]);
+        send(
+            &mut leases,
+            &["HSET", &key("partitions"), partition, "0 0 1 0 0"],
+        );
+        send(&mut leases, &["SET", &key("current_virtual_time"), score]);
     }
     let _: () = leases.query(con).unwrap();
     let mut checks = redis::pipe();
-    for (id, _) in &ids {
-        checks.cmd("HGET").arg(plain_key("lease")).arg(id).ignore();
+    for (id, _, _) in &leased {
+        send(&mut checks, &["HGET", &key("lease"), id]);
     }
     let _: () = checks.query(con).unwrap();
     let mut acks = redis::pipe();
-    for (op, (id, _)) in (start..).zip(&ids) {
-        let partition = format!("p{}", op % 100);
-        acks.cmd("ZREM")
-            .arg(plain_key("inflight"))
-            .arg(id)
-            .ignore()
-            .cmd("HDEL")
-            .arg(plain_key("inflight_task"))
-            .arg(id)
-            .ignore()
-            .cmd("HDEL")
-            .arg(plain_key("lease"))
-            .arg(id)
-            .ignore()
-            .cmd("HDEL")
-            .arg(plain_key("meta"))
-            .arg(id)
-            .ignore()
-            .cmd("HDEL")
-            .arg(plain_key("timeouts"))
-            .arg(id)
-            .ignore()
-            .cmd("HDEL")
-            .arg(plain_key("nacks"))
-            .arg(id)
-            .ignore()
-            .cmd("HGET")
-            .arg(plain_key("partitions"))
-            .arg(&partition)
-            .ignore()
-            .cmd("HSET")
-            .arg(plain_key("partitions"))
-            .arg(&partition)
-            .arg("0 0 0 0 0")
-            .ignore();
+    for (id, partition, _) in &leased {
+        send(&mut acks, &["ZREM", &key("inflight"), id]);
+        for hash in ["inflight_task", "lease", "meta", "timeouts", "nacks"] {
+            send(&mut acks, &["HDEL", &key(hash), id]);
+        }
+        send(&mut acks, &["HGET", &key("partitions"), partition]);
+        send(
+            &mut acks,
+            &["HSET", &key("partitions"), partition, "0 0 0 0 0"],
+        );
     }
     let _: () = acks.query(con).unwrap();
 }
