@@ -4,6 +4,9 @@ MODULE_DEBUG   := target/debug/libvtrr.so
 MODULE_RELEASE := target/release/libvtrr.so
 APT_PACKAGES   := redis-server redis-tools libclang-dev valgrind
 PORT           ?= 6379
+# The instruction-count gate counts the Debian server under callgrind
+# whatever VTRR_REDIS_SERVER says: make test runs it, the matrix skips it.
+GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 
 .PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions bench-baseline run clean
 
@@ -45,7 +48,7 @@ test-matrix: build ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and V
 	bash scripts/fetch-servers.sh
 	@set -e; summary=""; for server in .servers/bin/*; do \
 	  name=$$(basename $$server); echo "=== $$name: $$($$server --version)"; \
-	  if VTRR_REDIS_SERVER=$$PWD/$$server cargo test --test '*' 2>&1 | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked'; \
+	  if VTRR_REDIS_SERVER=$$PWD/$$server cargo test --test '*' -- --skip $(GATE_TEST) 2>&1 | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked'; \
 	     [ $${PIPESTATUS[0]} -eq 0 ]; then result=pass; else result=FAIL; fi; \
 	  passed=$$(awk '/^test result:/ {p += $$4} END {print p+0}' .servers/$$name.log); \
 	  summary="$$summary\n| $$name | $$result ($$passed tests) |"; \
