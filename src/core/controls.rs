@@ -209,18 +209,7 @@ fn rejoin(store: &mut impl Store, partition: &mut Partition, current_virtual_tim
 /// the new next virtual time.
 fn move_on(store: &mut impl Store, partition: &mut Partition, by: i64) -> i64 {
     partition.record.offset = partition.record.offset.saturating_add(by);
-    let next = store
-        .hget(HashKey::PartitionVirtualTime, &partition.name)
-        .and_then(|raw| parse_virtual_time(&raw))
-        .unwrap_or(0)
-        .saturating_add(by)
-        .min(super::MAX_VIRTUAL_TIME);
-    store.hset(
-        HashKey::PartitionVirtualTime,
-        &partition.name,
-        next.to_string().as_bytes(),
-    );
-    next
+    partitions::move_virtual_time(store, &partition.name, by, Some(0)).unwrap_or(0)
 }
 
 fn view(

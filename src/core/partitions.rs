@@ -319,18 +319,30 @@ pub fn settle(store: &mut impl Store, partition: &mut Partition, default_cap: Op
 /// as if the cancelled items had never been queued.
 fn give_back_gap(store: &mut impl Store, partition: &mut Partition) {
     let gap = i64::try_from(std::mem::take(&mut partition.record.gap)).unwrap_or(i64::MAX);
-    let Some(next) = store
-        .hget(HashKey::PartitionVirtualTime, &partition.name)
+    // None: the partition has no next virtual time to move back.
+    move_virtual_time(store, &partition.name, gap.saturating_neg(), None);
+}
+
+/// Moves `partition`'s next virtual time by `by`, within 0 and
+/// `MAX_VIRTUAL_TIME`, and returns it. A partition that has none starts
+/// from `missing_as`, or, with None, is left without one.
+pub fn move_virtual_time(
+    store: &mut impl Store,
+    partition: &[u8],
+    by: i64,
+    missing_as: Option<i64>,
+) -> Option<i64> {
+    let next = store
+        .hget(HashKey::PartitionVirtualTime, partition)
         .and_then(|raw| super::parse_virtual_time(&raw))
-    else {
-        return;
-    };
-    let back = next.saturating_sub(gap).max(0);
+        .or(missing_as)?;
+    let moved = next.saturating_add(by).clamp(0, super::MAX_VIRTUAL_TIME);
     store.hset(
         HashKey::PartitionVirtualTime,
-        &partition.name,
-        back.to_string().as_bytes(),
+        partition,
+        moved.to_string().as_bytes(),
     );
+    Some(moved)
 }
 
 /// Where an item entering the queue at `score` goes: `queue` (as the head,
