@@ -175,16 +175,19 @@ impl<'a> Moment<'a> {
 
 /// How a time-dependent call propagates: as `VTRR.APPLY` with what it used,
 /// or as its effects in `vtrr.replication effects` mode.
-fn applied<'a>(queue: &[u8], now_ms: i64, operation: impl FnOnce() -> Operation<'a>) -> Propagate {
+fn applied(queue: &[u8], now_ms: i64, operation: Operation<'_>) -> Propagate {
     match config::replication() {
         Replication::effects => Propagate::Effects,
-        Replication::commands => Propagate::Apply(
-            Apply {
-                now_ms,
-                operation: operation(),
-            }
-            .to_args(queue),
-        ),
+        Replication::commands => Propagate::Apply(Apply { now_ms, operation }.to_args(queue)),
+    }
+}
+
+/// How a deterministic call (ENQUEUE, ACK) propagates: as it was sent, or
+/// as its effects in `vtrr.replication effects` mode.
+fn verbatim() -> Propagate {
+    match config::replication() {
+        Replication::effects => Propagate::Effects,
+        Replication::commands => Propagate::Verbatim,
     }
 }
 
@@ -200,7 +203,7 @@ pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64
     let mut store = open(ctx, Caller::Client, queue, &ENQUEUE_KEYS, Access::Write)?;
     let outcome = core::enqueue(&mut store, items).map_err(core_error(queue))?;
     // Deterministic: the same call on the same keys writes the same.
-    store.commit(c"vtrr.enqueue", Propagate::Verbatim);
+    store.commit(c"vtrr.enqueue", verbatim);
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
     info::add(&info::ENQUEUED, outcome.added);
@@ -225,10 +228,16 @@ pub fn defer(
         } else {
             c"vtrr.enqueue"
         },
-        applied(queue, now, || Operation::Defer {
-            due_ms,
-            items: items.to_vec(),
-        }),
+        || {
+            applied(
+                queue,
+                now,
+                Operation::Defer {
+                    due_ms,
+                    items: items.to_vec(),
+                },
+            )
+        },
     );
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
@@ -293,19 +302,22 @@ pub fn lease(
         c"vtrr.lease"
     };
     notify_dead(&store, &outcome.due, event);
-    store.commit(
-        event,
-        applied(queue, request.now_ms, || Operation::Lease {
-            lease_ms,
-            count,
-            due_limit,
-            tokens: outcome.leased.iter().map(|l| l.token.as_slice()).collect(),
-        }),
-    );
+    store.commit(event, || {
+        applied(
+            queue,
+            request.now_ms,
+            Operation::Lease {
+                lease_ms,
+                count,
+                due_limit,
+                tokens: outcome.leased.iter().map(|l| l.token.as_slice()).collect(),
+            },
+        )
+    });
     drop(store);
     if outcome.skipped_enough {
-        // It stopped early: the timer goes on parking within its time
-        // budget, with no client traffic, and wakes blocked clients when
+        // It stopped early: the timer goes on parking (a bounded number per
+        // run), with no client traffic, and wakes blocked clients when
         // it has. (Signalling here would let a blocked client's turns run
         // back to back in one event-loop pass, unbounded.)
         watch(ctx, queue, request.now_ms);
@@ -323,7 +335,7 @@ pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64,
     let mut store = open(ctx, Caller::Client, queue, &ACK_KEYS, Access::Write)?;
     let mut anomalies = Vec::new();
     let acked = core::ack(&mut store, pairs, &mut anomalies);
-    store.commit(c"vtrr.ack", Propagate::Verbatim);
+    store.commit(c"vtrr.ack", verbatim);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     info::add(&info::ACKED, acked);
@@ -344,14 +356,17 @@ pub fn renew(
     let now = at.now_ms;
     let mut store = open(ctx, Caller::Client, queue, &RENEW_KEYS, Access::Write)?;
     let renewed = core::renew(&mut store, id, token, now, lease_ms);
-    store.commit(
-        c"vtrr.renew",
-        applied(queue, now, || Operation::Renew {
-            id,
-            token,
-            lease_ms,
-        }),
-    );
+    store.commit(c"vtrr.renew", || {
+        applied(
+            queue,
+            now,
+            Operation::Renew {
+                id,
+                token,
+                lease_ms,
+            },
+        )
+    });
     drop(store);
     if renewed {
         info::add(&info::RENEWED, 1);
@@ -378,10 +393,9 @@ pub fn nack(
     if matches!(nacked, Some(Nacked::Dead(_))) {
         store.notify(DEAD_EVENT);
     }
-    store.commit(
-        c"vtrr.nack",
-        applied(queue, now, || Operation::Nack { id, token, how }),
-    );
+    store.commit(c"vtrr.nack", || {
+        applied(queue, now, Operation::Nack { id, token, how })
+    });
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     match nacked {
@@ -404,10 +418,9 @@ pub fn reclaim(ctx: &Context, queue: &[u8], at: &Moment, limit: usize) -> Result
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let outcome = core::reclaim(&mut store, now, limit).map_err(core_error(queue))?;
     notify_dead(&store, &outcome, c"vtrr.reclaim");
-    store.commit(
-        c"vtrr.reclaim",
-        applied(queue, now, || Operation::Reclaim { limit }),
-    );
+    store.commit(c"vtrr.reclaim", || {
+        applied(queue, now, Operation::Reclaim { limit })
+    });
     drop(store);
     count_due(ctx, queue, &outcome);
     Ok(outcome.reclaimed)
@@ -431,7 +444,7 @@ pub fn run_due(
     let outcome = core::run_due(&mut store, now_ms, limit).map_err(core_error(queue))?;
     let event = due_event(&outcome);
     notify_dead(&store, &outcome, event);
-    store.commit(event, applied(queue, now_ms, || Operation::Due { limit }));
+    store.commit(event, || applied(queue, now_ms, Operation::Due { limit }));
     if outcome.parked > 0 {
         // What it parked may have uncovered servable items.
         store.signal_ready();
@@ -473,7 +486,7 @@ pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Resu
     let mut store = open(ctx, Caller::Client, queue, keys, Access::Write)?;
     let mut anomalies = Vec::new();
     core::set_policy(&mut store, changes, &mut anomalies).map_err(core_error(queue))?;
-    store.commit(c"vtrr.policy", Propagate::Effects);
+    store.commit(c"vtrr.policy", || Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     Ok(())
@@ -489,7 +502,7 @@ fn control<T>(
     let mut store = open(ctx, Caller::Client, queue, &CONTROL_KEYS, Access::Write)?;
     let mut anomalies = Vec::new();
     let result = change(&mut store, &mut anomalies).map_err(core_error(queue))?;
-    store.commit(event, Propagate::Effects);
+    store.commit(event, || Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     Ok(result)
@@ -566,7 +579,7 @@ pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let mut anomalies = Vec::new();
     let changed = core::recount(&mut store, &mut anomalies);
-    store.commit(c"vtrr.recount", Propagate::Effects);
+    store.commit(c"vtrr.recount", || Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     Ok(changed)
@@ -582,7 +595,7 @@ pub fn dead_items(ctx: &Context, queue: &[u8], count: usize) -> Result<Vec<DeadI
 pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
     let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
     let outcome = core::revive(&mut store, ids).map_err(core_error(queue))?;
-    store.commit(c"vtrr.revive", Propagate::Effects);
+    store.commit(c"vtrr.revive", || Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &outcome.anomalies);
     info::add(&info::REVIVED, outcome.count);
@@ -594,7 +607,7 @@ pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
     let mut store = open(ctx, Caller::Client, queue, &CANCEL_KEYS, Access::Write)?;
     let mut anomalies = Vec::new();
     let cancelled = core::cancel(&mut store, ids, &mut anomalies);
-    store.commit(c"vtrr.cancel", Propagate::Effects);
+    store.commit(c"vtrr.cancel", || Propagate::Effects);
     drop(store);
     log_anomalies(ctx, queue, &anomalies);
     info::add(&info::CANCELLED, cancelled);

@@ -21,7 +21,7 @@
 use crate::core::{Nack, NewItem};
 
 /// The format this module writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: &str = "1";
 
 /// A time-dependent operation as the master ran it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,7 @@ impl Apply<'_> {
         let unsigned = |n: usize| n.to_string().into_bytes();
         let mut args = vec![
             queue.to_vec(),
-            VERSION.to_string().into_bytes(),
+            VERSION.as_bytes().to_vec(),
             Vec::new(),
             number(self.now_ms),
         ];
@@ -139,7 +139,7 @@ impl Apply<'_> {
         let [version, name, now_ms, rest @ ..] = args else {
             return Err(ParseError::Malformed("too few arguments"));
         };
-        if *version != VERSION.to_string().as_bytes() {
+        if *version != VERSION.as_bytes() {
             return Err(ParseError::UnknownVersion(
                 String::from_utf8_lossy(version).into_owned(),
             ));

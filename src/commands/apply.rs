@@ -2,11 +2,12 @@
 //! replica or an AOF load redoes a time-dependent call with the clock
 //! reading, limit and tokens the master used (format in `replay.rs`).
 
-use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, Command};
 use crate::replay::{Apply, Operation, ParseError};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::store::server::from_master_or_aof;
 use crate::{error, ops};
 
 pub const APPLY: Command = Command {
@@ -25,10 +26,7 @@ pub const APPLY: Command = Command {
 /// VTRR.APPLY <name> <version> <operation> <now-ms> <arguments...>
 fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &APPLY)?;
-    if !ctx
-        .get_flags()
-        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
-    {
+    if !from_master_or_aof(ctx) {
         return Err(error::internal_command("VTRR.APPLY"));
     }
     let queue = args::queue_name(&argv[1])?;
@@ -46,6 +44,7 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         refused
     })?;
     let now_ms = applied.now_ms;
+    let at = ops::Moment::replayed(now_ms, &[]);
     match applied.operation {
         Operation::Lease {
             lease_ms,
@@ -53,44 +52,24 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             due_limit,
             tokens,
         } => {
-            let at = ops::Moment::replayed(now_ms, &tokens);
-            ops::lease(ctx, queue, &at, lease_ms, count, due_limit, false)?;
+            let leasing = ops::Moment::replayed(now_ms, &tokens);
+            ops::lease(ctx, queue, &leasing, lease_ms, count, due_limit, false)?;
         }
         Operation::Renew {
             id,
             token,
             lease_ms,
         } => {
-            ops::renew(
-                ctx,
-                queue,
-                &ops::Moment::replayed(now_ms, &[]),
-                id,
-                token,
-                lease_ms,
-            )?;
+            ops::renew(ctx, queue, &at, id, token, lease_ms)?;
         }
         Operation::Nack { id, token, how } => {
-            ops::nack(
-                ctx,
-                queue,
-                &ops::Moment::replayed(now_ms, &[]),
-                id,
-                token,
-                how,
-            )?;
+            ops::nack(ctx, queue, &at, id, token, how)?;
         }
         Operation::Defer { due_ms, items } => {
-            ops::defer(
-                ctx,
-                queue,
-                &ops::Moment::replayed(now_ms, &[]),
-                due_ms,
-                &items,
-            )?;
+            ops::defer(ctx, queue, &at, due_ms, &items)?;
         }
         Operation::Reclaim { limit } => {
-            ops::reclaim(ctx, queue, &ops::Moment::replayed(now_ms, &[]), limit)?;
+            ops::reclaim(ctx, queue, &at, limit)?;
         }
         Operation::Due { limit } => {
             ops::run_due(ctx, queue, now_ms, limit)?;

@@ -50,8 +50,8 @@ pub struct Record {
     pub carry: u64,
     /// Added to the virtual times stored in `held` (RESUME raises it).
     pub offset: i64,
-    /// Virtual time charged for queued items cancelled behind later ones;
-    /// given back when the partition has nothing queued (see `settle`).
+    /// The weights of its queued items cancelled (`dead::cancel`); given
+    /// back to its virtual time when it has nothing queued (see `settle`).
     pub gap: u64,
     /// Virtual time its items queued before a RESUME (or a raised cap) owe:
     /// the held ones moved by `offset` at once; one still in `queue` below

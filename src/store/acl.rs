@@ -5,10 +5,11 @@
 use std::os::raw::c_int;
 use std::ptr;
 
-use redis_module::{raw, Context, ContextFlags};
+use redis_module::{raw, Context};
 
 use super::api::api;
 use super::redis::Access;
+use super::server::from_master_or_aof;
 use super::strings::OwnedString;
 
 /// The ACL user of the calling client.
@@ -19,10 +20,7 @@ impl AclUser {
     /// replication stream and AOF loading (clients without a user, whose
     /// name `GetCurrentUserName` would dereference).
     pub fn of_caller(ctx: &Context) -> Option<AclUser> {
-        if ctx
-            .get_flags()
-            .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
-        {
+        if from_master_or_aof(ctx) {
             return None;
         }
         // SAFETY: live context; the returned name is freed right after use,

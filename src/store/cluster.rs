@@ -29,6 +29,7 @@ use redis_module::{raw, Context, ContextFlags, RedisValue};
 
 use super::api::api;
 use super::bytes_of;
+use super::server::from_master_or_aof;
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: Valkey 9 refuses
 /// `CLUSTER MIGRATESLOTS` unless every loaded module sets it. Set only on
@@ -140,10 +141,7 @@ pub fn may_act_on(ctx: &Context, queue: &[u8], actor: Actor) -> bool {
     if actor == Actor::Client && !MIGRATION_SUSPECTED.load(Ordering::Relaxed) {
         return true;
     }
-    if ctx
-        .get_flags()
-        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
-    {
+    if from_master_or_aof(ctx) {
         return true;
     }
     let mut never_a_key = Vec::with_capacity(queue.len() + 6);
@@ -180,9 +178,4 @@ pub fn settle_suspicion(ctx: &Context) {
     if !migrating {
         MIGRATION_SUSPECTED.store(false, Ordering::Relaxed);
     }
-}
-
-/// Whether a migration may be under way on this node (INFO, tests).
-pub fn migration_suspected() -> bool {
-    CLUSTER_MODE.load(Ordering::Relaxed) && MIGRATION_SUSPECTED.load(Ordering::Relaxed)
 }

@@ -3,8 +3,9 @@
 //! A `RedisStore` opens a queue's keys once per command (after checking the
 //! caller's ACL permissions on each), checks their types before anything is
 //! written, records every write as an effect, and on [`RedisStore::commit`]
-//! signals the keys it changed, replicates the effects and fires one
-//! keyspace notification. A command that changed nothing commits nothing.
+//! signals the keys it changed, propagates the call (its effects, the
+//! command as sent, or `VTRR.APPLY`) and fires one keyspace notification.
+//! A command that changed nothing commits nothing.
 
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
@@ -20,7 +21,6 @@ use super::effects::{format_score, replicate_apply, replicate_verbatim, Command,
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
 use super::{HashKey, HashPage, Store, ZsetKey};
-use crate::config::{self, Replication};
 use crate::keys::{KeyKind, QueueKey};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
@@ -205,23 +205,20 @@ impl<'ctx> RedisStore<'ctx> {
     }
 
     /// Signals the changed keys (for WATCH and client-side caching),
-    /// replicates the effects and fires `event` on `vtrr:<name>:queue`.
-    /// Returns whether anything had changed.
-    pub fn commit(&mut self, event: &CStr, propagate: Propagate) -> bool {
+    /// propagates the call as `propagate` says (asked only when something
+    /// changed) and fires `event` on `vtrr:<name>:queue`. Returns whether
+    /// anything had changed.
+    pub fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool {
         if !self.changed() {
             return false;
         }
-        let effects = match propagate {
-            Propagate::Effects => true,
-            _ => config::replication() == Replication::effects,
-        };
-        if !effects {
-            match propagate {
-                Propagate::Verbatim => replicate_verbatim(self.ctx),
-                Propagate::Apply(args) => replicate_apply(self.ctx, &args),
-                Propagate::Effects => {}
-            }
+        let propagate = propagate();
+        match &propagate {
+            Propagate::Effects => {}
+            Propagate::Verbatim => replicate_verbatim(self.ctx),
+            Propagate::Apply(args) => replicate_apply(self.ctx, args),
         }
+        let effects = matches!(propagate, Propagate::Effects);
         let queue_grew = self.slots[QueueKey::Queue.index()]
             .as_ref()
             .is_some_and(|slot| slot.effects.adds());

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use chacha20::ChaCha20Rng;
 use rand_core::{Rng as _, SeedableRng as _};
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, ContextFlags};
 
 use super::api::api;
 
@@ -51,6 +51,14 @@ pub fn new_token() -> Vec<u8> {
 pub fn writes_paused() -> bool {
     // SAFETY: checked at load; no arguments.
     unsafe { api!(RedisModule_AvoidReplicaTraffic)() != 0 }
+}
+
+/// Whether the call comes from the master's replication stream or the AOF
+/// being loaded: writes the server must apply as they come, without a
+/// client's user, routing or permission to check.
+pub fn from_master_or_aof(ctx: &Context) -> bool {
+    ctx.get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
 }
 
 /// The database the context works on.
