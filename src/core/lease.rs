@@ -3,7 +3,7 @@
 
 use super::dead::bury_without_payload;
 use super::delay::due_at;
-use super::partitions::{self, read_default_cap, State};
+use super::partitions::{self, read_default_cap, Partition, Record, State};
 use super::scoring::{parse_current_virtual_time, partition_of, Placing};
 use super::{counters, held, Anomaly, CoreError, Due, Leased};
 use crate::store::{HashKey, Store, ZsetKey};
@@ -80,17 +80,8 @@ pub fn lease(
         if was_head {
             partition.record.head = None;
         }
-        // Not served now: an item queued before its partition rejoined
-        // takes its shifted place among the partition's held items; one
-        // whose partition is paused or at its cap waits there at its time.
-        let park_at = match partition.record.owed_shift(was_head, score as i64) {
-            Some(shift) => Some(score as i64 + shift),
-            None => (!partition.record.servable(at.default_cap)).then_some(score as i64),
-        };
-        if let Some(time) = park_at {
-            held::park_popped(store, &mut partition, &id, time);
-            partitions::settle(store, &mut partition, at.default_cap);
-            partitions::close(store, partition);
+        if let Some(time) = parking_time(&partition.record, was_head, score, at.default_cap) {
+            park(store, partition, &id, time, at.default_cap);
             parked += 1;
             if parked >= MAX_PARKED_PER_LEASE {
                 outcome.skipped_enough = true;
@@ -150,10 +141,40 @@ pub fn lease(
     Ok(outcome)
 }
 
-/// Moves up to `limit` items at the front of `queue` whose partitions may
-/// not be served to `held` (what a LEASE that stopped at
-/// [`MAX_PARKED_PER_LEASE`] left; the timer goes on with it). Whether it
-/// stopped at `limit`.
+/// Where an item popped at `score` waits instead of being served: an item
+/// queued before its partition rejoined takes its shifted place among the
+/// partition's held items; one whose partition is paused or at its cap
+/// waits there at its time. None: serve it.
+fn parking_time(
+    record: &Record,
+    was_head: bool,
+    score: f64,
+    default_cap: Option<u64>,
+) -> Option<i64> {
+    let score = score as i64;
+    match record.owed_shift(was_head, score) {
+        Some(shift) => Some(score.saturating_add(shift)),
+        None => (!record.servable(default_cap)).then_some(score),
+    }
+}
+
+/// Moves a popped item to `held` at `time` and settles its partition.
+fn park(
+    store: &mut impl Store,
+    mut partition: Partition,
+    id: &[u8],
+    time: i64,
+    default_cap: Option<u64>,
+) {
+    held::park_popped(store, &mut partition, id, time);
+    partitions::settle(store, &mut partition, default_cap);
+    partitions::close(store, partition);
+}
+
+/// Parks up to `limit` items at the front of `queue` as a LEASE would
+/// (what a LEASE that stopped at [`MAX_PARKED_PER_LEASE`] left; the timer
+/// goes on with it), stopping at the first item a LEASE would serve.
+/// Whether it stopped at `limit`.
 pub(super) fn park_front(
     store: &mut impl Store,
     at: &Placing,
@@ -167,15 +188,15 @@ pub(super) fn park_front(
         };
         let name = partition_of(store, &id);
         let mut partition = partitions::open(store, &name, &mut outcome.anomalies);
-        if partition.record.servable(at.default_cap) {
+        let was_head = partition.record.head.as_deref() == Some(id.as_slice());
+        let Some(time) = parking_time(&partition.record, was_head, score, at.default_cap) else {
             return false;
-        }
+        };
         store.zrem(ZsetKey::Queue, &id);
-        if partition.record.head.as_deref() == Some(id.as_slice()) {
+        if was_head {
             partition.record.head = None;
         }
-        held::park_popped(store, &mut partition, &id, score as i64);
-        partitions::close(store, partition);
+        park(store, partition, &id, time, at.default_cap);
         parked += 1;
         outcome.parked += 1;
     }

@@ -163,6 +163,61 @@ fn items_queued_before_a_pause_are_parked_at_most_a_bounded_number_per_lease() {
     assert!(check::check(&mut store).is_empty());
 }
 
+/// Items queued before a RESUME owe its shift; paused again, the timer's
+/// parking (after a LEASE stopped at its bound) puts them where a LEASE's
+/// own parking does: shifted, the partition settled.
+#[test]
+fn the_timer_parks_items_owing_a_rejoin_shift_as_a_lease_does() {
+    let setup = || {
+        let mut store = MemoryStore::new();
+        enqueue(&mut store, &[item("O", "o0", 5_000)]).unwrap();
+        let many: Vec<String> = (0..(MAX_PARKED_PER_LEASE + 10))
+            .map(|n| format!("p{n:05}"))
+            .collect();
+        let items: Vec<_> = many.iter().map(|id| item("P", id, 1)).collect();
+        enqueue(&mut store, &items).unwrap();
+        enqueue(&mut store, &[item("O", "o1", 1)]).unwrap();
+        assert_eq!(lease_ids(&mut store, 0, 1), ["o0"]);
+        assert!(pause(&mut store, b"P", &mut Vec::new()));
+        // Stops after parking its bound: ten of P's items are still queued.
+        assert!(lease_at(&mut store, 0, 1000, 1, 0).unwrap().skipped_enough);
+        assert!(resume(&mut store, b"P", &mut Vec::new()).unwrap());
+        assert!(record(&mut store, "P").pending_shift > 0);
+        assert!(pause(&mut store, b"P", &mut Vec::new()));
+        store
+    };
+    let mut by_lease = setup();
+    assert_eq!(lease_ids(&mut by_lease, 0, 1), ["o1"]);
+    let mut by_timer = setup();
+    let due = run_due(&mut by_timer, 0, 10).unwrap();
+    assert_eq!(due.parked, 10);
+    for key in [ZsetKey::Held, ZsetKey::Queue] {
+        let o1_apart = |store: &MemoryStore| -> Vec<(Vec<u8>, f64)> {
+            store
+                .zset_entries(key)
+                .into_iter()
+                .filter(|(id, _)| id != b"o1")
+                .collect()
+        };
+        let (timer, lease) = (o1_apart(&by_timer), o1_apart(&by_lease));
+        let only = |a: &[(Vec<u8>, f64)], b: &[(Vec<u8>, f64)]| -> Vec<(Vec<u8>, f64)> {
+            a.iter().filter(|e| !b.contains(e)).cloned().collect()
+        };
+        assert!(
+            timer == lease,
+            "{key:?}: only by the timer {:?}, only by a LEASE {:?}",
+            only(&timer, &lease),
+            only(&lease, &timer)
+        );
+    }
+    assert_eq!(
+        by_timer.hash_entries(HashKey::HeldAt),
+        by_lease.hash_entries(HashKey::HeldAt)
+    );
+    assert_eq!(record(&mut by_timer, "P"), record(&mut by_lease, "P"));
+    assert!(check::check(&mut by_timer).is_empty());
+}
+
 #[test]
 fn cancel_finds_a_held_item_and_recount_repairs_counts() {
     let mut store = MemoryStore::new();
