@@ -368,8 +368,7 @@ fn assert_nothing_lost_or_doubled(
         .collect();
     assert!(missing.is_empty(), "never acked: {missing:?}");
     let mut con = cluster.con(owner);
-    let anomalies: Vec<String> = redis::cmd("VTRR.CHECK").arg(QUEUE).query(&mut con).unwrap();
-    assert!(anomalies.is_empty(), "{anomalies:?}");
+    assert_invariants(&mut con, QUEUE);
     let stats = stats(&mut con, QUEUE);
     for count in ["queued", "inflight"] {
         assert_eq!(stats.get(count), Some(&Value::Int(0)), "{stats:?}");
@@ -519,8 +518,7 @@ fn a_failover_under_traffic_keeps_confirmed_writes_and_leases_held_across_it() {
         assert_eq!(ack(&mut con, held, id, token), 0, "an expired lease acked");
     }
     assert!(timer_reclaimed(&cluster, replica) >= 10);
-    let anomalies: Vec<String> = redis::cmd("VTRR.CHECK").arg(held).query(&mut con).unwrap();
-    assert!(anomalies.is_empty(), "{anomalies:?}");
+    assert_invariants(&mut con, held);
 }
 
 /// The README's worker (`examples/worker.py`) with redis-py's RedisCluster,
@@ -591,8 +589,7 @@ fn redis_py_cluster_workers_process_every_item_once_through_a_reshard() {
     }
     assert_eq!(processed.len(), ledger.enqueued.len());
     let mut con = cluster.con(1 - owner);
-    let anomalies: Vec<String> = redis::cmd("VTRR.CHECK").arg(QUEUE).query(&mut con).unwrap();
-    assert!(anomalies.is_empty(), "{anomalies:?}");
+    assert_invariants(&mut con, QUEUE);
     assert_eq!(cluster.keys_in_slot(owner, slot), 0);
 }
 

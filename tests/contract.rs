@@ -7,43 +7,6 @@ mod common;
 
 use common::*;
 
-/// `ERR wrong number of arguments for '<name>' command`.
-fn arity(name: &str) -> String {
-    format!("ERR wrong number of arguments for '{name}' command")
-}
-
-/// Calls that must each be refused with exactly their error: (words, error).
-#[derive(Default)]
-struct Refusals(Vec<(Vec<String>, String)>);
-
-impl Refusals {
-    fn case(&mut self, words: &[&str], error: &str) {
-        let words = words.iter().map(|w| w.to_string()).collect();
-        self.0.push((words, error.to_string()));
-    }
-
-    /// Makes each call on `con`: it must be refused with its error and leave
-    /// queue `queue` as it was. Returns the queue's DUMP they were held to.
-    fn assert_refused(
-        &self,
-        con: &mut redis::Connection,
-        queue: &str,
-    ) -> Vec<(String, Option<Vec<u8>>)> {
-        let before = dump_queue(con, queue);
-        for (words, expected) in &self.0 {
-            let words: Vec<&str> = words.iter().map(String::as_str).collect();
-            let got = error_of(command(&words).query(con));
-            assert_eq!(&got, expected, "{words:?}");
-            assert_eq!(
-                before,
-                dump_queue(con, queue),
-                "{words:?} changed the queue"
-            );
-        }
-        before
-    }
-}
-
 #[test]
 fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let server = Server::start();

@@ -648,16 +648,6 @@ fn every_way_a_lease_ends_frees_a_slot_for_the_next_item() {
 // 6. Blocked waiters.
 // ---------------------------------------------------------------------------
 
-fn blocked_clients(con: &mut Connection) -> usize {
-    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("blocked_clients:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// A thread in `VTRR.LEASE q 60000 BLOCK <block_ms>`: its reply and when
 /// it came.
 fn spawn_waiter(
@@ -791,10 +781,6 @@ fn default_concurrency_caps_partitions_without_their_own_and_none_releases_them(
 // 8. Argument contract.
 // ---------------------------------------------------------------------------
 
-fn wrong_arity(name: &str) -> String {
-    format!("ERR wrong number of arguments for '{name}' command")
-}
-
 #[test]
 fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
     let server = quiet_server();
@@ -815,11 +801,8 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
     let syntax = "ERR syntax error";
     let empty = "ERR partition must not be empty";
     let empty_queue = "ERR queue name must not be empty";
-    let mut cases: Vec<(Vec<String>, String)> = Vec::new();
-    let mut case = |words: &[&str], error: &str| {
-        let words = words.iter().map(|w| w.to_string()).collect();
-        cases.push((words, error.to_string()))
-    };
+    let mut refusals = Refusals::default();
+    let mut case = |words: &[&str], error: &str| refusals.case(words, error);
     for bad in [
         "0",
         "-1",
@@ -861,7 +844,7 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
     case(&["VTRR.LIMIT", "q", "", "CONCURRENCY", "1"], empty);
     case(&["VTRR.LIMIT", "q", ""], empty);
     case(&["VTRR.LIMIT", "", "p", "CONCURRENCY", "1"], empty_queue);
-    case(&["VTRR.LIMIT", "q"], &wrong_arity("vtrr.limit"));
+    case(&["VTRR.LIMIT", "q"], &arity("vtrr.limit"));
     case(
         &[
             "VTRR.POLICY",
@@ -900,8 +883,8 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
         let name = command.to_ascii_lowercase();
         case(&[command, "q", ""], empty);
         case(&[command, "", "r"], empty_queue);
-        case(&[command, "q"], &wrong_arity(&name));
-        case(&[command, "q", "r", "p"], &wrong_arity(&name));
+        case(&[command, "q"], &arity(&name));
+        case(&[command, "q", "r", "p"], &arity(&name));
     }
     for bad in ["-1", "abc", "", "1.5", "18446744073709551616"] {
         case(&["VTRR.PARTITIONS", "q", "CURSOR", bad], cursor);
@@ -931,21 +914,12 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
     case(&["VTRR.PARTITIONS", "q", "PARTITION"], syntax);
     case(&["VTRR.PARTITIONS", "q", "MATCH", "p*"], syntax);
     case(&["VTRR.PARTITIONS", ""], empty_queue);
-    case(&["VTRR.PARTITIONS"], &wrong_arity("vtrr.partitions"));
-    case(
-        &["VTRR.RECOUNT", "q", "extra"],
-        &wrong_arity("vtrr.recount"),
-    );
-    case(&["VTRR.RECOUNT"], &wrong_arity("vtrr.recount"));
+    case(&["VTRR.PARTITIONS"], &arity("vtrr.partitions"));
+    case(&["VTRR.RECOUNT", "q", "extra"], &arity("vtrr.recount"));
+    case(&["VTRR.RECOUNT"], &arity("vtrr.recount"));
     case(&["VTRR.RECOUNT", ""], empty_queue);
 
-    let before = dump_all(&mut con);
-    for (words, expected) in &cases {
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        let got = error_of(command(&words).query(&mut con));
-        assert_eq!(&got, expected, "{words:?}");
-        assert_eq!(before, dump_all(&mut con), "{words:?} changed something");
-    }
+    refusals.assert_refused_leaving_all(&mut con);
     // The values next to the bounds are accepted (on another queue).
     for words in [
         &[
