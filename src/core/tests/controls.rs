@@ -5,10 +5,6 @@ use super::*;
 use crate::core::partitions::Record;
 use crate::store::{HashKey, Store, ZsetKey};
 
-fn limit(store: &mut MemoryStore, partition: &str, change: LimitChange) {
-    set_limit(store, partition.as_bytes(), &[change], &mut Vec::new()).unwrap();
-}
-
 fn record(store: &mut MemoryStore, partition: &str) -> Record {
     partition_view(store, partition.as_bytes(), &mut Vec::new()).record
 }
@@ -32,7 +28,7 @@ fn ack_id(store: &mut MemoryStore, id: &str) {
 #[test]
 fn a_capped_partition_is_skipped_and_keeps_its_place() {
     let mut store = MemoryStore::new();
-    limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
+    apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
     enqueue(
         &mut store,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
@@ -58,7 +54,7 @@ fn a_capped_partition_is_skipped_and_keeps_its_place() {
 #[test]
 fn every_way_a_lease_ends_frees_its_slot() {
     let mut store = MemoryStore::new();
-    limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
+    apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
     enqueue_n(&mut store, "A", "a", 5);
     assert_eq!(lease_ids(&mut store, 0, 5), ["a0"]);
     // Nack, expiry, cancel, ack: each lets exactly the next one in.
@@ -94,7 +90,7 @@ fn a_paused_partition_waits_and_rejoins_at_the_current_virtual_time() {
 #[test]
 fn a_share_three_partition_gets_three_turns_per_turn_of_a_share_one() {
     let mut store = MemoryStore::new();
-    limit(&mut store, "A", LimitChange::Share(3));
+    apply_limit(&mut store, "A", LimitChange::Share(3));
     enqueue_n(&mut store, "A", "a", 9);
     enqueue_n(&mut store, "B", "b", 3);
     // The carried remainder: nine weight-1 items advance A by exactly 3.
@@ -110,13 +106,8 @@ fn a_share_three_partition_gets_three_turns_per_turn_of_a_share_one() {
 #[test]
 fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
     let mut store = MemoryStore::new();
-    set_policy(
-        &mut store,
-        &[PolicyChange::DefaultConcurrency(Some(1))],
-        &mut Vec::new(),
-    )
-    .unwrap();
-    limit(&mut store, "B", LimitChange::Concurrency(Some(2)));
+    apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(Some(1))]);
+    apply_limit(&mut store, "B", LimitChange::Concurrency(Some(2)));
     enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
     enqueue(
         &mut store,
@@ -127,12 +118,7 @@ fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
     let view = partition_view(&mut store, b"A", &mut Vec::new());
     assert_eq!((view.record.cap, view.cap_in_force), (None, Some(1)));
     // Lifting the default lets A's held item in at once.
-    set_policy(
-        &mut store,
-        &[PolicyChange::DefaultConcurrency(None)],
-        &mut Vec::new(),
-    )
-    .unwrap();
+    apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(None)]);
     assert_eq!(lease_ids(&mut store, 0, 10), ["a2"]);
     assert!(check::check(&mut store).is_empty());
 }
@@ -221,7 +207,7 @@ fn the_timer_parks_items_owing_a_rejoin_shift_as_a_lease_does() {
 #[test]
 fn cancel_finds_a_held_item_and_recount_repairs_counts() {
     let mut store = MemoryStore::new();
-    limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
+    apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
     enqueue(
         &mut store,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],

@@ -8,12 +8,7 @@ use crate::store::{HashKey, Store, ZsetKey};
 #[test]
 fn max_timeouts_dead_letters_on_the_expiry_past_the_limit() {
     let mut store = MemoryStore::new();
-    set_policy(
-        &mut store,
-        &[PolicyChange::MaxTimeouts(Some(1))],
-        &mut Vec::new(),
-    )
-    .unwrap();
+    apply_policy(&mut store, &[PolicyChange::MaxTimeouts(Some(1))]);
     enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap();
     let first = reclaim(&mut store, 10, 10).unwrap();
@@ -43,23 +38,16 @@ fn max_timeouts_dead_letters_on_the_expiry_past_the_limit() {
 fn policy_reads_back_and_none_clears() {
     let mut store = MemoryStore::new();
     assert_eq!(read_policy(&mut store, &mut Vec::new()), Policy::default());
-    set_policy(
+    apply_policy(
         &mut store,
         &[
             PolicyChange::MaxTimeouts(Some(3)),
             PolicyChange::MaxNacks(Some(0)),
         ],
-        &mut Vec::new(),
-    )
-    .unwrap();
+    );
     let policy = read_policy(&mut store, &mut Vec::new());
     assert_eq!((policy.max_timeouts, policy.max_nacks), (Some(3), Some(0)));
-    set_policy(
-        &mut store,
-        &[PolicyChange::MaxTimeouts(None)],
-        &mut Vec::new(),
-    )
-    .unwrap();
+    apply_policy(&mut store, &[PolicyChange::MaxTimeouts(None)]);
     let policy = read_policy(&mut store, &mut Vec::new());
     assert_eq!((policy.max_timeouts, policy.max_nacks), (None, Some(0)));
     // A value another client wrote badly reads as NONE, reported.
@@ -90,12 +78,7 @@ fn dead_items_list_oldest_first_up_to_count() {
 #[test]
 fn revive_requeues_fresh_with_counters_reset() {
     let mut store = MemoryStore::new();
-    set_policy(
-        &mut store,
-        &[PolicyChange::MaxTimeouts(Some(0))],
-        &mut Vec::new(),
-    )
-    .unwrap();
+    apply_policy(&mut store, &[PolicyChange::MaxTimeouts(Some(0))]);
     enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap(); // a
     reclaim(&mut store, 10, 10).unwrap(); // a dies

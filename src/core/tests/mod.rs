@@ -58,3 +58,13 @@ pub fn lease_ids(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<Stri
         .map(|l| String::from_utf8(l.id).unwrap())
         .collect()
 }
+
+/// `set_policy` of `changes`, which must be accepted.
+pub fn apply_policy(store: &mut MemoryStore, changes: &[PolicyChange]) {
+    set_policy(store, changes, &mut Vec::new()).unwrap();
+}
+
+/// `set_limit` of one change on `partition`, which must be accepted.
+pub fn apply_limit(store: &mut MemoryStore, partition: impl AsRef<[u8]>, change: LimitChange) {
+    set_limit(store, partition.as_ref(), &[change], &mut Vec::new()).unwrap();
+}

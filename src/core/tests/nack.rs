@@ -82,12 +82,7 @@ fn dead_and_max_nacks_send_the_item_to_the_dead_letter_set() {
     assert_eq!(store.hget(HashKey::Meta, b"a").unwrap(), b"2:A");
 
     let mut store = MemoryStore::new();
-    set_policy(
-        &mut store,
-        &[PolicyChange::MaxNacks(Some(1))],
-        &mut Vec::new(),
-    )
-    .unwrap();
+    apply_policy(&mut store, &[PolicyChange::MaxNacks(Some(1))]);
     let token = leased_one(&mut store);
     assert_eq!(
         nack_now(&mut store, &token, Nack::Delay { ms: 0 }),

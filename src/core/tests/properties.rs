@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use proptest::prelude::*;
 
+use super::{apply_limit, apply_policy};
 use crate::core::*;
 use crate::store::memory::MemoryStore;
 use crate::store::{HashKey, Store, ZsetKey};
@@ -536,24 +537,16 @@ impl Simulation {
             Op::Policy {
                 max_timeouts,
                 max_nacks,
-            } => set_policy(
+            } => apply_policy(
                 &mut self.store,
                 &[
                     PolicyChange::MaxTimeouts(max_timeouts),
                     PolicyChange::MaxNacks(max_nacks),
                 ],
-                &mut Vec::new(),
-            )
-            .unwrap(),
+            ),
             Op::Limit { partition, cap } => {
                 let change = LimitChange::Concurrency(cap);
-                set_limit(
-                    &mut self.store,
-                    &Self::name(partition),
-                    &[change],
-                    &mut Vec::new(),
-                )
-                .unwrap();
+                apply_limit(&mut self.store, Self::name(partition), change);
                 match cap {
                     Some(cap) => self.caps.insert(partition, cap),
                     None => self.caps.remove(&partition),
@@ -561,13 +554,7 @@ impl Simulation {
             }
             Op::Share { partition, share } => {
                 let change = LimitChange::Share(share);
-                set_limit(
-                    &mut self.store,
-                    &Self::name(partition),
-                    &[change],
-                    &mut Vec::new(),
-                )
-                .unwrap();
+                apply_limit(&mut self.store, Self::name(partition), change);
                 if self.shares.insert(partition, share).unwrap_or(1) != share {
                     self.reshared.insert(partition);
                 }
@@ -582,12 +569,7 @@ impl Simulation {
                 prop_assert_eq!(resumed, self.paused.remove(&partition));
             }
             Op::DefaultCap { cap } => {
-                set_policy(
-                    &mut self.store,
-                    &[PolicyChange::DefaultConcurrency(cap)],
-                    &mut Vec::new(),
-                )
-                .unwrap();
+                apply_policy(&mut self.store, &[PolicyChange::DefaultConcurrency(cap)]);
                 self.default_cap = cap;
             }
         }
