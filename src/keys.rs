@@ -37,10 +37,11 @@ pub enum QueueKey {
     Held,
     HeldAt,
     Partitions,
+    Parking,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 19] = [
+    pub const ALL: [QueueKey; 20] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -60,6 +61,7 @@ impl QueueKey {
         QueueKey::Held,
         QueueKey::HeldAt,
         QueueKey::Partitions,
+        QueueKey::Parking,
     ];
 
     pub const fn index(self) -> usize {
@@ -87,6 +89,7 @@ impl QueueKey {
             QueueKey::Held => "held",
             QueueKey::HeldAt => "held_at",
             QueueKey::Partitions => "partitions",
+            QueueKey::Parking => "parking",
         }
     }
 
@@ -96,7 +99,8 @@ impl QueueKey {
             | QueueKey::Inflight
             | QueueKey::Delayed
             | QueueKey::Dead
-            | QueueKey::Held => KeyKind::Zset,
+            | QueueKey::Held
+            | QueueKey::Parking => KeyKind::Zset,
             QueueKey::CurrentVirtualTime => KeyKind::String,
             _ => KeyKind::Hash,
         }
@@ -111,6 +115,7 @@ impl From<ZsetKey> for QueueKey {
             ZsetKey::Delayed => QueueKey::Delayed,
             ZsetKey::Dead => QueueKey::Dead,
             ZsetKey::Held => QueueKey::Held,
+            ZsetKey::Parking => QueueKey::Parking,
         }
     }
 }

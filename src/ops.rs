@@ -18,7 +18,6 @@ use crate::keys::QueueKey;
 use crate::replay::{Apply, Operation};
 use crate::store::redis::{Access, Caller, OpenError, Propagate, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
-use crate::store::{Store, ZsetKey};
 use crate::timer::index::with_index;
 use crate::{config, error, info};
 
@@ -40,7 +39,7 @@ const ENQUEUE_KEYS: [QueueKey; 12] = [
     QueueKey::Policy,
 ];
 
-const DEFER_KEYS: [QueueKey; 13] = [
+const DEFER_KEYS: [QueueKey; 14] = [
     QueueKey::Queue,
     QueueKey::Inflight,
     QueueKey::Delayed,
@@ -51,6 +50,7 @@ const DEFER_KEYS: [QueueKey; 13] = [
     QueueKey::Meta,
     QueueKey::DelayedTask,
     QueueKey::Held,
+    QueueKey::Parking,
     QueueKey::HeldAt,
     QueueKey::Partitions,
     QueueKey::Policy,
@@ -72,8 +72,9 @@ const ACK_KEYS: [QueueKey; 11] = [
 
 const RENEW_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Lease];
 
-const STATS_KEYS: [QueueKey; 8] = [
+const STATS_KEYS: [QueueKey; 9] = [
     QueueKey::Held,
+    QueueKey::Parking,
     QueueKey::Policy,
     QueueKey::Queue,
     QueueKey::Inflight,
@@ -92,8 +93,9 @@ const DEAD_KEYS: [QueueKey; 6] = [
     QueueKey::Nacks,
 ];
 
-const CANCEL_KEYS: [QueueKey; 18] = [
+const CANCEL_KEYS: [QueueKey; 19] = [
     QueueKey::Held,
+    QueueKey::Parking,
     QueueKey::HeldAt,
     QueueKey::Partitions,
     QueueKey::Policy,
@@ -113,18 +115,20 @@ const CANCEL_KEYS: [QueueKey; 18] = [
     QueueKey::Nacks,
 ];
 
-const DUE_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Delayed];
+const DUE_KEYS: [QueueKey; 3] = [QueueKey::Inflight, QueueKey::Delayed, QueueKey::Parking];
 
 /// What a change of a partition's settings (or the default cap) may touch:
 /// its record, its held items and head, its virtual time (RESUME).
-const CONTROL_KEYS: [QueueKey; 7] = [
+const CONTROL_KEYS: [QueueKey; 9] = [
     QueueKey::Queue,
     QueueKey::Held,
+    QueueKey::Parking,
     QueueKey::HeldAt,
     QueueKey::Partitions,
     QueueKey::Policy,
     QueueKey::PartitionVirtualTime,
     QueueKey::CurrentVirtualTime,
+    QueueKey::Meta,
 ];
 
 const PARTITIONS_KEYS: [QueueKey; 3] = [
@@ -662,12 +666,7 @@ pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
 /// disturbed); None when nothing is.
 pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
     let mut store = open(ctx, Caller::Server, queue, &DUE_KEYS, Access::Read).ok()?;
-    // Rounded up: a fractional score written by another client must not
-    // make the timer look before anything is due.
-    let mut first = |key| store.zfirst(key).map(|(_, score)| score.ceil() as i64);
-    let expiry = first(ZsetKey::Inflight);
-    let delayed = first(ZsetKey::Delayed);
-    expiry.into_iter().chain(delayed).min()
+    core::next_due(&mut store)
 }
 
 /// Logs what an operation repaired in keys written by other clients.

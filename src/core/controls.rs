@@ -4,12 +4,15 @@
 
 use std::collections::BTreeMap;
 
+use super::admission::{self, MAX_PARKED_PER_CALL};
+use super::held;
+use super::meta::partition_of;
 use super::partitions::{
-    self, read_default_cap, Partition, Record, CAPPED_COUNT_FIELD, DEFAULT_CONCURRENCY_FIELD,
+    self, read_default_cap, Record, CAPPED_COUNT_FIELD, DEFAULT_CONCURRENCY_FIELD,
     PAUSED_COUNT_FIELD,
 };
-use super::scoring::{parse_current_virtual_time, partition_of};
-use super::{held, parse_virtual_time, Anomaly, CoreError};
+use super::virtual_time::read_placing;
+use super::{parse_virtual_time, Anomaly, CoreError, Due};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// One change of `VTRR.LIMIT`.
@@ -37,35 +40,33 @@ fn read_count(store: &mut impl Store, field: &str) -> Option<u64> {
         .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok())
 }
 
-/// Writes a count of paused or capped partitions (0: no field), only when
-/// it changed: a no-op must not disturb WATCH.
-fn write_count(store: &mut impl Store, field: &str, count: u64) {
-    if read_count(store, field) == (count > 0).then_some(count) {
+/// Writes a count of paused or capped partitions (0: no field) that was
+/// read as `current`, only when it changed: a no-op must not disturb WATCH.
+fn write_count(store: &mut impl Store, field: &str, current: Option<u64>, count: u64) {
+    if current == (count > 0).then_some(count) {
         return;
     }
     if count == 0 {
         store.hdel(HashKey::Policy, field.as_bytes());
     } else {
+        let mut digits = itoa::Buffer::new();
         store.hset(
             HashKey::Policy,
             field.as_bytes(),
-            count.to_string().as_bytes(),
+            digits.format(count).as_bytes(),
         );
     }
 }
 
 fn adjust_count(store: &mut impl Store, field: &str, up: bool) {
-    let current = read_count(store, field).unwrap_or(0);
-    let next = if up {
-        current + 1
-    } else {
-        current.saturating_sub(1)
-    };
-    write_count(store, field, next);
+    let current = read_count(store, field);
+    let now = current.unwrap_or(0);
+    let next = if up { now + 1 } else { now.saturating_sub(1) };
+    write_count(store, field, current, next);
 }
 
 /// Whether the cap in force went up (or away): the partition's held
-/// backlog then rejoins at the current virtual time (see [`rejoin`]).
+/// backlog then rejoins at the current virtual time (`admission::rejoin`).
 fn raised(before: Option<u64>, after: Option<u64>) -> bool {
     match (before, after) {
         (Some(_), None) => true,
@@ -75,17 +76,17 @@ fn raised(before: Option<u64>, after: Option<u64>) -> bool {
 }
 
 /// `VTRR.LIMIT` with options: applies every change, then lets the partition
-/// into `queue` if it may now be served.
+/// into `queue` if it may now be served. A partition that comes under
+/// control starts parking what it has in `queue` (see `admission`).
 pub fn set_limit(
     store: &mut impl Store,
     name: &[u8],
     changes: &[LimitChange],
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(), CoreError> {
-    let current_virtual_time = parse_current_virtual_time(store.current_virtual_time().as_deref())?;
-    let default_cap = read_default_cap(store, anomalies);
-    let mut partition = partitions::open(store, name, anomalies);
-    let cap_before = partition.record.cap_in_force(default_cap);
+    let at = read_placing(store, anomalies)?;
+    let mut partition = admission::open(store, name, at.default_cap, anomalies);
+    let cap_before = partition.record.cap_in_force(at.default_cap);
     let was_capped = partition.record.cap.is_some();
     for change in changes {
         match *change {
@@ -96,66 +97,77 @@ pub fn set_limit(
     if was_capped != partition.record.cap.is_some() {
         adjust_count(store, CAPPED_COUNT_FIELD, !was_capped);
     }
-    if raised(cap_before, partition.record.cap_in_force(default_cap)) {
-        rejoin(store, &mut partition, current_virtual_time);
+    if raised(cap_before, partition.record.cap_in_force(at.default_cap)) {
+        admission::rejoin(store, &mut partition);
     }
-    partitions::settle(store, &mut partition, default_cap);
-    partitions::close(store, partition);
+    admission::close(store, partition);
+    park_some(store, at.default_cap, anomalies);
     Ok(())
+}
+
+/// The parking a control change started, up to a call's bound; the timer
+/// goes on with the rest.
+fn park_some(store: &mut impl Store, default_cap: Option<u64>, anomalies: &mut Vec<Anomaly>) {
+    let mut outcome = Due::default();
+    admission::park_queued(store, default_cap, MAX_PARKED_PER_CALL, &mut outcome);
+    anomalies.append(&mut outcome.anomalies);
 }
 
 /// `VTRR.LIMIT` without options: (own cap, share).
 pub fn limit(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> Record {
-    partitions::open(store, name, anomalies).record
+    partitions::read(store, name, anomalies).1
 }
 
-/// `VTRR.POLICY ... DEFAULT-CONCURRENCY`: sets the cap of every partition
-/// without its own, then settles each partition (a raised default lets
-/// their held items in, rejoining at the current virtual time).
-/// O(partitions).
-pub fn set_default_cap(
+/// `VTRR.POLICY ... DEFAULT-CONCURRENCY`, from `before` to `cap`: sets the
+/// cap of every partition without its own, then settles each partition (a
+/// raised default lets their held items in, rejoining at the current
+/// virtual time; one that comes under control starts parking). The caller
+/// has read the current virtual time. O(partitions).
+pub(super) fn set_default_cap(
     store: &mut impl Store,
+    before: Option<u64>,
     cap: Option<u64>,
     anomalies: &mut Vec<Anomaly>,
-) -> Result<(), CoreError> {
-    let current_virtual_time = parse_current_virtual_time(store.current_virtual_time().as_deref())?;
-    let before = read_default_cap(store, anomalies);
+) {
     match cap {
-        Some(n) => store.hset(
-            HashKey::Policy,
-            DEFAULT_CONCURRENCY_FIELD.as_bytes(),
-            n.to_string().as_bytes(),
-        ),
+        Some(n) => {
+            let mut digits = itoa::Buffer::new();
+            store.hset(
+                HashKey::Policy,
+                DEFAULT_CONCURRENCY_FIELD.as_bytes(),
+                digits.format(n).as_bytes(),
+            )
+        }
         None => store.hdel(HashKey::Policy, DEFAULT_CONCURRENCY_FIELD.as_bytes()),
     }
+    let default_raised = raised(before, cap);
     for name in store.hfields(HashKey::Partitions) {
-        let mut partition = partitions::open(store, &name, anomalies);
-        let own = partition.record.cap;
-        if own.is_none() && raised(before, cap) {
-            rejoin(store, &mut partition, current_virtual_time);
+        // Opened under the old default, closed under the new one: whether
+        // it came under control is judged across the change.
+        let mut partition = admission::open(store, &name, before, anomalies);
+        partition.default_cap = cap;
+        if partition.record.cap.is_none() && default_raised {
+            admission::rejoin(store, &mut partition);
         }
-        partitions::settle(store, &mut partition, cap);
-        partitions::close(store, partition);
+        admission::close(store, partition);
     }
-    Ok(())
+    park_some(store, cap, anomalies);
 }
 
 /// `VTRR.PAUSE`: false when already paused. Its head (if any) leaves
-/// `queue` for `held`, so no LEASE steps over it.
+/// `queue` for `held`, so no LEASE steps over it; what else it has in
+/// `queue` starts parking.
 pub fn pause(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> bool {
-    let mut partition = partitions::open(store, name, anomalies);
+    let default_cap = read_default_cap(store, anomalies);
+    let mut partition = admission::open(store, name, default_cap, anomalies);
     if partition.record.paused {
         return false;
     }
     partition.record.paused = true;
-    if let Some(head) = partition.record.head.take() {
-        if let Some(score) = store.zscore(ZsetKey::Queue, &head) {
-            store.zrem(ZsetKey::Queue, &head);
-            held::park(store, &mut partition, &head, score as i64);
-        }
-    }
+    admission::park_head(store, &mut partition);
     adjust_count(store, PAUSED_COUNT_FIELD, true);
-    partitions::close(store, partition);
+    admission::close(store, partition);
+    park_some(store, default_cap, anomalies);
     true
 }
 
@@ -168,48 +180,16 @@ pub fn resume(
     name: &[u8],
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<bool, CoreError> {
-    let current_virtual_time = parse_current_virtual_time(store.current_virtual_time().as_deref())?;
-    let default_cap = read_default_cap(store, anomalies);
-    let mut partition = partitions::open(store, name, anomalies);
+    let at = read_placing(store, anomalies)?;
+    let mut partition = admission::open(store, name, at.default_cap, anomalies);
     if !partition.record.paused {
         return Ok(false);
     }
     partition.record.paused = false;
-    rejoin(store, &mut partition, current_virtual_time);
+    admission::rejoin(store, &mut partition);
     adjust_count(store, PAUSED_COUNT_FIELD, false);
-    partitions::settle(store, &mut partition, default_cap);
-    partitions::close(store, partition);
+    admission::close(store, partition);
     Ok(true)
-}
-
-/// A partition that was held back (paused, or capped below what it now
-/// may run) has items far behind the current virtual time; served at those
-/// times they would all come before anyone else's. Its held backlog
-/// rejoins at the current virtual time instead, keeping its order and
-/// spacing, as a partition that was idle would.
-/// Its items still in `queue` (queued before it came under control, so
-/// not findable by partition) get the same shift when a LEASE reaches them.
-fn rejoin(store: &mut impl Store, partition: &mut Partition, current_virtual_time: i64) {
-    if let Some((first, _)) = held::first(store, partition) {
-        let behind = current_virtual_time.saturating_add(1).saturating_sub(first);
-        if behind > 0 {
-            let next = move_on(store, partition, behind);
-            let record = &mut partition.record;
-            if record.in_queue_unheaded() > 0 {
-                // Everything queued before now; a second rejoin before those
-                // are reached moves them again (later, never earlier).
-                record.pending_shift = record.pending_shift.saturating_add(behind);
-                record.shift_below = record.shift_below.max(next.saturating_sub(behind));
-            }
-        }
-    }
-}
-
-/// Moves a partition's held items and its next virtual time `by` later;
-/// the new next virtual time.
-fn move_on(store: &mut impl Store, partition: &mut Partition, by: i64) -> i64 {
-    partition.record.offset = partition.record.offset.saturating_add(by);
-    partitions::move_virtual_time(store, &partition.name, by, Some(0)).unwrap_or(0)
 }
 
 fn view(
@@ -236,7 +216,7 @@ pub fn partition_view(
     anomalies: &mut Vec<Anomaly>,
 ) -> PartitionView {
     let default_cap = read_default_cap(store, anomalies);
-    let record = partitions::open(store, name, anomalies).record;
+    let record = partitions::read(store, name, anomalies).1;
     view(store, name.to_vec(), record, default_cap)
 }
 
@@ -252,12 +232,7 @@ pub fn partitions_page(
     let views = entries
         .into_iter()
         .map(|(name, raw)| {
-            let record = Record::parse(&raw).unwrap_or_else(|| {
-                anomalies.push(Anomaly::PartitionRecordUnreadable {
-                    partition: name.clone(),
-                });
-                Record::default()
-            });
+            let record = partitions::parse_or_report(&name, &raw, anomalies);
             view(store, name, record, default_cap)
         })
         .collect();
@@ -303,7 +278,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
     let (mut paused, mut capped, mut changed) = (0u64, 0u64, 0u64);
     for name in names {
         let [queued, held, leased, delayed, dead] = counts.remove(&name).unwrap_or_default();
-        let mut partition = partitions::open(store, &name, anomalies);
+        let mut partition = admission::open(store, &name, default_cap, anomalies);
         let before = partition.record.clone();
         let record = &mut partition.record;
         (
@@ -315,14 +290,17 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
         ) = (queued, held, leased, delayed, dead);
         paused += u64::from(record.paused);
         capped += u64::from(record.cap.is_some());
-        partitions::settle(store, &mut partition, default_cap);
+        if record.controlled(default_cap) {
+            admission::begin_parking(store, &mut partition);
+        }
         if partition.record != before {
             changed += 1;
         }
-        partitions::close(store, partition);
+        admission::close(store, partition);
     }
     for (field, count) in [(PAUSED_COUNT_FIELD, paused), (CAPPED_COUNT_FIELD, capped)] {
-        write_count(store, field, count);
+        let current = read_count(store, field);
+        write_count(store, field, current, count);
     }
     changed
 }

@@ -1,10 +1,13 @@
 //! The dead-letter set and its policy: where items go when the queue gives
 //! up on them, how an operator reads them, revives them or cancels items.
 
+use super::admission;
 use super::controls::set_default_cap;
-use super::partitions::{self, read_default_cap, State};
-use super::scoring::{partition_of, read_current_virtual_time, read_placing, requeue};
-use super::{counters, held, parse_meta, Anomaly, CoreError};
+use super::meta;
+use super::partitions::{read_default_cap, State};
+use super::scoring::requeue;
+use super::virtual_time::{read_current_virtual_time, read_placing};
+use super::{counters, leased, parse_meta, Anomaly, CoreError};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Why an item died.
@@ -89,8 +92,9 @@ pub fn set_policy(
             PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value),
             PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value),
             PolicyChange::DefaultConcurrency(cap) => {
-                if read_default_cap(store, anomalies) != cap {
-                    set_default_cap(store, cap, anomalies)?;
+                let before = read_default_cap(store, anomalies);
+                if before != cap {
+                    set_default_cap(store, before, cap, anomalies);
                 }
                 continue;
             }
@@ -195,17 +199,12 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
         store.hdel(HashKey::DeadReason, id);
         store.hdel(HashKey::Timeouts, id);
         store.hdel(HashKey::Nacks, id);
-        let name = partition_of(store, id);
+        let meta = meta::read(store, id);
         let anomalies = &mut outcome.anomalies;
-        partitions::shift(
-            store,
-            &name,
-            Some(State::Dead),
-            None,
-            at.default_cap,
-            anomalies,
-        );
-        requeue(store, &at, id, &payload, anomalies);
+        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        partition.record.leave(State::Dead);
+        requeue(store, &at, &mut partition, id, &payload, &meta, anomalies);
+        admission::close(store, partition);
         outcome.count += 1;
     }
     Ok(outcome)
@@ -216,7 +215,7 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
 /// its slot of its partition's cap is free again.
 ///
 /// A cancelled queued item's cost goes back to its partition once the
-/// partition has nothing queued (`partitions::settle`), as if it had never
+/// partition has nothing queued (`admission::close`), as if it had never
 /// been enqueued; until then it is a gap in the partition's turns (its
 /// later items keep their places). The whole weight goes back: the share
 /// it was charged at may have changed since, and giving back too much only
@@ -226,20 +225,10 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly
     let default_cap = read_default_cap(store, anomalies);
     let mut cancelled = 0;
     for id in ids {
-        let name = partition_of(store, id);
-        let mut partition = partitions::open(store, &name, anomalies);
-        let queued =
-            store.zrem(ZsetKey::Queue, id) || held::remove(store, &mut partition, id).is_some();
-        let from = if queued {
-            if partition.record.head.as_deref() == Some(*id) {
-                partition.record.head = None;
-            }
-            let weight = store
-                .hget(HashKey::Meta, id)
-                .as_deref()
-                .and_then(parse_meta)
-                .map_or(1, |(weight, _)| weight);
-            partition.record.gap = partition.record.gap.saturating_add(weight);
+        let meta = meta::read(store, id);
+        let mut partition = admission::open(store, &meta.partition, default_cap, anomalies);
+        let from = if admission::take_queued(store, &mut partition, id) {
+            partition.record.gap = partition.record.gap.saturating_add(meta.weight);
             store.hdel(HashKey::Task, id);
             State::Queued
         } else if store.zrem(ZsetKey::Delayed, id) {
@@ -249,26 +238,15 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly
             store.hdel(HashKey::DeadReason, id);
             store.hdel(HashKey::DeadTask, id);
             State::Dead
-        } else if store.zrem(ZsetKey::Inflight, id) {
-            store.hdel(HashKey::Lease, id);
-            store.hdel(HashKey::InflightTask, id);
+        } else if leased::end(store, id) {
             State::Leased
         } else {
             continue; // not there, or named twice
         };
-        let count = partition.record.count_mut(from);
-        *count = count.saturating_sub(1);
-        forget(store, id);
-        partitions::settle(store, &mut partition, default_cap);
-        partitions::close(store, partition);
+        partition.record.leave(from);
+        meta::forget(store, id);
+        admission::close(store, partition);
         cancelled += 1;
     }
     cancelled
-}
-
-/// Deletes what an item leaves beside its state: `meta` and its counters.
-fn forget(store: &mut impl Store, id: &[u8]) {
-    store.hdel(HashKey::Meta, id);
-    store.hdel(HashKey::Timeouts, id);
-    store.hdel(HashKey::Nacks, id);
 }

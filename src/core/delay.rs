@@ -1,15 +1,17 @@
-//! Delayed items: held outside the queue (`delayed`, scored by due time,
+//! Delayed items: kept outside the queue (`delayed`, scored by due time,
 //! with payloads in `delayed_task`) until due, then scored into the queue
 //! as if enqueued at that moment: no credit for the time waited, no jump
 //! ahead of their partition.
 
+use super::admission;
 use super::dead::bury_without_payload;
 use super::enqueue::{enqueue, EnqueueOutcome};
-use super::lease::{park_front, MAX_PARKED_PER_LEASE};
-use super::partitions::{self, State};
-use super::reclaim::reclaim_at;
-use super::scoring::{is_present, partition_of, read_placing, requeue, Placing};
-use super::{format_meta, CoreError, Due, NewItem};
+use super::meta;
+use super::numbers::format_meta;
+use super::partitions::{read_default_cap, State};
+use super::scoring::{is_present, requeue};
+use super::virtual_time::Placing;
+use super::{CoreError, Due, NewItem};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// `VTRR.DEFER`: each item whose id is not already in the queue's life
@@ -25,6 +27,7 @@ pub fn defer(
         return enqueue(store, items);
     }
     let mut outcome = EnqueueOutcome::default();
+    let default_cap = read_default_cap(store, &mut outcome.anomalies);
     for item in items {
         if is_present(store, item.id) {
             continue;
@@ -34,29 +37,24 @@ pub fn defer(
             item.id,
             &format_meta(item.weight, item.partition),
         );
-        hold(store, item.id, item.payload, due_ms);
-        // Entering `delayed` never changes whether a partition may be
-        // served, so the default cap does not matter here.
-        partitions::shift(
-            store,
-            item.partition,
-            None,
-            Some(State::Delayed),
-            None,
-            &mut outcome.anomalies,
-        );
+        postpone(store, item.id, item.payload, due_ms);
+        let anomalies = &mut outcome.anomalies;
+        let mut partition = admission::open(store, item.partition, default_cap, anomalies);
+        partition.record.arrive(State::Delayed);
+        admission::close(store, partition);
         outcome.added += 1;
     }
     Ok(outcome)
 }
 
-/// Holds an item (its `meta` already written) until `due_ms`.
-pub(super) fn hold(store: &mut impl Store, id: &[u8], payload: &[u8], due_ms: i64) {
+/// Keeps an item (its `meta` already written) out of the queue until
+/// `due_ms`.
+pub(super) fn postpone(store: &mut impl Store, id: &[u8], payload: &[u8], due_ms: i64) {
     store.zadd(ZsetKey::Delayed, id, due_ms as f64);
     store.hset(HashKey::DelayedTask, id, payload);
 }
 
-/// Moves up to `limit` delayed items due at `now_ms` into the queue, in
+/// Promotes up to `limit` delayed items due at `now_ms` into the queue, in
 /// ascending (due, id) order. One without a payload is dead-lettered.
 pub(super) fn promote_at(
     store: &mut impl Store,
@@ -72,52 +70,21 @@ pub(super) fn promote_at(
         store.zrem(ZsetKey::Delayed, &id);
         let payload = store.hget(HashKey::DelayedTask, &id);
         store.hdel(HashKey::DelayedTask, &id);
-        let name = partition_of(store, &id);
-        let to = payload.is_none().then_some(State::Dead);
+        let meta = meta::read(store, &id);
         let anomalies = &mut outcome.anomalies;
-        partitions::shift(
-            store,
-            &name,
-            Some(State::Delayed),
-            to,
-            at.default_cap,
-            anomalies,
-        );
+        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        partition.record.leave(State::Delayed);
         match payload {
             Some(payload) => {
-                requeue(store, at, &id, &payload, anomalies);
+                requeue(store, at, &mut partition, &id, &payload, &meta, anomalies);
                 outcome.promoted += 1;
             }
             None => {
-                bury_without_payload(store, &id, now_ms, &mut outcome.anomalies);
+                partition.record.arrive(State::Dead);
+                bury_without_payload(store, &id, now_ms, anomalies);
                 outcome.dead_lettered += 1;
             }
         }
+        admission::close(store, partition);
     }
-}
-
-/// Everything of a queue due at `now_ms`, at most `limit` items: expired
-/// leases first, then due delayed items. What LEASE runs before it pops,
-/// and what the timer runs.
-pub(super) fn due_at(
-    store: &mut impl Store,
-    at: &Placing,
-    now_ms: i64,
-    limit: usize,
-    outcome: &mut Due,
-) {
-    let before = outcome.reclaimed;
-    reclaim_at(store, at, now_ms, limit, outcome);
-    let reclaimed = (outcome.reclaimed - before) as usize;
-    promote_at(store, at, now_ms, limit.saturating_sub(reclaimed), outcome);
-}
-
-/// The timer's run on one queue: [`due_at`], then the parking a LEASE left
-/// (see `lease::park_front`).
-pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due, CoreError> {
-    let mut outcome = Due::default();
-    let at = read_placing(store, &mut outcome.anomalies)?;
-    due_at(store, &at, now_ms, limit, &mut outcome);
-    outcome.parking_left = park_front(store, &at, MAX_PARKED_PER_LEASE, &mut outcome);
-    Ok(outcome)
 }

@@ -1,6 +1,7 @@
 //! `VTRR.ENQUEUE`.
 
-use super::scoring::{is_present, place, read_placing};
+use super::scoring::{enter, is_present};
+use super::virtual_time::read_placing;
 use super::{Anomaly, CoreError, NewItem};
 use crate::store::Store;
 
@@ -19,7 +20,7 @@ pub fn enqueue(store: &mut impl Store, items: &[NewItem<'_>]) -> Result<EnqueueO
         if is_present(store, item.id) {
             continue;
         }
-        place(store, &at, item, None, &mut outcome.anomalies);
+        enter(store, &at, item, &mut outcome.anomalies);
         outcome.added += 1;
     }
     Ok(outcome)

@@ -8,10 +8,11 @@
 //! is found (ENQUEUE's duplicate check, CANCEL) without knowing it.
 //!
 //! The virtual time stored is relative to the partition's `offset` (see
-//! `partitions::Record`): RESUME moves a partition's whole held backlog to
-//! the current virtual time by raising the offset, in O(1).
+//! `partitions::Record`): a rejoin moves a partition's whole held backlog
+//! to the current virtual time by raising the offset, in O(1). This file
+//! is the encoding only; what goes in and out, and the counts, are
+//! `admission.rs`.
 
-use super::partitions::Partition;
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// The member prefix shared by every held item of `partition`.
@@ -48,80 +49,41 @@ pub(super) fn parse_member(member: &[u8]) -> Option<(&[u8], i64, &[u8])> {
 }
 
 /// Puts a queued item (its payload stays in `task`) in `held` at virtual
-/// time `score`.
-pub(super) fn park(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
-    let relative = score.saturating_sub(partition.record.offset);
-    store.zadd(ZsetKey::Held, &member(&partition.name, relative, id), 0.0);
-    store.hset(HashKey::HeldAt, id, relative.to_string().as_bytes());
-    partition.record.held += 1;
-}
-
-/// An item popped from `queue` whose partition may not be served now goes
-/// to `held` at its score. It was queued before its partition came under
-/// control, so it sits in `queue` beside the partition's head and may come
-/// before it: the head waits in `held` too, so the next promotion takes the
-/// lowest.
-pub(super) fn park_popped(
-    store: &mut impl Store,
-    partition: &mut Partition,
-    id: &[u8],
-    score: i64,
-) {
-    park(store, partition, id, score);
-    if let Some(head) = partition.record.head.take() {
-        if let Some(head_score) = store.zscore(ZsetKey::Queue, &head) {
-            store.zrem(ZsetKey::Queue, &head);
-            park(store, partition, &head, head_score as i64);
-        }
-    }
+/// time `score`, for a partition whose held times are relative to `offset`.
+pub(super) fn add(store: &mut impl Store, partition: &[u8], offset: i64, id: &[u8], score: i64) {
+    let relative = score.saturating_sub(offset);
+    store.zadd(ZsetKey::Held, &member(partition, relative, id), 0.0);
+    let mut digits = itoa::Buffer::new();
+    store.hset(HashKey::HeldAt, id, digits.format(relative).as_bytes());
 }
 
 /// The partition's lowest held item: (virtual time, id).
-pub(super) fn first(store: &mut impl Store, partition: &Partition) -> Option<(i64, Vec<u8>)> {
-    let prefix = prefix(&partition.name);
+pub(super) fn first(
+    store: &mut impl Store,
+    partition: &[u8],
+    offset: i64,
+) -> Option<(i64, Vec<u8>)> {
+    let prefix = prefix(partition);
     let found = store.zfirst_from(ZsetKey::Held, &prefix)?;
     if !found.starts_with(&prefix) {
         return None;
     }
     let (relative, id) = decode(&found, prefix.len())?;
-    Some((
-        relative.saturating_add(partition.record.offset),
-        id.to_vec(),
-    ))
+    Some((relative.saturating_add(offset), id.to_vec()))
 }
 
-/// Moves the partition's lowest held item into `queue` as its head. False
-/// when it has none (its `held` count is corrected to 0).
-pub(super) fn promote(store: &mut impl Store, partition: &mut Partition) -> bool {
-    let Some((score, id)) = first(store, partition) else {
-        partition.record.held = 0;
-        return false;
-    };
-    remove_known(store, partition, &id, score);
-    store.zadd(ZsetKey::Queue, &id, score as f64);
-    partition.record.head = Some(id);
-    true
-}
-
-/// Takes `id` out of `held`; its virtual time, None when it was not held.
-pub(super) fn remove(store: &mut impl Store, partition: &mut Partition, id: &[u8]) -> Option<i64> {
-    let relative = held_at(store, id)?;
-    let score = relative.saturating_add(partition.record.offset);
-    remove_known(store, partition, id, score);
-    Some(score)
-}
-
-fn remove_known(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
-    let relative = score.saturating_sub(partition.record.offset);
-    store.zrem(ZsetKey::Held, &member(&partition.name, relative, id));
+/// Takes `id`, held at virtual time `score`, out of `held`.
+pub(super) fn remove(store: &mut impl Store, partition: &[u8], offset: i64, id: &[u8], score: i64) {
+    let relative = score.saturating_sub(offset);
+    store.zrem(ZsetKey::Held, &member(partition, relative, id));
     store.hdel(HashKey::HeldAt, id);
-    partition.record.held = partition.record.held.saturating_sub(1);
 }
 
-/// The relative virtual time of a held id; None when it is not held.
-pub(super) fn held_at(store: &mut impl Store, id: &[u8]) -> Option<i64> {
+/// The virtual time `id` is held at (None: it is not held).
+pub(super) fn held_at(store: &mut impl Store, id: &[u8], offset: i64) -> Option<i64> {
     let raw = store.hget(HashKey::HeldAt, id)?;
-    std::str::from_utf8(&raw).ok()?.parse().ok()
+    let relative: i64 = std::str::from_utf8(&raw).ok()?.parse().ok()?;
+    Some(relative.saturating_add(offset))
 }
 
 #[cfg(test)]

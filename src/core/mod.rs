@@ -3,19 +3,32 @@
 //! Nothing here reads a clock or draws randomness: `now_ms` and lease tokens
 //! are passed in, so every function is deterministic and testable without a
 //! server. One scoring function (`scoring::place`) serves every way an item
-//! enters the queue. One file per concept: scoring, enqueue, lease (with ack
-//! and renew), reclaim, delay, nack, dead (with cancel), partitions (counts
-//! and the head rule), held, controls (LIMIT, PAUSE, RESUME, PARTITIONS,
-//! RECOUNT), counters, stats, check.
+//! enters the queue. One file per concept, imports running one way (each
+//! line uses only those below it):
+//!
+//! - commands: enqueue, lease (with ack and renew), nack, dead (the
+//!   dead-letter set, its policy, revive, cancel), controls (LIMIT, PAUSE,
+//!   RESUME, PARTITIONS, RECOUNT), stats, check
+//! - due (what falls due: the step LEASE and the timer run first), delay,
+//!   reclaim
+//! - scoring (where an item enters the queue)
+//! - admission (the head rule, settling, parking), leased (a lease's state)
+//! - held (the encoding of `held`), partitions (the per-partition record),
+//!   meta (an item's weight and partition), counters
+//! - virtual_time, numbers, types
 
+mod admission;
 pub mod check;
 mod controls;
 mod counters;
 mod dead;
 mod delay;
+mod due;
 mod enqueue;
 mod held;
 mod lease;
+mod leased;
+mod meta;
 mod nack;
 mod numbers;
 pub mod partitions;
@@ -23,24 +36,27 @@ mod reclaim;
 mod scoring;
 mod stats;
 mod types;
+mod virtual_time;
 
+pub use admission::MAX_PARKED_PER_CALL;
 pub use controls::{
-    control_counts, limit, partition_view, partitions_page, pause, recount, resume,
-    set_default_cap, set_limit, LimitChange, PartitionView,
+    control_counts, limit, partition_view, partitions_page, pause, recount, resume, set_limit,
+    LimitChange, PartitionView,
 };
 pub use dead::{
     cancel, dead_items, read_policy, revive, set_policy, DeadItem, Moved, Policy, PolicyChange,
     Reason,
 };
-pub use delay::{defer, run_due};
+pub use delay::defer;
+pub use due::{next_due, run_due};
 pub use enqueue::{enqueue, EnqueueOutcome};
-pub use lease::{ack, lease, renew, LeaseOutcome, LeaseRequest, MAX_PARKED_PER_LEASE};
+pub use lease::{ack, lease, renew, LeaseOutcome, LeaseRequest};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
 pub use reclaim::reclaim;
-pub use scoring::read_current_virtual_time;
 pub use stats::{stats, Stats};
 pub use types::{Anomaly, CoreError, Due, Leased, NewItem};
+pub use virtual_time::read_current_virtual_time;
 
 #[cfg(test)]
 mod tests;

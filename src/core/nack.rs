@@ -1,12 +1,14 @@
 //! `VTRR.NACK`: a worker gives its leased item back, fenced by its token.
 
+use super::admission;
 use super::dead::{bury, bury_without_payload, read_policy, Reason};
-use super::delay::hold;
-use super::lease::holds_lease;
-use super::partitions::{self, State};
-use super::scoring::{partition_of, read_placing, requeue};
-use super::{counters, Anomaly, CoreError};
-use crate::store::{HashKey, Store, ZsetKey};
+use super::delay::postpone;
+use super::meta;
+use super::partitions::State;
+use super::scoring::requeue;
+use super::virtual_time::read_placing;
+use super::{counters, leased, Anomaly, CoreError};
+use crate::store::{HashKey, Store};
 
 /// What the worker asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,14 +41,11 @@ pub fn nack(
     nack: Nack,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<Option<Nacked>, CoreError> {
-    if !holds_lease(store, id, token) {
+    if !leased::holds(store, id, token) {
         return Ok(None);
     }
     let at = read_placing(store, anomalies)?;
-    store.zrem(ZsetKey::Inflight, id);
-    let payload = store.hget(HashKey::InflightTask, id);
-    store.hdel(HashKey::InflightTask, id);
-    store.hdel(HashKey::Lease, id);
+    let payload = leased::take(store, id);
     let nacks = counters::increment(store, HashKey::Nacks, id, anomalies);
     let policy = read_policy(store, anomalies);
     let past_policy = policy.max_nacks.is_some_and(|max| nacks > max);
@@ -59,22 +58,26 @@ pub fn nack(
         },
         Nack::Delay { .. } | Nack::Requeue => Nacked::Requeued,
     };
-    let to = match nacked {
-        Nacked::Dead(_) => Some(State::Dead),
-        Nacked::Delayed { .. } => Some(State::Delayed),
-        Nacked::Requeued => None,
-    };
-    let name = partition_of(store, id);
-    let (from, cap) = (Some(State::Leased), at.default_cap);
-    partitions::shift(store, &name, from, to, cap, anomalies);
-    let Some(payload) = payload else {
-        bury_without_payload(store, id, now_ms, anomalies);
-        return Ok(Some(nacked));
-    };
-    match nacked {
-        Nacked::Dead(reason) => bury(store, id, &payload, now_ms, reason),
-        Nacked::Delayed { due_ms } => hold(store, id, &payload, due_ms),
-        Nacked::Requeued => requeue(store, &at, id, &payload, anomalies),
+    let meta = meta::read(store, id);
+    let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+    partition.record.leave(State::Leased);
+    match (nacked, payload) {
+        (_, None) => {
+            partition.record.arrive(State::Dead);
+            bury_without_payload(store, id, now_ms, anomalies);
+        }
+        (Nacked::Dead(reason), Some(payload)) => {
+            partition.record.arrive(State::Dead);
+            bury(store, id, &payload, now_ms, reason);
+        }
+        (Nacked::Delayed { due_ms }, Some(payload)) => {
+            partition.record.arrive(State::Delayed);
+            postpone(store, id, &payload, due_ms);
+        }
+        (Nacked::Requeued, Some(payload)) => {
+            requeue(store, &at, &mut partition, id, &payload, &meta, anomalies);
+        }
     }
+    admission::close(store, partition);
     Ok(Some(nacked))
 }

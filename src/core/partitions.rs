@@ -1,17 +1,7 @@
-//! Per-partition counts and tenant controls, one record per partition in
-//! `partitions`: how many of its items are queued (of which held), leased,
-//! delayed and dead, and its cap, share and pause.
-//!
-//! The rule that keeps LEASE from walking over items it may not serve: a
-//! partition under control (a cap, the queue's default cap, a pause, or
-//! items still held) keeps at most one item, its *head*, in `queue`, and
-//! only while it may be served; the rest wait in `held` (see `held.rs`).
-//! Every change of a partition's counts or settings ends in [`settle`],
-//! which promotes the next held item when the partition may be served and
-//! has no head. A partition that was never under control keeps all its
-//! items in `queue`, exactly as the Lua scripts do.
+//! One partition's record in `partitions`: how many of its items are
+//! queued (of which held), leased, delayed and dead, and its cap, share and
+//! pause. How the record decides what enters `queue` is `admission.rs`.
 
-use super::held;
 use super::Anomaly;
 use crate::store::{HashKey, Store};
 
@@ -27,6 +17,20 @@ pub enum State {
     Leased,
     Delayed,
     Dead,
+}
+
+/// Whether a partition's items queued before it came under control are
+/// still being moved from `queue` to `held` (see `admission::park_queued`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Parking {
+    #[default]
+    Done,
+    /// Some may still be in `queue`; the partition waits until they are
+    /// all held.
+    Underway,
+    /// Underway, and it was resumed (or its cap raised) meanwhile: its
+    /// backlog rejoins the current virtual time once all of it is held.
+    RejoinOwed,
 }
 
 /// One partition's record.
@@ -48,16 +52,12 @@ pub struct Record {
     /// Weight not yet turned into virtual time (below `share`): the exact
     /// remainder of weight/share, so shares lose nothing to rounding.
     pub carry: u64,
-    /// Added to the virtual times stored in `held` (RESUME raises it).
+    /// Added to the virtual times stored in `held` (a rejoin raises it).
     pub offset: i64,
     /// The weights of its queued items cancelled (`dead::cancel`); given
-    /// back to its virtual time when it has nothing queued (see `settle`).
+    /// back to its virtual time when it has nothing queued.
     pub gap: u64,
-    /// Virtual time its items queued before a RESUME (or a raised cap) owe:
-    /// the held ones moved by `offset` at once; one still in `queue` below
-    /// `shift_below` moves when a LEASE reaches it (see `lease`).
-    pub pending_shift: i64,
-    pub shift_below: i64,
+    pub parking: Parking,
     /// The id this partition has in `queue` while under control.
     pub head: Option<Vec<u8>>,
 }
@@ -76,8 +76,7 @@ impl Default for Record {
             carry: 0,
             offset: 0,
             gap: 0,
-            pending_shift: 0,
-            shift_below: 0,
+            parking: Parking::Done,
             head: None,
         }
     }
@@ -86,37 +85,43 @@ impl Default for Record {
 impl Record {
     /// `<queued> <held> <leased> <delayed> <dead>`, then, only when any
     /// differs from its default, `<cap|-> <share> <paused> <carry> <offset>
-    /// <gap> <pending shift> <shift below>[ <head id>]` (the head id, any
-    /// bytes, comes last). Written on every change of a partition's
-    /// counts, so it is short in the common case and formatted by hand.
-    fn format(&self) -> Vec<u8> {
+    /// <gap> <parking> 0[ <head id>]` (the head id, any bytes, comes last;
+    /// the `0` is the slot where earlier versions kept a shift bound).
+    /// Written on every change of a partition's counts, so it is short in
+    /// the common case and formatted without `format!`.
+    pub(super) fn format(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(32);
+        let mut digits = itoa::Buffer::new();
+        let push = |out: &mut Vec<u8>, number: &str| {
+            out.extend_from_slice(number.as_bytes());
+            out.push(b' ');
+        };
         for count in [self.queued, self.held, self.leased, self.delayed, self.dead] {
-            push_number(&mut out, i128::from(count));
+            push(&mut out, digits.format(count));
         }
         if self.has_settings()
             || self.carry != 0
             || self.offset != 0
             || self.gap != 0
-            || self.pending_shift != 0
-            || self.shift_below != 0
+            || self.parking != Parking::Done
             || self.head.is_some()
         {
             match self.cap {
-                Some(cap) => push_number(&mut out, i128::from(cap)),
-                None => out.extend_from_slice(b"- "),
+                Some(cap) => push(&mut out, digits.format(cap)),
+                None => push(&mut out, "-"),
             }
-            for number in [
-                i128::from(self.share),
-                i128::from(u8::from(self.paused)),
-                i128::from(self.carry),
-                i128::from(self.offset),
-                i128::from(self.gap),
-                i128::from(self.pending_shift),
-                i128::from(self.shift_below),
-            ] {
-                push_number(&mut out, number);
-            }
+            push(&mut out, digits.format(self.share));
+            push(&mut out, digits.format(u8::from(self.paused)));
+            push(&mut out, digits.format(self.carry));
+            push(&mut out, digits.format(self.offset));
+            push(&mut out, digits.format(self.gap));
+            let parking = match self.parking {
+                Parking::Done => 0u8,
+                Parking::Underway => 1,
+                Parking::RejoinOwed => 2,
+            };
+            push(&mut out, digits.format(parking));
+            push(&mut out, "0");
             if let Some(head) = &self.head {
                 out.extend_from_slice(head);
                 return out;
@@ -156,14 +161,22 @@ impl Record {
         record.carry = number(next())?;
         record.offset = number(next())?;
         record.gap = number(next())?;
-        record.pending_shift = number(next())?;
-        record.shift_below = number(next())?;
+        let parking: i64 = number(next())?;
+        let earlier_shift_bound: i64 = number(next())?;
+        record.parking = match (parking, earlier_shift_bound) {
+            (0, 0) => Parking::Done,
+            (1, 0) => Parking::Underway,
+            (2, 0) => Parking::RejoinOwed,
+            // Written by an earlier version: items still in `queue` owed a
+            // rejoin's shift. They are found, held and rejoined now.
+            _ => Parking::RejoinOwed,
+        };
         record.head = next().map(<[u8]>::to_vec);
         Some(record)
     }
 
     /// Nothing counted and nothing set: the record can go.
-    fn is_blank(&self) -> bool {
+    pub(super) fn is_blank(&self) -> bool {
         self.queued == 0
             && self.held == 0
             && self.leased == 0
@@ -172,7 +185,7 @@ impl Record {
             && !self.has_settings()
             && self.head.is_none()
             && self.gap == 0
-            && self.pending_shift == 0
+            && self.parking == Parking::Done
     }
 
     pub fn has_settings(&self) -> bool {
@@ -187,6 +200,7 @@ impl Record {
     /// Whether one more of its items may be leased now.
     pub fn servable(&self, default_cap: Option<u64>) -> bool {
         !self.paused
+            && self.parking == Parking::Done
             && self
                 .cap_in_force(default_cap)
                 .is_none_or(|cap| self.leased < cap)
@@ -198,24 +212,30 @@ impl Record {
             || self.cap_in_force(default_cap).is_some()
             || self.held > 0
             || self.head.is_some()
+            || self.parking != Parking::Done
     }
 
-    /// Its queued items in `queue` that are not its head: queued before it
-    /// came under control.
-    pub fn in_queue_unheaded(&self) -> u64 {
+    /// Its queued items still in `queue`, its head aside.
+    pub fn in_queue(&self) -> u64 {
         self.queued
             .saturating_sub(self.held)
             .saturating_sub(u64::from(self.head.is_some()))
     }
 
-    /// The virtual time an item popped from `queue` at `score` is owed:
-    /// later by the pending shift when it was queued before a rejoin.
-    pub fn owed_shift(&self, id_is_head: bool, score: i64) -> Option<i64> {
-        (self.pending_shift > 0 && !id_is_head && score < self.shift_below)
-            .then_some(self.pending_shift)
+    /// One of its items leaves `state` (entering `queue` is
+    /// `admission::enter_queue`, which also places it).
+    pub fn leave(&mut self, state: State) {
+        let count = self.count_mut(state);
+        *count = count.saturating_sub(1);
     }
 
-    pub fn count_mut(&mut self, state: State) -> &mut u64 {
+    /// One of its items enters `state`, other than queued.
+    pub fn arrive(&mut self, state: State) {
+        debug_assert!(state != State::Queued, "queued items enter by enter_queue");
+        *self.count_mut(state) += 1;
+    }
+
+    fn count_mut(&mut self, state: State) -> &mut u64 {
         match state {
             State::Queued => &mut self.queued,
             State::Leased => &mut self.leased,
@@ -225,168 +245,44 @@ impl Record {
     }
 }
 
-/// Appends `number` in decimal and a space.
-fn push_number(out: &mut Vec<u8>, number: i128) {
-    if number < 0 {
-        out.push(b'-');
-    }
-    let mut digits = [0u8; 40];
-    let mut at = digits.len();
-    let mut rest = number.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-    out.push(b' ');
-}
-
-/// A partition's record, read for a change and written back by [`close`].
-pub struct Partition {
-    pub name: Vec<u8>,
-    stored: Option<Vec<u8>>,
-    pub record: Record,
-}
-
-/// Reads a partition's record (none yet: a blank one). An unreadable record
-/// (written by another client) starts blank and is reported.
-pub fn open(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> Partition {
+/// Reads a partition's record (none yet: a blank one) and the stored bytes
+/// it came from. An unreadable record (written by another client) starts
+/// blank and is reported.
+pub(super) fn read(
+    store: &mut impl Store,
+    name: &[u8],
+    anomalies: &mut Vec<Anomaly>,
+) -> (Option<Vec<u8>>, Record) {
     let stored = store.hget(HashKey::Partitions, name);
     let record = match stored.as_deref() {
         None => Record::default(),
-        Some(raw) => Record::parse(raw).unwrap_or_else(|| {
-            anomalies.push(Anomaly::PartitionRecordUnreadable {
-                partition: name.to_vec(),
-            });
-            Record::default()
-        }),
+        Some(raw) => parse_or_report(name, raw, anomalies),
     };
-    Partition {
-        name: name.to_vec(),
-        stored,
-        record,
-    }
+    (stored, record)
 }
 
-/// Writes the record back when it changed; deletes it once blank.
-pub fn close(store: &mut impl Store, mut partition: Partition) {
-    if partition.record.held == 0 {
-        // The offset only means something for held items.
-        partition.record.offset = 0;
-    }
-    if partition.record.is_blank() {
-        if partition.stored.is_some() {
-            store.hdel(HashKey::Partitions, &partition.name);
+/// A stored record, or (unreadable, reported) a blank one.
+pub(super) fn parse_or_report(name: &[u8], raw: &[u8], anomalies: &mut Vec<Anomaly>) -> Record {
+    Record::parse(raw).unwrap_or_else(|| {
+        anomalies.push(Anomaly::PartitionRecordUnreadable {
+            partition: name.to_vec(),
+        });
+        Record::default()
+    })
+}
+
+/// Writes `record` when it differs from `stored`; deletes it once blank.
+pub(super) fn write(store: &mut impl Store, name: &[u8], stored: Option<&[u8]>, record: &Record) {
+    if record.is_blank() {
+        if stored.is_some() {
+            store.hdel(HashKey::Partitions, name);
         }
         return;
     }
-    let formatted = partition.record.format();
-    if partition.stored.as_deref() != Some(formatted.as_slice()) {
-        store.hset(HashKey::Partitions, &partition.name, &formatted);
+    let formatted = record.format();
+    if stored != Some(formatted.as_slice()) {
+        store.hset(HashKey::Partitions, name, &formatted);
     }
-}
-
-/// Restores the rules of this module: a partition that may be served and
-/// has held items has its head in `queue` (a recorded head that is no
-/// longer queued, because a Lua script leased it, is forgotten first); a
-/// partition with nothing queued owes no cancelled items' cost.
-pub fn settle(store: &mut impl Store, partition: &mut Partition, default_cap: Option<u64>) {
-    if partition.record.queued == 0 && partition.record.gap > 0 {
-        give_back_gap(store, partition);
-    }
-    if partition.record.pending_shift > 0 && partition.record.in_queue_unheaded() == 0 {
-        partition.record.pending_shift = 0;
-        partition.record.shift_below = 0;
-    }
-    if let Some(head) = &partition.record.head {
-        if store.zscore(crate::store::ZsetKey::Queue, head).is_none() {
-            partition.record.head = None;
-        }
-    }
-    if partition.record.held > 0
-        && partition.record.head.is_none()
-        && partition.record.servable(default_cap)
-    {
-        held::promote(store, partition);
-    }
-}
-
-/// Moves the partition's next virtual time back by its gap: it re-enters
-/// as if the cancelled items had never been queued.
-fn give_back_gap(store: &mut impl Store, partition: &mut Partition) {
-    let gap = i64::try_from(std::mem::take(&mut partition.record.gap)).unwrap_or(i64::MAX);
-    // None: the partition has no next virtual time to move back.
-    move_virtual_time(store, &partition.name, gap.saturating_neg(), None);
-}
-
-/// Moves `partition`'s next virtual time by `by`, within 0 and
-/// `MAX_VIRTUAL_TIME`, and returns it. A partition that has none starts
-/// from `missing_as`, or, with None, is left without one.
-pub fn move_virtual_time(
-    store: &mut impl Store,
-    partition: &[u8],
-    by: i64,
-    missing_as: Option<i64>,
-) -> Option<i64> {
-    let next = store
-        .hget(HashKey::PartitionVirtualTime, partition)
-        .and_then(|raw| super::parse_virtual_time(&raw))
-        .or(missing_as)?;
-    let moved = next.saturating_add(by).clamp(0, super::MAX_VIRTUAL_TIME);
-    store.hset(
-        HashKey::PartitionVirtualTime,
-        partition,
-        moved.to_string().as_bytes(),
-    );
-    Some(moved)
-}
-
-/// Where an item entering the queue at `score` goes: `queue` (as the head,
-/// when its partition is under control) or `held`. Counts it queued.
-pub fn enter_queue(
-    store: &mut impl Store,
-    partition: &mut Partition,
-    id: &[u8],
-    score: i64,
-    default_cap: Option<u64>,
-) {
-    partition.record.queued += 1;
-    let record = &partition.record;
-    if !record.controlled(default_cap) {
-        store.zadd(crate::store::ZsetKey::Queue, id, score as f64);
-    } else if record.head.is_none() && record.held == 0 && record.servable(default_cap) {
-        store.zadd(crate::store::ZsetKey::Queue, id, score as f64);
-        partition.record.head = Some(id.to_vec());
-    } else {
-        held::park(store, partition, id, score);
-        settle(store, partition, default_cap);
-    }
-}
-
-/// One item of `name` leaves `from` and enters `to` (None: leaves the
-/// queue's life). Not for entering the queue: that is [`enter_queue`].
-pub fn shift(
-    store: &mut impl Store,
-    name: &[u8],
-    from: Option<State>,
-    to: Option<State>,
-    default_cap: Option<u64>,
-    anomalies: &mut Vec<Anomaly>,
-) {
-    let mut partition = open(store, name, anomalies);
-    if let Some(from) = from {
-        let count = partition.record.count_mut(from);
-        *count = count.saturating_sub(1);
-    }
-    if let Some(to) = to {
-        *partition.record.count_mut(to) += 1;
-    }
-    settle(store, &mut partition, default_cap);
-    close(store, partition);
 }
 
 /// The queue's default cap (`policy` field `default-concurrency`); an
@@ -420,8 +316,7 @@ mod tests {
             carry: 2,
             offset: -5,
             gap: 9,
-            pending_shift: 4,
-            shift_below: -2,
+            parking: Parking::RejoinOwed,
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
         };
         assert_eq!(Record::parse(&record.format()), Some(record));
@@ -440,6 +335,16 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_an_earlier_version_with_a_pending_shift_reads_as_parking() {
+        let record = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 4 17").unwrap();
+        assert_eq!(record.parking, Parking::RejoinOwed);
+        assert_eq!(record.head, None);
+        let record = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 0 0 x").unwrap();
+        assert_eq!(record.parking, Parking::Done);
+        assert_eq!(record.head, Some(b"x".to_vec()));
+    }
+
+    #[test]
     fn servable_follows_pause_own_cap_then_default() {
         let mut record = Record {
             leased: 2,
@@ -451,6 +356,9 @@ mod tests {
         assert!(record.servable(Some(2)), "own cap wins over the default");
         record.paused = true;
         assert!(!record.servable(None));
+        record.paused = false;
+        record.parking = Parking::Underway;
+        assert!(!record.servable(None), "held back while parking");
     }
 
     #[test]

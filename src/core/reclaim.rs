@@ -1,10 +1,13 @@
 //! Reclaim of expired leases: `VTRR.RECLAIM`, and the step that LEASE and
 //! the timer run first.
 
+use super::admission;
 use super::dead::{bury, bury_without_payload, read_policy, Reason};
-use super::partitions::{self, State};
-use super::scoring::{partition_of, read_placing, requeue, Placing};
-use super::{counters, CoreError, Due};
+use super::meta;
+use super::partitions::State;
+use super::scoring::requeue;
+use super::virtual_time::{read_placing, Placing};
+use super::{counters, leased, CoreError, Due};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// `VTRR.RECLAIM`: takes back up to `limit` leases whose expiry is <=
@@ -16,10 +19,10 @@ pub fn reclaim(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due,
     Ok(outcome)
 }
 
-/// Each expired lease loses its lease state and has its `timeouts` counted;
-/// then it is rescored as if freshly enqueued, or, once its timeouts pass
-/// the policy's MAX-TIMEOUTS (or its payload is gone), dead-lettered. Each
-/// frees a slot of its partition's cap.
+/// Each expired lease ends and has its `timeouts` counted; then it is
+/// rescored as if freshly enqueued, or, once its timeouts pass the policy's
+/// MAX-TIMEOUTS (or its payload is gone), dead-lettered. Each frees a slot
+/// of its partition's cap.
 pub(super) fn reclaim_at(
     store: &mut impl Store,
     at: &Placing,
@@ -36,31 +39,25 @@ pub(super) fn reclaim_at(
     }
     let policy = read_policy(store, &mut outcome.anomalies);
     for (id, _expiry) in expired {
-        store.zrem(ZsetKey::Inflight, &id);
-        let payload = store.hget(HashKey::InflightTask, &id);
-        store.hdel(HashKey::InflightTask, &id);
-        store.hdel(HashKey::Lease, &id);
-        let timeouts = counters::increment(store, HashKey::Timeouts, &id, &mut outcome.anomalies);
-        outcome.reclaimed += 1;
-        let name = partition_of(store, &id);
-        let dies = payload.is_none() || policy.max_timeouts.is_some_and(|max| timeouts > max);
-        let to = dies.then_some(State::Dead);
+        let payload = leased::take(store, &id);
         let anomalies = &mut outcome.anomalies;
-        partitions::shift(
-            store,
-            &name,
-            Some(State::Leased),
-            to,
-            at.default_cap,
-            anomalies,
-        );
+        let timeouts = counters::increment(store, HashKey::Timeouts, &id, anomalies);
+        outcome.reclaimed += 1;
+        let meta = meta::read(store, &id);
+        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        partition.record.leave(State::Leased);
+        let dies = payload.is_none() || policy.max_timeouts.is_some_and(|max| timeouts > max);
         match payload {
+            Some(payload) if !dies => {
+                requeue(store, at, &mut partition, &id, &payload, &meta, anomalies)
+            }
+            Some(payload) => bury(store, &id, &payload, now_ms, Reason::MaxTimeouts),
             None => bury_without_payload(store, &id, now_ms, anomalies),
-            Some(payload) if dies => bury(store, &id, &payload, now_ms, Reason::MaxTimeouts),
-            Some(payload) => requeue(store, at, &id, &payload, anomalies),
         }
         if dies {
+            partition.record.arrive(State::Dead);
             outcome.dead_lettered += 1;
         }
+        admission::close(store, partition);
     }
 }

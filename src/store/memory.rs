@@ -101,6 +101,25 @@ impl Store for MemoryStore {
             .collect()
     }
 
+    fn zrange_above(
+        &mut self,
+        key: ZsetKey,
+        above: f64,
+        max: f64,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, f64)> {
+        let Some(zset) = self.zsets.get(&key) else {
+            return Vec::new();
+        };
+        zset.ordered
+            .iter()
+            .skip_while(|(s, _)| s.0 <= above)
+            .take_while(|(s, _)| s.0 <= max)
+            .take(limit)
+            .map(|(s, m)| (m.clone(), s.0))
+            .collect()
+    }
+
     fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
         let zset = self.zsets.get(&key)?;
         let (_, member) = zset.ordered.range((Score(0.0), from.to_vec())..).next()?;

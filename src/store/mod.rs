@@ -37,6 +37,10 @@ pub enum ZsetKey {
     /// that wait outside `queue`; all scores 0, members ordered by
     /// (partition, virtual time, id) (see `core::held`).
     Held,
+    /// `vtrr:<name>:parking`: partition whose items queued before it came
+    /// under control are being moved to `held` -> the score its walk over
+    /// `queue` has passed (see `core::admission`).
+    Parking,
 }
 
 /// The hashes of a queue.
@@ -86,6 +90,15 @@ pub trait Store {
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)>;
     /// Up to `limit` entries with score <= `max`, in ascending (score, member) order.
     fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)>;
+    /// Up to `limit` entries with `above` < score <= `max`, in ascending
+    /// (score, member) order.
+    fn zrange_above(
+        &mut self,
+        key: ZsetKey,
+        above: f64,
+        max: f64,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, f64)>;
     /// The first member >= `from` in member order, of a sorted set whose
     /// scores are all equal (`held`).
     fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>>;

@@ -270,9 +270,11 @@ impl<'ctx> RedisStore<'ctx> {
         slot.effects.record(command, args);
     }
 
+    /// Visits entries with `above` < score <= `max` (None: from the first).
     fn range(
         &self,
         which: QueueKey,
+        above: Option<f64>,
         max: f64,
         limit: usize,
         mut visit: impl FnMut(Vec<u8>, f64) -> bool,
@@ -284,7 +286,11 @@ impl<'ctx> RedisStore<'ctx> {
         // SAFETY: key is an open sorted set; the iterator is stopped before
         // returning and the key is not modified while it runs.
         unsafe {
-            if api!(RedisModule_ZsetFirstInScoreRange)(key, f64::NEG_INFINITY, max, 0, 0)
+            let (min, min_excluded) = match above {
+                Some(above) => (above, 1),
+                None => (f64::NEG_INFINITY, 0),
+            };
+            if api!(RedisModule_ZsetFirstInScoreRange)(key, min, max, min_excluded, 0)
                 != raw::REDISMODULE_OK as c_int
             {
                 return;
@@ -376,7 +382,7 @@ impl Store for RedisStore<'_> {
 
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
         let mut first = None;
-        self.range(key.into(), f64::INFINITY, 1, |member, score| {
+        self.range(key.into(), None, f64::INFINITY, 1, |member, score| {
             first = Some((member, score));
             false
         });
@@ -385,7 +391,22 @@ impl Store for RedisStore<'_> {
 
     fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
         let mut entries = Vec::new();
-        self.range(key.into(), max, limit, |member, score| {
+        self.range(key.into(), None, max, limit, |member, score| {
+            entries.push((member, score));
+            true
+        });
+        entries
+    }
+
+    fn zrange_above(
+        &mut self,
+        key: ZsetKey,
+        above: f64,
+        max: f64,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, f64)> {
+        let mut entries = Vec::new();
+        self.range(key.into(), Some(above), max, limit, |member, score| {
             entries.push((member, score));
             true
         });

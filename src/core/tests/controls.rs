@@ -2,7 +2,7 @@
 //! view and recount.
 
 use super::*;
-use crate::core::partitions::Record;
+use crate::core::partitions::{Parking, Record};
 use crate::store::{HashKey, Store, ZsetKey};
 
 fn record(store: &mut MemoryStore, partition: &str) -> Record {
@@ -123,12 +123,10 @@ fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
     assert!(check::check(&mut store).is_empty());
 }
 
-#[test]
-fn items_queued_before_a_pause_are_parked_at_most_a_bounded_number_per_lease() {
+/// O's o0, then `count` items of P, then O's o1 (behind them all).
+fn a_backlog_behind_o0(count: usize) -> MemoryStore {
     let mut store = MemoryStore::new();
-    let many: Vec<String> = (0..(MAX_PARKED_PER_LEASE + 10))
-        .map(|n| format!("p{n:05}"))
-        .collect();
+    let many: Vec<String> = (0..count).map(|n| format!("p{n:05}")).collect();
     enqueue(&mut store, &[item("O", "o0", 5_000)]).unwrap();
     enqueue(
         &mut store,
@@ -137,71 +135,97 @@ fn items_queued_before_a_pause_are_parked_at_most_a_bounded_number_per_lease() {
     .unwrap();
     enqueue(&mut store, &[item("O", "o1", 1)]).unwrap();
     assert_eq!(lease_ids(&mut store, 0, 1), ["o0"]);
+    store
+}
+
+#[test]
+fn a_pause_parks_what_the_partition_has_in_queue_a_bounded_number_per_call() {
+    let mut store = a_backlog_behind_o0(MAX_PARKED_PER_CALL + 10);
     assert!(pause(&mut store, b"P", &mut Vec::new()));
-    let outcome = lease_at(&mut store, 0, 1000, 1, 0).unwrap();
-    assert!(outcome.skipped_enough && outcome.leased.is_empty());
-    // The timer's run goes on parking; then o1 is leasable.
+    let record_p = record(&mut store, "P");
+    assert_eq!(record_p.held as usize, MAX_PARKED_PER_CALL);
+    assert_eq!(record_p.parking, Parking::Underway);
+    assert_eq!(store.zset_entries(ZsetKey::Parking).len(), 1);
+    // The timer's run goes on parking and finishes.
     let due = run_due(&mut store, 0, 10).unwrap();
     assert_eq!(due.parked, 10);
     assert!(!due.parking_left);
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+    assert!(store.zset_entries(ZsetKey::Parking).is_empty());
+    assert_eq!(store.zset_entries(ZsetKey::Queue).len(), 1, "o1 alone");
     assert_eq!(lease_ids(&mut store, 0, 1), ["o1"]);
-    assert_eq!(record(&mut store, "P").held as usize, many.len());
+    assert_eq!(
+        record(&mut store, "P").held as usize,
+        MAX_PARKED_PER_CALL + 10
+    );
     assert!(check::check(&mut store).is_empty());
 }
 
-/// Items queued before a RESUME owe its shift; paused again, the timer's
-/// parking (after a LEASE stopped at its bound) puts them where a LEASE's
-/// own parking does: shifted, the partition settled.
 #[test]
-fn the_timer_parks_items_owing_a_rejoin_shift_as_a_lease_does() {
-    let setup = || {
-        let mut store = MemoryStore::new();
-        enqueue(&mut store, &[item("O", "o0", 5_000)]).unwrap();
-        let many: Vec<String> = (0..(MAX_PARKED_PER_LEASE + 10))
-            .map(|n| format!("p{n:05}"))
-            .collect();
-        let items: Vec<_> = many.iter().map(|id| item("P", id, 1)).collect();
-        enqueue(&mut store, &items).unwrap();
-        enqueue(&mut store, &[item("O", "o1", 1)]).unwrap();
-        assert_eq!(lease_ids(&mut store, 0, 1), ["o0"]);
-        assert!(pause(&mut store, b"P", &mut Vec::new()));
-        // Stops after parking its bound: ten of P's items are still queued.
-        assert!(lease_at(&mut store, 0, 1000, 1, 0).unwrap().skipped_enough);
-        assert!(resume(&mut store, b"P", &mut Vec::new()).unwrap());
-        assert!(record(&mut store, "P").pending_shift > 0);
-        assert!(pause(&mut store, b"P", &mut Vec::new()));
-        store
-    };
-    let mut by_lease = setup();
-    assert_eq!(lease_ids(&mut by_lease, 0, 1), ["o1"]);
-    let mut by_timer = setup();
-    let due = run_due(&mut by_timer, 0, 10).unwrap();
-    assert_eq!(due.parked, 10);
-    for key in [ZsetKey::Held, ZsetKey::Queue] {
-        let o1_apart = |store: &MemoryStore| -> Vec<(Vec<u8>, f64)> {
-            store
-                .zset_entries(key)
-                .into_iter()
-                .filter(|(id, _)| id != b"o1")
-                .collect()
-        };
-        let (timer, lease) = (o1_apart(&by_timer), o1_apart(&by_lease));
-        let only = |a: &[(Vec<u8>, f64)], b: &[(Vec<u8>, f64)]| -> Vec<(Vec<u8>, f64)> {
-            a.iter().filter(|e| !b.contains(e)).cloned().collect()
-        };
-        assert!(
-            timer == lease,
-            "{key:?}: only by the timer {:?}, only by a LEASE {:?}",
-            only(&timer, &lease),
-            only(&lease, &timer)
-        );
-    }
+fn a_lease_parks_at_most_a_bounded_number_of_what_it_pops() {
+    let mut store = a_backlog_behind_o0(2 * MAX_PARKED_PER_CALL + 10);
+    assert!(pause(&mut store, b"P", &mut Vec::new()));
+    // No due work asked for: it only pops, and parks what it may not serve.
+    let outcome = lease_at(&mut store, 0, 1000, 1, 0).unwrap();
+    assert!(outcome.skipped_enough && outcome.leased.is_empty());
     assert_eq!(
-        by_timer.hash_entries(HashKey::HeldAt),
-        by_lease.hash_entries(HashKey::HeldAt)
+        record(&mut store, "P").held as usize,
+        2 * MAX_PARKED_PER_CALL
     );
-    assert_eq!(record(&mut by_timer, "P"), record(&mut by_lease, "P"));
-    assert!(check::check(&mut by_timer).is_empty());
+    assert_eq!(lease_ids(&mut store, 0, 1), ["o1"]);
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+    assert!(check::check(&mut store).is_empty());
+}
+
+/// The regression the old lazy shift had: paused and resumed twice with
+/// items queued from before, a partition was served later than fair. Now a
+/// RESUME during the parking waits for it, and the whole backlog rejoins
+/// once, just after the current virtual time.
+#[test]
+fn a_resume_during_parking_rejoins_the_whole_backlog_once_parked() {
+    let mut store = MemoryStore::new();
+    // Each PAUSE parks a call's bound: the last one leaves ten.
+    let p_ids: Vec<String> = (0..4 * MAX_PARKED_PER_CALL + 10)
+        .map(|n| format!("p{n:05}"))
+        .collect();
+    let o_ids: Vec<String> = (0..1000).map(|n| format!("o{n:05}")).collect();
+    let items = |partition, ids: &[String]| -> Vec<NewItem<'static>> {
+        ids.iter()
+            .map(|id| item(partition, id.clone().leak(), 1))
+            .collect()
+    };
+    enqueue(&mut store, &items("P", &p_ids)).unwrap();
+    assert!(pause(&mut store, b"P", &mut Vec::new()));
+    assert_eq!(record(&mut store, "P").parking, Parking::Underway);
+    // O's items come before P's last ten, still in `queue`.
+    enqueue(&mut store, &items("O", &o_ids)).unwrap();
+    assert_eq!(
+        lease_at(&mut store, 0, 1000, 1000, 0).unwrap().leased.len(),
+        1000
+    );
+    assert_eq!(read_current_virtual_time(&mut store).unwrap(), 1000);
+    for _ in 0..2 {
+        assert!(resume(&mut store, b"P", &mut Vec::new()).unwrap());
+        assert_eq!(record(&mut store, "P").parking, Parking::RejoinOwed);
+        assert!(pause(&mut store, b"P", &mut Vec::new()));
+    }
+    assert!(resume(&mut store, b"P", &mut Vec::new()).unwrap());
+    let due = run_due(&mut store, 0, 10).unwrap();
+    assert!(due.parking_left);
+    assert_eq!(record(&mut store, "P").parking, Parking::RejoinOwed);
+    assert_eq!(
+        due.parked + run_due(&mut store, 0, 10).unwrap().parked,
+        1034
+    );
+    let view = partition_view(&mut store, b"P", &mut Vec::new());
+    assert_eq!(view.record.parking, Parking::Done);
+    // Moved once, by 1000: its first item just after the current time.
+    assert_eq!(
+        store.zset_entries(ZsetKey::Queue),
+        [(b"p00000".to_vec(), 1001.0)]
+    );
+    assert_eq!(view.virtual_time, Some(4 * 1024 + 11 + 1000));
+    assert!(check::check(&mut store).is_empty());
 }
 
 #[test]

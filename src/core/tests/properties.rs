@@ -162,13 +162,11 @@ struct Simulation {
     /// The largest cap in force (1 when uncapped) per partition since it
     /// was last idle: how many owed items it may be served in a row.
     owed_caps: BTreeMap<u8, u64>,
-    /// Partitions held back since they were last idle: they waited at
-    /// their cap (their items keep their times while they wait, so each
-    /// freed slot serves them first, at most their cap at once, until they
-    /// have caught up), or were paused, resumed or had their cap changed
-    /// (a rejoin moves what is held at once and what was still in `queue`
-    /// when reached; after repeated rejoins those move more than once,
-    /// later than fair). Guarantee (1) is about partitions not held back.
+    /// Partitions that waited at their cap since they were last idle: their
+    /// items keep their times while they wait, so each freed slot serves
+    /// them first (at most their cap at once) until they have caught up.
+    /// Guarantee (1) is about partitions that have not waited at a cap;
+    /// paused, resumed and re-capped ones any number of times included.
     owed: HashSet<u8>,
 }
 
@@ -235,23 +233,13 @@ impl Simulation {
     /// will be served at.
     fn waiting(&self) -> Vec<(u8, Waiting)> {
         let records = self.store.hash_entries(HashKey::Partitions);
-        let record = |partition: u8| {
-            records
-                .get(&Self::name(partition)[..])
-                .and_then(|raw| crate::core::partitions::Record::parse(raw))
-                .unwrap_or_default()
-        };
-        // An item queued before its partition rejoined (RESUME, a raised
-        // cap) is owed the same shift as its held items.
         let mut waiting: Vec<(u8, Waiting)> = self
             .store
             .zset_entries(ZsetKey::Queue)
             .into_iter()
             .map(|(id, score)| {
                 let partition = self.items[&id].0;
-                let record = record(partition);
-                let is_head = record.head.as_deref() == Some(id.as_slice());
-                let score = score as i64 + record.owed_shift(is_head, score as i64).unwrap_or(0);
+                let score = score as i64;
                 (partition, Waiting { score, id })
             })
             .collect();
@@ -339,13 +327,6 @@ impl Simulation {
     }
 
     fn run(&mut self, op: &Op) -> Result<(), TestCaseError> {
-        match *op {
-            Op::Pause { partition } | Op::Resume { partition } | Op::Limit { partition, .. } => {
-                self.owed.insert(partition);
-            }
-            Op::DefaultCap { .. } => self.owed.extend(0..6),
-            _ => {}
-        }
         match *op {
             Op::Enqueue {
                 partition,

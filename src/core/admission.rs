@@ -1,0 +1,317 @@
+//! Admission: which of a partition's queued items wait in `queue`, where
+//! LEASE pops, and which wait in `held`, where it never looks.
+//!
+//! The head rule: a partition under control (a cap, the queue's default
+//! cap, a pause, or items still held) keeps at most one item, its *head*,
+//! in `queue`, and only while it may be served; the rest wait in `held`.
+//! A partition that was never under control keeps all its items in
+//! `queue`, exactly as the Lua scripts do.
+//!
+//! When control begins, the items the partition already has in `queue` are
+//! parked: moved to `held` at their virtual times by [`park_queued`], a
+//! bounded number per call, the timer finishing the rest. Until they all
+//! are, the partition is not served (`Parking` in its record). So no item
+//! in `queue` ever owes a rejoin's shift: a rejoin (RESUME, a raised cap)
+//! moves the whole backlog in O(1), by the record's `offset`.
+//!
+//! Every change goes through a [`Partition`] opened here and written back
+//! by [`close`], which settles it first: promotes the next held item when
+//! the partition may be served and has no head, finishes a parking with
+//! nothing left in `queue`, gives back a cancelled gap.
+
+use super::held;
+use super::meta::partition_of;
+use super::partitions::{self, Parking, Record};
+use super::virtual_time::{move_next, next_of, read_current_virtual_time};
+use super::{Anomaly, Due};
+use crate::store::{Store, ZsetKey};
+
+/// The most items one call moves from `queue` to `held` (LEASE popping
+/// items of partitions it may not serve; the parking of a partition that
+/// came under control, counted in items visited): the first call after a
+/// pause of a large backlog stays short, and the timer goes on.
+pub const MAX_PARKED_PER_CALL: usize = 1024;
+
+/// A partition's record, opened for a change and written back by [`close`].
+pub struct Partition {
+    pub name: Vec<u8>,
+    pub record: Record,
+    stored: Option<Vec<u8>>,
+    /// The queue's default cap, as the call read it.
+    pub default_cap: Option<u64>,
+    controlled_at_open: bool,
+}
+
+/// Opens a partition's record (none yet: a blank one). An unreadable record
+/// (written by another client) starts blank and is reported.
+pub fn open(
+    store: &mut impl Store,
+    name: &[u8],
+    default_cap: Option<u64>,
+    anomalies: &mut Vec<Anomaly>,
+) -> Partition {
+    let (stored, record) = partitions::read(store, name, anomalies);
+    Partition {
+        controlled_at_open: record.controlled(default_cap),
+        name: name.to_vec(),
+        record,
+        stored,
+        default_cap,
+    }
+}
+
+/// Settles the partition, starts parking its items in `queue` when it just
+/// came under control, and writes the record back when it changed (deletes
+/// it once blank).
+pub fn close(store: &mut impl Store, mut partition: Partition) {
+    settle(store, &mut partition);
+    if !partition.controlled_at_open && partition.record.controlled(partition.default_cap) {
+        begin_parking(store, &mut partition);
+    }
+    if partition.record.held == 0 {
+        // The offset only means something for held items.
+        partition.record.offset = 0;
+    }
+    partitions::write(
+        store,
+        &partition.name,
+        partition.stored.as_deref(),
+        &partition.record,
+    );
+}
+
+/// Restores the head rule and what follows from the counts: a partition
+/// with nothing queued owes no cancelled items' cost; one parking with
+/// nothing left in `queue` is done; a recorded head that is no longer
+/// queued (a Lua script leased it) is forgotten; one that may be served
+/// and has held items has its head in `queue`.
+fn settle(store: &mut impl Store, partition: &mut Partition) {
+    if partition.record.queued == 0 && partition.record.gap > 0 {
+        // It re-enters as if the cancelled items had never been queued.
+        let gap = i64::try_from(std::mem::take(&mut partition.record.gap)).unwrap_or(i64::MAX);
+        move_next(store, &partition.name, gap.saturating_neg(), None);
+    }
+    if partition.record.parking != Parking::Done && partition.record.in_queue() == 0 {
+        finish_parking(store, partition);
+    }
+    if let Some(head) = &partition.record.head {
+        if store.zscore(ZsetKey::Queue, head).is_none() {
+            partition.record.head = None;
+        }
+    }
+    if partition.record.held > 0
+        && partition.record.head.is_none()
+        && partition.record.servable(partition.default_cap)
+    {
+        admit_head(store, partition);
+    }
+}
+
+/// An item entering the queue at `score` (counted queued here): into
+/// `queue` when its partition is not under control, or as its head when it
+/// may be served and has nothing held; into `held` otherwise.
+pub fn enter_queue(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
+    partition.record.queued += 1;
+    let record = &partition.record;
+    if !record.controlled(partition.default_cap) {
+        store.zadd(ZsetKey::Queue, id, score as f64);
+    } else if record.head.is_none() && record.held == 0 && record.servable(partition.default_cap) {
+        store.zadd(ZsetKey::Queue, id, score as f64);
+        partition.record.head = Some(id.to_vec());
+    } else {
+        hold_item(store, partition, id, score);
+    }
+}
+
+/// Puts a queued item in `held` at virtual time `score`.
+fn hold_item(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
+    held::add(store, &partition.name, partition.record.offset, id, score);
+    partition.record.held += 1;
+}
+
+/// Moves the partition's lowest held item into `queue` as its head. A
+/// partition with none has its `held` count corrected to 0.
+fn admit_head(store: &mut impl Store, partition: &mut Partition) {
+    let offset = partition.record.offset;
+    let Some((score, id)) = held::first(store, &partition.name, offset) else {
+        partition.record.held = 0;
+        return;
+    };
+    held::remove(store, &partition.name, offset, &id, score);
+    partition.record.held -= 1;
+    store.zadd(ZsetKey::Queue, &id, score as f64);
+    partition.record.head = Some(id);
+}
+
+/// An item LEASE popped (already out of `queue`) whose partition may not be
+/// served now waits in `held` at its score. Only an item the module did not
+/// queue (a Lua script's) can sit in `queue` beside a head and come before
+/// it; the head then waits in `held` too, so the next admission takes the
+/// lowest.
+pub fn park_popped(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
+    hold_item(store, partition, id, score);
+    if let Some(head) = partition.record.head.take() {
+        if let Some(head_score) = store.zscore(ZsetKey::Queue, &head) {
+            store.zrem(ZsetKey::Queue, &head);
+            hold_item(store, partition, &head, head_score as i64);
+        }
+    }
+}
+
+/// Takes a queued `id` out of `queue` or `held`; false when it is in
+/// neither (its count is left to the caller).
+pub fn take_queued(store: &mut impl Store, partition: &mut Partition, id: &[u8]) -> bool {
+    if store.zrem(ZsetKey::Queue, id) {
+        if partition.record.head.as_deref() == Some(id) {
+            partition.record.head = None;
+        }
+        return true;
+    }
+    let offset = partition.record.offset;
+    let Some(score) = held::held_at(store, id, offset) else {
+        return false;
+    };
+    held::remove(store, &partition.name, offset, id, score);
+    partition.record.held = partition.record.held.saturating_sub(1);
+    true
+}
+
+/// The queued `id` of a paused partition leaves `queue` for `held` (a
+/// PAUSE takes its head out of LEASE's way).
+pub fn park_head(store: &mut impl Store, partition: &mut Partition) {
+    if let Some(head) = partition.record.head.take() {
+        if let Some(score) = store.zscore(ZsetKey::Queue, &head) {
+            store.zrem(ZsetKey::Queue, &head);
+            hold_item(store, partition, &head, score as i64);
+        }
+    }
+}
+
+/// A partition that was held back (paused, or capped below what it now may
+/// run) has items far behind the current virtual time; served at those
+/// times they would all come before anyone else's. Its held backlog rejoins
+/// at the current virtual time instead, keeping its order and spacing, as
+/// a partition that was idle would: one O(1) move of its offset. While its
+/// parking is under way, the rejoin waits until all of it is held.
+pub fn rejoin(store: &mut impl Store, partition: &mut Partition) {
+    if partition.record.parking != Parking::Done {
+        partition.record.parking = Parking::RejoinOwed;
+        return;
+    }
+    let offset = partition.record.offset;
+    let Some((first, _)) = held::first(store, &partition.name, offset) else {
+        return;
+    };
+    // Read here, on this rare path, so that the calls that never rejoin
+    // (ACK) need not read it. The calls that may read it before their
+    // first write and refuse a bad one; only CANCEL, finishing a parking,
+    // can meet it unreadable, and then there is no time to rejoin.
+    let Ok(current_virtual_time) = read_current_virtual_time(store) else {
+        return;
+    };
+    let behind = current_virtual_time.saturating_add(1).saturating_sub(first);
+    if behind > 0 {
+        partition.record.offset = offset.saturating_add(behind);
+        move_next(store, &partition.name, behind, Some(0));
+    }
+}
+
+/// A partition under control with items in `queue` (it just came under
+/// control, or RECOUNT found items a Lua script queued) starts parking
+/// them; it is not served until they are all held.
+pub fn begin_parking(store: &mut impl Store, partition: &mut Partition) {
+    if partition.record.parking == Parking::Done && partition.record.in_queue() > 0 {
+        partition.record.parking = Parking::Underway;
+        store.zadd(ZsetKey::Parking, &partition.name, f64::NEG_INFINITY);
+    }
+}
+
+fn finish_parking(store: &mut impl Store, partition: &mut Partition) {
+    store.zrem(ZsetKey::Parking, &partition.name);
+    let owed = partition.record.parking == Parking::RejoinOwed;
+    partition.record.parking = Parking::Done;
+    if owed {
+        rejoin(store, partition);
+    }
+}
+
+/// Parks the items in `queue` of the partitions whose parking is under way
+/// (`parking`: partition -> the score its walk has passed), visiting at
+/// most `budget` items of `queue` (and the rest of those sharing the last
+/// score visited, so a walk never stops inside a tie). A partition's walk
+/// ends when all its queued items are held, or at its next virtual time
+/// (no item of it in `queue` is later). True when some parking is left.
+pub fn park_queued(
+    store: &mut impl Store,
+    default_cap: Option<u64>,
+    budget: usize,
+    outcome: &mut Due,
+) -> bool {
+    let mut visits = 0;
+    while visits < budget {
+        let Some((name, passed)) = store.zfirst(ZsetKey::Parking) else {
+            return false;
+        };
+        let anomalies = &mut outcome.anomalies;
+        let mut partition = open(store, &name, default_cap, anomalies);
+        if partition.record.parking == Parking::Done {
+            store.zrem(ZsetKey::Parking, &name); // a stale entry
+            close(store, partition);
+            continue;
+        }
+        let upto = next_of(store, &name, anomalies) as f64;
+        let mut passed = passed;
+        let done = loop {
+            if visits >= budget {
+                break false;
+            }
+            let want = budget - visits;
+            let batch = store.zrange_above(ZsetKey::Queue, passed, upto, want);
+            let Some(&(_, last)) = batch.last() else {
+                break true;
+            };
+            let full = batch.len() == want;
+            visits += batch.len();
+            let mut found = park_own(store, &mut partition, batch, outcome);
+            if full && !found {
+                // Stop only at a new score: take the rest of this one.
+                let ties = store.zrange_above(ZsetKey::Queue, last.next_down(), last, usize::MAX);
+                visits += ties.len();
+                found = park_own(store, &mut partition, ties, outcome);
+            }
+            if found {
+                break true;
+            }
+            passed = last;
+        };
+        if done {
+            finish_parking(store, &mut partition);
+        } else {
+            store.zadd(ZsetKey::Parking, &name, passed);
+        }
+        close(store, partition);
+    }
+    store.zcard(ZsetKey::Parking) > 0
+}
+
+/// Parks the entries of `batch` that belong to `partition`; true once it
+/// has nothing left in `queue`.
+fn park_own(
+    store: &mut impl Store,
+    partition: &mut Partition,
+    batch: Vec<(Vec<u8>, f64)>,
+    outcome: &mut Due,
+) -> bool {
+    for (id, score) in batch {
+        if partition_of(store, &id) != partition.name {
+            continue;
+        }
+        store.zrem(ZsetKey::Queue, &id);
+        hold_item(store, partition, &id, score as i64);
+        outcome.parked += 1;
+        if partition.record.in_queue() == 0 {
+            return true;
+        }
+    }
+    false
+}

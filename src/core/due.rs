@@ -1,0 +1,49 @@
+//! What falls due with time: expired leases and due delayed items, acted
+//! on first by every LEASE and by the timer; and the timer's share of the
+//! parking of partitions that came under control.
+
+use super::admission::{park_queued, MAX_PARKED_PER_CALL};
+use super::delay::promote_at;
+use super::reclaim::reclaim_at;
+use super::virtual_time::{read_placing, Placing};
+use super::{CoreError, Due};
+use crate::store::{Store, ZsetKey};
+
+/// Everything of a queue due at `now_ms`, at most `limit` items: expired
+/// leases first, then due delayed items.
+pub(super) fn due_at(
+    store: &mut impl Store,
+    at: &Placing,
+    now_ms: i64,
+    limit: usize,
+    outcome: &mut Due,
+) {
+    let before = outcome.reclaimed;
+    reclaim_at(store, at, now_ms, limit, outcome);
+    let reclaimed = (outcome.reclaimed - before) as usize;
+    promote_at(store, at, now_ms, limit.saturating_sub(reclaimed), outcome);
+}
+
+/// The timer's run on one queue: [`due_at`], then up to
+/// [`MAX_PARKED_PER_CALL`] items' worth of parking under way.
+pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due, CoreError> {
+    let mut outcome = Due::default();
+    let at = read_placing(store, &mut outcome.anomalies)?;
+    due_at(store, &at, now_ms, limit, &mut outcome);
+    outcome.parking_left = park_queued(store, at.default_cap, MAX_PARKED_PER_CALL, &mut outcome);
+    Ok(outcome)
+}
+
+/// When the queue next has something for the timer: the earliest lease
+/// expiry or delayed item's due time (rounded up: a fractional score
+/// written by another client must not make the timer look before anything
+/// is due), or at once while a parking is under way.
+pub fn next_due(store: &mut impl Store) -> Option<i64> {
+    if store.zcard(ZsetKey::Parking) > 0 {
+        return Some(0);
+    }
+    let mut first = |key| store.zfirst(key).map(|(_, score)| score.ceil() as i64);
+    let expiry = first(ZsetKey::Inflight);
+    let delayed = first(ZsetKey::Delayed);
+    expiry.into_iter().chain(delayed).min()
+}
