@@ -116,3 +116,20 @@ fn lease_with_counters_reports_nacks() {
     assert_eq!(ack(&mut store, &[(b"a", &token)], &mut Vec::new()), 1);
     assert_eq!(store.hlen(HashKey::Nacks), 0);
 }
+
+#[test]
+fn a_nacked_item_without_a_payload_is_reported_dead_whatever_was_asked() {
+    for how in [Nack::Requeue, Nack::Delay { ms: 50 }] {
+        let mut store = MemoryStore::new();
+        let token = leased_one(&mut store);
+        store.hdel(HashKey::InflightTask, b"a");
+        assert_eq!(
+            nack_now(&mut store, &token, how),
+            Some(Nacked::Dead(Reason::PayloadMissing)),
+            "{how:?}"
+        );
+        assert!(store.zscore(ZsetKey::Dead, b"a").is_some());
+        assert!(store.zset_entries(ZsetKey::Queue).is_empty());
+        assert!(store.zset_entries(ZsetKey::Delayed).is_empty());
+    }
+}

@@ -89,3 +89,28 @@ fn a_non_numeric_current_virtual_time_refuses_and_changes_nothing() {
     );
     assert_eq!(before, format!("{store:?}"));
 }
+
+/// The start rule exactly: a partition under control follows its last item
+/// only while it has items queued. Capped at 1 with its one lease out and
+/// nothing queued, it re-enters just after the current virtual time, not
+/// at its old next time (that would put it one item ahead: x x b instead
+/// of b x).
+#[test]
+fn a_controlled_partition_with_nothing_queued_re_enters_after_the_current_time() {
+    let mut store = MemoryStore::new();
+    apply_limit(&mut store, "X", LimitChange::Concurrency(Some(1)));
+    enqueue(&mut store, &[item("X", "x1", 1)]).unwrap();
+    let b: Vec<_> = (1..=3)
+        .map(|i| item("B", ["b1", "b2", "b3"][i - 1], 1))
+        .collect();
+    enqueue(&mut store, &b).unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 3), ["b1", "x1", "b2"]);
+    // X has its lease out and nothing queued; the current time is 2. x2
+    // waits in `held` (X is at its cap) at virtual time 3.
+    enqueue(&mut store, &[item("X", "x2", 1)]).unwrap();
+    assert_eq!(store.hget(HashKey::HeldAt, b"x2"), Some(b"3".to_vec()));
+    let token = store.hget(HashKey::Lease, b"x1").unwrap();
+    assert_eq!(ack(&mut store, &[(b"x1", &token)], &mut Vec::new()), 1);
+    // b3 and x2 tie at 3; member order serves b3 first.
+    assert_eq!(lease_ids(&mut store, 0, 2), ["b3", "x2"]);
+}
