@@ -9,10 +9,12 @@
 //!
 //! When control begins, the items the partition already has in `queue` are
 //! parked: moved to `held` at their virtual times by [`park_queued`], a
-//! bounded number per call, the timer finishing the rest. Until they all
-//! are, the partition is not served (`Parking` in its record). So no item
-//! in `queue` ever owes a rejoin's shift: a rejoin (RESUME, a raised cap)
-//! moves the whole backlog in O(1), by the record's `offset`.
+//! bounded number per call, the timer finishing the rest (`Parking` in its
+//! record). Meanwhile they are served at their own times when the
+//! partition may be served, and parked when LEASE meets them otherwise; a
+//! rejoin (RESUME, a raised cap) waits until they are all held, and the
+//! partition with it. So no item in `queue` ever owes a rejoin's shift: a
+//! rejoin moves the whole backlog in O(1), by the record's `offset`.
 //!
 //! Every change goes through a [`Partition`] opened here and written back
 //! by [`close`], which settles it first: promotes the next held item when
@@ -218,7 +220,7 @@ pub fn rejoin(store: &mut impl Store, partition: &mut Partition) {
 
 /// A partition under control with items in `queue` (it just came under
 /// control, or RECOUNT found items a Lua script queued) starts parking
-/// them; it is not served until they are all held.
+/// them.
 pub fn begin_parking(store: &mut impl Store, partition: &mut Partition) {
     if partition.record.parking == Parking::Done && partition.record.in_queue() > 0 {
         partition.record.parking = Parking::Underway;

@@ -25,8 +25,8 @@ pub enum State {
 pub enum Parking {
     #[default]
     Done,
-    /// Some may still be in `queue`; the partition waits until they are
-    /// all held.
+    /// Some may still be in `queue` (served there at their own times while
+    /// the partition may be served).
     Underway,
     /// Underway, and it was resumed (or its cap raised) meanwhile: its
     /// backlog rejoins the current virtual time once all of it is held.
@@ -197,10 +197,12 @@ impl Record {
         self.cap.or(default_cap)
     }
 
-    /// Whether one more of its items may be leased now.
+    /// Whether one more of its items may be leased now. While a parking
+    /// is under way its items are served at their own times as usual; once
+    /// a rejoin is owed, not until the whole backlog has rejoined.
     pub fn servable(&self, default_cap: Option<u64>) -> bool {
         !self.paused
-            && self.parking == Parking::Done
+            && self.parking != Parking::RejoinOwed
             && self
                 .cap_in_force(default_cap)
                 .is_none_or(|cap| self.leased < cap)
@@ -358,7 +360,12 @@ mod tests {
         assert!(!record.servable(None));
         record.paused = false;
         record.parking = Parking::Underway;
-        assert!(!record.servable(None), "held back while parking");
+        assert!(
+            record.servable(None),
+            "served at its own times while parking"
+        );
+        record.parking = Parking::RejoinOwed;
+        assert!(!record.servable(None), "held back until it has rejoined");
     }
 
     #[test]
