@@ -2,9 +2,12 @@
 //! one function per module call the suites make again and again (enqueue,
 //! defer, lease in its forms, ack, renew, nack, policy, stats, partitions).
 
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use redis::Value;
+
+use super::Server;
 
 /// A command from its words.
 pub fn command(words: &[&str]) -> redis::Cmd {
@@ -143,11 +146,16 @@ pub fn set_policy(con: &mut redis::Connection, queue: &str, options: &[&str]) {
     assert_eq!(reply, "OK");
 }
 
+/// Lets a 1 ms lease (or a delay of a few ms) pass.
+pub fn let_expire() {
+    std::thread::sleep(Duration::from_millis(5));
+}
+
 /// RENEWs the lease of `id` (`token` must be current) to 1 ms and lets it
 /// expire: nothing has reclaimed it yet on a server whose timer is off.
 pub fn expire_lease(con: &mut redis::Connection, queue: &str, id: &[u8], token: &str) {
     assert_eq!(renew(con, queue, id, token, 1), 1);
-    std::thread::sleep(Duration::from_millis(5));
+    let_expire();
 }
 
 /// One lease as `VTRR.LEASE ... WITHCOUNTERS` replies: id, payload, token,
@@ -213,6 +221,53 @@ pub fn lease_block_cmd(queue: &str, lease_ms: u64, block_ms: u64) -> redis::Cmd 
     let mut cmd = redis::cmd("VTRR.LEASE");
     cmd.arg(queue).arg(lease_ms).arg("BLOCK").arg(block_ms);
     cmd
+}
+
+/// A thread on a connection of its own to `server`, waiting in
+/// `VTRR.LEASE q 60000 BLOCK <block_ms>`: it ends with the reply, read as
+/// `T` (`Option<Lease>`, or a lease with text fields), and when it came.
+pub fn spawn_waiter<T: redis::FromRedisValue + Send + 'static>(
+    server: &Server,
+    block_ms: u64,
+) -> JoinHandle<(T, Instant)> {
+    let url = server.url();
+    std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let reply = lease_block_cmd("q", 60_000, block_ms)
+            .query(&mut con)
+            .unwrap();
+        (reply, Instant::now())
+    })
+}
+
+/// `VTRR.RECLAIM <queue>`: the number of expired leases taken back.
+pub fn reclaim(con: &mut redis::Connection, queue: &str) -> i64 {
+    redis::cmd("VTRR.RECLAIM").arg(queue).query(con).unwrap()
+}
+
+/// `VTRR.CANCEL <queue> <ids...>`: the number cancelled.
+pub fn cancel(con: &mut redis::Connection, queue: &str, ids: &[&str]) -> i64 {
+    redis::cmd("VTRR.CANCEL")
+        .arg(queue)
+        .arg(ids)
+        .query(con)
+        .unwrap()
+}
+
+/// `VTRR.POLICY <queue>` (no options): the policy, read as `T` (a `View`,
+/// or a map of optional integers).
+pub fn policy<T: redis::FromRedisValue>(con: &mut redis::Connection, queue: &str) -> T {
+    redis::cmd("VTRR.POLICY").arg(queue).query(con).unwrap()
+}
+
+/// `VTRR.RECOUNT <queue>`: the number of partition counts it corrected.
+pub fn recount(con: &mut redis::Connection, queue: &str) -> i64 {
+    redis::cmd("VTRR.RECOUNT").arg(queue).query(con).unwrap()
+}
+
+/// `VTRR.CHECK <queue>`: what it finds wrong (empty when nothing is).
+pub fn vtrr_check(con: &mut redis::Connection, queue: &str) -> Vec<String> {
+    redis::cmd("VTRR.CHECK").arg(queue).query(con).unwrap()
 }
 
 /// One map of a `VTRR.PARTITIONS` (or `VTRR.LIMIT` without options)

@@ -1,11 +1,9 @@
 //! A queue in every state (all nineteen keys present) and, for it, every
 //! call that opens each of the module's own keys.
 
-use std::time::Duration;
-
 use super::{
-    assert_invariants, command, defer_items, dump_queue, enqueue_items, lease, nack, quiet_server,
-    set_policy, Server,
+    assert_invariants, command, defer_items, dump_queue, enqueue_items, lease, let_expire, nack,
+    quiet_server, reclaim, set_policy, Server,
 };
 
 /// Queue `name` with an item in every state, so all nineteen keys exist:
@@ -31,9 +29,8 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     assert_eq!(nack(con, name, b"b", &dead_token, &["DEAD"]), 1);
     let (id, _, _, _) = lease(con, name, 1).unwrap();
     assert_eq!(id, b"c");
-    std::thread::sleep(Duration::from_millis(5));
-    let reclaimed: i64 = command(&["VTRR.RECLAIM", name]).query(con).unwrap();
-    assert_eq!(reclaimed, 1);
+    let_expire();
+    assert_eq!(reclaim(con, name), 1);
     let (id, _, c_token, timeouts) = lease(con, name, 60_000).unwrap();
     assert_eq!((id.as_slice(), timeouts), (&b"c"[..], 1));
     assert_eq!(nack(con, name, b"c", &c_token, &[]), 1);

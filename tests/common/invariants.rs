@@ -2,18 +2,20 @@
 //! wrong (after a RECOUNT where the Lua scripts moved items), and a drained
 //! queue's keys are gone.
 
-use super::exists;
+use super::{exists, recount, vtrr_check};
 
 /// Asserts `VTRR.CHECK name` finds nothing wrong.
+#[track_caller]
 pub fn assert_invariants(con: &mut redis::Connection, name: &str) {
-    let problems: Vec<String> = redis::cmd("VTRR.CHECK").arg(name).query(con).unwrap();
+    let problems = vtrr_check(con, name);
     assert!(problems.is_empty(), "queue {name}: {problems:?}");
 }
 
 /// `VTRR.RECOUNT` then the invariant check: after Lua scripts (which keep
 /// no per-partition counts) moved items of a queue.
+#[track_caller]
 pub fn recount_and_assert_invariants(con: &mut redis::Connection, name: &str) {
-    let _: i64 = redis::cmd("VTRR.RECOUNT").arg(name).query(con).unwrap();
+    recount(con, name);
     assert_invariants(con, name);
 }
 
