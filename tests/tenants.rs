@@ -109,6 +109,14 @@ fn ack_all(con: &mut Connection, queue: &str, leases: &[Lease]) {
     }
 }
 
+/// Leases until LEASE replies nil (`lease_until_nil`), then acks each of
+/// those leases exactly once (`ack_all`); the leases.
+fn drain_and_ack(con: &mut Connection, queue: &str) -> Vec<Lease> {
+    let leases = lease_until_nil(con, queue);
+    ack_all(con, queue, &leases);
+    leases
+}
+
 /// How many of `leases` belong to each partition.
 fn per_partition(leases: &[Lease]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -359,8 +367,7 @@ fn a_paused_partition_waits_while_others_drain_and_resumes_without_a_burst() {
         BTreeMap::from([("o1".to_string(), 150)])
     );
     ack_all(&mut con, "q", &early);
-    let rest = lease_until_nil(&mut con, "q");
-    ack_all(&mut con, "q", &rest);
+    drain_and_ack(&mut con, "q");
     assert_eq!(resume(&mut con, "q", "p"), 1);
     enqueue_many(&mut con, "q", "m", 0..20, 1);
     let after = lease_until_nil(&mut con, "q");
@@ -561,12 +568,11 @@ fn caps_pauses_and_held_items_survive_aof_and_rdb_restarts() {
         assert_eq!(resume(&mut con, "q", "r"), 1);
         let mut all = 0;
         loop {
-            let batch = lease_until_nil(&mut con, "q");
+            let batch = drain_and_ack(&mut con, "q");
             if batch.is_empty() {
                 break;
             }
             all += batch.len();
-            ack_all(&mut con, "q", &batch);
         }
         assert_eq!(all, 2 + 3, "{persistence}: p's and r's rest");
         assert_eq!(stat(&mut con, "q", "queued"), 0);
@@ -1150,9 +1156,7 @@ fn recount_repairs_counts_the_lua_scripts_left_behind() {
     assert_eq!(count(&a, "leased") + count(&b, "leased"), 2);
     assert_eq!(recount(&mut con, "mix"), 0, "nothing left to fix");
     ack_all(&mut con, "mix", &leases[1..]);
-    let rest = lease_until_nil(&mut con, "mix");
-    assert_eq!(rest.len(), 5);
-    ack_all(&mut con, "mix", &rest);
+    assert_eq!(drain_and_ack(&mut con, "mix").len(), 5);
     assert_invariants(&mut con, "mix");
 
     // A phantom lease: Lua acks a capped partition's leased item.
