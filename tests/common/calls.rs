@@ -28,19 +28,24 @@ pub fn error_of(result: redis::RedisResult<Value>) -> String {
     )
 }
 
-/// `VTRR.ENQUEUE queue` with `(partition, id, weight, payload)` items in one
-/// call; the number added.
-pub fn enqueue_items(
-    con: &mut redis::Connection,
-    queue: &str,
-    items: &[(&str, &str, u64, &[u8])],
-) -> i64 {
-    let mut cmd = redis::cmd("VTRR.ENQUEUE");
-    cmd.arg(queue);
+/// An item as ENQUEUE and DEFER take it: partition, id, weight, payload.
+pub type Item<'a> = (&'a str, &'a str, u64, &'a [u8]);
+
+/// `cmd` (ENQUEUE or DEFER, its leading arguments given) with `items`
+/// appended, run on `con`: the number added.
+fn add_items(con: &mut redis::Connection, mut cmd: redis::Cmd, items: &[Item]) -> i64 {
     for (partition, id, weight, payload) in items {
         cmd.arg(*partition).arg(*id).arg(*weight).arg(*payload);
     }
     cmd.query(con).unwrap()
+}
+
+/// `VTRR.ENQUEUE queue` with `(partition, id, weight, payload)` items in one
+/// call; the number added.
+pub fn enqueue_items(con: &mut redis::Connection, queue: &str, items: &[Item]) -> i64 {
+    let mut cmd = redis::cmd("VTRR.ENQUEUE");
+    cmd.arg(queue);
+    add_items(con, cmd, items)
 }
 
 /// `VTRR.ENQUEUE` of one weight-1 item; returns how many were added.
@@ -56,18 +61,10 @@ pub fn enqueue_one(
 
 /// `VTRR.DEFER queue delay_ms` with `(partition, id, weight, payload)`
 /// items in one call; the number added.
-pub fn defer_items(
-    con: &mut redis::Connection,
-    queue: &str,
-    delay_ms: u64,
-    items: &[(&str, &str, u64, &[u8])],
-) -> i64 {
+pub fn defer_items(con: &mut redis::Connection, queue: &str, delay_ms: u64, items: &[Item]) -> i64 {
     let mut cmd = redis::cmd("VTRR.DEFER");
     cmd.arg(queue).arg(delay_ms);
-    for (partition, id, weight, payload) in items {
-        cmd.arg(*partition).arg(*id).arg(*weight).arg(*payload);
-    }
-    cmd.query(con).unwrap()
+    add_items(con, cmd, items)
 }
 
 /// `VTRR.STATS <queue>`, by field name.
