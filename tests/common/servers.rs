@@ -277,14 +277,15 @@ pub fn attach_replica(replica: &Server, master: &Server) {
         .arg(master.port)
         .query(&mut con)
         .unwrap();
-    let up = wait_for(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut con)
-            .unwrap();
-        info.contains("master_link_status:up")
-    });
+    let up = wait_for(Duration::from_secs(10), || master_link_up(&mut con));
     assert!(up, "replica did not sync");
+}
+
+/// Whether the replica `con` is connected to has its link to its master up
+/// (`master_link_status:up` in `INFO replication`).
+pub fn master_link_up(con: &mut redis::Connection) -> bool {
+    let info: String = redis::cmd("INFO").arg("replication").query(con).unwrap();
+    info.contains("master_link_status:up")
 }
 
 /// Waits (up to 5 s) until the one replica of `master` has acknowledged
