@@ -35,14 +35,6 @@ fn leased(con: &mut Connection, queue: &str, partition: &str) -> i64 {
     count(&view(con, queue, partition), "leased")
 }
 
-/// An integer field of `VTRR.STATS`.
-fn stat(con: &mut Connection, queue: &str, name: &str) -> i64 {
-    match &stats(con, queue)[name] {
-        Value::Int(n) => *n,
-        other => panic!("stats {name} is {other:?}"),
-    }
-}
-
 /// `VTRR.LIMIT <queue> <partition> <options...>`, which must reply OK.
 fn set_limit(con: &mut Connection, queue: &str, partition: &str, options: &[&str]) {
     let reply: String = redis::cmd("VTRR.LIMIT")

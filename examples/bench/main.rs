@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use common::{lease, stats, vtrr_info, LuaScripts, Server, Value};
+use common::{lease, stat, stats, vtrr_info, LuaScripts, Server, Value};
 use redis::Connection;
 
 /// Sizes of one run.
@@ -679,11 +679,6 @@ fn hold_one_lease_each(con: &mut Connection, queue: &str, partitions: Range<usiz
             let _: i64 = ack.query(con).unwrap();
         }
     }
-}
-
-/// `VTRR.STATS <queue>`'s `field`, a number.
-fn stat(con: &mut Connection, queue: &str, field: &str) -> i64 {
-    redis::from_redis_value(stats(con, queue).remove(field).unwrap()).unwrap()
 }
 
 /// `VTRR.PARTITIONS <queue> PARTITION p<n>`'s `leased`.

@@ -75,6 +75,14 @@ pub fn stats(
     redis::cmd("VTRR.STATS").arg(queue).query(con).unwrap()
 }
 
+/// An integer field of `VTRR.STATS <queue>`.
+pub fn stat(con: &mut redis::Connection, queue: &str, name: &str) -> i64 {
+    match &stats(con, queue)[name] {
+        Value::Int(n) => *n,
+        other => panic!("stats {name} is {other:?}"),
+    }
+}
+
 /// One lease as VTRR.LEASE replies: id, payload, token, timeouts.
 pub type Lease = (Vec<u8>, Vec<u8>, String, i64);
 
