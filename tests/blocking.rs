@@ -3,7 +3,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -21,16 +20,6 @@ fn enqueue(con: &mut redis::Connection, queue: &str, partition: &str, id: &str) 
 /// `VTRR.LEASE q 60000 BLOCK <block_ms>`.
 fn lease_blocking(con: &mut redis::Connection, block_ms: u64) -> Option<TextLease> {
     lease_block_cmd("q", 60_000, block_ms).query(con).unwrap()
-}
-
-/// A thread waiting in `VTRR.LEASE q 60000 BLOCK <block_ms>` on `server`;
-/// it ends with the reply.
-fn spawn_waiter(server: &Server, block_ms: u64) -> JoinHandle<Option<TextLease>> {
-    let url = server.url();
-    std::thread::spawn(move || {
-        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        lease_blocking(&mut con, block_ms)
-    })
 }
 
 #[test]
@@ -244,12 +233,12 @@ fn a_served_waiter_replicates_its_lease_as_effects() {
     let replica = Server::start();
     attach_replica(&replica, &master);
     let mut r = replica.connect();
-    let waiter = spawn_waiter(&master, 5_000);
+    let waiter = spawn_waiter::<Option<TextLease>>(&master, 5_000);
     let mut m = master.connect();
     wait_blocked(&mut m, 1);
     enqueue(&mut m, "q", "p", "a");
     enqueue(&mut m, "q", "p", "b");
-    assert!(waiter.join().unwrap().is_some());
+    assert!(waiter.join().unwrap().0.is_some());
     wait_replicated(&mut m);
     assert_eq!(dump_all(&mut m), dump_all(&mut r));
 }
@@ -257,7 +246,7 @@ fn a_served_waiter_replicates_its_lease_as_effects() {
 #[test]
 fn a_plain_zadd_by_another_client_wakes_a_waiter() {
     let server = Server::start();
-    let waiter = spawn_waiter(&server, 5_000);
+    let waiter = spawn_waiter::<Option<TextLease>>(&server, 5_000);
     let mut con = server.connect();
     wait_blocked(&mut con, 1);
     // What the old Lua enqueue writes, without any module command.
@@ -280,6 +269,6 @@ fn a_plain_zadd_by_another_client_wakes_a_waiter() {
         .ignore()
         .query(&mut con)
         .unwrap();
-    let (id, payload, _, _) = waiter.join().unwrap().expect("woken by ZADD");
+    let (id, payload, _, _) = waiter.join().unwrap().0.expect("woken by ZADD");
     assert_eq!((id.as_str(), payload.as_str()), ("x", "X"));
 }

@@ -123,11 +123,7 @@ fn idle_calls_do_not_abort_a_watching_client() {
         assert_eq!(lease(&mut worker, "q", 100), None);
         assert_eq!(ack(&mut worker, "q", &id, "stale"), 0);
         assert_eq!(renew(&mut worker, "q", &id, "stale", 5), 0);
-        let reclaimed: i64 = redis::cmd("VTRR.RECLAIM")
-            .arg("q")
-            .query(&mut worker)
-            .unwrap();
-        assert_eq!(reclaimed, 0);
+        assert_eq!(reclaim(&mut worker, "q"), 0);
     });
     assert!(untouched, "EXEC aborted by a command that changed nothing");
     // A real change does abort it.
@@ -145,9 +141,8 @@ fn changes_fire_module_keyspace_notifications() {
     let mut pubsub = keyspace_events(&mut sub_con, "vtrr:q:queue");
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
     lease(&mut con, "q", 1).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(5));
-    let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(&mut con).unwrap();
-    assert_eq!(reclaimed, 1);
+    let_expire();
+    assert_eq!(reclaim(&mut con, "q"), 1);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
     renew(&mut con, "q", &id, &token, 60_000);
     ack(&mut con, "q", &id, "stale"); // no event
@@ -491,8 +486,7 @@ fn a_module_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
     }
     // Put right, the same calls go through.
     assert_invariants(&mut con, "q");
-    let reclaimed: i64 = command(&["VTRR.RECLAIM", "q"]).query(&mut con).unwrap();
-    assert_eq!(reclaimed, 1);
+    assert_eq!(reclaim(&mut con, "q"), 1);
     let revived: i64 = command(&["VTRR.REVIVE", "q", "b"]).query(&mut con).unwrap();
     assert_eq!(revived, 1);
     let resumed: i64 = command(&["VTRR.RESUME", "q", "h"]).query(&mut con).unwrap();

@@ -750,41 +750,20 @@ fn snapshot(con: &mut Connection) -> Vec<(String, Option<Vec<u8>>)> {
 fn random_arguments_always_get_a_reply_and_failures_change_nothing() {
     let server = quiet_server();
     let mut con = server.connect();
-    // A queue whose keys hold wrong types.
-    let _: () = redis::cmd("SET")
-        .arg("vtrr:wt:task")
-        .arg("not a hash")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("LPUSH")
-        .arg("vtrr:wt:queue")
-        .arg("not a zset")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("vtrr:wt:current_virtual_time")
-        .arg("f")
-        .arg("v")
-        .query(&mut con)
-        .unwrap();
-    // ... and among the lifecycle keys, so ACK, DEAD and POLICY are refused
-    // on it too.
-    let _: () = redis::cmd("SET")
-        .arg("vtrr:wt:nacks")
-        .arg("not a hash")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("LPUSH")
-        .arg("vtrr:wt:policy")
-        .arg("not a hash")
-        .query(&mut con)
-        .unwrap();
-    // ... and `partitions`, the one key LIMIT's reading form opens.
-    let _: () = redis::cmd("LPUSH")
-        .arg("vtrr:wt:partitions")
-        .arg("not a hash")
-        .query(&mut con)
-        .unwrap();
+    for words in [
+        // A queue whose keys hold wrong types.
+        &["SET", "vtrr:wt:task", "not a hash"][..],
+        &["LPUSH", "vtrr:wt:queue", "not a zset"],
+        &["HSET", "vtrr:wt:current_virtual_time", "f", "v"],
+        // ... and among the lifecycle keys, so ACK, DEAD and POLICY are
+        // refused on it too.
+        &["SET", "vtrr:wt:nacks", "not a hash"],
+        &["LPUSH", "vtrr:wt:policy", "not a hash"],
+        // ... and `partitions`, the one key LIMIT's reading form opens.
+        &["LPUSH", "vtrr:wt:partitions", "not a hash"],
+    ] {
+        let _: () = command(words).query(&mut con).unwrap();
+    }
     enqueue_one(&mut con, "fz", "p", "seed", "S");
     let mut rng = Rng::new(seed());
     let (mut ok, mut failed) = (0, 0);

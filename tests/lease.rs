@@ -189,7 +189,7 @@ fn a_lease_that_also_reclaimed_tells_dispatchers_so() {
     let mut pubsub = keyspace_events(&mut sub_con, "vtrr:q:queue");
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
     lease(&mut con, "q", 1).unwrap(); // a, expiring at once
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    let_expire();
     // This LEASE takes a back first, then leases (a again, its score lowest).
     lease(&mut con, "q", 60_000).unwrap();
     assert_eq!(

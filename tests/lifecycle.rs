@@ -59,10 +59,6 @@ fn state(con: &mut Connection, queue: &str, id: &str) -> &'static str {
     }
 }
 
-fn policy(con: &mut Connection, queue: &str) -> HashMap<String, Option<i64>> {
-    redis::cmd("VTRR.POLICY").arg(queue).query(con).unwrap()
-}
-
 /// One entry of `VTRR.DEAD`: id, payload, partition, weight, timeouts,
 /// nacks, died_at_ms, reason.
 type DeadEntry = (
@@ -121,20 +117,8 @@ fn assert_one_dead(
     died_at
 }
 
-fn reclaim(con: &mut Connection, queue: &str) -> i64 {
-    redis::cmd("VTRR.RECLAIM").arg(queue).query(con).unwrap()
-}
-
 fn revive(con: &mut Connection, queue: &str, ids: &[&str]) -> i64 {
     redis::cmd("VTRR.REVIVE")
-        .arg(queue)
-        .arg(ids)
-        .query(con)
-        .unwrap()
-}
-
-fn cancel(con: &mut Connection, queue: &str, ids: &[&str]) -> i64 {
-    redis::cmd("VTRR.CANCEL")
         .arg(queue)
         .arg(ids)
         .query(con)
@@ -174,11 +158,6 @@ const DELAYED_AND_DEAD: [&str; 6] = [
     "dead_reason",
     "nacks",
 ];
-
-/// Lets a 1 ms lease (or a delay of a few ms) pass.
-fn let_expire() {
-    std::thread::sleep(Duration::from_millis(5));
-}
 
 /// Leases the next item of `queue` and NACKs it with `options` (`[]`,
 /// `["DEAD"]`, `["DELAY", ms]`), which must act; its id.
@@ -757,7 +736,7 @@ fn policy_reads_nil_by_default_reads_back_what_was_set_and_none_clears_it() {
     let server = quiet_server();
     let mut con = server.connect();
     let read = |con: &mut Connection| {
-        let p = policy(con, "q");
+        let p: HashMap<String, Option<i64>> = policy(con, "q");
         assert_eq!(p.len(), 3, "{p:?}");
         assert_eq!(p["default-concurrency"], None);
         (p["max-timeouts"], p["max-nacks"])
@@ -1343,7 +1322,7 @@ fn lifecycle_changes_fire_module_keyspace_notifications() {
     assert_eq!(revive(&mut con, "q", &["a"]), 0); // no event
     assert_eq!(cancel(&mut con, "q", &["a"]), 1);
     assert_eq!(cancel(&mut con, "q", &["a"]), 0); // no event
-    policy(&mut con, "q"); // no event
+    let _: HashMap<String, Option<i64>> = policy(&mut con, "q"); // no event
     dead_list(&mut con, "q", None); // no event
     enqueue_items(&mut con, "q", &[("p", "last", 1, b"L")]);
     assert_eq!(
@@ -1452,7 +1431,7 @@ fn check_is_clean_through_every_state_and_reports_planted_faults() {
         .ignore()
         .query(&mut con)
         .unwrap();
-    let problems: Vec<String> = redis::cmd("VTRR.CHECK").arg("q").query(&mut con).unwrap();
+    let problems = vtrr_check(&mut con, "q");
     let mut expected = vec![
         format!("{held} is both queued and delayed"),
         "dead_task holds ghost which is not dead".to_string(),

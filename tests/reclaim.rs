@@ -70,9 +70,8 @@ fn a_reclaim_writes_meta_only_when_it_changes() {
     let mut worker = server.connect();
     let reclaim_one = |worker: &mut Connection| {
         lease(worker, "q", 1).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        let reclaimed: i64 = redis::cmd("VTRR.RECLAIM").arg("q").query(worker).unwrap();
-        assert_eq!(reclaimed, 1);
+        let_expire();
+        assert_eq!(reclaim(worker, "q"), 1);
     };
     enqueue_items(&mut worker, "q", &[("p", "a", 3, b"A")]);
     assert!(

@@ -98,7 +98,7 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
                 }
             }
             _ => {
-                let _: i64 = redis::cmd("VTRR.RECLAIM").arg(queue).query(con).unwrap();
+                reclaim(con, queue);
             }
         }
         if rng.chance(5) {
@@ -519,7 +519,7 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 leases.extend(leases_in(&reply));
             }
             _ => {
-                let _: i64 = redis::cmd("VTRR.RECLAIM").arg(queue).query(con).unwrap();
+                reclaim(con, queue);
             }
         }
         if rng.chance(3) {

@@ -35,14 +35,6 @@ fn leased(con: &mut Connection, queue: &str, partition: &str) -> i64 {
     count(&view(con, queue, partition), "leased")
 }
 
-/// An integer field of `VTRR.STATS`.
-fn stat(con: &mut Connection, queue: &str, name: &str) -> i64 {
-    match &stats(con, queue)[name] {
-        Value::Int(n) => *n,
-        other => panic!("stats {name} is {other:?}"),
-    }
-}
-
 /// `VTRR.LIMIT <queue> <partition> <options...>`, which must reply OK.
 fn set_limit(con: &mut Connection, queue: &str, partition: &str, options: &[&str]) {
     let reply: String = redis::cmd("VTRR.LIMIT")
@@ -64,18 +56,6 @@ fn resume(con: &mut Connection, queue: &str, partition: &str) -> i64 {
     command(&["VTRR.RESUME", queue, partition])
         .query(con)
         .unwrap()
-}
-
-fn recount(con: &mut Connection, queue: &str) -> i64 {
-    command(&["VTRR.RECOUNT", queue]).query(con).unwrap()
-}
-
-fn check(con: &mut Connection, queue: &str) -> Vec<String> {
-    command(&["VTRR.CHECK", queue]).query(con).unwrap()
-}
-
-fn cancel(con: &mut Connection, queue: &str, id: &str) -> i64 {
-    command(&["VTRR.CANCEL", queue, id]).query(con).unwrap()
 }
 
 /// Enqueues (in one call) a weight-`weight` item of `partition` for each
@@ -119,6 +99,14 @@ fn ack_all(con: &mut Connection, queue: &str, leases: &[Lease]) {
     for (id, _, token, _) in leases {
         assert_eq!(ack(con, queue, id, token), 1, "ack {id:?}");
     }
+}
+
+/// Leases until LEASE replies nil (`lease_until_nil`), then acks each of
+/// those leases exactly once (`ack_all`); the leases.
+fn drain_and_ack(con: &mut Connection, queue: &str) -> Vec<Lease> {
+    let leases = lease_until_nil(con, queue);
+    ack_all(con, queue, &leases);
+    leases
 }
 
 /// How many of `leases` belong to each partition.
@@ -282,7 +270,7 @@ fn a_cap_holds_under_twenty_concurrent_blocking_workers() {
     }
     assert_eq!(stat(&mut con, "q", "inflight"), 0);
     assert_eq!(stat(&mut con, "q", "queued"), 0);
-    assert_eq!(check(&mut con, "q"), Vec::<String>::new());
+    assert_invariants(&mut con, "q");
 }
 
 // ---------------------------------------------------------------------------
@@ -371,8 +359,7 @@ fn a_paused_partition_waits_while_others_drain_and_resumes_without_a_burst() {
         BTreeMap::from([("o1".to_string(), 150)])
     );
     ack_all(&mut con, "q", &early);
-    let rest = lease_until_nil(&mut con, "q");
-    ack_all(&mut con, "q", &rest);
+    drain_and_ack(&mut con, "q");
     assert_eq!(resume(&mut con, "q", "p"), 1);
     enqueue_many(&mut con, "q", "m", 0..20, 1);
     let after = lease_until_nil(&mut con, "q");
@@ -384,7 +371,7 @@ fn a_paused_partition_waits_while_others_drain_and_resumes_without_a_burst() {
     );
     ack_all(&mut con, "q", &after);
     assert_eq!(stat(&mut con, "q", "queued"), 0);
-    assert_eq!(check(&mut con, "q"), Vec::<String>::new());
+    assert_invariants(&mut con, "q");
 }
 
 // ---------------------------------------------------------------------------
@@ -551,7 +538,11 @@ fn caps_pauses_and_held_items_survive_aof_and_rdb_restarts() {
             contents_all(&mut con),
             "{persistence}: reload differs"
         );
-        assert_eq!(check(&mut con, "q"), Vec::<String>::new(), "{persistence}");
+        assert_eq!(
+            vtrr_check(&mut con, "q"),
+            Vec::<String>::new(),
+            "{persistence}"
+        );
         // p 3 (own cap 1), r 3 (paused), d 2 (default cap 3).
         assert_eq!(stat(&mut con, "q", "held"), 8, "{persistence}");
         assert_eq!(stat(&mut con, "q", "capped_partitions"), 1, "{persistence}");
@@ -569,16 +560,19 @@ fn caps_pauses_and_held_items_survive_aof_and_rdb_restarts() {
         assert_eq!(resume(&mut con, "q", "r"), 1);
         let mut all = 0;
         loop {
-            let batch = lease_until_nil(&mut con, "q");
+            let batch = drain_and_ack(&mut con, "q");
             if batch.is_empty() {
                 break;
             }
             all += batch.len();
-            ack_all(&mut con, "q", &batch);
         }
         assert_eq!(all, 2 + 3, "{persistence}: p's and r's rest");
         assert_eq!(stat(&mut con, "q", "queued"), 0);
-        assert_eq!(check(&mut con, "q"), Vec::<String>::new(), "{persistence}");
+        assert_eq!(
+            vtrr_check(&mut con, "q"),
+            Vec::<String>::new(),
+            "{persistence}"
+        );
     }
 }
 
@@ -613,7 +607,10 @@ fn every_way_a_lease_ends_frees_a_slot_for_the_next_item() {
     out.extend(got);
     // CANCEL of a leased item.
     let (id, _, _, _) = out.remove(0);
-    assert_eq!(cancel(&mut con, "q", std::str::from_utf8(&id).unwrap()), 1);
+    assert_eq!(
+        cancel(&mut con, "q", &[std::str::from_utf8(&id).unwrap()]),
+        1
+    );
     let got = lease_count(&mut con, "q", 60_000, 5);
     assert_eq!(ids(&got), ["p:0004"], "CANCEL frees exactly one slot");
     out.extend(got);
@@ -641,28 +638,12 @@ fn every_way_a_lease_ends_frees_a_slot_for_the_next_item() {
     );
     ack_all(&mut con, "q", &out);
     assert_eq!(leased(&mut con, "q", "p"), 0);
-    assert_eq!(check(&mut con, "q"), Vec::<String>::new());
+    assert_invariants(&mut con, "q");
 }
 
 // ---------------------------------------------------------------------------
 // 6. Blocked waiters.
 // ---------------------------------------------------------------------------
-
-/// A thread in `VTRR.LEASE q 60000 BLOCK <block_ms>`: its reply and when
-/// it came.
-fn spawn_waiter(
-    server: &Server,
-    block_ms: u64,
-) -> std::thread::JoinHandle<(Option<Lease>, Instant)> {
-    let url = server.url();
-    std::thread::spawn(move || {
-        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let reply = lease_block_cmd("q", 60_000, block_ms)
-            .query(&mut con)
-            .unwrap();
-        (reply, Instant::now())
-    })
-}
 
 #[test]
 fn an_ack_that_frees_a_capped_slot_wakes_a_blocked_lease() {
@@ -672,7 +653,7 @@ fn an_ack_that_frees_a_capped_slot_wakes_a_blocked_lease() {
     enqueue_many(&mut con, "q", "p", 0..2, 1);
     let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
     assert_eq!(id, b"p:0000");
-    let waiter = spawn_waiter(&server, 10_000);
+    let waiter = spawn_waiter::<Option<Lease>>(&server, 10_000);
     wait_blocked(&mut con, 1);
     // p:0001 is queued but not leasable: the waiter keeps waiting.
     std::thread::sleep(Duration::from_millis(150));
@@ -692,10 +673,6 @@ fn an_ack_that_frees_a_capped_slot_wakes_a_blocked_lease() {
 // ---------------------------------------------------------------------------
 // 7. The default cap.
 // ---------------------------------------------------------------------------
-
-fn policy(con: &mut Connection, queue: &str) -> View {
-    command(&["VTRR.POLICY", queue]).query(con).unwrap()
-}
 
 #[test]
 fn default_concurrency_caps_partitions_without_their_own_and_none_releases_them() {
@@ -743,7 +720,7 @@ fn default_concurrency_caps_partitions_without_their_own_and_none_releases_them(
     assert_eq!(leased(&mut con, "q", "a"), 2);
 
     // NONE releases the waiting partitions at once: a blocked lease wakes.
-    let waiter = spawn_waiter(&server, 10_000);
+    let waiter = spawn_waiter::<Option<Lease>>(&server, 10_000);
     wait_blocked(&mut con, 1);
     set_policy(&mut con, "q", &["DEFAULT-CONCURRENCY", "NONE"]);
     let (reply, _) = waiter.join().unwrap();
@@ -774,7 +751,7 @@ fn default_concurrency_caps_partitions_without_their_own_and_none_releases_them(
     out.extend(got);
     ack_all(&mut con, "q", &out);
     assert_eq!(out.len(), 13);
-    assert_eq!(check(&mut con, "q"), Vec::<String>::new());
+    assert_invariants(&mut con, "q");
 }
 
 // ---------------------------------------------------------------------------
@@ -1148,7 +1125,7 @@ fn recount_repairs_counts_the_lua_scripts_left_behind() {
         lua_enqueue(&scripts, &mut con, "mix", "a", &format!("a:{i}"));
         lua_enqueue(&scripts, &mut con, "mix", "b", &format!("b:{i}"));
     }
-    let problems = check(&mut con, "mix");
+    let problems = vtrr_check(&mut con, "mix");
     assert!(
         problems
             .iter()
@@ -1157,24 +1134,22 @@ fn recount_repairs_counts_the_lua_scripts_left_behind() {
     );
     let leases = lease_count(&mut con, "mix", 60_000, 3);
     ack_all(&mut con, "mix", &leases[..1]);
-    let problems = check(&mut con, "mix");
+    let problems = vtrr_check(&mut con, "mix");
     assert!(
         problems.iter().any(|p| p.starts_with("partition a counts")),
         "{problems:?}"
     );
     let fixed = recount(&mut con, "mix");
     assert!(fixed > 0, "RECOUNT changed nothing");
-    assert_eq!(check(&mut con, "mix"), Vec::<String>::new());
+    assert_invariants(&mut con, "mix");
     let a = view(&mut con, "mix", "a");
     let b = view(&mut con, "mix", "b");
     assert_eq!(count(&a, "queued") + count(&b, "queued"), 5);
     assert_eq!(count(&a, "leased") + count(&b, "leased"), 2);
     assert_eq!(recount(&mut con, "mix"), 0, "nothing left to fix");
     ack_all(&mut con, "mix", &leases[1..]);
-    let rest = lease_until_nil(&mut con, "mix");
-    assert_eq!(rest.len(), 5);
-    ack_all(&mut con, "mix", &rest);
-    assert_eq!(check(&mut con, "mix"), Vec::<String>::new());
+    assert_eq!(drain_and_ack(&mut con, "mix").len(), 5);
+    assert_invariants(&mut con, "mix");
 
     // A phantom lease: Lua acks a capped partition's leased item.
     set_limit(&mut con, "cap", "c", &["CONCURRENCY", "1"]);
@@ -1198,26 +1173,21 @@ fn recount_repairs_counts_the_lua_scripts_left_behind() {
         None,
         "blocked by the phantom"
     );
-    assert_eq!(
-        command(&["VTRR.RECLAIM", "cap"])
-            .query::<i64>(&mut con)
-            .unwrap(),
-        0
-    );
+    assert_eq!(reclaim(&mut con, "cap"), 0);
     assert_eq!(lease(&mut con, "cap", 60_000), None, "still blocked");
-    let problems = check(&mut con, "cap");
+    let problems = vtrr_check(&mut con, "cap");
     assert!(
         problems.iter().any(|p| p.starts_with("partition c counts")),
         "{problems:?}"
     );
     assert_eq!(recount(&mut con, "cap"), 1);
     assert_eq!(leased(&mut con, "cap", "c"), 0);
-    assert_eq!(check(&mut con, "cap"), Vec::<String>::new());
+    assert_invariants(&mut con, "cap");
     let (next, _, token, _) = lease(&mut con, "cap", 60_000).expect("free after RECOUNT");
     assert_eq!(next, b"c:0001");
     assert_eq!(lease(&mut con, "cap", 60_000), None, "the cap still holds");
     assert_eq!(ack(&mut con, "cap", &next, &token), 1);
-    assert_eq!(check(&mut con, "cap"), Vec::<String>::new());
+    assert_invariants(&mut con, "cap");
 }
 
 // ---------------------------------------------------------------------------
@@ -1311,7 +1281,7 @@ fn random_operations_keep_check_empty_and_never_lease_past_a_cap_or_pause() {
                     .nth(rng.below(enqueued.len() as u64) as usize)
                     .unwrap()
                     .clone();
-                let n = cancel(&mut con, "q", &id);
+                let n = cancel(&mut con, "q", &[id.as_str()]);
                 if n == 1 {
                     cancelled.insert(id.clone());
                 }
@@ -1355,12 +1325,12 @@ fn random_operations_keep_check_empty_and_never_lease_past_a_cap_or_pause() {
             }
             _ => {
                 std::thread::sleep(Duration::from_millis(2));
-                let n: i64 = command(&["VTRR.RECLAIM", "q"]).query(&mut con).unwrap();
+                let n = reclaim(&mut con, "q");
                 format!("reclaim -> {n}")
             }
         };
         history.push(what);
-        let problems = check(&mut con, "q");
+        let problems = vtrr_check(&mut con, "q");
         assert!(
             problems.is_empty(),
             "step {step}: {problems:?} after {history:?}"
@@ -1387,8 +1357,7 @@ fn random_operations_keep_check_empty_and_never_lease_past_a_cap_or_pause() {
             assert_eq!(ack(&mut con, "q", &id, &token), 1);
             assert!(acked.insert(String::from_utf8(id).unwrap()), "acked twice");
         }
-        let n: i64 = command(&["VTRR.RECLAIM", "q"]).query(&mut con).unwrap();
-        let _ = n;
+        reclaim(&mut con, "q");
     }
     let dead: Vec<Value> = command(&["VTRR.DEAD", "q", "COUNT", "100000"])
         .query(&mut con)
@@ -1404,7 +1373,7 @@ fn random_operations_keep_check_empty_and_never_lease_past_a_cap_or_pause() {
         enqueued.len(),
         "items lost or duplicated"
     );
-    assert_eq!(check(&mut con, "q"), Vec::<String>::new());
+    assert_invariants(&mut con, "q");
 }
 
 // ---------------------------------------------------------------------------
@@ -1441,7 +1410,7 @@ fn resume_a_raised_cap_and_recount_each_wake_a_blocked_lease() {
                 .unwrap();
             assert_eq!(acked, 1);
         }
-        let waiter = spawn_waiter(&server, 10_000);
+        let waiter = spawn_waiter::<Option<Lease>>(&server, 10_000);
         wait_blocked(&mut con, 1);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(blocked_clients(&mut con), 1, "served before {what}");
@@ -1452,7 +1421,7 @@ fn resume_a_raised_cap_and_recount_each_wake_a_blocked_lease() {
     // p:0001 was acked by the script.
     assert_eq!(ids(&out), ["p:0000", "p:0002"]);
     ack_all(&mut con, "q", &out);
-    assert_eq!(check(&mut con, "q"), Vec::<String>::new());
+    assert_invariants(&mut con, "q");
 }
 
 // ---------------------------------------------------------------------------

@@ -362,7 +362,7 @@ fn expired_leases(interval_ms: &str, budget_us: &str, n: usize) -> (Server, Conn
         .collect();
     enqueue_items(&mut con, "mass", &items);
     assert_eq!(lease_count(&mut con, "mass", 1, n as u64).len(), n);
-    std::thread::sleep(Duration::from_millis(5)); // the 1 ms leases expire
+    let_expire(); // the 1 ms leases expire
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("vtrr.reclaim-interval-ms")

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use common::{lease, stats, vtrr_info, LuaScripts, Server, Value};
+use common::{lease, stat, stats, vtrr_info, LuaScripts, Server, Value};
 use redis::Connection;
 
 /// Sizes of one run.
@@ -148,6 +148,19 @@ struct Run {
     p50_us: f64,
     p99_us: f64,
     usec_per_call: BTreeMap<String, f64>,
+}
+
+impl Run {
+    /// The `server µs/call` column: each command's `usec_per_call`, as
+    /// `vtrr.ack 0.90, vtrr.lease 1.20`.
+    fn usec_per_call_text(&self) -> String {
+        let stats: Vec<String> = self
+            .usec_per_call
+            .iter()
+            .map(|(c, u)| format!("{c} {u:.2}"))
+            .collect();
+        stats.join(", ")
+    }
 }
 
 /// Repeats of one measurement, reported as min/median/max.
@@ -668,11 +681,6 @@ fn hold_one_lease_each(con: &mut Connection, queue: &str, partitions: Range<usiz
     }
 }
 
-/// `VTRR.STATS <queue>`'s `field`, a number.
-fn stat(con: &mut Connection, queue: &str, field: &str) -> i64 {
-    redis::from_redis_value(stats(con, queue).remove(field).unwrap()).unwrap()
-}
-
 /// `VTRR.PARTITIONS <queue> PARTITION p<n>`'s `leased`.
 fn leased_of(con: &mut Connection, queue: &str, n: usize) -> i64 {
     let (_, mut maps): (String, Vec<BTreeMap<String, Value>>) = redis::cmd("VTRR.PARTITIONS")
@@ -1080,18 +1088,13 @@ impl Bench<'_> {
                             steady_ratio_rows += 1;
                         }
                     }
-                    let stats: Vec<String> = median
-                        .usec_per_call
-                        .iter()
-                        .map(|(c, u)| format!("{c} {u:.2}"))
-                        .collect();
                     writeln!(
                         self.report,
                         "| {name} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.0} | {:.0} | {} | {ratio:.2}× ({ratio_min:.2}–{ratio_max:.2}) |",
                         system.name(),
                         median.p50_us,
                         median.p99_us,
-                        stats.join(", "),
+                        median.usec_per_call_text(),
                     )
                     .unwrap();
                 }
@@ -1259,18 +1262,13 @@ impl Bench<'_> {
         for ((name, items_per_call, _), repeats) in scenarios.iter().zip(&results) {
             let median = repeats.median();
             let (rate, min, max) = spread(&repeats.rates());
-            let stats: Vec<String> = median
-                .usec_per_call
-                .iter()
-                .map(|(c, u)| format!("{c} {u:.2}"))
-                .collect();
             let per_item = median.usec_per_call.values().sum::<f64>() / *items_per_call as f64;
             writeln!(
                 self.report,
                 "| {name} | {rate:.0} ({min:.0}–{max:.0}) | {:.0} | {:.0} | {} | {per_item:.2} |",
                 median.p50_us,
                 median.p99_us,
-                stats.join(", "),
+                median.usec_per_call_text(),
             )
             .unwrap();
         }
@@ -1400,11 +1398,6 @@ impl Bench<'_> {
             let repeats = Repeats(runs.iter().map(|r| r.run.clone()).collect());
             let median = repeats.median();
             let (rate, min, max) = spread(&repeats.rates());
-            let stats: Vec<String> = median
-                .usec_per_call
-                .iter()
-                .map(|(c, u)| format!("{c} {u:.2}"))
-                .collect();
             let ratios: Vec<f64> = runs
                 .iter()
                 .zip(&baseline)
@@ -1418,7 +1411,7 @@ impl Bench<'_> {
                 controls.name(),
                 median.p50_us,
                 median.p99_us,
-                stats.join(", "),
+                median.usec_per_call_text(),
                 per_cycle(&median),
             )
             .unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, ErrorKind, ServerErrorKind, Value};
 
-use super::{wait_for, Server};
+use super::{master_link_up, wait_for, Server};
 
 pub const SLOTS: u16 = 16384;
 
@@ -119,13 +119,7 @@ impl Cluster {
         cluster.wait_ok();
         for r in masters..masters + replicas {
             let mut con = cluster.con(r);
-            let synced = wait_for(Duration::from_secs(20), || {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query(&mut con)
-                    .unwrap();
-                info.contains("master_link_status:up")
-            });
+            let synced = wait_for(Duration::from_secs(20), || master_link_up(&mut con));
             assert!(synced, "replica {r} did not sync");
         }
         cluster

@@ -1,0 +1,76 @@
+//! What a queue or a database holds, read back to compare: DUMP bytes of
+//! keys, a queue or the whole database, and the content dumper (type and
+//! content in an order that does not depend on the encoding) that compares
+//! servers whose DUMP bytes may differ.
+
+use super::all_queue_keys;
+
+/// DUMP of each of `keys`, in order, beside its name (None for a missing
+/// key), in one round trip.
+pub fn dump_keys<K: redis::ToRedisArgs>(
+    con: &mut redis::Connection,
+    keys: Vec<K>,
+) -> Vec<(K, Option<Vec<u8>>)> {
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let mut dumps = redis::pipe();
+    for key in &keys {
+        dumps.cmd("DUMP").arg(key);
+    }
+    let dumps: Vec<Option<Vec<u8>>> = dumps.query(con).unwrap();
+    keys.into_iter().zip(dumps).collect()
+}
+
+/// DUMP of every key of queue `name`, all nineteen (None for missing keys).
+pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
+    dump_keys(con, all_queue_keys(name))
+}
+
+/// DUMP of every key of the database, sorted by name.
+pub fn dump_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    dump_keys(con, keys)
+}
+
+/// A key's type and content, read back in an order that does not depend on
+/// its encoding: sorted fields, members by (score, member), the string.
+#[derive(Debug, PartialEq)]
+pub enum Content {
+    String(Vec<u8>),
+    Hash(std::collections::BTreeMap<Vec<u8>, Vec<u8>>),
+    Zset(Vec<(Vec<u8>, String)>),
+}
+
+pub fn content(con: &mut redis::Connection, key: &[u8]) -> Option<Content> {
+    let kind: String = redis::cmd("TYPE").arg(key).query(con).unwrap();
+    Some(match kind.as_str() {
+        "none" => return None,
+        "string" => Content::String(redis::cmd("GET").arg(key).query(con).unwrap()),
+        "hash" => Content::Hash(redis::cmd("HGETALL").arg(key).query(con).unwrap()),
+        // Scores as the server prints them: exact, no float rounding here.
+        "zset" => Content::Zset(
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(con)
+                .unwrap(),
+        ),
+        other => panic!("{} has type {other}", String::from_utf8_lossy(key)),
+    })
+}
+
+/// Every key of the database with its content, sorted by name.
+pub fn contents_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Content>)> {
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let content = content(con, &key);
+            (key, content)
+        })
+        .collect()
+}

@@ -1,0 +1,234 @@
+//! A queue in every state (all nineteen keys present) and, for it, every
+//! call that opens each of the module's own keys.
+
+use super::{
+    assert_invariants, command, defer_items, dump_queue, enqueue_items, lease, let_expire, nack,
+    quiet_server, reclaim, set_policy, Server,
+};
+
+/// Queue `name` with an item in every state, so all nineteen keys exist:
+/// `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
+/// queued after one expired lease and one nack (so `timeouts` and `nacks`
+/// hold it), `d` delayed by a minute, all of partition `p`; `h1` held
+/// (its partition `h` is paused, so it waits in `held`); and a
+/// MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
+pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
+    enqueue_items(
+        con,
+        name,
+        &[
+            ("p", "a", 1, b"A"),
+            ("p", "b", 1, b"B"),
+            ("p", "c", 1, b"C"),
+        ],
+    );
+    let (id, _, token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"a");
+    let (id, _, dead_token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"b");
+    assert_eq!(nack(con, name, b"b", &dead_token, &["DEAD"]), 1);
+    let (id, _, _, _) = lease(con, name, 1).unwrap();
+    assert_eq!(id, b"c");
+    let_expire();
+    assert_eq!(reclaim(con, name), 1);
+    let (id, _, c_token, timeouts) = lease(con, name, 60_000).unwrap();
+    assert_eq!((id.as_slice(), timeouts), (&b"c"[..], 1));
+    assert_eq!(nack(con, name, b"c", &c_token, &[]), 1);
+    assert_eq!(defer_items(con, name, 60_000, &[("p", "d", 1, b"d")]), 1);
+    let paused: i64 = command(&["VTRR.PAUSE", name, "h"]).query(con).unwrap();
+    assert_eq!(paused, 1);
+    assert_eq!(enqueue_items(con, name, &[("h", "h1", 1, b"H1")]), 1);
+    set_policy(con, name, &["MAX-TIMEOUTS", "3"]);
+    let missing: Vec<String> = dump_queue(con, name)
+        .into_iter()
+        .filter(|(_, dump)| dump.is_none())
+        .map(|(key, _)| key)
+        .collect();
+    assert!(missing.is_empty(), "set-up left keys missing: {missing:?}");
+    assert_invariants(con, name);
+    token
+}
+
+/// A `quiet_server`, a connection to it, and queue `q` in every state
+/// (`queue_in_every_state`): the server, the connection and a's token.
+pub fn queue_in_every_state_on_a_quiet_server() -> (Server, redis::Connection, String) {
+    let server = quiet_server();
+    let mut con = server.connect();
+    let token = queue_in_every_state(&mut con, "q");
+    (server, con, token)
+}
+
+/// The module's own keys of queue `q` (beyond vtrr-queue's nine), each with
+/// every call that opens it (src/ops.rs), as words: one well-formed call of
+/// each command, on `q` as `queue_in_every_state` leaves it (`token` is
+/// a's), each of which would change the queue or read the key if let
+/// through.
+pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
+    let calls: [(&str, Vec<&str>); 21] = [
+        ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
+        (
+            "defer",
+            vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
+        ),
+        ("lease", vec!["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"]),
+        ("ack", vec!["VTRR.ACK", "q", "a", token]),
+        ("nack", vec!["VTRR.NACK", "q", "a", token]),
+        ("reclaim", vec!["VTRR.RECLAIM", "q"]),
+        ("stats", vec!["VTRR.STATS", "q"]),
+        ("check", vec!["VTRR.CHECK", "q"]),
+        ("dead", vec!["VTRR.DEAD", "q"]),
+        ("policy-set", vec!["VTRR.POLICY", "q", "MAX-NACKS", "2"]),
+        ("policy-read", vec!["VTRR.POLICY", "q"]),
+        ("revive", vec!["VTRR.REVIVE", "q", "b"]),
+        ("cancel", vec!["VTRR.CANCEL", "q", "c"]),
+        (
+            "limit-set",
+            vec!["VTRR.LIMIT", "q", "p", "CONCURRENCY", "1", "SHARE", "2"],
+        ),
+        ("limit-read", vec!["VTRR.LIMIT", "q", "p"]),
+        ("pause", vec!["VTRR.PAUSE", "q", "p"]),
+        ("resume", vec!["VTRR.RESUME", "q", "h"]),
+        ("partitions", vec!["VTRR.PARTITIONS", "q", "COUNT", "100"]),
+        ("partition", vec!["VTRR.PARTITIONS", "q", "PARTITION", "h"]),
+        ("recount", vec!["VTRR.RECOUNT", "q"]),
+        (
+            "default-cap",
+            vec!["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "1"],
+        ),
+    ];
+    let openers: [(&str, &[&str]); 10] = [
+        (
+            "delayed",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
+                "cancel", "recount",
+            ],
+        ),
+        (
+            "delayed_task",
+            &[
+                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel", "recount",
+            ],
+        ),
+        (
+            "nacks",
+            &[
+                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
+            ],
+        ),
+        (
+            "dead",
+            &[
+                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
+                "cancel", "recount",
+            ],
+        ),
+        (
+            "dead_task",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
+            ],
+        ),
+        (
+            "dead_reason",
+            &[
+                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
+            ],
+        ),
+        (
+            "policy",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "stats",
+                "check",
+                "policy-set",
+                "policy-read",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "partitions",
+                "partition",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "held",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "stats",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "held_at",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "partitions",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "limit-read",
+                "pause",
+                "resume",
+                "partitions",
+                "partition",
+                "recount",
+                "default-cap",
+            ],
+        ),
+    ];
+    openers
+        .into_iter()
+        .map(|(suffix, names)| {
+            let words = names
+                .iter()
+                .map(|name| calls.iter().find(|(n, _)| n == name).unwrap().1.clone())
+                .collect();
+            (suffix, words)
+        })
+        .collect()
+}
