@@ -38,7 +38,7 @@ lint: deps ## rustfmt check and clippy with warnings denied
 unit: deps ## Unit and property tests of the core (no server)
 	cargo test --lib
 
-integration: build ## Integration suites against real redis-server processes
+integration: build release ## Integration suites against real redis-server processes (the instruction-count gate needs the release module)
 	cargo test --tests --test '*'
 
 test: deps lint build release ## Everything CI runs: lint, unit, property and integration tests, the instruction-count gate

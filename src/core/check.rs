@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::controls::count_from_keys;
-use super::partitions::Record;
+use super::partitions::{read_default_cap, Parking, Record};
 use super::{held, parse_meta};
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -115,11 +115,19 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
     problems
 }
 
-/// Each partition record's counts equal what the keys hold, and its head
-/// is in `queue`.
+/// Each partition record's counts equal what the keys hold, its head is
+/// in `queue`, and it is in `parking` exactly while its parking is under
+/// way; one under control and not parking has nothing in `queue` but its
+/// head.
 fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) {
     let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
     let mut counts = count_from_keys(store);
+    let default_cap = read_default_cap(store, &mut Vec::new());
+    let mut parking: HashSet<Vec<u8>> = store
+        .zrange_upto(ZsetKey::Parking, f64::INFINITY, usize::MAX)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
     for name in store.hfields(HashKey::Partitions) {
         let raw = store.hget(HashKey::Partitions, &name).unwrap_or_default();
         let Some(record) = Record::parse(&raw) else {
@@ -143,6 +151,24 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) {
                 show(&name)
             ));
         }
+        let listed = parking.remove(&name);
+        if listed != (record.parking != Parking::Done) {
+            problems.push(format!(
+                "partition {} is parking {:?} but listed in parking: {listed}",
+                show(&name),
+                record.parking
+            ));
+        }
+        if record.parking == Parking::Done
+            && record.controlled(default_cap)
+            && record.in_queue() > 0
+        {
+            problems.push(format!(
+                "partition {} is under control with {} items in queue besides its head",
+                show(&name),
+                record.in_queue()
+            ));
+        }
         if let Some(head) = &record.head {
             if store.zscore(ZsetKey::Queue, head).is_none() {
                 problems.push(format!(
@@ -156,6 +182,12 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) {
     for (name, held) in counts {
         problems.push(format!(
             "partition {} has no record but the keys hold {held:?}",
+            show(&name)
+        ));
+    }
+    for name in parking {
+        problems.push(format!(
+            "parking lists partition {} which has no record",
             show(&name)
         ));
     }

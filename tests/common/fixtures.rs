@@ -1,4 +1,4 @@
-//! A queue in every state (all nineteen keys present) and, for it, every
+//! A queue in every state (all twenty keys present) and, for it, every
 //! call that opens each of the module's own keys.
 
 use super::{
@@ -6,12 +6,13 @@ use super::{
     quiet_server, reclaim, set_policy, Server,
 };
 
-/// Queue `name` with an item in every state, so all nineteen keys exist:
+/// Queue `name` with an item in every state, so all twenty keys exist:
 /// `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
 /// queued after one expired lease and one nack (so `timeouts` and `nacks`
 /// hold it), `d` delayed by a minute, all of partition `p`; `h1` held
-/// (its partition `h` is paused, so it waits in `held`); and a
-/// MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
+/// (its partition `h` is paused, so it waits in `held`); partition `k`
+/// paused with more items in `queue` than one call parks, so its parking
+/// is under way (`parking`); and a MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
 pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     enqueue_items(
         con,
@@ -38,6 +39,14 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     let paused: i64 = command(&["VTRR.PAUSE", name, "h"]).query(con).unwrap();
     assert_eq!(paused, 1);
     assert_eq!(enqueue_items(con, name, &[("h", "h1", 1, b"H1")]), 1);
+    let k_items: Vec<String> = (0..1100).map(|n| format!("k{n:04}")).collect();
+    let k: Vec<(&str, &str, u64, &[u8])> = k_items
+        .iter()
+        .map(|id| ("k", id.as_str(), 1, &b"K"[..]))
+        .collect();
+    assert_eq!(enqueue_items(con, name, &k), 1100);
+    let paused: i64 = command(&["VTRR.PAUSE", name, "k"]).query(con).unwrap();
+    assert_eq!(paused, 1);
     set_policy(con, name, &["MAX-TIMEOUTS", "3"]);
     let missing: Vec<String> = dump_queue(con, name)
         .into_iter()

@@ -4,8 +4,9 @@
 /// Every key suffix of a queue, in the module's order (src/keys.rs):
 /// vtrr-queue's nine (`SUFFIXES`), then the module's own (delayed and dead
 /// items, nack counts, the dead-letter policy and default cap, held items
-/// of partitions under control, per-partition records).
-pub const ALL_SUFFIXES: [&str; 19] = [
+/// of partitions under control, per-partition records, the partitions
+/// whose parking is under way).
+pub const ALL_SUFFIXES: [&str; 20] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -25,6 +26,7 @@ pub const ALL_SUFFIXES: [&str; 19] = [
     "held",
     "held_at",
     "partitions",
+    "parking",
 ];
 
 /// The nine key suffixes of a queue that vtrr-queue knows: the first nine
