@@ -8,7 +8,7 @@ PORT           ?= 6379
 # whatever VTRR_REDIS_SERVER says: make test runs it, the matrix skips it.
 GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 
-.PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions bench-baseline run clean
+.PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions bench-baseline run clean mutants
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -87,3 +87,7 @@ run: release ## Start redis-server in the foreground with the module (redis.conf
 
 clean: ## Remove build output
 	cargo clean
+
+mutants: deps ## Mutation testing of the core against its unit and property tests (cargo-mutants; FILES="src/core/a.rs src/core/b.rs" narrows it; CASES random runs per property, 64)
+	@command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
+	VTRR_PROPTEST_CASES=$${CASES:-64} cargo mutants --no-shuffle -j 2 $(foreach file,$(or $(FILES),src/core/*.rs),-f $(file)) -- --lib

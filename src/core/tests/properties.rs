@@ -688,8 +688,17 @@ impl Simulation {
     }
 }
 
+/// Random runs per property: 1,000, or `VTRR_PROPTEST_CASES` (`make
+/// mutants` runs fewer per mutant; CI's random runs may run more).
+fn cases() -> u32 {
+    std::env::var("VTRR_PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(1000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn fairness_guarantees_hold_under_random_interleavings(ops in prop::collection::vec(op(), 1..120)) {
