@@ -4,12 +4,12 @@
 use redis_module::RedisError;
 
 use crate::core::CoreError;
-use crate::keys::KeyKind;
 use crate::limits::{
     MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
     MAX_POLICY_LIMIT, MAX_SHARE, MAX_WEIGHT,
 };
 use crate::store::redis::OpenError;
+use crate::store::KeyKind;
 
 fn err(message: String) -> RedisError {
     RedisError::String(message)

@@ -8,7 +8,6 @@ pub mod config;
 pub mod core;
 pub mod error;
 pub mod info;
-pub mod keys;
 pub mod limits;
 pub mod ops;
 pub mod replay;

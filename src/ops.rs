@@ -14,11 +14,10 @@ use crate::core::{
     self, check, Anomaly, DeadItem, Due, LeaseRequest, Leased, LimitChange, Nack, Nacked, NewItem,
     PartitionView, Policy, PolicyChange, Stats,
 };
-use crate::keys::QueueKey;
 use crate::replay::{Apply, Operation};
 use crate::store::redis::{Access, Caller, OpenError, Propagate, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
-use crate::store::{Store, ZsetKey};
+use crate::store::{QueueKey, Store, ZsetKey};
 use crate::timer::index::with_index;
 use crate::{config, error, info};
 

@@ -1,6 +1,8 @@
 //! The storage surface the VTRR core sees: the handful of sorted-set, hash
 //! and string operations on one queue's keys. `redis` implements it over the
-//! module key API, `memory` over plain collections for tests.
+//! module key API, `memory` over plain collections for tests. `keys` is the
+//! one key vocabulary: [`QueueKey`] names every key of a queue, [`ZsetKey`]
+//! and [`HashKey`] the sorted sets and hashes the operations take.
 //!
 //! Every `unsafe` block of the module lives in this folder, one file per
 //! concern: `api` (the load-time guard), `strings`, `acl`, `key_names`,
@@ -15,62 +17,14 @@ pub mod cluster;
 pub mod command_info;
 mod effects;
 mod key_names;
+pub mod keys;
 pub mod memory;
 pub mod redis;
 pub mod server;
 mod strings;
 
+pub use keys::{HashKey, KeyKind, QueueKey, ZsetKey};
 pub use strings::bytes_of;
-
-/// The sorted sets of a queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ZsetKey {
-    /// `vtrr:<name>:queue`: task id -> virtual-time score.
-    Queue,
-    /// `vtrr:<name>:inflight`: leased task id -> lease expiry (Unix ms).
-    Inflight,
-    /// `vtrr:<name>:delayed`: delayed task id -> due time (Unix ms).
-    Delayed,
-    /// `vtrr:<name>:dead`: dead task id -> when it died (Unix ms).
-    Dead,
-    /// `vtrr:<name>:held`: queued items of partitions under a cap or pause
-    /// that wait outside `queue`; all scores 0, members ordered by
-    /// (partition, virtual time, id) (see `core::held`).
-    Held,
-}
-
-/// The hashes of a queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HashKey {
-    /// `vtrr:<name>:partition_virtual_time`: partition -> next virtual time.
-    PartitionVirtualTime,
-    /// `vtrr:<name>:task`: id -> payload of a queued item.
-    Task,
-    /// `vtrr:<name>:meta`: id -> `<weight>:<partition>`.
-    Meta,
-    /// `vtrr:<name>:inflight_task`: id -> payload of a leased item.
-    InflightTask,
-    /// `vtrr:<name>:lease`: id -> lease token.
-    Lease,
-    /// `vtrr:<name>:timeouts`: id -> number of reclaims.
-    Timeouts,
-    /// `vtrr:<name>:delayed_task`: id -> payload of a delayed item.
-    DelayedTask,
-    /// `vtrr:<name>:nacks`: id -> number of nacks.
-    Nacks,
-    /// `vtrr:<name>:dead_task`: id -> payload of a dead item.
-    DeadTask,
-    /// `vtrr:<name>:dead_reason`: id -> why it died.
-    DeadReason,
-    /// `vtrr:<name>:policy`: `max-timeouts` / `max-nacks` /
-    /// `default-concurrency` -> n, and the counts of paused and capped
-    /// partitions.
-    Policy,
-    /// `vtrr:<name>:held_at`: held id -> its virtual time in `held`.
-    HeldAt,
-    /// `vtrr:<name>:partitions`: partition -> its counts and settings.
-    Partitions,
-}
 
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.
 pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);

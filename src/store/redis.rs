@@ -20,8 +20,7 @@ use super::cluster::{self, Actor};
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
-use super::{HashKey, HashPage, Store, ZsetKey};
-use crate::keys::{KeyKind, QueueKey};
+use super::{HashKey, HashPage, KeyKind, QueueKey, Store, ZsetKey};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
 /// (the timer, which has no client and no user).

@@ -1,7 +1,7 @@
-//! The key-naming scheme of a queue, shared with vtrr-queue: every key of
-//! queue `<name>` is `vtrr:<name>:<suffix>`.
-
-use crate::store::{HashKey, ZsetKey};
+//! The one key vocabulary of a queue, shared with vtrr-queue: every key of
+//! queue `<name>` is `vtrr:<name>:<suffix>`. [`QueueKey`] names them all;
+//! [`ZsetKey`] and [`HashKey`] are the sorted sets and hashes among them,
+//! as the [`Store`](super::Store) operations take them.
 
 pub const PREFIX: &[u8] = b"vtrr:";
 
@@ -101,6 +101,56 @@ impl QueueKey {
             _ => KeyKind::Hash,
         }
     }
+}
+
+/// The sorted sets of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ZsetKey {
+    /// `vtrr:<name>:queue`: task id -> virtual-time score.
+    Queue,
+    /// `vtrr:<name>:inflight`: leased task id -> lease expiry (Unix ms).
+    Inflight,
+    /// `vtrr:<name>:delayed`: delayed task id -> due time (Unix ms).
+    Delayed,
+    /// `vtrr:<name>:dead`: dead task id -> when it died (Unix ms).
+    Dead,
+    /// `vtrr:<name>:held`: queued items of partitions under a cap or pause
+    /// that wait outside `queue`; all scores 0, members ordered by
+    /// (partition, virtual time, id) (see `core::held`).
+    Held,
+}
+
+/// The hashes of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HashKey {
+    /// `vtrr:<name>:partition_virtual_time`: partition -> next virtual time.
+    PartitionVirtualTime,
+    /// `vtrr:<name>:task`: id -> payload of a queued item.
+    Task,
+    /// `vtrr:<name>:meta`: id -> `<weight>:<partition>`.
+    Meta,
+    /// `vtrr:<name>:inflight_task`: id -> payload of a leased item.
+    InflightTask,
+    /// `vtrr:<name>:lease`: id -> lease token.
+    Lease,
+    /// `vtrr:<name>:timeouts`: id -> number of reclaims.
+    Timeouts,
+    /// `vtrr:<name>:delayed_task`: id -> payload of a delayed item.
+    DelayedTask,
+    /// `vtrr:<name>:nacks`: id -> number of nacks.
+    Nacks,
+    /// `vtrr:<name>:dead_task`: id -> payload of a dead item.
+    DeadTask,
+    /// `vtrr:<name>:dead_reason`: id -> why it died.
+    DeadReason,
+    /// `vtrr:<name>:policy`: `max-timeouts` / `max-nacks` /
+    /// `default-concurrency` -> n, and the counts of paused and capped
+    /// partitions.
+    Policy,
+    /// `vtrr:<name>:held_at`: held id -> its virtual time in `held`.
+    HeldAt,
+    /// `vtrr:<name>:partitions`: partition -> its counts and settings.
+    Partitions,
 }
 
 impl From<ZsetKey> for QueueKey {
