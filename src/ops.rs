@@ -11,137 +11,25 @@ use redis_module::{Context, RedisError};
 use crate::config::Replication;
 use crate::core::partitions::Record;
 use crate::core::{
-    self, check, Anomaly, DeadItem, Due, LeaseRequest, Leased, LimitChange, Nack, Nacked, NewItem,
-    PartitionView, Policy, PolicyChange, Stats,
+    self, check, Anomaly, CoreOp, DeadItem, Due, LeaseRequest, Leased, LimitChange, Nack, Nacked,
+    NewItem, PartitionView, Policy, PolicyChange, Stats,
 };
 use crate::replay::{Apply, Operation};
-use crate::store::redis::{Access, Caller, OpenError, Propagate, RedisStore};
+use crate::store::redis::{Caller, OpenError, Propagate, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
-use crate::store::{QueueKey, Store, ZsetKey};
+use crate::store::{Store, ZsetKey};
 use crate::timer::index::with_index;
 use crate::{config, error, info};
 
-/// What every call that counts items per partition opens: the partition
-/// records, the default cap (`policy`) and the held items a freed slot or
-/// a new item may move.
-const ENQUEUE_KEYS: [QueueKey; 12] = [
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-];
-
-const DEFER_KEYS: [QueueKey; 13] = [
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::DelayedTask,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-];
-
-const ACK_KEYS: [QueueKey; 11] = [
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
-    QueueKey::Meta,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-    QueueKey::Queue,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-];
-
-const RENEW_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Lease];
-
-const STATS_KEYS: [QueueKey; 8] = [
-    QueueKey::Held,
-    QueueKey::Policy,
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::CurrentVirtualTime,
-];
-
-const DEAD_KEYS: [QueueKey; 6] = [
-    QueueKey::Dead,
-    QueueKey::DeadTask,
-    QueueKey::DeadReason,
-    QueueKey::Meta,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-];
-
-const CANCEL_KEYS: [QueueKey; 18] = [
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-    QueueKey::Queue,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Delayed,
-    QueueKey::DelayedTask,
-    QueueKey::Dead,
-    QueueKey::DeadTask,
-    QueueKey::DeadReason,
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
-    QueueKey::Meta,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-];
-
-const DUE_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Delayed];
-
-/// What a change of a partition's settings (or the default cap) may touch:
-/// its record, its held items and head, its virtual time (RESUME).
-const CONTROL_KEYS: [QueueKey; 7] = [
-    QueueKey::Queue,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::CurrentVirtualTime,
-];
-
-const PARTITIONS_KEYS: [QueueKey; 3] = [
-    QueueKey::Partitions,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Policy,
-];
-
-/// Opens the given keys of `queue`, mapping a wrong type or a denied key to
-/// its error reply.
+/// Opens the keys of `queue` that `op` declares, mapping a wrong type or a
+/// denied key to its error reply.
 fn open<'ctx>(
     ctx: &'ctx Context,
     caller: Caller,
     queue: &[u8],
-    keys: &[QueueKey],
-    access: Access,
+    op: CoreOp,
 ) -> Result<RedisStore<'ctx>, RedisError> {
-    RedisStore::open(ctx, queue, keys, access, caller).map_err(|e| error::open(&e))
+    RedisStore::open(ctx, queue, op.into(), caller).map_err(|e| error::open(&e))
 }
 
 fn core_error(queue: &[u8]) -> impl Fn(core::CoreError) -> RedisError + '_ {
@@ -199,7 +87,7 @@ fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
 
 /// `VTRR.ENQUEUE`: the number of items added.
 pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &ENQUEUE_KEYS, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Enqueue)?;
     let outcome = core::enqueue(&mut store, items).map_err(core_error(queue))?;
     // Deterministic: the same call on the same keys writes the same.
     store.commit(c"vtrr.enqueue", verbatim);
@@ -219,7 +107,7 @@ pub fn defer(
 ) -> Result<u64, RedisError> {
     let now = at.now_ms;
     let delayed = due_ms > now;
-    let mut store = open(ctx, Caller::Client, queue, &DEFER_KEYS, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Defer)?;
     let outcome = core::defer(&mut store, now, due_ms, items).map_err(core_error(queue))?;
     store.commit(
         if delayed {
@@ -269,7 +157,7 @@ pub fn lease(
         due_limit,
         with_counters,
     };
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Lease)?;
     let mut replayed = at.replayed_tokens.map(|tokens| tokens.iter());
     let mut diverged = false;
     let draw = || match replayed.as_mut() {
@@ -331,7 +219,7 @@ pub fn lease(
 
 /// `VTRR.ACK`: the number of pairs whose token was current.
 pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &ACK_KEYS, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Ack)?;
     let mut anomalies = Vec::new();
     let acked = core::ack(&mut store, pairs, &mut anomalies);
     store.commit(c"vtrr.ack", verbatim);
@@ -353,7 +241,7 @@ pub fn renew(
     lease_ms: i64,
 ) -> Result<bool, RedisError> {
     let now = at.now_ms;
-    let mut store = open(ctx, Caller::Client, queue, &RENEW_KEYS, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Renew)?;
     let renewed = core::renew(&mut store, id, token, now, lease_ms);
     store.commit(c"vtrr.renew", || {
         applied(
@@ -385,7 +273,7 @@ pub fn nack(
     how: Nack,
 ) -> Result<Option<Nacked>, RedisError> {
     let now = at.now_ms;
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Nack)?;
     let mut anomalies = Vec::new();
     let nacked =
         core::nack(&mut store, id, token, now, how, &mut anomalies).map_err(core_error(queue))?;
@@ -414,7 +302,7 @@ pub fn nack(
 /// `VTRR.RECLAIM`: takes back up to `limit` leases of `queue` expired now.
 pub fn reclaim(ctx: &Context, queue: &[u8], at: &Moment, limit: usize) -> Result<u64, RedisError> {
     let now = at.now_ms;
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Reclaim)?;
     let outcome = core::reclaim(&mut store, now, limit).map_err(core_error(queue))?;
     notify_dead(&store, &outcome, c"vtrr.reclaim");
     store.commit(c"vtrr.reclaim", || {
@@ -435,11 +323,10 @@ pub fn run_due(
     now_ms: i64,
     limit: usize,
 ) -> Result<Option<Due>, RedisError> {
-    let mut store =
-        match RedisStore::open(ctx, queue, &QueueKey::ALL, Access::Write, Caller::Server) {
-            Err(OpenError::SlotMoving) => return Ok(None),
-            opened => opened.map_err(|e| error::open(&e))?,
-        };
+    let mut store = match RedisStore::open(ctx, queue, CoreOp::RunDue.into(), Caller::Server) {
+        Err(OpenError::SlotMoving) => return Ok(None),
+        opened => opened.map_err(|e| error::open(&e))?,
+    };
     let outcome = core::run_due(&mut store, now_ms, limit).map_err(core_error(queue))?;
     let event = due_event(&outcome);
     notify_dead(&store, &outcome, event);
@@ -455,13 +342,7 @@ pub fn run_due(
 
 /// `VTRR.POLICY` without options: the policy and the default cap.
 pub fn policy(ctx: &Context, queue: &[u8]) -> Result<(Policy, Option<u64>), RedisError> {
-    let mut store = open(
-        ctx,
-        Caller::Client,
-        queue,
-        &[QueueKey::Policy],
-        Access::Read,
-    )?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::ReadPolicy)?;
     let mut anomalies = Vec::new();
     let policy = core::read_policy(&mut store, &mut anomalies);
     let default_cap = core::partitions::read_default_cap(&mut store, &mut anomalies);
@@ -472,17 +353,8 @@ pub fn policy(ctx: &Context, queue: &[u8]) -> Result<(Policy, Option<u64>), Redi
 
 /// `VTRR.POLICY` with options.
 pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Result<(), RedisError> {
-    // Only a default cap moves items: the dead-letter limits need only
-    // `policy` (so an ACL that grants just that key can set them).
-    let moves_items = changes
-        .iter()
-        .any(|c| matches!(c, PolicyChange::DefaultConcurrency(_)));
-    let keys: &[QueueKey] = if moves_items {
-        &CONTROL_KEYS
-    } else {
-        &[QueueKey::Policy]
-    };
-    let mut store = open(ctx, Caller::Client, queue, keys, Access::Write)?;
+    let op = CoreOp::set_policy(changes);
+    let mut store = open(ctx, Caller::Client, queue, op)?;
     let mut anomalies = Vec::new();
     core::set_policy(&mut store, changes, &mut anomalies).map_err(core_error(queue))?;
     store.commit(c"vtrr.policy", || Propagate::Effects);
@@ -495,10 +367,11 @@ pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Resu
 fn control<T>(
     ctx: &Context,
     queue: &[u8],
+    op: CoreOp,
     event: &CStr,
     change: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, core::CoreError>,
 ) -> Result<T, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &CONTROL_KEYS, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, op)?;
     let mut anomalies = Vec::new();
     let result = change(&mut store, &mut anomalies).map_err(core_error(queue))?;
     store.commit(event, || Propagate::Effects);
@@ -514,15 +387,18 @@ pub fn set_limit(
     partition: &[u8],
     changes: &[LimitChange],
 ) -> Result<(), RedisError> {
-    control(ctx, queue, c"vtrr.limit", |store, anomalies| {
-        core::set_limit(store, partition, changes, anomalies)
-    })
+    control(
+        ctx,
+        queue,
+        CoreOp::SetLimit,
+        c"vtrr.limit",
+        |store, anomalies| core::set_limit(store, partition, changes, anomalies),
+    )
 }
 
 /// `VTRR.LIMIT` without options.
 pub fn limit(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<Record, RedisError> {
-    let keys = [QueueKey::Partitions];
-    let mut store = open(ctx, Caller::Client, queue, &keys, Access::Read)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Limit)?;
     let mut anomalies = Vec::new();
     let record = core::limit(&mut store, partition, &mut anomalies);
     drop(store);
@@ -532,16 +408,24 @@ pub fn limit(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<Record, Re
 
 /// `VTRR.PAUSE`: whether it was not paused yet.
 pub fn pause(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<bool, RedisError> {
-    control(ctx, queue, c"vtrr.pause", |store, anomalies| {
-        Ok(core::pause(store, partition, anomalies))
-    })
+    control(
+        ctx,
+        queue,
+        CoreOp::Pause,
+        c"vtrr.pause",
+        |store, anomalies| Ok(core::pause(store, partition, anomalies)),
+    )
 }
 
 /// `VTRR.RESUME`: whether it was paused.
 pub fn resume(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<bool, RedisError> {
-    control(ctx, queue, c"vtrr.resume", |store, anomalies| {
-        core::resume(store, partition, anomalies)
-    })
+    control(
+        ctx,
+        queue,
+        CoreOp::Resume,
+        c"vtrr.resume",
+        |store, anomalies| core::resume(store, partition, anomalies),
+    )
 }
 
 /// `VTRR.PARTITIONS ... PARTITION`.
@@ -550,7 +434,7 @@ pub fn partition_view(
     queue: &[u8],
     partition: &[u8],
 ) -> Result<PartitionView, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &PARTITIONS_KEYS, Access::Read)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::PartitionView)?;
     let mut anomalies = Vec::new();
     let view = core::partition_view(&mut store, partition, &mut anomalies);
     drop(store);
@@ -565,7 +449,7 @@ pub fn partitions_page(
     cursor: u64,
     count: usize,
 ) -> Result<(u64, Vec<PartitionView>), RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &PARTITIONS_KEYS, Access::Read)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::PartitionsPage)?;
     let mut anomalies = Vec::new();
     let page = core::partitions_page(&mut store, cursor, count, &mut anomalies);
     drop(store);
@@ -575,7 +459,7 @@ pub fn partitions_page(
 
 /// `VTRR.RECOUNT`: the number of partition records corrected.
 pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Recount)?;
     let mut anomalies = Vec::new();
     let changed = core::recount(&mut store, &mut anomalies);
     store.commit(c"vtrr.recount", || Propagate::Effects);
@@ -586,13 +470,13 @@ pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
 
 /// `VTRR.DEAD`: the `count` oldest dead items.
 pub fn dead_items(ctx: &Context, queue: &[u8], count: usize) -> Result<Vec<DeadItem>, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &DEAD_KEYS, Access::Read)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::DeadItems)?;
     Ok(core::dead_items(&mut store, count))
 }
 
 /// `VTRR.REVIVE`: the number of dead items put back in the queue.
 pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Revive)?;
     let outcome = core::revive(&mut store, ids).map_err(core_error(queue))?;
     store.commit(c"vtrr.revive", || Propagate::Effects);
     drop(store);
@@ -603,7 +487,7 @@ pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
 
 /// `VTRR.CANCEL`: the number of items deleted.
 pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &CANCEL_KEYS, Access::Write)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Cancel)?;
     let mut anomalies = Vec::new();
     let cancelled = core::cancel(&mut store, ids, &mut anomalies);
     store.commit(c"vtrr.cancel", || Propagate::Effects);
@@ -646,13 +530,13 @@ fn count_due(ctx: &Context, queue: &[u8], due: &Due) {
 
 /// `VTRR.STATS`.
 pub fn stats(ctx: &Context, queue: &[u8]) -> Result<Stats, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &STATS_KEYS, Access::Read)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Stats)?;
     core::stats(&mut store, now_ms()).map_err(core_error(queue))
 }
 
 /// `VTRR.CHECK`: every broken invariant, as a sentence.
 pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Read)?;
+    let mut store = open(ctx, Caller::Client, queue, CoreOp::Check)?;
     Ok(check::check(&mut store))
 }
 
@@ -660,7 +544,7 @@ pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
 /// due, read without opening anything for writing (so no WATCH is
 /// disturbed); None when nothing is.
 pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
-    let mut store = open(ctx, Caller::Server, queue, &DUE_KEYS, Access::Read).ok()?;
+    let mut store = open(ctx, Caller::Server, queue, CoreOp::NextDue).ok()?;
     // Rounded up: a fractional score written by another client must not
     // make the timer look before anything is due.
     let mut first = |key| store.zfirst(key).map(|(_, score)| score.ceil() as i64);

@@ -8,6 +8,7 @@
 //! and the head rule), held, controls (LIMIT, PAUSE, RESUME, PARTITIONS,
 //! RECOUNT), counters, stats, check.
 
+pub mod access;
 pub mod check;
 mod controls;
 mod counters;
@@ -24,6 +25,7 @@ mod scoring;
 mod stats;
 mod types;
 
+pub use access::CoreOp;
 pub use controls::{
     control_counts, limit, partition_view, partitions_page, pause, recount, resume,
     set_default_cap, set_limit, LimitChange, PartitionView,

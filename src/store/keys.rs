@@ -185,6 +185,41 @@ impl From<HashKey> for QueueKey {
     }
 }
 
+/// The keys one operation is declared to touch, and whether it may write
+/// them (`core::access` declares them). A store opened for it touches no
+/// other: the in-memory store refuses (tests), the Redis store asserts (debug
+/// builds), where an undeclared key would read as empty and drop its writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scope {
+    /// The operation's name, for the message of a refusal.
+    pub operation: &'static str,
+    pub keys: &'static [QueueKey],
+    pub writes: bool,
+}
+
+impl Scope {
+    /// Whether the operation may touch `key` this way.
+    pub fn allows(&self, key: QueueKey, write: bool) -> bool {
+        self.keys.contains(&key) && (self.writes || !write)
+    }
+
+    /// Why touching `key` is refused.
+    pub fn refusal(&self, key: QueueKey, write: bool) -> String {
+        let how = if write { "writes" } else { "reads" };
+        if self.keys.contains(&key) {
+            format!(
+                "{} {how} {key:?}, but it is declared read-only (core/access.rs)",
+                self.operation
+            )
+        } else {
+            format!(
+                "{} {how} {key:?}, which it does not declare (core/access.rs)",
+                self.operation
+            )
+        }
+    }
+}
+
 /// `vtrr:<queue>:<suffix>`.
 pub fn key_name(queue: &[u8], key: QueueKey) -> Vec<u8> {
     let mut name = Vec::with_capacity(PREFIX.len() + queue.len() + 1 + key.suffix().len());

@@ -23,7 +23,7 @@ pub mod redis;
 pub mod server;
 mod strings;
 
-pub use keys::{HashKey, KeyKind, QueueKey, ZsetKey};
+pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
 pub use strings::bytes_of;
 
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.

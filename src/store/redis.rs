@@ -20,7 +20,7 @@ use super::cluster::{self, Actor};
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
-use super::{HashKey, HashPage, KeyKind, QueueKey, Store, ZsetKey};
+use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, ZsetKey};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
 /// (the timer, which has no client and no user).
@@ -71,6 +71,9 @@ pub struct RedisStore<'ctx> {
     ctx: &'ctx Context,
     /// `vtrr:<name>:queue`, opened or not: the keyspace notification names it.
     queue_name: OwnedString,
+    /// The operation's declared keys: no other is opened, and touching one
+    /// is a bug (asserted in debug builds; it would read as empty).
+    scope: Scope,
     access: Access,
     slots: [Option<Slot>; QueueKey::ALL.len()],
     /// The last two member/field strings made (ids, partitions), shared by
@@ -81,16 +84,21 @@ pub struct RedisStore<'ctx> {
 }
 
 impl<'ctx> RedisStore<'ctx> {
-    /// Opens the given keys of queue `queue`, after checking the calling
-    /// client's ACL permissions on each (the commands name a queue, not keys,
-    /// so Redis cannot check them itself), and checks their types.
+    /// Opens the keys `scope` declares of queue `queue` (for writing when
+    /// it writes), after checking the calling client's ACL permissions on
+    /// each (the commands name a queue, not keys, so Redis cannot check them
+    /// itself), and checks their types.
     pub fn open(
         ctx: &'ctx Context,
         queue: &[u8],
-        keys: &[QueueKey],
-        access: Access,
+        scope: Scope,
         caller: Caller,
     ) -> Result<Self, OpenError> {
+        let access = if scope.writes {
+            Access::Write
+        } else {
+            Access::Read
+        };
         let actor = match (caller, access) {
             (Caller::Client, _) => Some(Actor::Client),
             (Caller::Server, Access::Write) => Some(Actor::Timer),
@@ -100,7 +108,7 @@ impl<'ctx> RedisStore<'ctx> {
         if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
             return Err(OpenError::SlotMoving);
         }
-        let (names, queue_name) = names_of(queue, keys);
+        let (names, queue_name) = names_of(queue, scope.keys);
         let user = match caller {
             Caller::Client => AclUser::of_caller(ctx),
             Caller::Server => None,
@@ -116,6 +124,7 @@ impl<'ctx> RedisStore<'ctx> {
         let mut store = RedisStore {
             ctx,
             queue_name,
+            scope,
             access,
             slots: Default::default(),
             recent_members: Default::default(),
@@ -159,10 +168,21 @@ impl<'ctx> RedisStore<'ctx> {
         error.map_or(Ok(()), Err)
     }
 
-    /// The open key for `which`. Commands open every key they use up front;
-    /// a key used without being declared is a bug, reported as "empty".
+    /// The slot of `which`, read or written. A key the operation does not
+    /// declare was never opened: a bug, asserted in debug builds (in a
+    /// release build it reads as empty and its writes are dropped).
+    fn slot(&self, which: QueueKey, write: bool) -> Option<&Slot> {
+        debug_assert!(
+            self.scope.allows(which, write),
+            "{}",
+            self.scope.refusal(which, write)
+        );
+        self.slots[which.index()].as_ref()
+    }
+
+    /// The open key for `which`, None when it is empty.
     fn key(&self, which: QueueKey) -> Option<*mut raw::RedisModuleKey> {
-        let slot = self.slots[which.index()].as_ref()?;
+        let slot = self.slot(which, false)?;
         // SAFETY: the key is open until drop.
         let kind = unsafe { api!(RedisModule_KeyType)(slot.key) } as isize;
         (kind != raw::REDISMODULE_KEYTYPE_EMPTY).then_some(slot.key)
@@ -171,14 +191,14 @@ impl<'ctx> RedisStore<'ctx> {
     /// The open key to write to; with `must_exist`, None when the key is
     /// empty (there is nothing to remove).
     fn key_for_write(&self, which: QueueKey, must_exist: bool) -> Option<*mut raw::RedisModuleKey> {
+        let slot = self.slot(which, true)?;
         if self.access != Access::Write {
             return None;
         }
-        let slot = self.slots[which.index()].as_ref()?;
-        if must_exist && self.key(which).is_none() {
-            return None;
-        }
-        Some(slot.key)
+        // SAFETY: the key is open until drop.
+        let empty = unsafe { api!(RedisModule_KeyType)(slot.key) } as isize
+            == raw::REDISMODULE_KEYTYPE_EMPTY;
+        (!(must_exist && empty)).then_some(slot.key)
     }
 
     /// The string for a member or field, shared with a recent one when the
@@ -310,7 +330,7 @@ impl<'ctx> RedisStore<'ctx> {
     /// Number of entries of a sorted set with score <= `max`, counted by the
     /// server's own O(log N) ZCOUNT.
     fn zcount_call(&self, which: QueueKey, max: f64) -> u64 {
-        let Some(slot) = self.slots[which.index()].as_ref() else {
+        let Some(slot) = self.slot(which, false) else {
             return 0;
         };
         let mut buffer = [0u8; 32];
@@ -499,8 +519,7 @@ impl Store for RedisStore<'_> {
     }
 
     fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
-        let which = QueueKey::from(key);
-        let Some(slot) = self.slots[which.index()].as_ref() else {
+        let Some(slot) = self.slot(key.into(), false) else {
             return Vec::new();
         };
         match self.ctx.call("HKEYS", &[slot.name.bytes()][..]) {
@@ -512,8 +531,7 @@ impl Store for RedisStore<'_> {
     }
 
     fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
-        let which = QueueKey::from(key);
-        let Some(slot) = self.slots[which.index()].as_ref() else {
+        let Some(slot) = self.slot(key.into(), false) else {
             return (0, Vec::new());
         };
         let cursor = cursor.to_string();
