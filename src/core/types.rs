@@ -30,6 +30,43 @@ pub enum Anomaly {
     PartitionRecordUnreadable { partition: Vec<u8> },
 }
 
+/// The sentence the operations layer logs (after `vtrr: queue <name>: `).
+impl std::fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = String::from_utf8_lossy;
+        match self {
+            Anomaly::MetaUnreadable { id } => write!(
+                f,
+                "item {} had no readable meta; re-enqueued with weight 1 in the empty partition",
+                text(id)
+            ),
+            Anomaly::PayloadMissing { id } => write!(
+                f,
+                "item {} had no payload; moved to the dead-letter set (reason: payload missing)",
+                text(id)
+            ),
+            Anomaly::CounterUnreadable { counter, id } => write!(
+                f,
+                "item {} had an unreadable {counter} count; counted from 0",
+                text(id)
+            ),
+            Anomaly::PolicyUnreadable { field } => {
+                write!(f, "policy field {field} is not a count; read as NONE")
+            }
+            Anomaly::PartitionRecordUnreadable { partition } => write!(
+                f,
+                "partition {} had an unreadable record in partitions; counted afresh (VTRR.RECOUNT repairs it)",
+                text(partition)
+            ),
+            Anomaly::PartitionVirtualTimeUnreadable { partition } => write!(
+                f,
+                "partition {} had an unreadable virtual time; read as 0",
+                text(partition)
+            ),
+        }
+    }
+}
+
 /// What one call did to items that fell due (expired leases, due delayed
 /// items) and to items it dead-lettered.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
