@@ -137,5 +137,11 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
             "ERR vtrr:{}:current_virtual_time is not an integer",
             String::from_utf8_lossy(queue)
         )),
+        CoreError::Store(refused) => err(format!(
+            "ERR {} {} failed: {}",
+            refused.command,
+            String::from_utf8_lossy(&refused.key),
+            refused.reply
+        )),
     }
 }

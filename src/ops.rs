@@ -380,7 +380,7 @@ pub fn partitions_page(
     count: usize,
 ) -> Result<(u64, Vec<PartitionView>), RedisError> {
     Call::client(ctx, queue).read(CoreOp::PartitionsPage, |store, anomalies| {
-        Ok(core::partitions_page(store, cursor, count, anomalies))
+        core::partitions_page(store, cursor, count, anomalies)
     })
 }
 
@@ -388,7 +388,7 @@ pub fn partitions_page(
 pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
     Call::client(ctx, queue).effects(
         CoreOp::Recount,
-        |store, anomalies| Ok(core::recount(store, anomalies)),
+        |store, anomalies| core::recount(store, anomalies),
         |_| Done::new(c"vtrr.recount"),
     )
 }
@@ -430,7 +430,7 @@ pub fn stats(ctx: &Context, queue: &[u8]) -> Result<Stats, RedisError> {
 
 /// `VTRR.CHECK`: every broken invariant, as a sentence.
 pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
-    Call::client(ctx, queue).read(CoreOp::Check, |store, _| Ok(check::check(store)))
+    Call::client(ctx, queue).read(CoreOp::Check, |store, _| check::check(store))
 }
 
 /// The earliest time something of `queue` (in the context's database) falls

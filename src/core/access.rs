@@ -374,7 +374,7 @@ mod tests {
         );
         assert!(resume(&mut store.scoped(CoreOp::Resume), b"c", &mut anomalies).unwrap());
         assert_eq!(
-            recount(&mut store.scoped(CoreOp::Recount), &mut anomalies),
+            recount(&mut store.scoped(CoreOp::Recount), &mut anomalies).unwrap(),
             0
         );
 
@@ -398,14 +398,15 @@ mod tests {
             0,
             10,
             &mut anomalies,
-        );
+        )
+        .unwrap();
         assert_eq!(page.len(), 2);
         stats(&mut store.scoped(CoreOp::Stats), 60).unwrap();
         let mut next_due = store.scoped(CoreOp::NextDue);
         assert!(next_due.zfirst(ZsetKey::Inflight).is_none());
         assert!(next_due.zfirst(ZsetKey::Delayed).is_none());
         assert_eq!(
-            check::check(&mut store.scoped(CoreOp::Check)),
+            check::check(&mut store.scoped(CoreOp::Check)).unwrap(),
             Vec::<String>::new()
         );
         assert_eq!(anomalies, []);

@@ -120,6 +120,8 @@ pub fn set_default_cap(
 ) -> Result<(), CoreError> {
     let current_virtual_time = parse_current_virtual_time(store.current_virtual_time().as_deref())?;
     let before = read_default_cap(store, anomalies);
+    // Read before the first write: a refused read leaves the queue as it was.
+    let names = store.hfields(HashKey::Partitions)?;
     match cap {
         Some(n) => store.hset(
             HashKey::Policy,
@@ -128,7 +130,7 @@ pub fn set_default_cap(
         ),
         None => store.hdel(HashKey::Policy, DEFAULT_CONCURRENCY_FIELD.as_bytes()),
     }
-    for name in store.hfields(HashKey::Partitions) {
+    for name in names {
         let mut partition = partitions::open(store, &name, anomalies);
         let own = partition.record.cap;
         if own.is_none() && raised(before, cap) {
@@ -246,9 +248,9 @@ pub fn partitions_page(
     cursor: u64,
     count: usize,
     anomalies: &mut Vec<Anomaly>,
-) -> (u64, Vec<PartitionView>) {
+) -> Result<(u64, Vec<PartitionView>), CoreError> {
     let default_cap = read_default_cap(store, anomalies);
-    let (next, entries) = store.hscan(HashKey::Partitions, cursor, count);
+    let (next, entries) = store.hscan(HashKey::Partitions, cursor, count)?;
     let views = entries
         .into_iter()
         .map(|(name, raw)| {
@@ -261,7 +263,7 @@ pub fn partitions_page(
             view(store, name, record, default_cap)
         })
         .collect();
-    (next, views)
+    Ok((next, views))
 }
 
 /// Counts per partition as the keys hold them: (queued, held, leased,
@@ -293,10 +295,10 @@ pub(super) fn count_from_keys(store: &mut impl Store) -> BTreeMap<Vec<u8>, [u64;
 /// a Lua script or a hand edit moved items behind the module's back), and
 /// the counts of paused and capped partitions. The number of partition
 /// records it changed. O(N).
-pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
+pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u64, CoreError> {
     let default_cap = read_default_cap(store, anomalies);
     let mut counts = count_from_keys(store);
-    let mut names: Vec<Vec<u8>> = store.hfields(HashKey::Partitions);
+    let mut names: Vec<Vec<u8>> = store.hfields(HashKey::Partitions)?;
     names.extend(counts.keys().cloned());
     names.sort();
     names.dedup();
@@ -324,7 +326,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
     for (field, count) in [(PAUSED_COUNT_FIELD, paused), (CAPPED_COUNT_FIELD, capped)] {
         write_count(store, field, count);
     }
-    changed
+    Ok(changed)
 }
 
 /// (paused, capped) partition counts, as `VTRR.STATS` shows them.

@@ -1,11 +1,22 @@
 //! The types every concept of the core shares: a leaf, imported by the
 //! others and importing none of them.
 
+use crate::store::StoreError;
+
 /// Why a core operation refused to run. Nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreError {
     /// `current_virtual_time` holds something that is not a number.
     CurrentVirtualTimeNotInteger,
+    /// A read that is a call to the server (HSCAN, HKEYS, ZCOUNT) was
+    /// refused; the operations that make one read before they write.
+    Store(StoreError),
+}
+
+impl From<StoreError> for CoreError {
+    fn from(error: StoreError) -> Self {
+        CoreError::Store(error)
+    }
 }
 
 /// Something odd found in the keys (written by another client) and handled

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{HashKey, HashPage, QueueKey, Scope, Store, ZsetKey};
+use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 
 /// A score with the total order Redis uses for finite doubles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,8 +121,8 @@ impl Store for MemoryStore {
         self.zsets.get(&key).map_or(0, |z| z.by_member.len() as u64)
     }
 
-    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
-        self.zrange_upto(key, max, usize::MAX).len() as u64
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
+        Ok(self.zrange_upto(key, max, usize::MAX).len() as u64)
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
@@ -149,17 +149,18 @@ impl Store for MemoryStore {
         self.hashes.get(&key).map_or(0, |h| h.len() as u64)
     }
 
-    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
-        self.hashes
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
+        Ok(self
+            .hashes
             .get(&key)
             .map(|h| h.keys().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
         // The cursor is a position in field order; enough for tests.
         let Some(hash) = self.hashes.get(&key) else {
-            return (0, Vec::new());
+            return Ok((0, Vec::new()));
         };
         let start = cursor as usize;
         let page: Vec<_> = hash
@@ -169,7 +170,7 @@ impl Store for MemoryStore {
             .map(|(f, v)| (f.clone(), v.clone()))
             .collect();
         let next = start + page.len();
-        (if next >= hash.len() { 0 } else { next as u64 }, page)
+        Ok((if next >= hash.len() { 0 } else { next as u64 }, page))
     }
 
     fn delete(&mut self, key: HashKey) {
@@ -240,7 +241,7 @@ impl Store for Scoped<'_> {
         self.reading(key).zcard(key)
     }
 
-    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
         self.reading(key).zcount_upto(key, max)
     }
 
@@ -260,11 +261,11 @@ impl Store for Scoped<'_> {
         self.reading(key).hlen(key)
     }
 
-    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
         self.reading(key).hfields(key)
     }
 
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
         self.reading(key).hscan(key, cursor, count)
     }
 

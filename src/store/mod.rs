@@ -29,8 +29,22 @@ pub use strings::bytes_of;
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.
 pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);
 
+/// A call to the server a store operation made was refused: nothing was
+/// read, and the operation says so rather than read it as empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    /// The command called (`HSCAN`, `HKEYS`, `ZCOUNT`).
+    pub command: &'static str,
+    /// The key it was called on.
+    pub key: Vec<u8>,
+    /// The server's error reply, or what was wrong with its reply.
+    pub reply: String,
+}
+
 /// Operations on one queue's keys. Implementations have already checked the
-/// key types, so operations cannot fail; a missing key reads as empty.
+/// key types; a missing key reads as empty. The key API's operations cannot
+/// fail; the few that are server calls (`zcount_upto`, `hfields`, `hscan`)
+/// return the server's refusal.
 pub trait Store {
     fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64>;
     fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64);
@@ -45,16 +59,16 @@ pub trait Store {
     fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>>;
     fn zcard(&mut self, key: ZsetKey) -> u64;
     /// Number of entries with score <= `max`.
-    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64;
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError>;
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>>;
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]);
     fn hdel(&mut self, key: HashKey, field: &[u8]);
     fn hlen(&mut self, key: HashKey) -> u64;
     /// Every field of a hash (O(N): only for the invariant check).
-    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>>;
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError>;
     /// One step of HSCAN.
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage;
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError>;
     fn delete(&mut self, key: HashKey);
 
     /// Raw content of `vtrr:<name>:current_virtual_time`.

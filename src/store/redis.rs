@@ -11,7 +11,8 @@ use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, RedisValue};
+use smallvec::SmallVec;
 
 use super::acl::AclUser;
 use super::api::api;
@@ -20,7 +21,7 @@ use super::cluster::{self, Actor};
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
-use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, ZsetKey};
+use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
 /// (the timer, which has no client and no user).
@@ -146,6 +147,8 @@ impl<'ctx> RedisStore<'ctx> {
         // kept alive in the slot for as long as the key is open.
         let key = unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
             .cast::<raw::RedisModuleKey>();
+        // SAFETY: the key just opened, or NULL for a missing key opened only
+        // for reading, on which KeyType is documented safe (it reads EMPTY).
         let found = unsafe { api!(RedisModule_KeyType)(key) } as isize;
         let expected = which.kind();
         let matches = found == raw::REDISMODULE_KEYTYPE_EMPTY
@@ -327,22 +330,34 @@ impl<'ctx> RedisStore<'ctx> {
         }
     }
 
-    /// Number of entries of a sorted set with score <= `max`, counted by the
-    /// server's own O(log N) ZCOUNT.
-    fn zcount_call(&self, which: QueueKey, max: f64) -> u64 {
-        let Some(slot) = self.slot(which, false) else {
-            return 0;
-        };
-        let mut buffer = [0u8; 32];
-        let max = format_score(max, &mut buffer);
-        match self
-            .ctx
-            .call("ZCOUNT", &[slot.name.bytes(), b"-inf", max][..])
-        {
-            Ok(redis_module::RedisValue::Integer(n)) => n.max(0) as u64,
-            _ => 0,
-        }
+    /// `command` on the key of `slot` with `args` after it, through the
+    /// server; its error reply as a [`StoreError`].
+    fn call(
+        &self,
+        command: &'static str,
+        slot: &Slot,
+        args: &[&[u8]],
+    ) -> Result<RedisValue, StoreError> {
+        let mut argv: SmallVec<[&[u8]; 4]> = SmallVec::new();
+        argv.push(slot.name.bytes());
+        argv.extend_from_slice(args);
+        self.ctx
+            .call(command, &argv[..])
+            .map_err(|e| call_error(command, slot, e.to_string()))
     }
+}
+
+fn call_error(command: &'static str, slot: &Slot, reply: String) -> StoreError {
+    StoreError {
+        command,
+        key: slot.name.bytes().to_vec(),
+        reply,
+    }
+}
+
+/// The reply of `command` was not of the shape it always has.
+fn unexpected(command: &'static str, slot: &Slot, reply: &RedisValue) -> StoreError {
+    call_error(command, slot, format!("unexpected reply {reply:?}"))
 }
 
 impl Drop for RedisStore<'_> {
@@ -445,11 +460,20 @@ impl Store for RedisStore<'_> {
             .map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
     }
 
-    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
+    /// Counted by the server's own O(log N) ZCOUNT.
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
         if self.key(key.into()).is_none() {
-            return 0;
+            return Ok(0);
         }
-        self.zcount_call(key.into(), max)
+        let Some(slot) = self.slot(key.into(), false) else {
+            return Ok(0);
+        };
+        let mut buffer = [0u8; 32];
+        let max = format_score(max, &mut buffer);
+        match self.call("ZCOUNT", slot, &[b"-inf", max])? {
+            RedisValue::Integer(n) => Ok(n.max(0) as u64),
+            other => Err(unexpected("ZCOUNT", slot, &other)),
+        }
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
@@ -518,50 +542,47 @@ impl Store for RedisStore<'_> {
             .map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
     }
 
-    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
         let Some(slot) = self.slot(key.into(), false) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        match self.ctx.call("HKEYS", &[slot.name.bytes()][..]) {
-            Ok(redis_module::RedisValue::Array(fields)) => {
-                fields.iter().filter_map(bytes_of).collect()
-            }
-            _ => Vec::new(),
-        }
+        let reply = self.call("HKEYS", slot, &[])?;
+        let RedisValue::Array(fields) = &reply else {
+            return Err(unexpected("HKEYS", slot, &reply));
+        };
+        fields
+            .iter()
+            .map(|field| bytes_of(field).ok_or_else(|| unexpected("HKEYS", slot, &reply)))
+            .collect()
     }
 
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
         let Some(slot) = self.slot(key.into(), false) else {
-            return (0, Vec::new());
+            return Ok((0, Vec::new()));
         };
         let cursor = cursor.to_string();
         let count = count.to_string();
-        let reply = self.ctx.call(
+        let reply = self.call(
             "HSCAN",
-            &[
-                slot.name.bytes(),
-                cursor.as_bytes(),
-                b"COUNT",
-                count.as_bytes(),
-            ][..],
-        );
-        let Ok(redis_module::RedisValue::Array(parts)) = reply else {
-            return (0, Vec::new());
+            slot,
+            &[cursor.as_bytes(), b"COUNT", count.as_bytes()],
+        )?;
+        let bad = || unexpected("HSCAN", slot, &reply);
+        let RedisValue::Array(parts) = &reply else {
+            return Err(bad());
         };
-        let next = parts
-            .first()
-            .and_then(bytes_of)
+        let [next, RedisValue::Array(flat)] = &parts[..] else {
+            return Err(bad());
+        };
+        let next = bytes_of(next)
             .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok())
-            .unwrap_or(0);
-        let mut pairs = Vec::new();
-        if let Some(redis_module::RedisValue::Array(flat)) = parts.get(1) {
-            for pair in flat.chunks_exact(2) {
-                if let (Some(field), Some(value)) = (bytes_of(&pair[0]), bytes_of(&pair[1])) {
-                    pairs.push((field, value));
-                }
-            }
-        }
-        (next, pairs)
+            .ok_or_else(bad)?;
+        let pairs = flat
+            .chunks_exact(2)
+            .map(|pair| Some((bytes_of(&pair[0])?, bytes_of(&pair[1])?)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
+        Ok((next, pairs))
     }
 
     fn delete(&mut self, key: HashKey) {

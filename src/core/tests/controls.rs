@@ -48,7 +48,7 @@ fn a_capped_partition_is_skipped_and_keeps_its_place() {
     // newer; then A is at its cap again.
     enqueue(&mut store, &[item("C", "c1", 1)]).unwrap();
     assert_eq!(lease_ids(&mut store, 0, 10), ["a2", "c1"]);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -67,7 +67,7 @@ fn every_way_a_lease_ends_frees_its_slot() {
     assert_eq!(lease_ids(&mut store, 5_000, 5), ["a3"]);
     ack_id(&mut store, "a3");
     assert_eq!(lease_ids(&mut store, 5_000, 5), ["a4"]);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -84,7 +84,7 @@ fn a_paused_partition_waits_and_rejoins_at_the_current_virtual_time() {
         lease_ids(&mut store, 0, 6),
         ["a0", "b5", "a1", "b6", "a2", "b7"]
     );
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
     // Lifting the default lets A's held item in at once.
     apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(None)]);
     assert_eq!(lease_ids(&mut store, 0, 10), ["a2"]);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -146,7 +146,7 @@ fn items_queued_before_a_pause_are_parked_at_most_a_bounded_number_per_lease() {
     assert!(!due.parking_left);
     assert_eq!(lease_ids(&mut store, 0, 1), ["o1"]);
     assert_eq!(record(&mut store, "P").held as usize, many.len());
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 /// Items queued before a RESUME owe its shift; paused again, the timer's
@@ -201,7 +201,7 @@ fn the_timer_parks_items_owing_a_rejoin_shift_as_a_lease_does() {
         by_lease.hash_entries(HashKey::HeldAt)
     );
     assert_eq!(record(&mut by_timer, "P"), record(&mut by_lease, "P"));
-    assert!(check::check(&mut by_timer).is_empty());
+    assert!(check::check(&mut by_timer).unwrap().is_empty());
 }
 
 #[test]
@@ -219,10 +219,10 @@ fn cancel_finds_a_held_item_and_recount_repairs_counts() {
     store.zadd(ZsetKey::Queue, b"x", 9.0);
     store.hset(HashKey::Task, b"x", b"X");
     store.hset(HashKey::Meta, b"x", b"1:A");
-    assert!(!check::check(&mut store).is_empty());
-    assert_eq!(recount(&mut store, &mut Vec::new()), 1);
+    assert!(!check::check(&mut store).unwrap().is_empty());
+    assert_eq!(recount(&mut store, &mut Vec::new()).unwrap(), 1);
     assert_eq!(record(&mut store, "A").queued, 3);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -235,7 +235,7 @@ fn the_partitions_view_pages_through_every_partition() {
     let mut seen = Vec::new();
     let mut cursor = 0;
     loop {
-        let (next, page) = partitions_page(&mut store, cursor, 10, &mut Vec::new());
+        let (next, page) = partitions_page(&mut store, cursor, 10, &mut Vec::new()).unwrap();
         assert!(page.len() <= 10);
         seen.extend(page.into_iter().map(|v| (v.partition, v.record.queued)));
         if next == 0 {

@@ -633,7 +633,7 @@ impl Simulation {
             self.lowered.extend(over.iter().copied());
         }
         self.lowered.retain(|p| over.contains(p));
-        let problems = check::check(&mut self.store.scoped(CoreOp::Check));
+        let problems = check::check(&mut self.store.scoped(CoreOp::Check)).unwrap();
         prop_assert!(
             problems.is_empty(),
             "invariants broken after {:?}: {:?}",
