@@ -3,6 +3,9 @@
 //!
 //! This file only registers: commands, configs, INFO, timer and events.
 
+// Every `unsafe` block says why it is sound.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod commands;
 pub mod config;
 pub mod core;

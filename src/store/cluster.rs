@@ -95,8 +95,10 @@ pub fn follow_migrations(ctx: &Context) -> bool {
 /// Runs before every command any client sends: a few comparisons, no
 /// allocation.
 extern "C" fn note_migration(filter: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: Redis passes a live filter context; arguments are read, not kept.
     let argument = |pos: c_int| -> &[u8] {
+        // SAFETY: Redis passes a live filter context; an argument is a valid
+        // string for the duration of the filter call, and its bytes are read
+        // here, not kept past it.
         unsafe {
             let arg = api!(RedisModule_CommandFilterArgGet)(filter, pos);
             if arg.is_null() {
