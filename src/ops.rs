@@ -20,7 +20,7 @@ use crate::core::{
     LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Stats,
 };
 use crate::replay::{Apply, Operation};
-use crate::store::redis::{Caller, OpenError, Propagate, RedisStore};
+use crate::store::redis::{ApplyArgs, Caller, OpenError, Propagate, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
 use crate::store::{Store, ZsetKey};
 use crate::timer::index::with_index;
@@ -437,7 +437,7 @@ pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
 /// due, read without opening anything for writing (so no WATCH is
 /// disturbed); None when nothing is.
 pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
-    let mut store = Call::server(ctx, queue).open(CoreOp::NextDue).ok()?;
+    let mut store = Call::server(ctx, queue).open(CoreOp::NextDue, false).ok()?;
     // Rounded up: a fractional score written by another client must not
     // make the timer look before anything is due.
     let mut first = |key| store.zfirst(key).map(|(_, score)| score.ceil() as i64);
@@ -550,15 +550,14 @@ enum Replicate<A> {
     Effects,
 }
 
-/// The arguments of a `VTRR.APPLY`.
-type ApplyArgs = Vec<Vec<u8>>;
-
 /// The `A` of a call that propagates no `VTRR.APPLY`.
 type Unused<T> = fn(&T) -> ApplyArgs;
 
 /// `VTRR.APPLY` of `operation` on `queue` as run at `now_ms`.
 fn apply(queue: &[u8], now_ms: i64, operation: Operation<'_>) -> ApplyArgs {
-    Apply { now_ms, operation }.to_args(queue)
+    let mut args = ApplyArgs::default();
+    Apply { now_ms, operation }.write_args(queue, |arg| args.push(arg));
+    args
 }
 
 /// Why a call did nothing.
@@ -638,7 +637,9 @@ impl<'a> Call<'a> {
         core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
     ) -> Result<T, RedisError> {
         debug_assert!(!op.writes(), "{op:?} writes");
-        let mut store = self.open(op).map_err(|e| self.error(Refused::Open(e)))?;
+        let mut store = self
+            .open(op, false)
+            .map_err(|e| self.error(Refused::Open(e)))?;
         let mut anomalies = Vec::new();
         let value = core(&mut store, &mut anomalies).map_err(|e| self.error(Refused::Core(e)));
         drop(store);
@@ -661,7 +662,11 @@ impl<'a> Call<'a> {
     where
         A: FnOnce(&T) -> ApplyArgs,
     {
-        let mut store = self.open(op).map_err(Refused::Open)?;
+        let effects = match (config::replication(), &replicate) {
+            (Replication::effects, _) | (_, Replicate::Effects) => true,
+            (Replication::commands, Replicate::Verbatim | Replicate::Apply(_)) => false,
+        };
+        let mut store = self.open(op, effects).map_err(Refused::Open)?;
         let mut anomalies = Vec::new();
         let value = core(&mut store, &mut anomalies).map_err(Refused::Core)?;
         let done = done(&value);
@@ -669,10 +674,11 @@ impl<'a> Call<'a> {
             for event in &done.before {
                 store.notify(event);
             }
-            store.commit(done.event, || match (config::replication(), replicate) {
-                (Replication::effects, _) | (_, Replicate::Effects) => Propagate::Effects,
-                (Replication::commands, Replicate::Verbatim) => Propagate::Verbatim,
-                (Replication::commands, Replicate::Apply(apply)) => Propagate::Apply(apply(&value)),
+            store.commit(done.event, || match replicate {
+                _ if effects => Propagate::Effects,
+                Replicate::Verbatim => Propagate::Verbatim,
+                Replicate::Apply(apply) => Propagate::Apply(apply(&value)),
+                Replicate::Effects => Propagate::Effects,
             });
             if done.signal_ready {
                 store.signal_ready();
@@ -696,9 +702,10 @@ impl<'a> Call<'a> {
         Ok(value)
     }
 
-    /// Opens the keys of the queue that `op` declares.
-    fn open(&self, op: CoreOp) -> Result<RedisStore<'a>, OpenError> {
-        RedisStore::open(self.ctx, self.queue, op.into(), self.caller)
+    /// Opens the keys of the queue that `op` declares, recording its writes
+    /// as effects when it will propagate them.
+    fn open(&self, op: CoreOp, effects: bool) -> Result<RedisStore<'a>, OpenError> {
+        RedisStore::open(self.ctx, self.queue, op.into(), self.caller, effects)
     }
 
     /// The error reply: a wrong type, a denied key, a moving slot, or what

@@ -182,7 +182,7 @@ impl Store for MemoryStore {
     }
 
     fn set_current_virtual_time(&mut self, value: i64) {
-        self.current_virtual_time = Some(value.to_string().into_bytes());
+        self.current_virtual_time = Some(itoa::Buffer::new().format(value).as_bytes().to_vec());
     }
 }
 

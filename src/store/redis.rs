@@ -2,7 +2,8 @@
 //!
 //! A `RedisStore` opens a queue's keys once per command (after checking the
 //! caller's ACL permissions on each), checks their types before anything is
-//! written, records every write as an effect, and on [`RedisStore::commit`]
+//! written, records every write as an effect when the call propagates its
+//! effects (only then), and on [`RedisStore::commit`]
 //! signals the keys it changed, propagates the call (its effects, the
 //! command as sent, or `VTRR.APPLY`) and fires one keyspace notification.
 //! A command that changed nothing commits nothing.
@@ -18,6 +19,7 @@ use super::acl::AclUser;
 use super::api::api;
 use super::blocking::signal_ready;
 use super::cluster::{self, Actor};
+pub use super::effects::ApplyArgs;
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
@@ -45,8 +47,8 @@ pub enum Propagate {
     Effects,
     /// The client's command as it was sent: the call is deterministic.
     Verbatim,
-    /// `VTRR.APPLY` with these arguments (`replay::Apply::to_args`).
-    Apply(Vec<Vec<u8>>),
+    /// `VTRR.APPLY` with these arguments (`replay::Apply::write_args`).
+    Apply(ApplyArgs),
 }
 
 /// Why a queue's keys could not be opened. Nothing was written.
@@ -64,6 +66,8 @@ struct Slot {
     name: OwnedString,
     key: *mut raw::RedisModuleKey,
     written: bool,
+    /// A member was added (for `queue`: blocked clients may be served).
+    added: bool,
     effects: Effects,
 }
 
@@ -76,6 +80,9 @@ pub struct RedisStore<'ctx> {
     /// is a bug (asserted in debug builds; it would read as empty).
     scope: Scope,
     access: Access,
+    /// Whether writes are recorded as effects: only when the call will
+    /// propagate them ([`Propagate::Effects`]).
+    records_effects: bool,
     slots: [Option<Slot>; QueueKey::ALL.len()],
     /// The last two member/field strings made (ids, partitions), shared by
     /// the next operations on the same bytes: a lease names its id in seven
@@ -88,12 +95,15 @@ impl<'ctx> RedisStore<'ctx> {
     /// Opens the keys `scope` declares of queue `queue` (for writing when
     /// it writes), after checking the calling client's ACL permissions on
     /// each (the commands name a queue, not keys, so Redis cannot check them
-    /// itself), and checks their types.
+    /// itself), and checks their types. With `records_effects` its writes
+    /// are recorded to propagate as effects; its commit must then be
+    /// [`Propagate::Effects`], and only then.
     pub fn open(
         ctx: &'ctx Context,
         queue: &[u8],
         scope: Scope,
         caller: Caller,
+        records_effects: bool,
     ) -> Result<Self, OpenError> {
         let access = if scope.writes {
             Access::Write
@@ -127,6 +137,7 @@ impl<'ctx> RedisStore<'ctx> {
             queue_name,
             scope,
             access,
+            records_effects,
             slots: Default::default(),
             recent_members: Default::default(),
         };
@@ -166,6 +177,7 @@ impl<'ctx> RedisStore<'ctx> {
             name,
             key,
             written: false,
+            added: false,
             effects: Effects::default(),
         });
         error.map_or(Ok(()), Err)
@@ -241,9 +253,13 @@ impl<'ctx> RedisStore<'ctx> {
             Propagate::Apply(args) => replicate_apply(self.ctx, args),
         }
         let effects = matches!(propagate, Propagate::Effects);
+        debug_assert_eq!(
+            effects, self.records_effects,
+            "effects recorded iff propagated"
+        );
         let queue_grew = self.slots[QueueKey::Queue.index()]
             .as_ref()
-            .is_some_and(|slot| slot.effects.adds());
+            .is_some_and(|slot| slot.added);
         if queue_grew {
             // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
             signal_ready(self.ctx, &self.queue_name);
@@ -253,8 +269,6 @@ impl<'ctx> RedisStore<'ctx> {
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
             if effects {
                 slot.effects.replicate(self.ctx, &slot.name);
-            } else {
-                slot.effects.forget();
             }
         }
         self.notify(event);
@@ -279,17 +293,22 @@ impl<'ctx> RedisStore<'ctx> {
         };
     }
 
+    /// Notes a write to `which`, and records it as an effect (`args`, made
+    /// only then) when the call propagates its effects.
     fn record<const N: usize>(
         &mut self,
         which: QueueKey,
         command: Command,
-        args: [OwnedString; N],
+        args: impl FnOnce() -> [OwnedString; N],
     ) {
         let Some(slot) = self.slots[which.index()].as_mut() else {
             return;
         };
         slot.written = true;
-        slot.effects.record(command, args);
+        slot.added |= command == Command::Zadd;
+        if self.records_effects {
+            slot.effects.record(command, args());
+        }
     }
 
     fn range(
@@ -388,9 +407,10 @@ impl Store for RedisStore<'_> {
         let mut flags: c_int = 0;
         // SAFETY: key opened for writing; ZsetAdd creates the key if empty.
         unsafe { api!(RedisModule_ZsetAdd)(open, score, element.0, &mut flags) };
-        let mut buffer = [0u8; 32];
-        let score = OwnedString::new(format_score(score, &mut buffer));
-        self.record(which, Command::Zadd, [score, element]);
+        self.record(which, Command::Zadd, || {
+            let mut buffer = [0u8; 32];
+            [OwnedString::new(format_score(score, &mut buffer)), element]
+        });
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
@@ -403,7 +423,7 @@ impl Store for RedisStore<'_> {
         // SAFETY: key opened for writing and holding a zset.
         unsafe { api!(RedisModule_ZsetRem)(open, element.0, &mut deleted) };
         if deleted != 0 {
-            self.record(which, Command::Zrem, [element]);
+            self.record(which, Command::Zrem, || [element]);
         }
         deleted != 0
     }
@@ -511,7 +531,7 @@ impl Store for RedisStore<'_> {
                 ptr::null_mut::<c_void>(),
             )
         };
-        self.record(which, Command::Hset, [field_string, value_string]);
+        self.record(which, Command::Hset, || [field_string, value_string]);
     }
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
@@ -532,7 +552,7 @@ impl Store for RedisStore<'_> {
             )
         };
         if deleted > 0 {
-            self.record(which, Command::Hdel, [field_string]);
+            self.record(which, Command::Hdel, || [field_string]);
         }
     }
 
@@ -560,13 +580,10 @@ impl Store for RedisStore<'_> {
         let Some(slot) = self.slot(key.into(), false) else {
             return Ok((0, Vec::new()));
         };
-        let cursor = cursor.to_string();
-        let count = count.to_string();
-        let reply = self.call(
-            "HSCAN",
-            slot,
-            &[cursor.as_bytes(), b"COUNT", count.as_bytes()],
-        )?;
+        let (mut cursor_digits, mut count_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let cursor = cursor_digits.format(cursor).as_bytes();
+        let count = count_digits.format(count).as_bytes();
+        let reply = self.call("HSCAN", slot, &[cursor, b"COUNT", count])?;
         let bad = || unexpected("HSCAN", slot, &reply);
         let RedisValue::Array(parts) = &reply else {
             return Err(bad());
@@ -592,7 +609,7 @@ impl Store for RedisStore<'_> {
         };
         // SAFETY: key opened for writing.
         unsafe { api!(RedisModule_DeleteKey)(open) };
-        self.record(which, Command::Del, []);
+        self.record(which, Command::Del, || []);
     }
 
     fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
@@ -613,10 +630,9 @@ impl Store for RedisStore<'_> {
         let Some(open) = self.key_for_write(QueueKey::CurrentVirtualTime, false) else {
             return;
         };
-        let text = value.to_string();
-        let string = OwnedString::new(text.as_bytes());
+        let string = OwnedString::new(itoa::Buffer::new().format(value).as_bytes());
         // SAFETY: key opened for writing; StringSet takes its own reference.
         unsafe { api!(RedisModule_StringSet)(open, string.0) };
-        self.record(QueueKey::CurrentVirtualTime, Command::Set, [string]);
+        self.record(QueueKey::CurrentVirtualTime, Command::Set, || [string]);
     }
 }
