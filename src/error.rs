@@ -4,12 +4,12 @@
 use redis_module::RedisError;
 
 use crate::core::CoreError;
-use crate::keys::KeyKind;
 use crate::limits::{
     MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
     MAX_POLICY_LIMIT, MAX_SHARE, MAX_WEIGHT,
 };
 use crate::store::redis::OpenError;
+use crate::store::KeyKind;
 
 fn err(message: String) -> RedisError {
     RedisError::String(message)
@@ -136,6 +136,12 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
         CoreError::CurrentVirtualTimeNotInteger => err(format!(
             "ERR vtrr:{}:current_virtual_time is not an integer",
             String::from_utf8_lossy(queue)
+        )),
+        CoreError::Store(refused) => err(format!(
+            "ERR {} {} failed: {}",
+            refused.command,
+            String::from_utf8_lossy(&refused.key),
+            refused.reply
         )),
     }
 }

@@ -3,12 +3,14 @@
 //!
 //! This file only registers: commands, configs, INFO, timer and events.
 
+// Every `unsafe` block says why it is sound.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod commands;
 pub mod config;
 pub mod core;
 pub mod error;
 pub mod info;
-pub mod keys;
 pub mod limits;
 pub mod ops;
 pub mod replay;

@@ -1,157 +1,29 @@
 //! The operations layer: what every caller — command handlers, the
-//! blocked-client callback, the timer — goes through. Each operation opens
-//! the queue's keys, runs the core, commits, logs anomalies, counts INFO,
-//! and notes in the timer's index what it must watch ([`watch`], the one
-//! hook). It knows nothing of how its callers parse or reply.
+//! blocked-client callback, the timer — goes through. One runner
+//! ([`Call::run`]) serves every operation: it opens the keys the core
+//! operation declares (`core::access`), runs the core, commits (keyspace
+//! events, propagation, blocked clients), logs anomalies, counts INFO and
+//! notes in the timer's index what it must watch ([`watch`], the one hook).
+//! Each operation says only what is its own: its core call and, from the
+//! outcome, its [`Done`]. It knows nothing of how its callers parse or reply.
 
 use std::ffi::CStr;
+use std::sync::atomic::AtomicU64;
 
 use redis_module::{Context, RedisError};
+use smallvec::SmallVec;
 
 use crate::config::Replication;
 use crate::core::partitions::Record;
 use crate::core::{
-    self, check, Anomaly, DeadItem, Due, LeaseRequest, Leased, LimitChange, Nack, Nacked, NewItem,
-    PartitionView, Policy, PolicyChange, Stats,
+    self, check, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest, Leased,
+    LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Stats,
 };
-use crate::keys::QueueKey;
 use crate::replay::{Apply, Operation};
-use crate::store::redis::{Access, Caller, OpenError, Propagate, RedisStore};
+use crate::store::redis::{ApplyArgs, Caller, OpenError, Propagate, RedisStore};
 use crate::store::server::{new_token, now_ms, selected_db};
 use crate::timer::index::with_index;
 use crate::{config, error, info};
-
-/// What every call that counts items per partition opens: the partition
-/// records, the default cap (`policy`) and the held items a freed slot or
-/// a new item may move.
-const ENQUEUE_KEYS: [QueueKey; 12] = [
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-];
-
-const DEFER_KEYS: [QueueKey; 14] = [
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::DelayedTask,
-    QueueKey::Held,
-    QueueKey::Parking,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-];
-
-const ACK_KEYS: [QueueKey; 11] = [
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
-    QueueKey::Meta,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-    QueueKey::Queue,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-];
-
-const RENEW_KEYS: [QueueKey; 2] = [QueueKey::Inflight, QueueKey::Lease];
-
-const STATS_KEYS: [QueueKey; 9] = [
-    QueueKey::Held,
-    QueueKey::Parking,
-    QueueKey::Policy,
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::CurrentVirtualTime,
-];
-
-const DEAD_KEYS: [QueueKey; 6] = [
-    QueueKey::Dead,
-    QueueKey::DeadTask,
-    QueueKey::DeadReason,
-    QueueKey::Meta,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-];
-
-const CANCEL_KEYS: [QueueKey; 19] = [
-    QueueKey::Held,
-    QueueKey::Parking,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-    QueueKey::Queue,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Delayed,
-    QueueKey::DelayedTask,
-    QueueKey::Dead,
-    QueueKey::DeadTask,
-    QueueKey::DeadReason,
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
-    QueueKey::Meta,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-];
-
-const DUE_KEYS: [QueueKey; 3] = [QueueKey::Inflight, QueueKey::Delayed, QueueKey::Parking];
-
-/// What a change of a partition's settings (or the default cap) may touch:
-/// its record, its held items and head, its virtual time (RESUME).
-const CONTROL_KEYS: [QueueKey; 9] = [
-    QueueKey::Queue,
-    QueueKey::Held,
-    QueueKey::Parking,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::Policy,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::Meta,
-];
-
-const PARTITIONS_KEYS: [QueueKey; 3] = [
-    QueueKey::Partitions,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Policy,
-];
-
-/// Opens the given keys of `queue`, mapping a wrong type or a denied key to
-/// its error reply.
-fn open<'ctx>(
-    ctx: &'ctx Context,
-    caller: Caller,
-    queue: &[u8],
-    keys: &[QueueKey],
-    access: Access,
-) -> Result<RedisStore<'ctx>, RedisError> {
-    RedisStore::open(ctx, queue, keys, access, caller).map_err(|e| error::open(&e))
-}
-
-fn core_error(queue: &[u8]) -> impl Fn(core::CoreError) -> RedisError + '_ {
-    move |e| error::core(&e, queue)
-}
 
 /// When a time-dependent operation runs, and the lease tokens it draws: the
 /// server's clock and fresh tokens, or the master's (`VTRR.APPLY`).
@@ -177,40 +49,17 @@ impl<'a> Moment<'a> {
     }
 }
 
-/// How a time-dependent call propagates: as `VTRR.APPLY` with what it used,
-/// or as its effects in `vtrr.replication effects` mode.
-fn applied(queue: &[u8], now_ms: i64, operation: Operation<'_>) -> Propagate {
-    match config::replication() {
-        Replication::effects => Propagate::Effects,
-        Replication::commands => Propagate::Apply(Apply { now_ms, operation }.to_args(queue)),
-    }
-}
-
-/// How a deterministic call (ENQUEUE, ACK) propagates: as it was sent, or
-/// as its effects in `vtrr.replication effects` mode.
-fn verbatim() -> Propagate {
-    match config::replication() {
-        Replication::effects => Propagate::Effects,
-        Replication::commands => Propagate::Verbatim,
-    }
-}
-
-/// The one hook to the timer: something of `queue` (in the context's
-/// database) falls due at `due_ms`.
-fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
-    let db = selected_db(ctx);
-    with_index(|index| index.note_due(db, queue, due_ms));
-}
-
 /// `VTRR.ENQUEUE`: the number of items added.
 pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &ENQUEUE_KEYS, Access::Write)?;
-    let outcome = core::enqueue(&mut store, items).map_err(core_error(queue))?;
-    // Deterministic: the same call on the same keys writes the same.
-    store.commit(c"vtrr.enqueue", verbatim);
-    drop(store);
-    log_anomalies(ctx, queue, &outcome.anomalies);
-    info::add(&info::ENQUEUED, outcome.added);
+    let outcome = Call::client(ctx, queue).verbatim(
+        CoreOp::Enqueue,
+        |store, _| core::enqueue(store, items),
+        |outcome| {
+            Done::new(c"vtrr.enqueue")
+                .count(&info::ENQUEUED, outcome.added)
+                .anomalies(&outcome.anomalies)
+        },
+    )?;
     Ok(outcome.added)
 }
 
@@ -222,37 +71,28 @@ pub fn defer(
     due_ms: i64,
     items: &[NewItem<'_>],
 ) -> Result<u64, RedisError> {
-    let now = at.now_ms;
-    let delayed = due_ms > now;
-    let mut store = open(ctx, Caller::Client, queue, &DEFER_KEYS, Access::Write)?;
-    let outcome = core::defer(&mut store, now, due_ms, items).map_err(core_error(queue))?;
-    store.commit(
-        if delayed {
-            c"vtrr.defer"
-        } else {
-            c"vtrr.enqueue"
+    let now_ms = at.now_ms;
+    let items_used = |_: &_| {
+        let items = items.to_vec();
+        apply(queue, now_ms, Operation::Defer { due_ms, items })
+    };
+    let outcome = Call::client(ctx, queue).applied(
+        CoreOp::Defer,
+        items_used,
+        |store, _| core::defer(store, now_ms, due_ms, items),
+        |outcome| {
+            let done = Done::new(c"vtrr.enqueue").anomalies(&outcome.anomalies);
+            if due_ms <= now_ms {
+                done.count(&info::ENQUEUED, outcome.added)
+            } else if outcome.added > 0 {
+                done.event(c"vtrr.defer")
+                    .count(&info::DEFERRED, outcome.added)
+                    .watch(due_ms)
+            } else {
+                done.event(c"vtrr.defer")
+            }
         },
-        || {
-            applied(
-                queue,
-                now,
-                Operation::Defer {
-                    due_ms,
-                    items: items.to_vec(),
-                },
-            )
-        },
-    );
-    drop(store);
-    log_anomalies(ctx, queue, &outcome.anomalies);
-    if delayed {
-        info::add(&info::DEFERRED, outcome.added);
-        if outcome.added > 0 {
-            watch(ctx, queue, due_ms);
-        }
-    } else {
-        info::add(&info::ENQUEUED, outcome.added);
-    }
+    )?;
     Ok(outcome.added)
 }
 
@@ -267,15 +107,69 @@ pub fn lease(
     due_limit: usize,
     with_counters: bool,
 ) -> Result<Vec<Leased>, RedisError> {
+    let now_ms = at.now_ms;
     let request = LeaseRequest {
-        now_ms: at.now_ms,
+        now_ms,
         lease_ms,
         count,
         due_limit,
         with_counters,
     };
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
-    let mut replayed = at.replayed_tokens.map(|tokens| tokens.iter());
+    let tokens_used = |outcome: &LeaseOutcome| {
+        let tokens = outcome.leased.iter().map(|l| l.token.as_slice()).collect();
+        let operation = Operation::Lease {
+            lease_ms,
+            count,
+            due_limit,
+            tokens,
+        };
+        apply(queue, now_ms, operation)
+    };
+    let outcome = Call::client(ctx, queue).applied(
+        CoreOp::Lease,
+        tokens_used,
+        |store, _| lease_drawing(ctx, queue, store, &request, at.replayed_tokens),
+        |outcome| {
+            let mut done = if outcome.leased.is_empty() {
+                Done::new(due_event(&outcome.due))
+            } else {
+                // What the first step put back in the queue beyond the items
+                // just leased, for dispatchers that wake workers on these
+                // events.
+                let mut done = Done::new(c"vtrr.lease");
+                if outcome.due.reclaimed > 0 {
+                    done.before.push(c"vtrr.reclaim");
+                }
+                if outcome.due.promoted > 0 {
+                    done.before.push(c"vtrr.promote");
+                }
+                done.watch(now_ms.saturating_add(lease_ms))
+            };
+            if outcome.skipped_enough {
+                // It stopped early: the timer goes on parking (a bounded
+                // number per run), with no client traffic, and wakes blocked
+                // clients when it has. (Signalling here would let a blocked
+                // client's turns run back to back in one event-loop pass,
+                // unbounded.)
+                done = done.watch(now_ms);
+            }
+            done.due(&outcome.due)
+                .count(&info::LEASED, outcome.leased.len() as u64)
+        },
+    )?;
+    Ok(outcome.leased)
+}
+
+/// `core::lease` with fresh tokens, or with the master's when replaying
+/// (saying so in the log when the master leased another number of items).
+fn lease_drawing(
+    ctx: &Context,
+    queue: &[u8],
+    store: &mut RedisStore<'_>,
+    request: &LeaseRequest,
+    replayed_tokens: Option<&[&[u8]]>,
+) -> Result<LeaseOutcome, CoreError> {
+    let mut replayed = replayed_tokens.map(|tokens| tokens.iter());
     let mut diverged = false;
     let draw = || match replayed.as_mut() {
         None => new_token(),
@@ -284,7 +178,7 @@ pub fn lease(
             new_token()
         }),
     };
-    let outcome = core::lease(&mut store, &request, draw).map_err(core_error(queue))?;
+    let outcome = core::lease(store, request, draw)?;
     if diverged || replayed.is_some_and(|mut left| left.next().is_some()) {
         ctx.log_warning(&format!(
             "vtrr: replaying a LEASE of queue {} leased {} items where the master leased another number: this server's copy differs from its master's",
@@ -292,58 +186,16 @@ pub fn lease(
             outcome.leased.len()
         ));
     }
-    let event = if outcome.leased.is_empty() {
-        due_event(&outcome.due)
-    } else {
-        // What the first step put back in the queue beyond the items just
-        // leased, for dispatchers that wake workers on these events.
-        if outcome.due.reclaimed > 0 {
-            store.notify(c"vtrr.reclaim");
-        }
-        if outcome.due.promoted > 0 {
-            store.notify(c"vtrr.promote");
-        }
-        c"vtrr.lease"
-    };
-    notify_dead(&store, &outcome.due, event);
-    store.commit(event, || {
-        applied(
-            queue,
-            request.now_ms,
-            Operation::Lease {
-                lease_ms,
-                count,
-                due_limit,
-                tokens: outcome.leased.iter().map(|l| l.token.as_slice()).collect(),
-            },
-        )
-    });
-    drop(store);
-    if outcome.skipped_enough {
-        // It stopped early: the timer goes on parking (a bounded number per
-        // run), with no client traffic, and wakes blocked clients when
-        // it has. (Signalling here would let a blocked client's turns run
-        // back to back in one event-loop pass, unbounded.)
-        watch(ctx, queue, request.now_ms);
-    }
-    count_due(ctx, queue, &outcome.due);
-    info::add(&info::LEASED, outcome.leased.len() as u64);
-    if !outcome.leased.is_empty() {
-        watch(ctx, queue, request.now_ms.saturating_add(lease_ms));
-    }
-    Ok(outcome.leased)
+    Ok(outcome)
 }
 
 /// `VTRR.ACK`: the number of pairs whose token was current.
 pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &ACK_KEYS, Access::Write)?;
-    let mut anomalies = Vec::new();
-    let acked = core::ack(&mut store, pairs, &mut anomalies);
-    store.commit(c"vtrr.ack", verbatim);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    info::add(&info::ACKED, acked);
-    Ok(acked)
+    Call::client(ctx, queue).verbatim(
+        CoreOp::Ack,
+        |store, anomalies| Ok(core::ack(store, pairs, anomalies)),
+        |&acked| Done::new(c"vtrr.ack").count(&info::ACKED, acked),
+    )
 }
 
 /// `VTRR.RENEW`: whether the token was current. The new expiry is watched:
@@ -357,26 +209,29 @@ pub fn renew(
     token: &[u8],
     lease_ms: i64,
 ) -> Result<bool, RedisError> {
-    let now = at.now_ms;
-    let mut store = open(ctx, Caller::Client, queue, &RENEW_KEYS, Access::Write)?;
-    let renewed = core::renew(&mut store, id, token, now, lease_ms);
-    store.commit(c"vtrr.renew", || {
-        applied(
-            queue,
-            now,
-            Operation::Renew {
-                id,
-                token,
-                lease_ms,
-            },
-        )
-    });
-    drop(store);
-    if renewed {
-        info::add(&info::RENEWED, 1);
-        watch(ctx, queue, now.saturating_add(lease_ms));
-    }
-    Ok(renewed)
+    let now_ms = at.now_ms;
+    let expiry = now_ms.saturating_add(lease_ms);
+    Call::client(ctx, queue).applied(
+        CoreOp::Renew,
+        |_| {
+            apply(
+                queue,
+                now_ms,
+                Operation::Renew {
+                    id,
+                    token,
+                    lease_ms,
+                },
+            )
+        },
+        |store, _| Ok(core::renew(store, id, token, now_ms, lease_ms)),
+        |&renewed| match renewed {
+            true => Done::new(c"vtrr.renew")
+                .count(&info::RENEWED, 1)
+                .watch(expiry),
+            false => Done::new(c"vtrr.renew"),
+        },
+    )
 }
 
 /// `VTRR.NACK`: None when the token was stale (nothing changed), else
@@ -389,45 +244,36 @@ pub fn nack(
     token: &[u8],
     how: Nack,
 ) -> Result<Option<Nacked>, RedisError> {
-    let now = at.now_ms;
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
-    let mut anomalies = Vec::new();
-    let nacked =
-        core::nack(&mut store, id, token, now, how, &mut anomalies).map_err(core_error(queue))?;
-    if matches!(nacked, Some(Nacked::Dead(_))) {
-        store.notify(DEAD_EVENT);
-    }
-    store.commit(c"vtrr.nack", || {
-        applied(queue, now, Operation::Nack { id, token, how })
-    });
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    match nacked {
-        None => {}
-        Some(how) => {
-            info::add(&info::NACKED, 1);
-            match how {
-                Nacked::Dead(_) => info::add(&info::DEAD_LETTERED, 1),
-                Nacked::Delayed { due_ms } => watch(ctx, queue, due_ms),
-                Nacked::Requeued => {}
+    let now_ms = at.now_ms;
+    Call::client(ctx, queue).applied(
+        CoreOp::Nack,
+        |_| apply(queue, now_ms, Operation::Nack { id, token, how }),
+        |store, anomalies| core::nack(store, id, token, now_ms, how, anomalies),
+        |nacked| {
+            let done = Done::new(c"vtrr.nack");
+            match nacked {
+                None => done,
+                Some(Nacked::Requeued) => done.count(&info::NACKED, 1),
+                Some(Nacked::Delayed { due_ms }) => done.count(&info::NACKED, 1).watch(*due_ms),
+                Some(Nacked::Dead(_)) => done
+                    .before(DEAD_EVENT)
+                    .count(&info::NACKED, 1)
+                    .count(&info::DEAD_LETTERED, 1),
             }
-        }
-    }
-    Ok(nacked)
+        },
+    )
 }
 
 /// `VTRR.RECLAIM`: takes back up to `limit` leases of `queue` expired now.
 pub fn reclaim(ctx: &Context, queue: &[u8], at: &Moment, limit: usize) -> Result<u64, RedisError> {
-    let now = at.now_ms;
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
-    let outcome = core::reclaim(&mut store, now, limit).map_err(core_error(queue))?;
-    notify_dead(&store, &outcome, c"vtrr.reclaim");
-    store.commit(c"vtrr.reclaim", || {
-        applied(queue, now, Operation::Reclaim { limit })
-    });
-    drop(store);
-    count_due(ctx, queue, &outcome);
-    Ok(outcome.reclaimed)
+    let now_ms = at.now_ms;
+    let due = Call::client(ctx, queue).applied(
+        CoreOp::Reclaim,
+        |_| apply(queue, now_ms, Operation::Reclaim { limit }),
+        |store, _| core::reclaim(store, now_ms, limit),
+        |due| Done::new(c"vtrr.reclaim").due(due),
+    )?;
+    Ok(due.reclaimed)
 }
 
 /// The timer's run on one queue (in the context's database): up to `limit`
@@ -440,76 +286,39 @@ pub fn run_due(
     now_ms: i64,
     limit: usize,
 ) -> Result<Option<Due>, RedisError> {
-    let mut store =
-        match RedisStore::open(ctx, queue, &QueueKey::ALL, Access::Write, Caller::Server) {
-            Err(OpenError::SlotMoving) => return Ok(None),
-            opened => opened.map_err(|e| error::open(&e))?,
-        };
-    let outcome = core::run_due(&mut store, now_ms, limit).map_err(core_error(queue))?;
-    let event = due_event(&outcome);
-    notify_dead(&store, &outcome, event);
-    store.commit(event, || applied(queue, now_ms, Operation::Due { limit }));
-    if outcome.parked > 0 {
-        // What it parked may have uncovered servable items.
-        store.signal_ready();
+    let call = Call::server(ctx, queue);
+    let due = call.run(
+        CoreOp::RunDue,
+        Replicate::Apply(|_: &_| apply(queue, now_ms, Operation::Due { limit })),
+        |store, _| core::run_due(store, now_ms, limit),
+        |due| Done {
+            // What it parked may have uncovered servable items.
+            signal_ready: due.parked > 0,
+            ..Done::new(due_event(due)).due(due)
+        },
+    );
+    match due {
+        Ok(due) => Ok(Some(due)),
+        Err(Refused::Open(OpenError::SlotMoving)) => Ok(None),
+        Err(refused) => Err(call.error(refused)),
     }
-    drop(store);
-    count_due(ctx, queue, &outcome);
-    Ok(Some(outcome))
 }
 
 /// `VTRR.POLICY` without options: the policy and the default cap.
 pub fn policy(ctx: &Context, queue: &[u8]) -> Result<(Policy, Option<u64>), RedisError> {
-    let mut store = open(
-        ctx,
-        Caller::Client,
-        queue,
-        &[QueueKey::Policy],
-        Access::Read,
-    )?;
-    let mut anomalies = Vec::new();
-    let policy = core::read_policy(&mut store, &mut anomalies);
-    let default_cap = core::partitions::read_default_cap(&mut store, &mut anomalies);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    Ok((policy, default_cap))
+    Call::client(ctx, queue).read(CoreOp::ReadPolicy, |store, anomalies| {
+        let policy = core::read_policy(store, anomalies);
+        Ok((policy, core::partitions::read_default_cap(store, anomalies)))
+    })
 }
 
 /// `VTRR.POLICY` with options.
 pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Result<(), RedisError> {
-    // Only a default cap moves items: the dead-letter limits need only
-    // `policy` (so an ACL that grants just that key can set them).
-    let moves_items = changes
-        .iter()
-        .any(|c| matches!(c, PolicyChange::DefaultConcurrency(_)));
-    let keys: &[QueueKey] = if moves_items {
-        &CONTROL_KEYS
-    } else {
-        &[QueueKey::Policy]
-    };
-    let mut store = open(ctx, Caller::Client, queue, keys, Access::Write)?;
-    let mut anomalies = Vec::new();
-    core::set_policy(&mut store, changes, &mut anomalies).map_err(core_error(queue))?;
-    store.commit(c"vtrr.policy", || Propagate::Effects);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    Ok(())
-}
-
-/// Runs a change of tenant controls on `queue` and commits it with `event`.
-fn control<T>(
-    ctx: &Context,
-    queue: &[u8],
-    event: &CStr,
-    change: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, core::CoreError>,
-) -> Result<T, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &CONTROL_KEYS, Access::Write)?;
-    let mut anomalies = Vec::new();
-    let result = change(&mut store, &mut anomalies).map_err(core_error(queue))?;
-    store.commit(event, || Propagate::Effects);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    Ok(result)
+    Call::client(ctx, queue).effects(
+        CoreOp::set_policy(changes),
+        |store, anomalies| core::set_policy(store, changes, anomalies),
+        |_| Done::new(c"vtrr.policy"),
+    )
 }
 
 /// `VTRR.LIMIT` with options.
@@ -519,34 +328,36 @@ pub fn set_limit(
     partition: &[u8],
     changes: &[LimitChange],
 ) -> Result<(), RedisError> {
-    control(ctx, queue, c"vtrr.limit", |store, anomalies| {
-        core::set_limit(store, partition, changes, anomalies)
-    })
+    Call::client(ctx, queue).effects(
+        CoreOp::SetLimit,
+        |store, anomalies| core::set_limit(store, partition, changes, anomalies),
+        |_| Done::new(c"vtrr.limit"),
+    )
 }
 
 /// `VTRR.LIMIT` without options.
 pub fn limit(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<Record, RedisError> {
-    let keys = [QueueKey::Partitions];
-    let mut store = open(ctx, Caller::Client, queue, &keys, Access::Read)?;
-    let mut anomalies = Vec::new();
-    let record = core::limit(&mut store, partition, &mut anomalies);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    Ok(record)
+    Call::client(ctx, queue).read(CoreOp::Limit, |store, anomalies| {
+        Ok(core::limit(store, partition, anomalies))
+    })
 }
 
 /// `VTRR.PAUSE`: whether it was not paused yet.
 pub fn pause(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<bool, RedisError> {
-    control(ctx, queue, c"vtrr.pause", |store, anomalies| {
-        Ok(core::pause(store, partition, anomalies))
-    })
+    Call::client(ctx, queue).effects(
+        CoreOp::Pause,
+        |store, anomalies| Ok(core::pause(store, partition, anomalies)),
+        |_| Done::new(c"vtrr.pause"),
+    )
 }
 
 /// `VTRR.RESUME`: whether it was paused.
 pub fn resume(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<bool, RedisError> {
-    control(ctx, queue, c"vtrr.resume", |store, anomalies| {
-        core::resume(store, partition, anomalies)
-    })
+    Call::client(ctx, queue).effects(
+        CoreOp::Resume,
+        |store, anomalies| core::resume(store, partition, anomalies),
+        |_| Done::new(c"vtrr.resume"),
+    )
 }
 
 /// `VTRR.PARTITIONS ... PARTITION`.
@@ -555,12 +366,9 @@ pub fn partition_view(
     queue: &[u8],
     partition: &[u8],
 ) -> Result<PartitionView, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &PARTITIONS_KEYS, Access::Read)?;
-    let mut anomalies = Vec::new();
-    let view = core::partition_view(&mut store, partition, &mut anomalies);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    Ok(view)
+    Call::client(ctx, queue).read(CoreOp::PartitionView, |store, anomalies| {
+        Ok(core::partition_view(store, partition, anomalies))
+    })
 }
 
 /// `VTRR.PARTITIONS`: one cursor step.
@@ -570,52 +378,73 @@ pub fn partitions_page(
     cursor: u64,
     count: usize,
 ) -> Result<(u64, Vec<PartitionView>), RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &PARTITIONS_KEYS, Access::Read)?;
-    let mut anomalies = Vec::new();
-    let page = core::partitions_page(&mut store, cursor, count, &mut anomalies);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    Ok(page)
+    Call::client(ctx, queue).read(CoreOp::PartitionsPage, |store, anomalies| {
+        core::partitions_page(store, cursor, count, anomalies)
+    })
 }
 
 /// `VTRR.RECOUNT`: the number of partition records corrected.
 pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
-    let mut anomalies = Vec::new();
-    let changed = core::recount(&mut store, &mut anomalies);
-    store.commit(c"vtrr.recount", || Propagate::Effects);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    Ok(changed)
+    Call::client(ctx, queue).effects(
+        CoreOp::Recount,
+        |store, anomalies| core::recount(store, anomalies),
+        |_| Done::new(c"vtrr.recount"),
+    )
 }
 
 /// `VTRR.DEAD`: the `count` oldest dead items.
 pub fn dead_items(ctx: &Context, queue: &[u8], count: usize) -> Result<Vec<DeadItem>, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &DEAD_KEYS, Access::Read)?;
-    Ok(core::dead_items(&mut store, count))
+    Call::client(ctx, queue).read(CoreOp::DeadItems, |store, _| {
+        Ok(core::dead_items(store, count))
+    })
 }
 
 /// `VTRR.REVIVE`: the number of dead items put back in the queue.
 pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Write)?;
-    let outcome = core::revive(&mut store, ids).map_err(core_error(queue))?;
-    store.commit(c"vtrr.revive", || Propagate::Effects);
-    drop(store);
-    log_anomalies(ctx, queue, &outcome.anomalies);
-    info::add(&info::REVIVED, outcome.count);
-    Ok(outcome.count)
+    let moved = Call::client(ctx, queue).effects(
+        CoreOp::Revive,
+        |store, _| core::revive(store, ids),
+        |moved| {
+            Done::new(c"vtrr.revive")
+                .count(&info::REVIVED, moved.count)
+                .anomalies(&moved.anomalies)
+        },
+    )?;
+    Ok(moved.count)
 }
 
 /// `VTRR.CANCEL`: the number of items deleted.
 pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &CANCEL_KEYS, Access::Write)?;
-    let mut anomalies = Vec::new();
-    let cancelled = core::cancel(&mut store, ids, &mut anomalies);
-    store.commit(c"vtrr.cancel", || Propagate::Effects);
-    drop(store);
-    log_anomalies(ctx, queue, &anomalies);
-    info::add(&info::CANCELLED, cancelled);
-    Ok(cancelled)
+    Call::client(ctx, queue).effects(
+        CoreOp::Cancel,
+        |store, anomalies| Ok(core::cancel(store, ids, anomalies)),
+        |&cancelled| Done::new(c"vtrr.cancel").count(&info::CANCELLED, cancelled),
+    )
+}
+
+/// `VTRR.STATS`.
+pub fn stats(ctx: &Context, queue: &[u8]) -> Result<Stats, RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Stats, |store, _| core::stats(store, now_ms()))
+}
+
+/// `VTRR.CHECK`: every broken invariant, as a sentence.
+pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Check, |store, _| check::check(store))
+}
+
+/// The earliest time something of `queue` (in the context's database) falls
+/// due, read without opening anything for writing (so no WATCH is
+/// disturbed); None when nothing is.
+pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
+    let mut store = Call::server(ctx, queue).open(CoreOp::NextDue, false).ok()?;
+    core::next_due(&mut store)
+}
+
+/// The one hook to the timer: something of `queue` (in the context's
+/// database) falls due at `due_ms`.
+fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
+    let db = selected_db(ctx);
+    with_index(|index| index.note_due(db, queue, due_ms));
 }
 
 /// The event of a call that leased nothing: what it did to due items.
@@ -634,73 +463,263 @@ fn due_event(due: &Due) -> &'static CStr {
 
 const DEAD_EVENT: &CStr = c"vtrr.dead";
 
-/// `vtrr.dead` beside the call's own `event` when it dead-lettered anything.
-fn notify_dead(store: &RedisStore<'_>, due: &Due, event: &CStr) {
-    if due.dead_lettered > 0 && event != DEAD_EVENT {
-        store.notify(DEAD_EVENT);
+/// What is an operation's own, read from its outcome: the keyspace events
+/// of a call that changed something, what it counts, watches and logs.
+struct Done<'a> {
+    /// Fired on `vtrr:<name>:queue` when the call changed something.
+    event: &'static CStr,
+    /// Fired before `event`: what a LEASE's first step put back in the
+    /// queue, items a call dead-lettered.
+    before: SmallVec<[&'static CStr; 3]>,
+    /// Wake clients blocked on the queue after the commit.
+    signal_ready: bool,
+    /// INFO counters to add to.
+    counts: SmallVec<[(&'static AtomicU64, u64); 2]>,
+    /// What the call did to due items: counted and logged.
+    due: Option<&'a Due>,
+    /// Anomalies the outcome carries (beside those the core pushed).
+    anomalies: &'a [Anomaly],
+    /// Times something of the queue falls due, for the timer.
+    watch: SmallVec<[i64; 2]>,
+}
+
+impl<'a> Done<'a> {
+    fn new(event: &'static CStr) -> Self {
+        Done {
+            event,
+            before: SmallVec::new(),
+            signal_ready: false,
+            counts: SmallVec::new(),
+            due: None,
+            anomalies: &[],
+            watch: SmallVec::new(),
+        }
+    }
+
+    fn event(self, event: &'static CStr) -> Self {
+        Done { event, ..self }
+    }
+
+    fn before(mut self, event: &'static CStr) -> Self {
+        self.before.push(event);
+        self
+    }
+
+    fn count(mut self, counter: &'static AtomicU64, n: u64) -> Self {
+        self.counts.push((counter, n));
+        self
+    }
+
+    fn watch(mut self, due_ms: i64) -> Self {
+        self.watch.push(due_ms);
+        self
+    }
+
+    fn anomalies(self, anomalies: &'a [Anomaly]) -> Self {
+        Done { anomalies, ..self }
+    }
+
+    /// Counts and logs what the call did to due items, and fires
+    /// `vtrr.dead` before its own event when it dead-lettered any.
+    fn due(mut self, due: &'a Due) -> Self {
+        if due.dead_lettered > 0 && self.event != DEAD_EVENT {
+            self.before.push(DEAD_EVENT);
+        }
+        self.due = Some(due);
+        self
     }
 }
 
-/// Logs and counts what a call did to due items.
-fn count_due(ctx: &Context, queue: &[u8], due: &Due) {
-    log_anomalies(ctx, queue, &due.anomalies);
-    info::add(&info::RECLAIMED, due.reclaimed);
-    info::add(&info::PROMOTED, due.promoted);
-    info::add(&info::DEAD_LETTERED, due.dead_lettered);
+/// How a writing call reaches replicas and the AOF in `vtrr.replication
+/// commands` mode; in `effects` mode every call propagates its effects.
+enum Replicate<A> {
+    /// Deterministic (ENQUEUE, ACK): the same call on the same keys writes
+    /// the same, so the command as it was sent.
+    Verbatim,
+    /// Time-dependent: `VTRR.APPLY` with the call's moment and what it
+    /// used, made from its outcome only when it changed something.
+    Apply(A),
+    /// The rarer writes, which walk what they change (POLICY, LIMIT, PAUSE,
+    /// RESUME, RECOUNT, REVIVE, CANCEL): their effects in either mode.
+    Effects,
 }
 
-/// `VTRR.STATS`.
-pub fn stats(ctx: &Context, queue: &[u8]) -> Result<Stats, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &STATS_KEYS, Access::Read)?;
-    core::stats(&mut store, now_ms()).map_err(core_error(queue))
+/// The `A` of a call that propagates no `VTRR.APPLY`.
+type Unused<T> = fn(&T) -> ApplyArgs;
+
+/// `VTRR.APPLY` of `operation` on `queue` as run at `now_ms`.
+fn apply(queue: &[u8], now_ms: i64, operation: Operation<'_>) -> ApplyArgs {
+    let mut args = ApplyArgs::default();
+    Apply { now_ms, operation }.write_args(queue, |arg| args.push(arg));
+    args
 }
 
-/// `VTRR.CHECK`: every broken invariant, as a sentence.
-pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
-    let mut store = open(ctx, Caller::Client, queue, &QueueKey::ALL, Access::Read)?;
-    Ok(check::check(&mut store))
+/// Why a call did nothing.
+enum Refused {
+    Open(OpenError),
+    Core(CoreError),
 }
 
-/// The earliest time something of `queue` (in the context's database) falls
-/// due, read without opening anything for writing (so no WATCH is
-/// disturbed); None when nothing is.
-pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
-    let mut store = open(ctx, Caller::Server, queue, &DUE_KEYS, Access::Read).ok()?;
-    core::next_due(&mut store)
+/// One call of an operation on one queue, by a client or by the server
+/// itself (the timer).
+struct Call<'a> {
+    ctx: &'a Context,
+    queue: &'a [u8],
+    caller: Caller,
 }
 
-/// Logs what an operation repaired in keys written by other clients.
-fn log_anomalies(ctx: &Context, queue: &[u8], anomalies: &[Anomaly]) {
-    if anomalies.is_empty() {
-        return;
+impl<'a> Call<'a> {
+    fn client(ctx: &'a Context, queue: &'a [u8]) -> Self {
+        Call {
+            ctx,
+            queue,
+            caller: Caller::Client,
+        }
     }
-    let queue = String::from_utf8_lossy(queue);
-    for anomaly in anomalies {
-        let text = match anomaly {
-            Anomaly::MetaUnreadable { id } => format!(
-                "item {} had no readable meta; re-enqueued with weight 1 in the empty partition",
-                String::from_utf8_lossy(id)
-            ),
-            Anomaly::PayloadMissing { id } => format!(
-                "item {} had no payload; moved to the dead-letter set (reason: payload missing)",
-                String::from_utf8_lossy(id)
-            ),
-            Anomaly::CounterUnreadable { counter, id } => format!(
-                "item {} had an unreadable {counter} count; counted from 0",
-                String::from_utf8_lossy(id)
-            ),
-            Anomaly::PolicyUnreadable { field } => {
-                format!("policy field {field} is not a count; read as NONE")
-            }
-            Anomaly::PartitionRecordUnreadable { partition } => format!(
-                "partition {} had an unreadable record in partitions; counted afresh (VTRR.RECOUNT repairs it)",
-                String::from_utf8_lossy(partition)
-            ),
-            Anomaly::PartitionVirtualTimeUnreadable { partition } => format!(
-                "partition {} had an unreadable virtual time; read as 0",
-                String::from_utf8_lossy(partition)
-            ),
+
+    fn server(ctx: &'a Context, queue: &'a [u8]) -> Self {
+        Call {
+            ctx,
+            queue,
+            caller: Caller::Server,
+        }
+    }
+
+    /// A deterministic write ([`Replicate::Verbatim`]).
+    fn verbatim<T>(
+        &self,
+        op: CoreOp,
+        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        done: impl FnOnce(&T) -> Done<'_>,
+    ) -> Result<T, RedisError> {
+        let replicate = Replicate::<Unused<T>>::Verbatim;
+        self.run(op, replicate, core, done)
+            .map_err(|e| self.error(e))
+    }
+
+    /// A time-dependent write ([`Replicate::Apply`]); `apply` makes its
+    /// `VTRR.APPLY` ([`apply`]) from its outcome.
+    fn applied<T>(
+        &self,
+        op: CoreOp,
+        apply: impl FnOnce(&T) -> ApplyArgs,
+        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        done: impl FnOnce(&T) -> Done<'_>,
+    ) -> Result<T, RedisError> {
+        let replicate = Replicate::Apply(apply);
+        self.run(op, replicate, core, done)
+            .map_err(|e| self.error(e))
+    }
+
+    /// A write that propagates its effects ([`Replicate::Effects`]).
+    fn effects<T>(
+        &self,
+        op: CoreOp,
+        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        done: impl FnOnce(&T) -> Done<'_>,
+    ) -> Result<T, RedisError> {
+        let replicate = Replicate::<Unused<T>>::Effects;
+        self.run(op, replicate, core, done)
+            .map_err(|e| self.error(e))
+    }
+
+    /// A call that only reads: opens the keys `op` declares for reading,
+    /// runs `core`, logs its anomalies.
+    fn read<T>(
+        &self,
+        op: CoreOp,
+        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+    ) -> Result<T, RedisError> {
+        debug_assert!(!op.writes(), "{op:?} writes");
+        let mut store = self
+            .open(op, false)
+            .map_err(|e| self.error(Refused::Open(e)))?;
+        let mut anomalies = Vec::new();
+        let value = core(&mut store, &mut anomalies).map_err(|e| self.error(Refused::Core(e)));
+        drop(store);
+        self.log_anomalies(&anomalies);
+        value
+    }
+
+    /// The runner of every writing call: opens the keys of the queue that
+    /// `op` declares, runs `core` on them, and — when it changed something
+    /// — fires the events, propagates as `replicate` says, signals the
+    /// changed keys and wakes blocked clients as the call's [`Done`] says;
+    /// then logs anomalies, counts and watches.
+    fn run<T, A>(
+        &self,
+        op: CoreOp,
+        replicate: Replicate<A>,
+        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        done: impl FnOnce(&T) -> Done<'_>,
+    ) -> Result<T, Refused>
+    where
+        A: FnOnce(&T) -> ApplyArgs,
+    {
+        let effects = match (config::replication(), &replicate) {
+            (Replication::effects, _) | (_, Replicate::Effects) => true,
+            (Replication::commands, Replicate::Verbatim | Replicate::Apply(_)) => false,
         };
-        ctx.log_warning(&format!("vtrr: queue {queue}: {text}"));
+        let mut store = self.open(op, effects).map_err(Refused::Open)?;
+        let mut anomalies = Vec::new();
+        let value = core(&mut store, &mut anomalies).map_err(Refused::Core)?;
+        let done = done(&value);
+        if store.changed() {
+            for event in &done.before {
+                store.notify(event);
+            }
+            store.commit(done.event, || match replicate {
+                _ if effects => Propagate::Effects,
+                Replicate::Verbatim => Propagate::Verbatim,
+                Replicate::Apply(apply) => Propagate::Apply(apply(&value)),
+                Replicate::Effects => Propagate::Effects,
+            });
+            if done.signal_ready {
+                store.signal_ready();
+            }
+        }
+        drop(store);
+        self.log_anomalies(&anomalies);
+        self.log_anomalies(done.anomalies);
+        if let Some(due) = done.due {
+            self.log_anomalies(&due.anomalies);
+            info::add(&info::RECLAIMED, due.reclaimed);
+            info::add(&info::PROMOTED, due.promoted);
+            info::add(&info::DEAD_LETTERED, due.dead_lettered);
+        }
+        for (counter, n) in done.counts {
+            info::add(counter, n);
+        }
+        for due_ms in done.watch {
+            watch(self.ctx, self.queue, due_ms);
+        }
+        Ok(value)
+    }
+
+    /// Opens the keys of the queue that `op` declares, recording its writes
+    /// as effects when it will propagate them.
+    fn open(&self, op: CoreOp, effects: bool) -> Result<RedisStore<'a>, OpenError> {
+        RedisStore::open(self.ctx, self.queue, op.into(), self.caller, effects)
+    }
+
+    /// The error reply: a wrong type, a denied key, a moving slot, or what
+    /// the core refused.
+    fn error(&self, refused: Refused) -> RedisError {
+        match refused {
+            Refused::Open(e) => error::open(&e),
+            Refused::Core(e) => error::core(&e, self.queue),
+        }
+    }
+
+    /// Logs what an operation repaired in keys written by other clients.
+    fn log_anomalies(&self, anomalies: &[Anomaly]) {
+        if anomalies.is_empty() {
+            return;
+        }
+        let queue = String::from_utf8_lossy(self.queue);
+        for anomaly in anomalies {
+            self.ctx
+                .log_warning(&format!("vtrr: queue {queue}: {anomaly}"));
+        }
     }
 }

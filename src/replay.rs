@@ -72,66 +72,75 @@ pub enum ParseError {
 impl Apply<'_> {
     /// The arguments after the command name: `<name> <version> ...`.
     pub fn to_args(&self, queue: &[u8]) -> Vec<Vec<u8>> {
-        let number = |n: i64| n.to_string().into_bytes();
-        let unsigned = |n: usize| n.to_string().into_bytes();
-        let mut args = vec![
-            queue.to_vec(),
-            VERSION.as_bytes().to_vec(),
-            Vec::new(),
-            number(self.now_ms),
-        ];
-        let (name, rest): (&[u8], Vec<Vec<u8>>) = match &self.operation {
+        let mut args = Vec::new();
+        self.write_args(queue, |arg| args.push(arg.to_vec()));
+        args
+    }
+
+    /// Hands each argument after the command name to `emit`, in order,
+    /// without building them first (numbers are formatted on the stack).
+    pub fn write_args(&self, queue: &[u8], mut emit: impl FnMut(&[u8])) {
+        let mut digits = itoa::Buffer::new();
+        emit(queue);
+        emit(VERSION.as_bytes());
+        match &self.operation {
             Operation::Lease {
                 lease_ms,
-                count,
+                count: n,
                 due_limit,
                 tokens,
-            } => (
-                b"LEASE",
-                [number(*lease_ms), unsigned(*count), unsigned(*due_limit)]
-                    .into_iter()
-                    .chain(tokens.iter().map(|t| t.to_vec()))
-                    .collect(),
-            ),
+            } => {
+                emit(b"LEASE");
+                emit(digits.format(self.now_ms).as_bytes());
+                emit(digits.format(*lease_ms).as_bytes());
+                emit(digits.format(*n).as_bytes());
+                emit(digits.format(*due_limit).as_bytes());
+                tokens.iter().for_each(|token| emit(token));
+            }
             Operation::Renew {
                 id,
                 token,
                 lease_ms,
-            } => (
-                b"RENEW",
-                vec![id.to_vec(), token.to_vec(), number(*lease_ms)],
-            ),
-            Operation::Nack { id, token, how } => (
-                b"NACK",
-                vec![
-                    id.to_vec(),
-                    token.to_vec(),
-                    match how {
-                        Nack::Requeue => b"REQUEUE".to_vec(),
-                        Nack::Dead => b"DEAD".to_vec(),
-                        Nack::Delay { ms } => number(*ms),
-                    },
-                ],
-            ),
-            Operation::Defer { due_ms, items } => (
-                b"DEFER",
-                std::iter::once(number(*due_ms))
-                    .chain(items.iter().flat_map(|item| {
-                        [
-                            item.partition.to_vec(),
-                            item.id.to_vec(),
-                            number(item.weight as i64),
-                            item.payload.to_vec(),
-                        ]
-                    }))
-                    .collect(),
-            ),
-            Operation::Reclaim { limit } => (b"RECLAIM", vec![unsigned(*limit)]),
-            Operation::Due { limit } => (b"DUE", vec![unsigned(*limit)]),
-        };
-        args[2] = name.to_vec();
-        args.extend(rest);
-        args
+            } => {
+                emit(b"RENEW");
+                emit(digits.format(self.now_ms).as_bytes());
+                emit(id);
+                emit(token);
+                emit(digits.format(*lease_ms).as_bytes());
+            }
+            Operation::Nack { id, token, how } => {
+                emit(b"NACK");
+                emit(digits.format(self.now_ms).as_bytes());
+                emit(id);
+                emit(token);
+                match how {
+                    Nack::Requeue => emit(b"REQUEUE"),
+                    Nack::Dead => emit(b"DEAD"),
+                    Nack::Delay { ms } => emit(digits.format(*ms).as_bytes()),
+                }
+            }
+            Operation::Defer { due_ms, items } => {
+                emit(b"DEFER");
+                emit(digits.format(self.now_ms).as_bytes());
+                emit(digits.format(*due_ms).as_bytes());
+                for item in items {
+                    emit(item.partition);
+                    emit(item.id);
+                    emit(digits.format(item.weight).as_bytes());
+                    emit(item.payload);
+                }
+            }
+            Operation::Reclaim { limit } => {
+                emit(b"RECLAIM");
+                emit(digits.format(self.now_ms).as_bytes());
+                emit(digits.format(*limit).as_bytes());
+            }
+            Operation::Due { limit } => {
+                emit(b"DUE");
+                emit(digits.format(self.now_ms).as_bytes());
+                emit(digits.format(*limit).as_bytes());
+            }
+        }
     }
 
     /// Reads the arguments after `<name>`: `<version> <operation> <now-ms> ...`.

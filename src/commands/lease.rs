@@ -4,9 +4,9 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 
 use super::{args, bulk, check_arity, id, queue_name, Command};
 use crate::core::{Leased, Nack};
-use crate::keys::{key_name, QueueKey};
 use crate::store::blocking::{block_on_key, Waiter};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::store::keys::{key_name, QueueKey};
 use crate::{config, error, limits, ops};
 
 pub const LEASE: Command = Command {

@@ -231,7 +231,7 @@ fn partitions(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let count = count.unwrap_or(limits::PARTITIONS_DEFAULT_COUNT);
     let (next, views) = ops::partitions_page(ctx, queue, cursor.unwrap_or(0), count)?;
     Ok(RedisValue::Array(vec![
-        bulk(next.to_string().into_bytes()),
+        bulk(itoa::Buffer::new().format(next).as_bytes().to_vec()),
         RedisValue::Array(views.into_iter().map(view).collect()),
     ]))
 }

@@ -5,11 +5,11 @@ use std::collections::HashSet;
 
 use super::controls::count_from_keys;
 use super::partitions::{read_default_cap, Parking, Record};
-use super::{held, parse_meta};
+use super::{held, parse_meta, CoreError};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Every broken invariant, as a readable sentence naming the id.
-pub fn check(store: &mut impl Store) -> Vec<String> {
+pub fn check(store: &mut impl Store) -> Result<Vec<String>, CoreError> {
     let mut problems = Vec::new();
     let members = |store: &mut _, key| -> HashSet<Vec<u8>> {
         Store::zrange_upto(store, key, f64::INFINITY, usize::MAX)
@@ -43,8 +43,8 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
             ],
         ),
     ];
-    let fields = |store: &mut _, key| -> HashSet<Vec<u8>> {
-        Store::hfields(store, key).into_iter().collect()
+    let fields = |store: &mut _, key| -> Result<HashSet<Vec<u8>>, CoreError> {
+        Ok(Store::hfields(store, key)?.into_iter().collect())
     };
     let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
 
@@ -60,7 +60,7 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
             None => problems.push(format!("held has an unreadable member {}", show(&member))),
         }
     }
-    let held_at = fields(store, HashKey::HeldAt);
+    let held_at = fields(store, HashKey::HeldAt)?;
     for id in held_ids.symmetric_difference(&held_at) {
         problems.push(format!("held and held_at disagree about {}", show(id)));
     }
@@ -78,7 +78,7 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
             }
         }
         for (hash, name) in hashes {
-            let held = fields(store, *hash);
+            let held = fields(store, *hash)?;
             for id in ids.difference(&held) {
                 problems.push(format!("{state} {} has no {name} entry", show(id)));
             }
@@ -103,23 +103,23 @@ pub fn check(store: &mut impl Store) -> Vec<String> {
         (HashKey::Timeouts, "timeouts"),
         (HashKey::Nacks, "nacks"),
     ] {
-        for id in fields(store, hash).difference(&everyone) {
+        for id in fields(store, hash)?.difference(&everyone) {
             problems.push(format!(
                 "{name} holds {} which is neither queued, in flight, delayed nor dead",
                 show(id)
             ));
         }
     }
-    check_partitions(store, &mut problems);
+    check_partitions(store, &mut problems)?;
     problems.sort();
-    problems
+    Ok(problems)
 }
 
 /// Each partition record's counts equal what the keys hold, its head is
 /// in `queue`, and it is in `parking` exactly while its parking is under
 /// way; one under control and not parking has nothing in `queue` but its
 /// head.
-fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) {
+fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Result<(), CoreError> {
     let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
     let mut counts = count_from_keys(store);
     let default_cap = read_default_cap(store, &mut Vec::new());
@@ -128,7 +128,7 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) {
         .into_iter()
         .map(|(name, _)| name)
         .collect();
-    for name in store.hfields(HashKey::Partitions) {
+    for name in store.hfields(HashKey::Partitions)? {
         let raw = store.hget(HashKey::Partitions, &name).unwrap_or_default();
         let Some(record) = Record::parse(&raw) else {
             problems.push(format!(
@@ -191,4 +191,5 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) {
             show(&name)
         ));
     }
+    Ok(())
 }

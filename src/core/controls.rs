@@ -128,7 +128,9 @@ pub(super) fn set_default_cap(
     before: Option<u64>,
     cap: Option<u64>,
     anomalies: &mut Vec<Anomaly>,
-) {
+) -> Result<(), CoreError> {
+    // Read before the first write: a refused read leaves the queue as it was.
+    let names = store.hfields(HashKey::Partitions)?;
     match cap {
         Some(n) => {
             let mut digits = itoa::Buffer::new();
@@ -141,7 +143,7 @@ pub(super) fn set_default_cap(
         None => store.hdel(HashKey::Policy, DEFAULT_CONCURRENCY_FIELD.as_bytes()),
     }
     let default_raised = raised(before, cap);
-    for name in store.hfields(HashKey::Partitions) {
+    for name in names {
         // Opened under the old default, closed under the new one: whether
         // it came under control is judged across the change.
         let mut partition = admission::open(store, &name, before, anomalies);
@@ -152,6 +154,7 @@ pub(super) fn set_default_cap(
         admission::close(store, partition);
     }
     park_some(store, cap, anomalies);
+    Ok(())
 }
 
 /// `VTRR.PAUSE`: false when already paused. Its head (if any) leaves
@@ -226,9 +229,9 @@ pub fn partitions_page(
     cursor: u64,
     count: usize,
     anomalies: &mut Vec<Anomaly>,
-) -> (u64, Vec<PartitionView>) {
+) -> Result<(u64, Vec<PartitionView>), CoreError> {
     let default_cap = read_default_cap(store, anomalies);
-    let (next, entries) = store.hscan(HashKey::Partitions, cursor, count);
+    let (next, entries) = store.hscan(HashKey::Partitions, cursor, count)?;
     let views = entries
         .into_iter()
         .map(|(name, raw)| {
@@ -236,7 +239,7 @@ pub fn partitions_page(
             view(store, name, record, default_cap)
         })
         .collect();
-    (next, views)
+    Ok((next, views))
 }
 
 /// Counts per partition as the keys hold them: (queued, held, leased,
@@ -268,10 +271,10 @@ pub(super) fn count_from_keys(store: &mut impl Store) -> BTreeMap<Vec<u8>, [u64;
 /// a Lua script or a hand edit moved items behind the module's back), and
 /// the counts of paused and capped partitions. The number of partition
 /// records it changed. O(N).
-pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
+pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u64, CoreError> {
     let default_cap = read_default_cap(store, anomalies);
     let mut counts = count_from_keys(store);
-    let mut names: Vec<Vec<u8>> = store.hfields(HashKey::Partitions);
+    let mut names: Vec<Vec<u8>> = store.hfields(HashKey::Partitions)?;
     names.extend(counts.keys().cloned());
     names.sort();
     names.dedup();
@@ -302,7 +305,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> u64 {
         let current = read_count(store, field);
         write_count(store, field, current, count);
     }
-    changed
+    Ok(changed)
 }
 
 /// (paused, capped) partition counts, as `VTRR.STATS` shows them.

@@ -80,24 +80,22 @@ pub fn set_policy(
     changes: &[PolicyChange],
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(), CoreError> {
-    // Refuse before the first write: a default cap reads the virtual time.
-    if changes
-        .iter()
-        .any(|c| matches!(c, PolicyChange::DefaultConcurrency(_)))
-    {
-        read_current_virtual_time(store)?;
+    // The default cap first: it reads the virtual time and the partition
+    // names, and refuses before its first write, so before any of these.
+    for change in changes {
+        if let PolicyChange::DefaultConcurrency(cap) = *change {
+            read_current_virtual_time(store)?;
+            let before = read_default_cap(store, anomalies);
+            if before != cap {
+                set_default_cap(store, before, cap, anomalies)?;
+            }
+        }
     }
     for change in changes {
         let (field, value) = match *change {
             PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value),
             PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value),
-            PolicyChange::DefaultConcurrency(cap) => {
-                let before = read_default_cap(store, anomalies);
-                if before != cap {
-                    set_default_cap(store, before, cap, anomalies);
-                }
-                continue;
-            }
+            PolicyChange::DefaultConcurrency(_) => continue,
         };
         // Setting what is already set writes nothing (WATCH stays intact).
         let text = value.map(|n| n.to_string().into_bytes());

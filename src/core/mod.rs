@@ -17,6 +17,7 @@
 //!   meta (an item's weight and partition), counters
 //! - virtual_time, numbers, types
 
+pub mod access;
 mod admission;
 pub mod check;
 mod controls;
@@ -38,6 +39,7 @@ mod stats;
 mod types;
 mod virtual_time;
 
+pub use access::CoreOp;
 pub use admission::MAX_PARKED_PER_CALL;
 pub use controls::{
     control_counts, limit, partition_view, partitions_page, pause, recount, resume, set_limit,

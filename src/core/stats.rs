@@ -33,7 +33,7 @@ pub fn stats(store: &mut impl Store, now_ms: i64) -> Result<Stats, CoreError> {
         paused_partitions,
         capped_partitions,
         inflight: store.zcard(ZsetKey::Inflight),
-        expired: store.zcount_upto(ZsetKey::Inflight, now_ms as f64),
+        expired: store.zcount_upto(ZsetKey::Inflight, now_ms as f64)?,
         partitions: store.hlen(HashKey::PartitionVirtualTime),
         current_virtual_time: read_current_virtual_time(store)?,
         next_expiry_ms: store.zfirst(ZsetKey::Inflight).map(|(_, s)| s as i64),

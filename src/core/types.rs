@@ -1,11 +1,22 @@
 //! The types every concept of the core shares: a leaf, imported by the
 //! others and importing none of them.
 
+use crate::store::StoreError;
+
 /// Why a core operation refused to run. Nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreError {
     /// `current_virtual_time` holds something that is not a number.
     CurrentVirtualTimeNotInteger,
+    /// A read that is a call to the server (HSCAN, HKEYS, ZCOUNT) was
+    /// refused; the operations that make one read before they write.
+    Store(StoreError),
+}
+
+impl From<StoreError> for CoreError {
+    fn from(error: StoreError) -> Self {
+        CoreError::Store(error)
+    }
 }
 
 /// Something odd found in the keys (written by another client) and handled
@@ -28,6 +39,43 @@ pub enum Anomaly {
     /// A partition's record in `partitions` was unreadable; started afresh
     /// (`VTRR.RECOUNT` recounts it).
     PartitionRecordUnreadable { partition: Vec<u8> },
+}
+
+/// The sentence the operations layer logs (after `vtrr: queue <name>: `).
+impl std::fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = String::from_utf8_lossy;
+        match self {
+            Anomaly::MetaUnreadable { id } => write!(
+                f,
+                "item {} had no readable meta; re-enqueued with weight 1 in the empty partition",
+                text(id)
+            ),
+            Anomaly::PayloadMissing { id } => write!(
+                f,
+                "item {} had no payload; moved to the dead-letter set (reason: payload missing)",
+                text(id)
+            ),
+            Anomaly::CounterUnreadable { counter, id } => write!(
+                f,
+                "item {} had an unreadable {counter} count; counted from 0",
+                text(id)
+            ),
+            Anomaly::PolicyUnreadable { field } => {
+                write!(f, "policy field {field} is not a count; read as NONE")
+            }
+            Anomaly::PartitionRecordUnreadable { partition } => write!(
+                f,
+                "partition {} had an unreadable record in partitions; counted afresh (VTRR.RECOUNT repairs it)",
+                text(partition)
+            ),
+            Anomaly::PartitionVirtualTimeUnreadable { partition } => write!(
+                f,
+                "partition {} had an unreadable virtual time; read as 0",
+                text(partition)
+            ),
+        }
+    }
 }
 
 /// What one call did to items that fell due (expired leases, due delayed

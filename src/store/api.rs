@@ -21,6 +21,8 @@ macro_rules! required {
 
         /// The first required function this server lacks, if any.
         pub fn check() -> Result<(), &'static str> {
+            // SAFETY: a plain read of the `static mut` API pointers, which the
+            // server fills in before `OnLoad` and no one writes afterwards.
             $(if unsafe { raw::$name }.is_none() {
                 return Err(stringify!($name));
             })*

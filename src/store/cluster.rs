@@ -23,13 +23,13 @@
 //! probes a queue before writing to it.
 
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::{raw, Context, ContextFlags, RedisValue};
 
 use super::api::api;
 use super::bytes_of;
-use super::server::from_master_or_aof;
+use super::server::{from_master_or_aof, now_ms};
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: Valkey 9 refuses
 /// `CLUSTER MIGRATESLOTS` unless every loaded module sets it. Set only on
@@ -95,8 +95,10 @@ pub fn follow_migrations(ctx: &Context) -> bool {
 /// Runs before every command any client sends: a few comparisons, no
 /// allocation.
 extern "C" fn note_migration(filter: *mut raw::RedisModuleCommandFilterCtx) {
-    // SAFETY: Redis passes a live filter context; arguments are read, not kept.
     let argument = |pos: c_int| -> &[u8] {
+        // SAFETY: Redis passes a live filter context; an argument is a valid
+        // string for the duration of the filter call, and its bytes are read
+        // here, not kept past it.
         unsafe {
             let arg = api!(RedisModule_CommandFilterArgGet)(filter, pos);
             if arg.is_null() {
@@ -154,13 +156,29 @@ pub fn may_act_on(ctx: &Context, queue: &[u8], actor: Actor) -> bool {
     )
 }
 
+/// How often the timer may ask `CLUSTER NODES`. The reply lists every node
+/// and slot range of the cluster, built afresh for each call, and the timer
+/// runs every millisecond while it has work left; the suspicion it clears
+/// only makes client commands probe their queue's slot, so clearing it up
+/// to this much later costs a few probes, never correctness.
+const SETTLE_EVERY_MS: i64 = 100;
+
+/// When the timer last asked `CLUSTER NODES` (server time, Unix ms).
+static LAST_SETTLE_MS: AtomicI64 = AtomicI64::new(i64::MIN);
+
 /// Called by the timer: clears the suspicion once no slot of this node is
 /// migrating or importing (`[slot->-id]` / `[slot-<-id]` in its line of
-/// `CLUSTER NODES`).
+/// `CLUSTER NODES`), asking at most once per [`SETTLE_EVERY_MS`].
 pub fn settle_suspicion(ctx: &Context) {
     if !CLUSTER_MODE.load(Ordering::Relaxed) || !MIGRATION_SUSPECTED.load(Ordering::Relaxed) {
         return;
     }
+    let now = now_ms();
+    let last = LAST_SETTLE_MS.load(Ordering::Relaxed);
+    if now >= last && now.saturating_sub(last) < SETTLE_EVERY_MS {
+        return;
+    }
+    LAST_SETTLE_MS.store(now, Ordering::Relaxed);
     let Ok(reply) = ctx.call("CLUSTER", &["NODES"][..]) else {
         return;
     };

@@ -33,9 +33,12 @@ pub struct CommandInfo {
 /// `vtrr:{tag}:*` keys). It is flagged NOT_KEY because it names a queue, not
 /// a key; the commands check ACL key permissions on the real keys themselves.
 pub fn set(ctx: &Context, info: &CommandInfo) -> Result<(), String> {
+    // SAFETY: plain reads of `static mut` API pointers, which the server
+    // fills in before `OnLoad` and no one writes afterwards.
     let Some(set_info) = (unsafe { raw::RedisModule_SetCommandInfo }) else {
         return Ok(()); // Older server: arity is still checked by the handlers.
     };
+    // SAFETY: as above.
     let Some(get_command) = (unsafe { raw::RedisModule_GetCommand }) else {
         return Ok(());
     };

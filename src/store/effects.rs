@@ -76,16 +76,6 @@ impl Effects {
         }
     }
 
-    /// Whether any effect adds members (a sorted set grew).
-    pub fn adds(&self) -> bool {
-        self.0.iter().any(|e| e.command == Command::Zadd)
-    }
-
-    /// Drops the recorded effects (the call propagates as one command).
-    pub fn forget(&mut self) {
-        self.0.clear();
-    }
-
     /// Propagates the effects on `key` and forgets them.
     pub fn replicate(&mut self, ctx: &Context, key: &OwnedString) {
         let mut argv: SmallVec<[*mut raw::RedisModuleString; 8]> = SmallVec::new();
@@ -114,11 +104,21 @@ pub fn replicate_verbatim(ctx: &Context) {
     unsafe { api!(RedisModule_ReplicateVerbatim)(ctx.ctx) };
 }
 
+/// The arguments of one `VTRR.APPLY`, each copied once, straight into the
+/// string the server propagates.
+#[derive(Default)]
+pub struct ApplyArgs(SmallVec<[OwnedString; 12]>);
+
+impl ApplyArgs {
+    pub fn push(&mut self, arg: &[u8]) {
+        self.0.push(OwnedString::new(arg));
+    }
+}
+
 /// Propagates `VTRR.APPLY <args...>`.
-pub fn replicate_apply(ctx: &Context, args: &[Vec<u8>]) {
-    let strings: SmallVec<[OwnedString; 12]> = args.iter().map(|a| OwnedString::new(a)).collect();
+pub fn replicate_apply(ctx: &Context, args: &ApplyArgs) {
     let mut argv: SmallVec<[*mut raw::RedisModuleString; 12]> =
-        strings.iter().map(|s| s.0).collect();
+        args.0.iter().map(|s| s.0).collect();
     // SAFETY: live context; "v" takes an array of valid strings and its
     // length, and Redis takes its own reference to each.
     unsafe {
@@ -137,12 +137,14 @@ pub fn replicate_apply(ctx: &Context, args: &[Vec<u8>]) {
 /// round-trip exponent form (at most 24 bytes, e.g. `-1.2345678901234567e-308`;
 /// plain `{}` would spell 1e300 in 301 digits).
 pub fn format_score(score: f64, buffer: &mut [u8; 32]) -> &[u8] {
+    if score.fract() == 0.0 && score.abs() < 1e17 {
+        let mut integer = itoa::Buffer::new();
+        let text = integer.format(score as i64).as_bytes();
+        buffer[..text.len()].copy_from_slice(text);
+        return &buffer[..text.len()];
+    }
     let mut cursor = std::io::Cursor::new(&mut buffer[..]);
-    let written = if score.fract() == 0.0 && score.abs() < 1e17 {
-        write!(cursor, "{}", score as i64)
-    } else {
-        write!(cursor, "{score:e}")
-    };
+    let written = write!(cursor, "{score:e}");
     written.expect("a score fits in 32 bytes");
     let len = cursor.position() as usize;
     &buffer[..len]

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{HashKey, HashPage, Store, ZsetKey};
+use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 
 /// A score with the total order Redis uses for finite doubles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -49,6 +49,16 @@ impl MemoryStore {
             .get(&key)
             .map(|z| z.ordered.iter().map(|(s, m)| (m.clone(), s.0)).collect())
             .unwrap_or_default()
+    }
+
+    /// This store as one operation sees it: any key the operation does not
+    /// declare (or a write in a read-only one) panics, naming the key and
+    /// the operation. The core's tests run each call through it.
+    pub fn scoped(&mut self, scope: impl Into<Scope>) -> Scoped<'_> {
+        Scoped {
+            store: self,
+            scope: scope.into(),
+        }
     }
 
     /// All fields of a hash, for assertions.
@@ -130,8 +140,8 @@ impl Store for MemoryStore {
         self.zsets.get(&key).map_or(0, |z| z.by_member.len() as u64)
     }
 
-    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
-        self.zrange_upto(key, max, usize::MAX).len() as u64
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
+        Ok(self.zrange_upto(key, max, usize::MAX).len() as u64)
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
@@ -158,17 +168,18 @@ impl Store for MemoryStore {
         self.hashes.get(&key).map_or(0, |h| h.len() as u64)
     }
 
-    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
-        self.hashes
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
+        Ok(self
+            .hashes
             .get(&key)
             .map(|h| h.keys().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
         // The cursor is a position in field order; enough for tests.
         let Some(hash) = self.hashes.get(&key) else {
-            return (0, Vec::new());
+            return Ok((0, Vec::new()));
         };
         let start = cursor as usize;
         let page: Vec<_> = hash
@@ -178,7 +189,7 @@ impl Store for MemoryStore {
             .map(|(f, v)| (f.clone(), v.clone()))
             .collect();
         let next = start + page.len();
-        (if next >= hash.len() { 0 } else { next as u64 }, page)
+        Ok((if next >= hash.len() { 0 } else { next as u64 }, page))
     }
 
     fn delete(&mut self, key: HashKey) {
@@ -190,6 +201,114 @@ impl Store for MemoryStore {
     }
 
     fn set_current_virtual_time(&mut self, value: i64) {
-        self.current_virtual_time = Some(value.to_string().into_bytes());
+        self.current_virtual_time = Some(itoa::Buffer::new().format(value).as_bytes().to_vec());
+    }
+}
+
+/// A [`MemoryStore`] scoped to one operation's declared keys
+/// ([`MemoryStore::scoped`]).
+pub struct Scoped<'a> {
+    store: &'a mut MemoryStore,
+    scope: Scope,
+}
+
+impl Scoped<'_> {
+    fn reading(&mut self, key: impl Into<QueueKey>) -> &mut MemoryStore {
+        self.check(key.into(), false)
+    }
+
+    fn writing(&mut self, key: impl Into<QueueKey>) -> &mut MemoryStore {
+        self.check(key.into(), true)
+    }
+
+    fn check(&mut self, key: QueueKey, write: bool) -> &mut MemoryStore {
+        assert!(
+            self.scope.allows(key, write),
+            "{}",
+            self.scope.refusal(key, write)
+        );
+        self.store
+    }
+}
+
+impl Store for Scoped<'_> {
+    fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
+        self.reading(key).zscore(key, member)
+    }
+
+    fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
+        self.writing(key).zadd(key, member, score)
+    }
+
+    fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
+        self.writing(key).zrem(key, member)
+    }
+
+    fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
+        self.reading(key).zfirst(key)
+    }
+
+    fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
+        self.reading(key).zrange_upto(key, max, limit)
+    }
+
+    fn zrange_above(
+        &mut self,
+        key: ZsetKey,
+        above: f64,
+        max: f64,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, f64)> {
+        self.reading(key).zrange_above(key, above, max, limit)
+    }
+
+    fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
+        self.reading(key).zfirst_from(key, from)
+    }
+
+    fn zcard(&mut self, key: ZsetKey) -> u64 {
+        self.reading(key).zcard(key)
+    }
+
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
+        self.reading(key).zcount_upto(key, max)
+    }
+
+    fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        self.reading(key).hget(key, field)
+    }
+
+    fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
+        self.writing(key).hset(key, field, value)
+    }
+
+    fn hdel(&mut self, key: HashKey, field: &[u8]) {
+        self.writing(key).hdel(key, field)
+    }
+
+    fn hlen(&mut self, key: HashKey) -> u64 {
+        self.reading(key).hlen(key)
+    }
+
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.reading(key).hfields(key)
+    }
+
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
+        self.reading(key).hscan(key, cursor, count)
+    }
+
+    fn delete(&mut self, key: HashKey) {
+        self.writing(key).delete(key)
+    }
+
+    fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
+        self.reading(QueueKey::CurrentVirtualTime)
+            .current_virtual_time()
+    }
+
+    fn set_current_virtual_time(&mut self, value: i64) {
+        self.writing(QueueKey::CurrentVirtualTime)
+            .set_current_virtual_time(value)
     }
 }

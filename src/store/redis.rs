@@ -2,7 +2,8 @@
 //!
 //! A `RedisStore` opens a queue's keys once per command (after checking the
 //! caller's ACL permissions on each), checks their types before anything is
-//! written, records every write as an effect, and on [`RedisStore::commit`]
+//! written, records every write as an effect when the call propagates its
+//! effects (only then), and on [`RedisStore::commit`]
 //! signals the keys it changed, propagates the call (its effects, the
 //! command as sent, or `VTRR.APPLY`) and fires one keyspace notification.
 //! A command that changed nothing commits nothing.
@@ -11,17 +12,18 @@ use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, RedisValue};
+use smallvec::SmallVec;
 
 use super::acl::AclUser;
 use super::api::api;
 use super::blocking::signal_ready;
 use super::cluster::{self, Actor};
+pub use super::effects::ApplyArgs;
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
 use super::strings::{bytes_of, take_string, OwnedString};
-use super::{HashKey, HashPage, Store, ZsetKey};
-use crate::keys::{KeyKind, QueueKey};
+use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
 /// (the timer, which has no client and no user).
@@ -45,8 +47,8 @@ pub enum Propagate {
     Effects,
     /// The client's command as it was sent: the call is deterministic.
     Verbatim,
-    /// `VTRR.APPLY` with these arguments (`replay::Apply::to_args`).
-    Apply(Vec<Vec<u8>>),
+    /// `VTRR.APPLY` with these arguments (`replay::Apply::write_args`).
+    Apply(ApplyArgs),
 }
 
 /// Why a queue's keys could not be opened. Nothing was written.
@@ -64,6 +66,8 @@ struct Slot {
     name: OwnedString,
     key: *mut raw::RedisModuleKey,
     written: bool,
+    /// A member was added (for `queue`: blocked clients may be served).
+    added: bool,
     effects: Effects,
 }
 
@@ -72,7 +76,13 @@ pub struct RedisStore<'ctx> {
     ctx: &'ctx Context,
     /// `vtrr:<name>:queue`, opened or not: the keyspace notification names it.
     queue_name: OwnedString,
+    /// The operation's declared keys: no other is opened, and touching one
+    /// is a bug (asserted in debug builds; it would read as empty).
+    scope: Scope,
     access: Access,
+    /// Whether writes are recorded as effects: only when the call will
+    /// propagate them ([`Propagate::Effects`]).
+    records_effects: bool,
     slots: [Option<Slot>; QueueKey::ALL.len()],
     /// The last two member/field strings made (ids, partitions), shared by
     /// the next operations on the same bytes: a lease names its id in seven
@@ -82,16 +92,24 @@ pub struct RedisStore<'ctx> {
 }
 
 impl<'ctx> RedisStore<'ctx> {
-    /// Opens the given keys of queue `queue`, after checking the calling
-    /// client's ACL permissions on each (the commands name a queue, not keys,
-    /// so Redis cannot check them itself), and checks their types.
+    /// Opens the keys `scope` declares of queue `queue` (for writing when
+    /// it writes), after checking the calling client's ACL permissions on
+    /// each (the commands name a queue, not keys, so Redis cannot check them
+    /// itself), and checks their types. With `records_effects` its writes
+    /// are recorded to propagate as effects; its commit must then be
+    /// [`Propagate::Effects`], and only then.
     pub fn open(
         ctx: &'ctx Context,
         queue: &[u8],
-        keys: &[QueueKey],
-        access: Access,
+        scope: Scope,
         caller: Caller,
+        records_effects: bool,
     ) -> Result<Self, OpenError> {
+        let access = if scope.writes {
+            Access::Write
+        } else {
+            Access::Read
+        };
         let actor = match (caller, access) {
             (Caller::Client, _) => Some(Actor::Client),
             (Caller::Server, Access::Write) => Some(Actor::Timer),
@@ -101,7 +119,7 @@ impl<'ctx> RedisStore<'ctx> {
         if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
             return Err(OpenError::SlotMoving);
         }
-        let (names, queue_name) = names_of(queue, keys);
+        let (names, queue_name) = names_of(queue, scope.keys);
         let user = match caller {
             Caller::Client => AclUser::of_caller(ctx),
             Caller::Server => None,
@@ -117,7 +135,9 @@ impl<'ctx> RedisStore<'ctx> {
         let mut store = RedisStore {
             ctx,
             queue_name,
+            scope,
             access,
+            records_effects,
             slots: Default::default(),
             recent_members: Default::default(),
         };
@@ -138,6 +158,8 @@ impl<'ctx> RedisStore<'ctx> {
         // kept alive in the slot for as long as the key is open.
         let key = unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
             .cast::<raw::RedisModuleKey>();
+        // SAFETY: the key just opened, or NULL for a missing key opened only
+        // for reading, on which KeyType is documented safe (it reads EMPTY).
         let found = unsafe { api!(RedisModule_KeyType)(key) } as isize;
         let expected = which.kind();
         let matches = found == raw::REDISMODULE_KEYTYPE_EMPTY
@@ -155,15 +177,27 @@ impl<'ctx> RedisStore<'ctx> {
             name,
             key,
             written: false,
+            added: false,
             effects: Effects::default(),
         });
         error.map_or(Ok(()), Err)
     }
 
-    /// The open key for `which`. Commands open every key they use up front;
-    /// a key used without being declared is a bug, reported as "empty".
+    /// The slot of `which`, read or written. A key the operation does not
+    /// declare was never opened: a bug, asserted in debug builds (in a
+    /// release build it reads as empty and its writes are dropped).
+    fn slot(&self, which: QueueKey, write: bool) -> Option<&Slot> {
+        debug_assert!(
+            self.scope.allows(which, write),
+            "{}",
+            self.scope.refusal(which, write)
+        );
+        self.slots[which.index()].as_ref()
+    }
+
+    /// The open key for `which`, None when it is empty.
     fn key(&self, which: QueueKey) -> Option<*mut raw::RedisModuleKey> {
-        let slot = self.slots[which.index()].as_ref()?;
+        let slot = self.slot(which, false)?;
         // SAFETY: the key is open until drop.
         let kind = unsafe { api!(RedisModule_KeyType)(slot.key) } as isize;
         (kind != raw::REDISMODULE_KEYTYPE_EMPTY).then_some(slot.key)
@@ -172,14 +206,14 @@ impl<'ctx> RedisStore<'ctx> {
     /// The open key to write to; with `must_exist`, None when the key is
     /// empty (there is nothing to remove).
     fn key_for_write(&self, which: QueueKey, must_exist: bool) -> Option<*mut raw::RedisModuleKey> {
+        let slot = self.slot(which, true)?;
         if self.access != Access::Write {
             return None;
         }
-        let slot = self.slots[which.index()].as_ref()?;
-        if must_exist && self.key(which).is_none() {
-            return None;
-        }
-        Some(slot.key)
+        // SAFETY: the key is open until drop.
+        let empty = unsafe { api!(RedisModule_KeyType)(slot.key) } as isize
+            == raw::REDISMODULE_KEYTYPE_EMPTY;
+        (!(must_exist && empty)).then_some(slot.key)
     }
 
     /// The string for a member or field, shared with a recent one when the
@@ -219,9 +253,13 @@ impl<'ctx> RedisStore<'ctx> {
             Propagate::Apply(args) => replicate_apply(self.ctx, args),
         }
         let effects = matches!(propagate, Propagate::Effects);
+        debug_assert_eq!(
+            effects, self.records_effects,
+            "effects recorded iff propagated"
+        );
         let queue_grew = self.slots[QueueKey::Queue.index()]
             .as_ref()
-            .is_some_and(|slot| slot.effects.adds());
+            .is_some_and(|slot| slot.added);
         if queue_grew {
             // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
             signal_ready(self.ctx, &self.queue_name);
@@ -231,8 +269,6 @@ impl<'ctx> RedisStore<'ctx> {
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
             if effects {
                 slot.effects.replicate(self.ctx, &slot.name);
-            } else {
-                slot.effects.forget();
             }
         }
         self.notify(event);
@@ -257,17 +293,22 @@ impl<'ctx> RedisStore<'ctx> {
         };
     }
 
+    /// Notes a write to `which`, and records it as an effect (`args`, made
+    /// only then) when the call propagates its effects.
     fn record<const N: usize>(
         &mut self,
         which: QueueKey,
         command: Command,
-        args: [OwnedString; N],
+        args: impl FnOnce() -> [OwnedString; N],
     ) {
         let Some(slot) = self.slots[which.index()].as_mut() else {
             return;
         };
         slot.written = true;
-        slot.effects.record(command, args);
+        slot.added |= command == Command::Zadd;
+        if self.records_effects {
+            slot.effects.record(command, args());
+        }
     }
 
     /// Visits entries with `above` < score <= `max` (None: from the first).
@@ -314,22 +355,34 @@ impl<'ctx> RedisStore<'ctx> {
         }
     }
 
-    /// Number of entries of a sorted set with score <= `max`, counted by the
-    /// server's own O(log N) ZCOUNT.
-    fn zcount_call(&self, which: QueueKey, max: f64) -> u64 {
-        let Some(slot) = self.slots[which.index()].as_ref() else {
-            return 0;
-        };
-        let mut buffer = [0u8; 32];
-        let max = format_score(max, &mut buffer);
-        match self
-            .ctx
-            .call("ZCOUNT", &[slot.name.bytes(), b"-inf", max][..])
-        {
-            Ok(redis_module::RedisValue::Integer(n)) => n.max(0) as u64,
-            _ => 0,
-        }
+    /// `command` on the key of `slot` with `args` after it, through the
+    /// server; its error reply as a [`StoreError`].
+    fn call(
+        &self,
+        command: &'static str,
+        slot: &Slot,
+        args: &[&[u8]],
+    ) -> Result<RedisValue, StoreError> {
+        let mut argv: SmallVec<[&[u8]; 4]> = SmallVec::new();
+        argv.push(slot.name.bytes());
+        argv.extend_from_slice(args);
+        self.ctx
+            .call(command, &argv[..])
+            .map_err(|e| call_error(command, slot, e.to_string()))
     }
+}
+
+fn call_error(command: &'static str, slot: &Slot, reply: String) -> StoreError {
+    StoreError {
+        command,
+        key: slot.name.bytes().to_vec(),
+        reply,
+    }
+}
+
+/// The reply of `command` was not of the shape it always has.
+fn unexpected(command: &'static str, slot: &Slot, reply: &RedisValue) -> StoreError {
+    call_error(command, slot, format!("unexpected reply {reply:?}"))
 }
 
 impl Drop for RedisStore<'_> {
@@ -360,9 +413,10 @@ impl Store for RedisStore<'_> {
         let mut flags: c_int = 0;
         // SAFETY: key opened for writing; ZsetAdd creates the key if empty.
         unsafe { api!(RedisModule_ZsetAdd)(open, score, element.0, &mut flags) };
-        let mut buffer = [0u8; 32];
-        let score = OwnedString::new(format_score(score, &mut buffer));
-        self.record(which, Command::Zadd, [score, element]);
+        self.record(which, Command::Zadd, || {
+            let mut buffer = [0u8; 32];
+            [OwnedString::new(format_score(score, &mut buffer)), element]
+        });
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
@@ -375,7 +429,7 @@ impl Store for RedisStore<'_> {
         // SAFETY: key opened for writing and holding a zset.
         unsafe { api!(RedisModule_ZsetRem)(open, element.0, &mut deleted) };
         if deleted != 0 {
-            self.record(which, Command::Zrem, [element]);
+            self.record(which, Command::Zrem, || [element]);
         }
         deleted != 0
     }
@@ -447,11 +501,20 @@ impl Store for RedisStore<'_> {
             .map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
     }
 
-    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> u64 {
+    /// Counted by the server's own O(log N) ZCOUNT.
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
         if self.key(key.into()).is_none() {
-            return 0;
+            return Ok(0);
         }
-        self.zcount_call(key.into(), max)
+        let Some(slot) = self.slot(key.into(), false) else {
+            return Ok(0);
+        };
+        let mut buffer = [0u8; 32];
+        let max = format_score(max, &mut buffer);
+        match self.call("ZCOUNT", slot, &[b"-inf", max])? {
+            RedisValue::Integer(n) => Ok(n.max(0) as u64),
+            other => Err(unexpected("ZCOUNT", slot, &other)),
+        }
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
@@ -489,7 +552,7 @@ impl Store for RedisStore<'_> {
                 ptr::null_mut::<c_void>(),
             )
         };
-        self.record(which, Command::Hset, [field_string, value_string]);
+        self.record(which, Command::Hset, || [field_string, value_string]);
     }
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
@@ -510,7 +573,7 @@ impl Store for RedisStore<'_> {
             )
         };
         if deleted > 0 {
-            self.record(which, Command::Hdel, [field_string]);
+            self.record(which, Command::Hdel, || [field_string]);
         }
     }
 
@@ -520,52 +583,44 @@ impl Store for RedisStore<'_> {
             .map_or(0, |k| unsafe { api!(RedisModule_ValueLength)(k) } as u64)
     }
 
-    fn hfields(&mut self, key: HashKey) -> Vec<Vec<u8>> {
-        let which = QueueKey::from(key);
-        let Some(slot) = self.slots[which.index()].as_ref() else {
-            return Vec::new();
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
+        let Some(slot) = self.slot(key.into(), false) else {
+            return Ok(Vec::new());
         };
-        match self.ctx.call("HKEYS", &[slot.name.bytes()][..]) {
-            Ok(redis_module::RedisValue::Array(fields)) => {
-                fields.iter().filter_map(bytes_of).collect()
-            }
-            _ => Vec::new(),
-        }
+        let reply = self.call("HKEYS", slot, &[])?;
+        let RedisValue::Array(fields) = &reply else {
+            return Err(unexpected("HKEYS", slot, &reply));
+        };
+        fields
+            .iter()
+            .map(|field| bytes_of(field).ok_or_else(|| unexpected("HKEYS", slot, &reply)))
+            .collect()
     }
 
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> HashPage {
-        let which = QueueKey::from(key);
-        let Some(slot) = self.slots[which.index()].as_ref() else {
-            return (0, Vec::new());
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
+        let Some(slot) = self.slot(key.into(), false) else {
+            return Ok((0, Vec::new()));
         };
-        let cursor = cursor.to_string();
-        let count = count.to_string();
-        let reply = self.ctx.call(
-            "HSCAN",
-            &[
-                slot.name.bytes(),
-                cursor.as_bytes(),
-                b"COUNT",
-                count.as_bytes(),
-            ][..],
-        );
-        let Ok(redis_module::RedisValue::Array(parts)) = reply else {
-            return (0, Vec::new());
+        let (mut cursor_digits, mut count_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let cursor = cursor_digits.format(cursor).as_bytes();
+        let count = count_digits.format(count).as_bytes();
+        let reply = self.call("HSCAN", slot, &[cursor, b"COUNT", count])?;
+        let bad = || unexpected("HSCAN", slot, &reply);
+        let RedisValue::Array(parts) = &reply else {
+            return Err(bad());
         };
-        let next = parts
-            .first()
-            .and_then(bytes_of)
+        let [next, RedisValue::Array(flat)] = &parts[..] else {
+            return Err(bad());
+        };
+        let next = bytes_of(next)
             .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse().ok())
-            .unwrap_or(0);
-        let mut pairs = Vec::new();
-        if let Some(redis_module::RedisValue::Array(flat)) = parts.get(1) {
-            for pair in flat.chunks_exact(2) {
-                if let (Some(field), Some(value)) = (bytes_of(&pair[0]), bytes_of(&pair[1])) {
-                    pairs.push((field, value));
-                }
-            }
-        }
-        (next, pairs)
+            .ok_or_else(bad)?;
+        let pairs = flat
+            .chunks_exact(2)
+            .map(|pair| Some((bytes_of(&pair[0])?, bytes_of(&pair[1])?)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
+        Ok((next, pairs))
     }
 
     fn delete(&mut self, key: HashKey) {
@@ -575,7 +630,7 @@ impl Store for RedisStore<'_> {
         };
         // SAFETY: key opened for writing.
         unsafe { api!(RedisModule_DeleteKey)(open) };
-        self.record(which, Command::Del, []);
+        self.record(which, Command::Del, || []);
     }
 
     fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
@@ -596,10 +651,9 @@ impl Store for RedisStore<'_> {
         let Some(open) = self.key_for_write(QueueKey::CurrentVirtualTime, false) else {
             return;
         };
-        let text = value.to_string();
-        let string = OwnedString::new(text.as_bytes());
+        let string = OwnedString::new(itoa::Buffer::new().format(value).as_bytes());
         // SAFETY: key opened for writing; StringSet takes its own reference.
         unsafe { api!(RedisModule_StringSet)(open, string.0) };
-        self.record(QueueKey::CurrentVirtualTime, Command::Set, [string]);
+        self.record(QueueKey::CurrentVirtualTime, Command::Set, || [string]);
     }
 }

@@ -27,8 +27,9 @@ use std::time::Duration;
 
 use redis_module::Context;
 
+use crate::config;
+use crate::store::keys;
 use crate::store::server::selected_db;
-use crate::{config, keys};
 use index::with_index;
 
 /// Id of the armed timer, 0 when none.

@@ -9,8 +9,8 @@ use std::time::Instant;
 use redis_module::{Context, RedisValue};
 
 use super::index::with_index;
-use crate::keys;
 use crate::store::bytes_of;
+use crate::store::keys;
 use crate::store::server::select_db;
 
 /// Keys one SCAN call walks; the step looks at its budget between calls.

@@ -48,7 +48,7 @@ fn a_capped_partition_is_skipped_and_keeps_its_place() {
     // newer; then A is at its cap again.
     enqueue(&mut store, &[item("C", "c1", 1)]).unwrap();
     assert_eq!(lease_ids(&mut store, 0, 10), ["a2", "c1"]);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -67,7 +67,7 @@ fn every_way_a_lease_ends_frees_its_slot() {
     assert_eq!(lease_ids(&mut store, 5_000, 5), ["a3"]);
     ack_id(&mut store, "a3");
     assert_eq!(lease_ids(&mut store, 5_000, 5), ["a4"]);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -84,7 +84,7 @@ fn a_paused_partition_waits_and_rejoins_at_the_current_virtual_time() {
         lease_ids(&mut store, 0, 6),
         ["a0", "b5", "a1", "b6", "a2", "b7"]
     );
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
     // Lifting the default lets A's held item in at once.
     apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(None)]);
     assert_eq!(lease_ids(&mut store, 0, 10), ["a2"]);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 /// O's o0, then `count` items of P, then O's o1 (behind them all).
@@ -158,7 +158,7 @@ fn a_pause_parks_what_the_partition_has_in_queue_a_bounded_number_per_call() {
         record(&mut store, "P").held as usize,
         MAX_PARKED_PER_CALL + 10
     );
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -174,7 +174,7 @@ fn a_lease_parks_at_most_a_bounded_number_of_what_it_pops() {
     );
     assert_eq!(lease_ids(&mut store, 0, 1), ["o1"]);
     assert_eq!(record(&mut store, "P").parking, Parking::Done);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 /// The regression the old lazy shift had: paused and resumed twice with
@@ -225,7 +225,7 @@ fn a_resume_during_parking_rejoins_the_whole_backlog_once_parked() {
         [(b"p00000".to_vec(), 1001.0)]
     );
     assert_eq!(view.virtual_time, Some(4 * 1024 + 11 + 1000));
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -243,10 +243,10 @@ fn cancel_finds_a_held_item_and_recount_repairs_counts() {
     store.zadd(ZsetKey::Queue, b"x", 9.0);
     store.hset(HashKey::Task, b"x", b"X");
     store.hset(HashKey::Meta, b"x", b"1:A");
-    assert!(!check::check(&mut store).is_empty());
-    assert_eq!(recount(&mut store, &mut Vec::new()), 1);
+    assert!(!check::check(&mut store).unwrap().is_empty());
+    assert_eq!(recount(&mut store, &mut Vec::new()).unwrap(), 1);
     assert_eq!(record(&mut store, "A").queued, 3);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -259,7 +259,7 @@ fn the_partitions_view_pages_through_every_partition() {
     let mut seen = Vec::new();
     let mut cursor = 0;
     loop {
-        let (next, page) = partitions_page(&mut store, cursor, 10, &mut Vec::new());
+        let (next, page) = partitions_page(&mut store, cursor, 10, &mut Vec::new()).unwrap();
         assert!(page.len() <= 10);
         seen.extend(page.into_iter().map(|v| (v.partition, v.record.queued)));
         if next == 0 {

@@ -31,7 +31,7 @@ fn max_timeouts_dead_letters_on_the_expiry_past_the_limit() {
         }]
     );
     assert_eq!(store.zcard(ZsetKey::Queue), 0);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn revive_requeues_fresh_with_counters_reset() {
     // Current virtual time is 1 (a was popped), so a starts at 2 beside b.
     assert_eq!(store.zscore(ZsetKey::Queue, b"a"), Some(2.0));
     assert_eq!(store.hget(HashKey::Task, b"a").unwrap(), b"a");
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn a_popped_item_without_payload_is_dead_lettered_not_served_empty() {
         store.hget(HashKey::DeadReason, b"a").unwrap(),
         b"payload missing"
     );
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -172,7 +172,7 @@ fn cancelled_items_cost_comes_back_once_their_partition_has_nothing_queued() {
     assert_eq!(next(&mut store), b"1"); // a1's start
     enqueue(&mut store, &[item("A", "c1", 1)]).unwrap();
     assert_eq!(store.zscore(ZsetKey::Queue, b"c1"), Some(1.0));
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }
 
 #[test]
@@ -185,5 +185,5 @@ fn an_item_that_died_without_payload_is_not_revived() {
     assert_eq!(store.zset_entries(ZsetKey::Dead).len(), 1);
     assert_eq!(store.zcard(ZsetKey::Queue), 0);
     assert_eq!(cancel(&mut store, &[b"a"], &mut Vec::new()), 1);
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
 }

@@ -39,10 +39,10 @@ fn stats_counts_queue_state() {
 fn check_finds_broken_invariants() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
-    assert!(check::check(&mut store).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
     store.zadd(ZsetKey::Inflight, b"a", 1.0);
     store.hset(HashKey::Lease, b"ghost", b"t");
-    let problems = check::check(&mut store);
+    let problems = check::check(&mut store).unwrap();
     assert!(
         problems
             .iter()

@@ -47,7 +47,7 @@ pub fn lease_at(
         due_limit,
         with_counters: false,
     };
-    lease(store, &request, tokens())
+    lease(&mut store.scoped(CoreOp::Lease), &request, tokens())
 }
 
 pub fn lease_ids(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String> {
@@ -61,10 +61,21 @@ pub fn lease_ids(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<Stri
 
 /// `set_policy` of `changes`, which must be accepted.
 pub fn apply_policy(store: &mut MemoryStore, changes: &[PolicyChange]) {
-    set_policy(store, changes, &mut Vec::new()).unwrap();
+    set_policy(
+        &mut store.scoped(CoreOp::set_policy(changes)),
+        changes,
+        &mut Vec::new(),
+    )
+    .unwrap();
 }
 
 /// `set_limit` of one change on `partition`, which must be accepted.
 pub fn apply_limit(store: &mut MemoryStore, partition: impl AsRef<[u8]>, change: LimitChange) {
-    set_limit(store, partition.as_ref(), &[change], &mut Vec::new()).unwrap();
+    set_limit(
+        &mut store.scoped(CoreOp::SetLimit),
+        partition.as_ref(),
+        &[change],
+        &mut Vec::new(),
+    )
+    .unwrap();
 }

@@ -337,7 +337,9 @@ impl Simulation {
                 let ids = self.new_items(partition, weight, count);
                 let name = [b'p', partition];
                 let batch = new_items_of(&name, weight, &ids);
-                let added = enqueue(&mut self.store, &batch).unwrap().added;
+                let added = enqueue(&mut self.store.scoped(CoreOp::Enqueue), &batch)
+                    .unwrap()
+                    .added;
                 prop_assert_eq!(added, u64::from(count));
                 self.note_entries(before);
             }
@@ -352,9 +354,14 @@ impl Simulation {
                 let name = [b'p', partition];
                 let batch = new_items_of(&name, weight, &ids);
                 let due_ms = self.now_ms + delay_ms;
-                let added = defer(&mut self.store, self.now_ms, due_ms, &batch)
-                    .unwrap()
-                    .added;
+                let added = defer(
+                    &mut self.store.scoped(CoreOp::Defer),
+                    self.now_ms,
+                    due_ms,
+                    &batch,
+                )
+                .unwrap()
+                .added;
                 prop_assert_eq!(added, u64::from(count));
                 self.note_entries(before);
             }
@@ -362,7 +369,12 @@ impl Simulation {
                 // Act on due items first at the same instant, so the pops
                 // below start from a state we can see.
                 let before = self.queued();
-                run_due(&mut self.store, self.now_ms, usize::MAX).unwrap();
+                run_due(
+                    &mut self.store.scoped(CoreOp::RunDue),
+                    self.now_ms,
+                    usize::MAX,
+                )
+                .unwrap();
                 self.note_entries(before);
                 // Nothing due is left behind, and nothing not due moved.
                 for (id, due) in self.store.zset_entries(ZsetKey::Delayed) {
@@ -378,7 +390,7 @@ impl Simulation {
                     due_limit: 1000,
                     with_counters: false,
                 };
-                let outcome = lease(&mut self.store, &request, || {
+                let outcome = lease(&mut self.store.scoped(CoreOp::Lease), &request, || {
                     *tokens += 1;
                     tokens.to_string().into_bytes()
                 })
@@ -428,7 +440,14 @@ impl Simulation {
                 if !inflight.is_empty() {
                     let id = inflight[pick % inflight.len()].0.clone();
                     let token = self.store.hget(HashKey::Lease, &id).unwrap();
-                    prop_assert_eq!(ack(&mut self.store, &[(&id, &token)], &mut Vec::new()), 1);
+                    prop_assert_eq!(
+                        ack(
+                            &mut self.store.scoped(CoreOp::Ack),
+                            &[(&id, &token)],
+                            &mut Vec::new()
+                        ),
+                        1
+                    );
                     self.finished += 1;
                 }
             }
@@ -437,13 +456,24 @@ impl Simulation {
                 if !inflight.is_empty() {
                     let id = inflight[pick % inflight.len()].0.clone();
                     let token = self.store.hget(HashKey::Lease, &id).unwrap();
-                    prop_assert!(renew(&mut self.store, &id, &token, self.now_ms, lease_ms));
+                    prop_assert!(renew(
+                        &mut self.store.scoped(CoreOp::Renew),
+                        &id,
+                        &token,
+                        self.now_ms,
+                        lease_ms
+                    ));
                 }
             }
             Op::Advance { ms } => self.now_ms += ms,
             Op::Reclaim => {
                 let before = self.queued();
-                reclaim(&mut self.store, self.now_ms, usize::MAX).unwrap();
+                reclaim(
+                    &mut self.store.scoped(CoreOp::Reclaim),
+                    self.now_ms,
+                    usize::MAX,
+                )
+                .unwrap();
                 self.note_entries(before);
             }
             Op::Nack {
@@ -456,7 +486,7 @@ impl Simulation {
                     let id = inflight[pick % inflight.len()].0.clone();
                     let token = self.store.hget(HashKey::Lease, &id).unwrap();
                     prop_assert!(nack(
-                        &mut self.store,
+                        &mut self.store.scoped(CoreOp::Nack),
                         &id,
                         b"stale",
                         self.now_ms,
@@ -472,7 +502,7 @@ impl Simulation {
                     };
                     let before = self.queued();
                     let nacked = nack(
-                        &mut self.store,
+                        &mut self.store.scoped(CoreOp::Nack),
                         &id,
                         &token,
                         self.now_ms,
@@ -489,7 +519,14 @@ impl Simulation {
                 if !present.is_empty() {
                     let id = present[pick % present.len()].clone();
                     let was_queued = self.queued().contains(&id);
-                    prop_assert_eq!(cancel(&mut self.store, &[&id], &mut Vec::new()), 1);
+                    prop_assert_eq!(
+                        cancel(
+                            &mut self.store.scoped(CoreOp::Cancel),
+                            &[&id],
+                            &mut Vec::new()
+                        ),
+                        1
+                    );
                     self.finished += 1;
                     if was_queued {
                         // A cancelled queued item's cost stays charged to its
@@ -511,7 +548,12 @@ impl Simulation {
                 if !dead.is_empty() {
                     let id = dead[pick % dead.len()].0.clone();
                     let before = self.queued();
-                    prop_assert_eq!(revive(&mut self.store, &[&id]).unwrap().count, 1);
+                    prop_assert_eq!(
+                        revive(&mut self.store.scoped(CoreOp::Revive), &[&id])
+                            .unwrap()
+                            .count,
+                        1
+                    );
                     self.note_entries(before);
                 }
             }
@@ -541,12 +583,20 @@ impl Simulation {
                 }
             }
             Op::Pause { partition } => {
-                let paused = pause(&mut self.store, &Self::name(partition), &mut Vec::new());
+                let paused = pause(
+                    &mut self.store.scoped(CoreOp::Pause),
+                    &Self::name(partition),
+                    &mut Vec::new(),
+                );
                 prop_assert_eq!(paused, self.paused.insert(partition));
             }
             Op::Resume { partition } => {
-                let resumed =
-                    resume(&mut self.store, &Self::name(partition), &mut Vec::new()).unwrap();
+                let resumed = resume(
+                    &mut self.store.scoped(CoreOp::Resume),
+                    &Self::name(partition),
+                    &mut Vec::new(),
+                )
+                .unwrap();
                 prop_assert_eq!(resumed, self.paused.remove(&partition));
             }
             Op::DefaultCap { cap } => {
@@ -564,7 +614,7 @@ impl Simulation {
             self.lowered.extend(over.iter().copied());
         }
         self.lowered.retain(|p| over.contains(p));
-        let problems = check::check(&mut self.store);
+        let problems = check::check(&mut self.store.scoped(CoreOp::Check)).unwrap();
         prop_assert!(
             problems.is_empty(),
             "invariants broken after {:?}: {:?}",

@@ -174,7 +174,7 @@ fn backlogged_partitions(store: &mut MemoryStore) -> u64 {
     let mut anomalies = Vec::new();
     let (mut cursor, mut count) = (0, 0);
     loop {
-        let (next, views) = partitions_page(store, cursor, 1000, &mut anomalies);
+        let (next, views) = partitions_page(store, cursor, 1000, &mut anomalies).unwrap();
         count += views
             .iter()
             .filter(|v| {

@@ -1,7 +1,7 @@
-//! The key-naming scheme of a queue, shared with vtrr-queue: every key of
-//! queue `<name>` is `vtrr:<name>:<suffix>`.
-
-use crate::store::{HashKey, ZsetKey};
+//! The one key vocabulary of a queue, shared with vtrr-queue: every key of
+//! queue `<name>` is `vtrr:<name>:<suffix>`. [`QueueKey`] names them all;
+//! [`ZsetKey`] and [`HashKey`] are the sorted sets and hashes among them,
+//! as the [`Store`](super::Store) operations take them.
 
 pub const PREFIX: &[u8] = b"vtrr:";
 
@@ -107,6 +107,60 @@ impl QueueKey {
     }
 }
 
+/// The sorted sets of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ZsetKey {
+    /// `vtrr:<name>:queue`: task id -> virtual-time score.
+    Queue,
+    /// `vtrr:<name>:inflight`: leased task id -> lease expiry (Unix ms).
+    Inflight,
+    /// `vtrr:<name>:delayed`: delayed task id -> due time (Unix ms).
+    Delayed,
+    /// `vtrr:<name>:dead`: dead task id -> when it died (Unix ms).
+    Dead,
+    /// `vtrr:<name>:held`: queued items of partitions under a cap or pause
+    /// that wait outside `queue`; all scores 0, members ordered by
+    /// (partition, virtual time, id) (see `core::held`).
+    Held,
+    /// `vtrr:<name>:parking`: partition whose items queued before it came
+    /// under control are being moved to `held` -> the score its walk over
+    /// `queue` has passed (see `core::admission`).
+    Parking,
+}
+
+/// The hashes of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HashKey {
+    /// `vtrr:<name>:partition_virtual_time`: partition -> next virtual time.
+    PartitionVirtualTime,
+    /// `vtrr:<name>:task`: id -> payload of a queued item.
+    Task,
+    /// `vtrr:<name>:meta`: id -> `<weight>:<partition>`.
+    Meta,
+    /// `vtrr:<name>:inflight_task`: id -> payload of a leased item.
+    InflightTask,
+    /// `vtrr:<name>:lease`: id -> lease token.
+    Lease,
+    /// `vtrr:<name>:timeouts`: id -> number of reclaims.
+    Timeouts,
+    /// `vtrr:<name>:delayed_task`: id -> payload of a delayed item.
+    DelayedTask,
+    /// `vtrr:<name>:nacks`: id -> number of nacks.
+    Nacks,
+    /// `vtrr:<name>:dead_task`: id -> payload of a dead item.
+    DeadTask,
+    /// `vtrr:<name>:dead_reason`: id -> why it died.
+    DeadReason,
+    /// `vtrr:<name>:policy`: `max-timeouts` / `max-nacks` /
+    /// `default-concurrency` -> n, and the counts of paused and capped
+    /// partitions.
+    Policy,
+    /// `vtrr:<name>:held_at`: held id -> its virtual time in `held`.
+    HeldAt,
+    /// `vtrr:<name>:partitions`: partition -> its counts and settings.
+    Partitions,
+}
+
 impl From<ZsetKey> for QueueKey {
     fn from(key: ZsetKey) -> Self {
         match key {
@@ -136,6 +190,41 @@ impl From<HashKey> for QueueKey {
             HashKey::Policy => QueueKey::Policy,
             HashKey::HeldAt => QueueKey::HeldAt,
             HashKey::Partitions => QueueKey::Partitions,
+        }
+    }
+}
+
+/// The keys one operation is declared to touch, and whether it may write
+/// them (`core::access` declares them). A store opened for it touches no
+/// other: the in-memory store refuses (tests), the Redis store asserts (debug
+/// builds), where an undeclared key would read as empty and drop its writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scope {
+    /// The operation's name, for the message of a refusal.
+    pub operation: &'static str,
+    pub keys: &'static [QueueKey],
+    pub writes: bool,
+}
+
+impl Scope {
+    /// Whether the operation may touch `key` this way.
+    pub fn allows(&self, key: QueueKey, write: bool) -> bool {
+        self.keys.contains(&key) && (self.writes || !write)
+    }
+
+    /// Why touching `key` is refused.
+    pub fn refusal(&self, key: QueueKey, write: bool) -> String {
+        let how = if write { "writes" } else { "reads" };
+        if self.keys.contains(&key) {
+            format!(
+                "{} {how} {key:?}, but it is declared read-only (core/access.rs)",
+                self.operation
+            )
+        } else {
+            format!(
+                "{} {how} {key:?}, which it does not declare (core/access.rs)",
+                self.operation
+            )
         }
     }
 }

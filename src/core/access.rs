@@ -1,0 +1,436 @@
+//! What each core operation touches: the keys it is declared to use and
+//! whether it writes. The operations layer opens exactly these keys for it
+//! (and checks the caller's ACL permissions on them), and the in-memory
+//! store of the tests runs each call scoped to them, refusing any other: a
+//! key missing here fails the tests instead of reading as empty.
+
+use super::PolicyChange;
+use crate::store::{QueueKey, Scope};
+
+/// A core operation, as the operations layer runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoreOp {
+    Enqueue,
+    Defer,
+    Lease,
+    Ack,
+    Renew,
+    Nack,
+    Reclaim,
+    /// The timer's run on a queue: expired leases, due delayed items.
+    RunDue,
+    /// `VTRR.POLICY` without options: the policy and the default cap.
+    ReadPolicy,
+    /// `VTRR.POLICY` changing only the dead-letter limits.
+    SetPolicy,
+    /// `VTRR.POLICY` changing the default cap (with or without the limits).
+    SetDefaultCap,
+    SetLimit,
+    /// `VTRR.LIMIT` without options.
+    Limit,
+    Pause,
+    Resume,
+    PartitionView,
+    PartitionsPage,
+    Recount,
+    DeadItems,
+    Revive,
+    Cancel,
+    Stats,
+    Check,
+    /// The timer's look at when a queue next falls due (`ops::next_due`).
+    NextDue,
+}
+
+/// What every call that counts items per partition opens: the partition
+/// records, the default cap (`policy`) and the held items a freed slot or
+/// a new item may move.
+const ENQUEUE: &[QueueKey] = &[
+    QueueKey::Queue,
+    QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
+    QueueKey::CurrentVirtualTime,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::Task,
+    QueueKey::Meta,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
+];
+
+const DEFER: &[QueueKey] = &[
+    QueueKey::Queue,
+    QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
+    QueueKey::CurrentVirtualTime,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::Task,
+    QueueKey::Meta,
+    QueueKey::DelayedTask,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
+];
+
+const ACK: &[QueueKey] = &[
+    QueueKey::Inflight,
+    QueueKey::InflightTask,
+    QueueKey::Lease,
+    QueueKey::Meta,
+    QueueKey::Timeouts,
+    QueueKey::Nacks,
+    QueueKey::Queue,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::Policy,
+];
+
+const RENEW: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Lease];
+
+/// What a change of a partition's settings (or the default cap) may touch:
+/// its record, its held items and head, its virtual time (RESUME), and the
+/// parking it starts (a walk over `queue` reading each item's `meta`).
+const CONTROL: &[QueueKey] = &[
+    QueueKey::Queue,
+    QueueKey::Meta,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Parking,
+    QueueKey::Partitions,
+    QueueKey::Policy,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::CurrentVirtualTime,
+];
+
+const PARTITIONS: &[QueueKey] = &[
+    QueueKey::Partitions,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::Policy,
+];
+
+const DEAD: &[QueueKey] = &[
+    QueueKey::Dead,
+    QueueKey::DeadTask,
+    QueueKey::DeadReason,
+    QueueKey::Meta,
+    QueueKey::Timeouts,
+    QueueKey::Nacks,
+];
+
+/// A cancel may take a parking partition's last item in `queue`, which
+/// ends its parking.
+const CANCEL: &[QueueKey] = &[
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Parking,
+    QueueKey::Partitions,
+    QueueKey::Policy,
+    QueueKey::Queue,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::Task,
+    QueueKey::Delayed,
+    QueueKey::DelayedTask,
+    QueueKey::Dead,
+    QueueKey::DeadTask,
+    QueueKey::DeadReason,
+    QueueKey::Inflight,
+    QueueKey::InflightTask,
+    QueueKey::Lease,
+    QueueKey::Meta,
+    QueueKey::Timeouts,
+    QueueKey::Nacks,
+];
+
+const STATS: &[QueueKey] = &[
+    QueueKey::Held,
+    QueueKey::Policy,
+    QueueKey::Queue,
+    QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::CurrentVirtualTime,
+];
+
+const NEXT_DUE: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Delayed, QueueKey::Parking];
+
+impl CoreOp {
+    /// The keys the operation touches; no other is opened for it.
+    pub const fn keys(self) -> &'static [QueueKey] {
+        match self {
+            CoreOp::Enqueue => ENQUEUE,
+            CoreOp::Defer => DEFER,
+            CoreOp::Ack => ACK,
+            CoreOp::Renew => RENEW,
+            CoreOp::Lease
+            | CoreOp::Nack
+            | CoreOp::Reclaim
+            | CoreOp::RunDue
+            | CoreOp::Recount
+            | CoreOp::Revive
+            | CoreOp::Check => &QueueKey::ALL,
+            // The dead-letter limits need only `policy`, so an ACL that
+            // grants just that key can set them.
+            CoreOp::ReadPolicy | CoreOp::SetPolicy => &[QueueKey::Policy],
+            CoreOp::SetDefaultCap | CoreOp::SetLimit | CoreOp::Pause | CoreOp::Resume => CONTROL,
+            CoreOp::Limit => &[QueueKey::Partitions],
+            CoreOp::PartitionView | CoreOp::PartitionsPage => PARTITIONS,
+            CoreOp::DeadItems => DEAD,
+            CoreOp::Cancel => CANCEL,
+            CoreOp::Stats => STATS,
+            CoreOp::NextDue => NEXT_DUE,
+        }
+    }
+
+    /// Whether the operation writes (its keys are opened for writing).
+    pub const fn writes(self) -> bool {
+        !matches!(
+            self,
+            CoreOp::ReadPolicy
+                | CoreOp::Limit
+                | CoreOp::PartitionView
+                | CoreOp::PartitionsPage
+                | CoreOp::DeadItems
+                | CoreOp::Stats
+                | CoreOp::Check
+                | CoreOp::NextDue
+        )
+    }
+
+    /// `VTRR.POLICY` with `changes`: only a default cap moves items.
+    pub fn set_policy(changes: &[PolicyChange]) -> CoreOp {
+        if changes
+            .iter()
+            .any(|c| matches!(c, PolicyChange::DefaultConcurrency(_)))
+        {
+            CoreOp::SetDefaultCap
+        } else {
+            CoreOp::SetPolicy
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            CoreOp::Enqueue => "enqueue",
+            CoreOp::Defer => "defer",
+            CoreOp::Lease => "lease",
+            CoreOp::Ack => "ack",
+            CoreOp::Renew => "renew",
+            CoreOp::Nack => "nack",
+            CoreOp::Reclaim => "reclaim",
+            CoreOp::RunDue => "run_due",
+            CoreOp::ReadPolicy => "read_policy",
+            CoreOp::SetPolicy => "set_policy",
+            CoreOp::SetDefaultCap => "set_policy (default cap)",
+            CoreOp::SetLimit => "set_limit",
+            CoreOp::Limit => "limit",
+            CoreOp::Pause => "pause",
+            CoreOp::Resume => "resume",
+            CoreOp::PartitionView => "partition_view",
+            CoreOp::PartitionsPage => "partitions_page",
+            CoreOp::Recount => "recount",
+            CoreOp::DeadItems => "dead_items",
+            CoreOp::Revive => "revive",
+            CoreOp::Cancel => "cancel",
+            CoreOp::Stats => "stats",
+            CoreOp::Check => "check",
+            CoreOp::NextDue => "next_due",
+        }
+    }
+}
+
+impl From<CoreOp> for Scope {
+    fn from(op: CoreOp) -> Scope {
+        Scope {
+            operation: op.name(),
+            keys: op.keys(),
+            writes: op.writes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CoreOp;
+    use crate::core::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{Store, ZsetKey};
+
+    fn item<'a>(partition: &'a [u8], id: &'a [u8]) -> NewItem<'a> {
+        NewItem {
+            partition,
+            id,
+            weight: 1,
+            payload: id,
+        }
+    }
+
+    /// Every operation, the reading ones included, runs within its declared
+    /// keys on a queue with items in every state and every control set (the
+    /// property tests run the writing ones in random interleavings).
+    #[test]
+    fn every_operation_stays_within_its_declared_keys() {
+        let mut store = MemoryStore::new();
+        let mut anomalies = Vec::new();
+        let items = [
+            item(b"a", b"1"),
+            item(b"a", b"2"),
+            item(b"a", b"3"),
+            item(b"b", b"4"),
+            item(b"b", b"5"),
+            item(b"c", b"6"),
+        ];
+        enqueue(&mut store.scoped(CoreOp::Enqueue), &items).unwrap();
+        let limits = [
+            PolicyChange::MaxTimeouts(Some(0)),
+            PolicyChange::MaxNacks(Some(1)),
+        ];
+        set_policy(
+            &mut store.scoped(CoreOp::set_policy(&limits)),
+            &limits,
+            &mut anomalies,
+        )
+        .unwrap();
+        let cap = [PolicyChange::DefaultConcurrency(Some(2))];
+        set_policy(
+            &mut store.scoped(CoreOp::set_policy(&cap)),
+            &cap,
+            &mut anomalies,
+        )
+        .unwrap();
+        let changes = [LimitChange::Concurrency(Some(1)), LimitChange::Share(2)];
+        set_limit(
+            &mut store.scoped(CoreOp::SetLimit),
+            b"b",
+            &changes,
+            &mut anomalies,
+        )
+        .unwrap();
+        assert!(pause(
+            &mut store.scoped(CoreOp::Pause),
+            b"c",
+            &mut anomalies
+        ));
+        defer(&mut store.scoped(CoreOp::Defer), 0, 50, &[item(b"a", b"7")]).unwrap();
+        let mut n = 0;
+        let request = LeaseRequest {
+            now_ms: 0,
+            lease_ms: 10,
+            count: 4,
+            due_limit: 10,
+            with_counters: true,
+        };
+        let leased = lease(&mut store.scoped(CoreOp::Lease), &request, || {
+            n += 1;
+            format!("t{n}").into_bytes()
+        })
+        .unwrap()
+        .leased;
+        assert_eq!(leased.len(), 3);
+        let [first, second, third] = &leased[..] else {
+            unreachable!()
+        };
+        let acked = ack(
+            &mut store.scoped(CoreOp::Ack),
+            &[(&first.id, &first.token)],
+            &mut anomalies,
+        );
+        assert_eq!(acked, 1);
+        assert!(renew(
+            &mut store.scoped(CoreOp::Renew),
+            &second.id,
+            &second.token,
+            0,
+            20
+        ));
+        let how = Nack::Dead;
+        let nacked = nack(
+            &mut store.scoped(CoreOp::Nack),
+            &third.id,
+            &third.token,
+            0,
+            how,
+            &mut anomalies,
+        );
+        assert!(matches!(nacked, Ok(Some(Nacked::Dead(_)))));
+        let reclaimed = reclaim(&mut store.scoped(CoreOp::Reclaim), 30, 10).unwrap();
+        assert_eq!(reclaimed.dead_lettered, 1);
+        let due = run_due(&mut store.scoped(CoreOp::RunDue), 60, 10).unwrap();
+        assert_eq!(due.promoted, 1);
+        let dead = dead_items(&mut store.scoped(CoreOp::DeadItems), 10);
+        assert_eq!(dead.len(), 2);
+        assert_eq!(
+            revive(&mut store.scoped(CoreOp::Revive), &[&dead[0].id])
+                .unwrap()
+                .count,
+            1
+        );
+        assert_eq!(
+            cancel(
+                &mut store.scoped(CoreOp::Cancel),
+                &[&dead[1].id, b"6"],
+                &mut anomalies
+            ),
+            2
+        );
+        assert!(resume(&mut store.scoped(CoreOp::Resume), b"c", &mut anomalies).unwrap());
+        assert_eq!(
+            recount(&mut store.scoped(CoreOp::Recount), &mut anomalies).unwrap(),
+            0
+        );
+
+        let mut reading = store.scoped(CoreOp::ReadPolicy);
+        read_policy(&mut reading, &mut anomalies);
+        assert_eq!(
+            partitions::read_default_cap(&mut reading, &mut anomalies),
+            Some(2)
+        );
+        assert_eq!(
+            limit(&mut store.scoped(CoreOp::Limit), b"b", &mut anomalies).cap,
+            Some(1)
+        );
+        partition_view(
+            &mut store.scoped(CoreOp::PartitionView),
+            b"a",
+            &mut anomalies,
+        );
+        let (_, page) = partitions_page(
+            &mut store.scoped(CoreOp::PartitionsPage),
+            0,
+            10,
+            &mut anomalies,
+        )
+        .unwrap();
+        assert_eq!(page.len(), 2);
+        stats(&mut store.scoped(CoreOp::Stats), 60).unwrap();
+        let mut next_due = store.scoped(CoreOp::NextDue);
+        assert!(next_due.zfirst(ZsetKey::Inflight).is_none());
+        assert!(next_due.zfirst(ZsetKey::Delayed).is_none());
+        assert_eq!(
+            check::check(&mut store.scoped(CoreOp::Check)).unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(anomalies, []);
+    }
+
+    #[test]
+    #[should_panic(expected = "renew reads Meta, which it does not declare")]
+    fn a_key_not_declared_is_refused() {
+        let mut store = MemoryStore::new();
+        store
+            .scoped(CoreOp::Renew)
+            .hget(crate::store::HashKey::Meta, b"x");
+    }
+
+    #[test]
+    #[should_panic(expected = "stats writes Queue, but it is declared read-only")]
+    fn a_write_in_a_reading_operation_is_refused() {
+        let mut store = MemoryStore::new();
+        store.scoped(CoreOp::Stats).zadd(ZsetKey::Queue, b"x", 1.0);
+    }
+}
