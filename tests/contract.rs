@@ -447,7 +447,7 @@ fn a_module_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
         let original: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut con).unwrap();
         let _: () = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
         // A hash where a sorted set belongs and the other way round.
-        let expected = if matches!(suffix, "delayed" | "dead" | "held") {
+        let expected = if matches!(suffix, "delayed" | "dead" | "held" | "parking") {
             let _: () = redis::cmd("HSET")
                 .arg(&key)
                 .arg("f")

@@ -105,7 +105,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             vec!["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "1"],
         ),
     ];
-    let openers: [(&str, &[&str]); 10] = [
+    let openers: [(&str, &[&str]); 11] = [
         (
             "delayed",
             &[
@@ -195,6 +195,22 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "defer",
                 "lease",
                 "ack",
+                "nack",
+                "reclaim",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "parking",
+            &[
+                "lease",
                 "nack",
                 "reclaim",
                 "check",
