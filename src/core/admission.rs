@@ -85,8 +85,10 @@ pub fn close(store: &mut impl Store, mut partition: Partition) {
 /// Restores the head rule and what follows from the counts: a partition
 /// with nothing queued owes no cancelled items' cost; one parking with
 /// nothing left in `queue` is done; a recorded head that is no longer
-/// queued (a Lua script leased it) is forgotten; one that may be served
-/// and has held items has its head in `queue`.
+/// queued (a Lua script leased it) is forgotten; one that may not be
+/// served (paused, at a lowered cap, a rejoin owed) has its head in
+/// `held`, out of LEASE's way; one that may be served and has held items
+/// has its head in `queue`.
 fn settle(store: &mut impl Store, partition: &mut Partition) {
     if partition.record.queued == 0 && partition.record.gap > 0 {
         // It re-enters as if the cancelled items had never been queued.
@@ -100,6 +102,9 @@ fn settle(store: &mut impl Store, partition: &mut Partition) {
         if store.zscore(ZsetKey::Queue, head).is_none() {
             partition.record.head = None;
         }
+    }
+    if !partition.record.servable(partition.default_cap) {
+        park_head(store, partition);
     }
     if partition.record.held > 0
         && partition.record.head.is_none()
@@ -178,9 +183,8 @@ pub fn take_queued(store: &mut impl Store, partition: &mut Partition, id: &[u8])
     true
 }
 
-/// The queued `id` of a paused partition leaves `queue` for `held` (a
-/// PAUSE takes its head out of LEASE's way).
-pub fn park_head(store: &mut impl Store, partition: &mut Partition) {
+/// The partition's head leaves `queue` for `held`.
+fn park_head(store: &mut impl Store, partition: &mut Partition) {
     if let Some(head) = partition.record.head.take() {
         if let Some(score) = store.zscore(ZsetKey::Queue, &head) {
             store.zrem(ZsetKey::Queue, &head);
@@ -296,8 +300,10 @@ pub fn park_queued(
     store.zcard(ZsetKey::Parking) > 0
 }
 
-/// Parks the entries of `batch` that belong to `partition`; true once it
-/// has nothing left in `queue`.
+/// Parks the entries of `batch` that belong to `partition`, and those of
+/// any other partition whose parking is under way (each walk parks what it
+/// meets, so partitions that came under control together are found in one
+/// pass); true once `partition` has nothing left in `queue`.
 fn park_own(
     store: &mut impl Store,
     partition: &mut Partition,
@@ -305,14 +311,28 @@ fn park_own(
     outcome: &mut Due,
 ) -> bool {
     for (id, score) in batch {
-        if partition_of(store, &id) != partition.name {
-            continue;
-        }
-        store.zrem(ZsetKey::Queue, &id);
-        hold_item(store, partition, &id, score as i64);
-        outcome.parked += 1;
-        if partition.record.in_queue() == 0 {
-            return true;
+        let name = partition_of(store, &id);
+        if name == partition.name {
+            // Its head is in `queue` by the rule, not left over.
+            if partition.record.head.as_deref() == Some(id.as_slice()) {
+                continue;
+            }
+            store.zrem(ZsetKey::Queue, &id);
+            hold_item(store, partition, &id, score as i64);
+            outcome.parked += 1;
+            if partition.record.in_queue() == 0 {
+                return true;
+            }
+        } else if store.zscore(ZsetKey::Parking, &name).is_some() {
+            let mut other = open(store, &name, partition.default_cap, &mut outcome.anomalies);
+            if other.record.parking != Parking::Done
+                && other.record.head.as_deref() != Some(id.as_slice())
+            {
+                store.zrem(ZsetKey::Queue, &id);
+                hold_item(store, &mut other, &id, score as i64);
+                outcome.parked += 1;
+            }
+            close(store, other);
         }
     }
     false

@@ -169,6 +169,12 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 record.in_queue()
             ));
         }
+        if record.head.is_some() && !record.servable(default_cap) {
+            problems.push(format!(
+                "partition {} may not be served but has its head in queue",
+                show(&name)
+            ));
+        }
         if let Some(head) = &record.head {
             if store.zscore(ZsetKey::Queue, head).is_none() {
                 problems.push(format!(

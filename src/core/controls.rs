@@ -158,8 +158,8 @@ pub(super) fn set_default_cap(
 }
 
 /// `VTRR.PAUSE`: false when already paused. Its head (if any) leaves
-/// `queue` for `held`, so no LEASE steps over it; what else it has in
-/// `queue` starts parking.
+/// `queue` for `held` as it settles, so no LEASE steps over it; what else
+/// it has in `queue` starts parking.
 pub fn pause(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> bool {
     let default_cap = read_default_cap(store, anomalies);
     let mut partition = admission::open(store, name, default_cap, anomalies);
@@ -167,7 +167,6 @@ pub fn pause(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) 
         return false;
     }
     partition.record.paused = true;
-    admission::park_head(store, &mut partition);
     adjust_count(store, PAUSED_COUNT_FIELD, true);
     admission::close(store, partition);
     park_some(store, default_cap, anomalies);

@@ -270,3 +270,64 @@ fn the_partitions_view_pages_through_every_partition() {
     assert_eq!(seen.len(), 25);
     assert!(seen.iter().all(|(_, queued)| *queued == 1));
 }
+
+/// A LEASE that parks a parking partition's last item in `queue` ends the
+/// parking itself: no walk is needed after it.
+#[test]
+fn a_lease_that_parks_the_last_item_left_ends_the_parking() {
+    let mut store = a_backlog_behind_o0(MAX_PARKED_PER_CALL + 10);
+    assert!(pause(&mut store, b"P", &mut Vec::new()));
+    assert_eq!(record(&mut store, "P").parking, Parking::Underway);
+    // No due work: the ten left are parked as popped, then o1 is served.
+    let leased = lease_at(&mut store, 0, 1000, 1, 0).unwrap().leased;
+    assert_eq!(leased[0].id, b"o1");
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+    assert!(store.zset_entries(ZsetKey::Parking).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
+}
+
+/// Under a default cap it may still be served, a parking partition has a
+/// head from `held` beside its items still in `queue`; cancelling one of
+/// those leaves the head alone.
+#[test]
+fn cancelling_an_item_left_in_queue_during_parking_keeps_the_head() {
+    let mut store = a_backlog_behind_o0(MAX_PARKED_PER_CALL + 10);
+    apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(Some(5))]);
+    let record_p = record(&mut store, "P");
+    assert_eq!(record_p.parking, Parking::Underway);
+    let head = record_p
+        .head
+        .clone()
+        .unwrap_or_else(|| panic!("no head: {record_p:?}"));
+    let left = store
+        .zset_entries(ZsetKey::Queue)
+        .into_iter()
+        .map(|(id, _)| id)
+        .find(|id| id.starts_with(b"p") && *id != head)
+        .unwrap();
+    assert_eq!(cancel(&mut store, &[&left], &mut Vec::new()), 1);
+    assert_eq!(record(&mut store, "P").head, Some(head));
+    run_due(&mut store, 0, 10).unwrap();
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+    let in_queue = store
+        .zset_entries(ZsetKey::Queue)
+        .into_iter()
+        .filter(|(id, _)| id.starts_with(b"p"))
+        .count();
+    assert_eq!(in_queue, 1, "one head");
+    assert!(check::check(&mut store).unwrap().is_empty());
+}
+
+/// A lowered cap takes the head of a partition now at it out of `queue`.
+#[test]
+fn a_partition_that_may_no_longer_be_served_gives_up_its_head() {
+    let mut store = MemoryStore::new();
+    apply_limit(&mut store, "A", LimitChange::Concurrency(Some(2)));
+    enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
+    assert_eq!(lease_ids(&mut store, 0, 1), ["a1"]);
+    assert_eq!(record(&mut store, "A").head, Some(b"a2".to_vec()));
+    apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
+    assert_eq!(record(&mut store, "A").head, None);
+    assert!(store.zset_entries(ZsetKey::Queue).is_empty());
+    assert!(check::check(&mut store).unwrap().is_empty());
+}
