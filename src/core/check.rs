@@ -169,6 +169,12 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 record.in_queue()
             ));
         }
+        if record.parking != Parking::Done && record.in_queue() == 0 {
+            problems.push(format!(
+                "partition {} is parking with nothing left in queue",
+                show(&name)
+            ));
+        }
         if record.head.is_some() && !record.servable(default_cap) {
             problems.push(format!(
                 "partition {} may not be served but has its head in queue",

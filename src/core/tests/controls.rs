@@ -331,3 +331,53 @@ fn a_partition_that_may_no_longer_be_served_gives_up_its_head() {
     assert!(store.zset_entries(ZsetKey::Queue).is_empty());
     assert!(check::check(&mut store).unwrap().is_empty());
 }
+
+fn enqueue_numbered(store: &mut MemoryStore, partition: &str, prefix: &str, count: usize) {
+    let ids: Vec<String> = (0..count).map(|n| format!("{prefix}{n:05}")).collect();
+    let items: Vec<_> = ids.iter().map(|id| item(partition, id, 1)).collect();
+    enqueue(store, &items).unwrap();
+}
+
+fn held_count(store: &mut MemoryStore, partition: &str) -> u64 {
+    record(store, partition).held
+}
+
+/// A walk stops at its bound only at a new score: three partitions share
+/// every score, and the bound falls inside a tie, so the tie is finished
+/// (P's item, last in member order, included) and nothing is skipped.
+#[test]
+fn a_walk_that_reaches_its_bound_inside_a_tie_finishes_the_tie() {
+    let mut store = MemoryStore::new();
+    enqueue_numbered(&mut store, "Q", "a", 400);
+    enqueue_numbered(&mut store, "R", "b", 400);
+    enqueue_numbered(&mut store, "P", "z", 400);
+    assert!(pause(&mut store, b"P", &mut Vec::new()));
+    // 1,024 = 3 * 341 + 1: the bound falls on a0341 (score 342), the
+    // first of its tie; the tie brings z00341 in.
+    assert_eq!(held_count(&mut store, "P"), 342);
+    run_due(&mut store, 0, 10).unwrap();
+    assert_eq!(held_count(&mut store, "P"), 400);
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+    assert!(check::check(&mut store).unwrap().is_empty());
+}
+
+/// Walks share one bound per call: P's walk ends early, Q's takes what
+/// is left of the call's bound, not a bound of its own.
+#[test]
+fn walks_in_one_call_share_its_bound() {
+    let mut store = MemoryStore::new();
+    enqueue_numbered(&mut store, "P", "p", 10);
+    enqueue_numbered(&mut store, "Q", "q", 2000);
+    apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(Some(5))]);
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+    let q_held = held_count(&mut store, "Q") as usize;
+    // P's ten took 19 visits (p and q alternate); Q's walk the rest.
+    assert!(
+        q_held + 10 <= MAX_PARKED_PER_CALL,
+        "{q_held} of Q's held: over the call's bound"
+    );
+    assert!(q_held > 900, "{q_held}");
+    while run_due(&mut store, 0, 10).unwrap().parking_left {}
+    assert_eq!(held_count(&mut store, "Q") + 1, 2000, "all but its head");
+    assert!(check::check(&mut store).unwrap().is_empty());
+}
