@@ -57,8 +57,9 @@ pub const RENEW: Command = Command {
     handler: renew,
 };
 
-/// A parsed `VTRR.LEASE`, owned so a blocked client can keep it.
-struct LeaseRequest {
+/// The arguments of a parsed `VTRR.LEASE`, owned so a blocked client can
+/// keep them (the core's `LeaseRequest` is what one turn asks for).
+struct LeaseArgs {
     queue: Vec<u8>,
     lease_ms: i64,
     /// `Some(n)` when COUNT was given: the reply is then an array of leases.
@@ -71,7 +72,7 @@ struct LeaseRequest {
 fn parse_lease(
     ctx: &Context,
     argv: &[RedisString],
-) -> Result<(LeaseRequest, Option<i64>), RedisError> {
+) -> Result<(LeaseArgs, Option<i64>), RedisError> {
     check_arity(argv, &LEASE)?;
     let queue = queue_name(ctx, &argv[1])?.to_vec();
     let lease_ms = args::lease_ms(&argv[2])?;
@@ -99,7 +100,7 @@ fn parse_lease(
         }
     }
     Ok((
-        LeaseRequest {
+        LeaseArgs {
             queue,
             lease_ms,
             count,
@@ -123,7 +124,7 @@ fn lease_reply(leased: Leased) -> RedisValue {
 }
 
 /// The reply for no lease: nil, or an empty array with COUNT.
-fn nothing(request: &LeaseRequest) -> RedisValue {
+fn nothing(request: &LeaseArgs) -> RedisValue {
     match request.count {
         Some(_) => RedisValue::Array(Vec::new()),
         None => RedisValue::Null,
@@ -131,7 +132,7 @@ fn nothing(request: &LeaseRequest) -> RedisValue {
 }
 
 /// Reclaims, then leases now; an empty vector when nothing is queued.
-fn grant(ctx: &Context, request: &LeaseRequest) -> Result<Vec<Leased>, RedisError> {
+fn grant(ctx: &Context, request: &LeaseArgs) -> Result<Vec<Leased>, RedisError> {
     ops::lease(
         ctx,
         &request.queue,
@@ -143,7 +144,7 @@ fn grant(ctx: &Context, request: &LeaseRequest) -> Result<Vec<Leased>, RedisErro
     )
 }
 
-fn reply(request: &LeaseRequest, leased: Vec<Leased>) -> RedisValue {
+fn reply(request: &LeaseArgs, leased: Vec<Leased>) -> RedisValue {
     let mut leased = leased.into_iter().map(lease_reply);
     match request.count {
         Some(_) => RedisValue::Array(leased.collect()),
@@ -153,7 +154,7 @@ fn reply(request: &LeaseRequest, leased: Vec<Leased>) -> RedisValue {
 
 /// A blocked client's turn: the queue was written. The lease is granted now,
 /// so its expiry counts from the moment it is served.
-fn serve_blocked(ctx: &Context, request: &LeaseRequest) -> Option<RedisResult> {
+fn serve_blocked(ctx: &Context, request: &LeaseArgs) -> Option<RedisResult> {
     match grant(ctx, request) {
         Err(error) => Some(Err(error)),
         Ok(leased) if leased.is_empty() => None,

@@ -31,7 +31,8 @@ pub fn increment(
     anomalies: &mut Vec<Anomaly>,
 ) -> i64 {
     let value = read(store, key, id, anomalies).saturating_add(1);
-    store.hset(key, id, value.to_string().as_bytes());
+    let mut digits = itoa::Buffer::new();
+    store.hset(key, id, digits.format(value).as_bytes());
     value
 }
 

@@ -21,7 +21,10 @@ pub fn parse_virtual_time(raw: &[u8]) -> Option<i64> {
 
 /// `meta[id]` = `<weight>:<partition>`.
 pub fn format_meta(weight: u64, partition: &[u8]) -> Vec<u8> {
-    let mut meta = weight.to_string().into_bytes();
+    let mut digits = itoa::Buffer::new();
+    let weight = digits.format(weight).as_bytes();
+    let mut meta = Vec::with_capacity(weight.len() + 1 + partition.len());
+    meta.extend_from_slice(weight);
     meta.push(b':');
     meta.extend_from_slice(partition);
     meta
