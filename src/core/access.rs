@@ -4,7 +4,7 @@
 //! store of the tests runs each call scoped to them, refusing any other: a
 //! key missing here fails the tests instead of reading as empty.
 
-use super::PolicyChange;
+use super::dead::PolicyChange;
 use crate::store::{QueueKey, Scope};
 
 /// A core operation, as the operations layer runs it.

@@ -24,8 +24,8 @@
 use super::held;
 use super::meta::partition_of;
 use super::partitions::{self, Parking, Record};
+use super::types::{Anomaly, Due};
 use super::virtual_time::{move_next, next_of, read_current_virtual_time};
-use super::{Anomaly, Due};
 use crate::store::{Store, ZsetKey};
 
 /// The most items one call moves from `queue` to `held` (LEASE popping

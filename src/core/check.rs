@@ -4,8 +4,10 @@
 use std::collections::HashSet;
 
 use super::controls::count_from_keys;
+use super::held;
+use super::numbers::parse_meta;
 use super::partitions::{read_default_cap, Parking, Record};
-use super::{held, parse_meta, CoreError};
+use super::types::CoreError;
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Every broken invariant, as a readable sentence naming the id.

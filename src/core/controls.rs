@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use super::admission::{self, MAX_PARKED_PER_CALL};
 use super::held;
 use super::meta::partition_of;
+use super::numbers::parse_virtual_time;
 use super::partitions::{
     self, read_default_cap, Record, CAPPED_COUNT_FIELD, DEFAULT_CONCURRENCY_FIELD,
     PAUSED_COUNT_FIELD,
 };
+use super::types::{Anomaly, CoreError, Due};
 use super::virtual_time::read_placing;
-use super::{parse_virtual_time, Anomaly, CoreError, Due};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// One change of `VTRR.LIMIT`.

@@ -1,7 +1,7 @@
 //! Per-item counters kept beside the item: `timeouts` (its lease expired)
 //! and `nacks` (its worker gave it back). Both are cleared on ack.
 
-use super::Anomaly;
+use super::types::Anomaly;
 use crate::store::{HashKey, Store};
 
 /// The counter `key` of `id`: missing is 0; a value that is not a count is

@@ -4,10 +4,12 @@
 use super::admission;
 use super::controls::set_default_cap;
 use super::meta;
+use super::numbers::parse_meta;
 use super::partitions::{read_default_cap, State};
 use super::scoring::requeue;
+use super::types::{Anomaly, CoreError};
 use super::virtual_time::{read_current_virtual_time, read_placing};
-use super::{counters, leased, parse_meta, Anomaly, CoreError};
+use super::{counters, leased};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Why an item died.

@@ -10,8 +10,8 @@ use super::meta;
 use super::numbers::format_meta;
 use super::partitions::{read_default_cap, State};
 use super::scoring::{is_present, requeue};
+use super::types::{CoreError, Due, NewItem};
 use super::virtual_time::Placing;
-use super::{CoreError, Due, NewItem};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// `VTRR.DEFER`: each item whose id is not already in the queue's life

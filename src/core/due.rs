@@ -5,8 +5,8 @@
 use super::admission::{park_queued, MAX_PARKED_PER_CALL};
 use super::delay::promote_at;
 use super::reclaim::reclaim_at;
+use super::types::{CoreError, Due};
 use super::virtual_time::{read_placing, Placing};
-use super::{CoreError, Due};
 use crate::store::{Store, ZsetKey};
 
 /// Everything of a queue due at `now_ms`, at most `limit` items: expired

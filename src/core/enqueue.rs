@@ -1,8 +1,8 @@
 //! `VTRR.ENQUEUE`.
 
 use super::scoring::{enter, is_present};
+use super::types::{Anomaly, CoreError, NewItem};
 use super::virtual_time::read_placing;
-use super::{Anomaly, CoreError, NewItem};
 use crate::store::Store;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -6,8 +6,9 @@ use super::dead::bury_without_payload;
 use super::due::due_at;
 use super::meta::{self, partition_of};
 use super::partitions::{read_default_cap, State};
+use super::types::{Anomaly, CoreError, Due, Leased};
 use super::virtual_time::{parse_current_virtual_time, Placing};
-use super::{counters, leased, Anomaly, CoreError, Due, Leased};
+use super::{counters, leased};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// What `VTRR.LEASE` asks for.

@@ -1,7 +1,7 @@
 //! What an item's `meta` says of it: its weight and its partition.
 
 use super::numbers::parse_meta;
-use super::Anomaly;
+use super::types::Anomaly;
 use crate::store::{HashKey, Store};
 
 /// An item's `meta` as read, and what it says.

@@ -6,8 +6,9 @@ use super::delay::postpone;
 use super::meta;
 use super::partitions::State;
 use super::scoring::requeue;
+use super::types::{Anomaly, CoreError};
 use super::virtual_time::read_placing;
-use super::{counters, leased, Anomaly, CoreError};
+use super::{counters, leased};
 use crate::store::{HashKey, Store};
 
 /// What the worker asks for.

@@ -2,7 +2,7 @@
 //! queued (of which held), leased, delayed and dead, and its cap, share and
 //! pause. How the record decides what enters `queue` is `admission.rs`.
 
-use super::Anomaly;
+use super::types::Anomaly;
 use crate::store::{HashKey, Store};
 
 /// `policy` fields of the tenant controls.

@@ -6,8 +6,9 @@ use super::dead::{bury, bury_without_payload, read_policy, Reason};
 use super::meta;
 use super::partitions::State;
 use super::scoring::requeue;
+use super::types::{CoreError, Due};
 use super::virtual_time::{read_placing, Placing};
-use super::{counters, leased, CoreError, Due};
+use super::{counters, leased};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// `VTRR.RECLAIM`: takes back up to `limit` leases whose expiry is <=

@@ -4,8 +4,8 @@
 use super::admission::{self, Partition};
 use super::meta::Meta;
 use super::numbers::{format_meta, MAX_VIRTUAL_TIME};
+use super::types::{Anomaly, NewItem};
 use super::virtual_time::{next_of, set_next, Placing};
-use super::{Anomaly, NewItem};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// The VTRR scoring rule, shared by every way an item enters the queue:

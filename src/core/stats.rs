@@ -1,6 +1,8 @@
 //! `VTRR.STATS`.
 
-use super::{control_counts, read_current_virtual_time, CoreError};
+use super::controls::control_counts;
+use super::types::CoreError;
+use super::virtual_time::read_current_virtual_time;
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Counts reported by `VTRR.STATS`.

@@ -4,7 +4,7 @@
 
 use super::numbers::{parse_virtual_time, MAX_VIRTUAL_TIME};
 use super::partitions::read_default_cap;
-use super::{Anomaly, CoreError};
+use super::types::{Anomaly, CoreError};
 use crate::store::{HashKey, Store};
 
 /// What every call that moves items reads once, before its first write:
