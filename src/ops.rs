@@ -317,7 +317,7 @@ pub fn set_policy(ctx: &Context, queue: &[u8], changes: &[PolicyChange]) -> Resu
     Call::client(ctx, queue).effects(
         CoreOp::set_policy(changes),
         |store, anomalies| core::set_policy(store, changes, anomalies),
-        |_| Done::new(c"vtrr.policy"),
+        |_| Done::new(c"vtrr.policy").recheck(),
     )
 }
 
@@ -331,7 +331,7 @@ pub fn set_limit(
     Call::client(ctx, queue).effects(
         CoreOp::SetLimit,
         |store, anomalies| core::set_limit(store, partition, changes, anomalies),
-        |_| Done::new(c"vtrr.limit"),
+        |_| Done::new(c"vtrr.limit").recheck(),
     )
 }
 
@@ -347,7 +347,7 @@ pub fn pause(ctx: &Context, queue: &[u8], partition: &[u8]) -> Result<bool, Redi
     Call::client(ctx, queue).effects(
         CoreOp::Pause,
         |store, anomalies| Ok(core::pause(store, partition, anomalies)),
-        |_| Done::new(c"vtrr.pause"),
+        |_| Done::new(c"vtrr.pause").recheck(),
     )
 }
 
@@ -388,7 +388,7 @@ pub fn recount(ctx: &Context, queue: &[u8]) -> Result<u64, RedisError> {
     Call::client(ctx, queue).effects(
         CoreOp::Recount,
         |store, anomalies| core::recount(store, anomalies),
-        |_| Done::new(c"vtrr.recount"),
+        |_| Done::new(c"vtrr.recount").recheck(),
     )
 }
 
@@ -481,6 +481,9 @@ struct Done<'a> {
     anomalies: &'a [Anomaly],
     /// Times something of the queue falls due, for the timer.
     watch: SmallVec<[i64; 2]>,
+    /// The timer rereads when the queue next falls due (read-only): a
+    /// control change may have started a parking that outlasts the call.
+    recheck: bool,
 }
 
 impl<'a> Done<'a> {
@@ -493,6 +496,7 @@ impl<'a> Done<'a> {
             due: None,
             anomalies: &[],
             watch: SmallVec::new(),
+            recheck: false,
         }
     }
 
@@ -513,6 +517,13 @@ impl<'a> Done<'a> {
     fn watch(mut self, due_ms: i64) -> Self {
         self.watch.push(due_ms);
         self
+    }
+
+    fn recheck(self) -> Self {
+        Done {
+            recheck: true,
+            ..self
+        }
     }
 
     fn anomalies(self, anomalies: &'a [Anomaly]) -> Self {
@@ -692,6 +703,10 @@ impl<'a> Call<'a> {
         }
         for due_ms in done.watch {
             watch(self.ctx, self.queue, due_ms);
+        }
+        if done.recheck {
+            let db = selected_db(self.ctx);
+            with_index(|index| index.recheck.insert((db, self.queue.to_vec())));
         }
         Ok(value)
     }

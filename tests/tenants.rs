@@ -1470,3 +1470,44 @@ fn a_capped_partitions_late_item_does_not_give_a_newcomer_a_burst() {
         "the newcomer c took {c} of 100 leases ahead of backlogged b"
     );
 }
+
+/// A pause of a partition with more items in `queue` than one call parks:
+/// the parking survives a restart (the timer's index finds it when it
+/// rebuilds), the timer finishes it with no client traffic, a RESUME
+/// meanwhile waits for it, and then the partition is served again in turn
+/// with the others, nothing lost.
+#[test]
+fn the_timer_finishes_a_parking_longer_than_one_call_with_no_traffic() {
+    let mut server = quiet_server();
+    let mut con = server.connect();
+    enqueue_many(&mut con, "q", "big", 0..3000, 1);
+    enqueue_many(&mut con, "q", "small", 0..3, 1);
+    assert_eq!(pause(&mut con, "q", "big"), 1);
+    let parking = |con: &mut Connection| -> i64 {
+        redis::cmd("ZCARD")
+            .arg("vtrr:q:parking")
+            .query(con)
+            .unwrap()
+    };
+    assert_eq!(parking(&mut con), 1, "one call parks at most its bound");
+    assert!(count(&view(&mut con, "q", "big"), "held") < 3000);
+    assert_eq!(resume(&mut con, "q", "big"), 1);
+    server.stop(true);
+    server.restart();
+    let mut con = server.connect();
+    assert_eq!(parking(&mut con), 1, "the parking survived the restart");
+    set_reclaim_interval_ms(&mut con, 50);
+    wait_until(
+        Duration::from_secs(10),
+        "the timer ends the parking",
+        || parking(&mut con) == 0,
+    );
+    let big = view(&mut con, "q", "big");
+    assert_eq!((count(&big, "queued"), count(&big, "paused")), (3000, 0));
+    assert_invariants(&mut con, "q");
+    let leases = drain_and_ack(&mut con, "q");
+    assert_eq!(leases.len(), 3003);
+    // In turn: the three small items among the first six served.
+    assert_eq!(among_first(&leases, 6, "small"), 3);
+    assert_invariants(&mut con, "q");
+}

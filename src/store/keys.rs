@@ -240,12 +240,14 @@ pub fn key_name(queue: &[u8], key: QueueKey) -> Vec<u8> {
 }
 
 /// The queue name of a key whose entries fall due (`vtrr:<name>:inflight`,
-/// lease expiries; `vtrr:<name>:delayed`, delayed items), if it is one.
+/// lease expiries; `vtrr:<name>:delayed`, delayed items;
+/// `vtrr:<name>:parking`, parkings under way, due at once), if it is one.
 pub fn queue_of_due_key(key: &[u8]) -> Option<&[u8]> {
     let rest = key.strip_prefix(PREFIX)?;
     let name = rest
         .strip_suffix(b":inflight")
-        .or_else(|| rest.strip_suffix(b":delayed"))?;
+        .or_else(|| rest.strip_suffix(b":delayed"))
+        .or_else(|| rest.strip_suffix(b":parking"))?;
     (!name.is_empty()).then_some(name)
 }
 
@@ -290,6 +292,7 @@ mod tests {
     fn due_keys_name_their_queue() {
         assert_eq!(queue_of_due_key(b"vtrr:a:b:inflight"), Some(&b"a:b"[..]));
         assert_eq!(queue_of_due_key(b"vtrr:a:delayed"), Some(&b"a"[..]));
+        assert_eq!(queue_of_due_key(b"vtrr:a:parking"), Some(&b"a"[..]));
         assert_eq!(queue_of_due_key(b"vtrr:a:inflight_task"), None);
         assert_eq!(queue_of_due_key(b"vtrr:a:delayed_task"), None);
         assert_eq!(queue_of_due_key(b"vtrr::inflight"), None);

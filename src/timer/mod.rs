@@ -3,13 +3,15 @@
 //! queue (exactly as LEASE's promotion step).
 //!
 //! It never scans the keyspace per tick. Its [`index`] maps each (db, queue)
-//! with leases or delayed items to the earliest time one may be due:
+//! with leases, delayed items or a parking under way to the earliest time
+//! one may be due:
 //! - the operations layer notes the expiry of every lease it grants and the
-//!   due time of every item it delays;
+//!   due time of every item it delays, and has a queue rechecked after a
+//!   tenant-control change (which may start a parking);
 //! - writes by other clients (Lua scripts, a plain ZADD, RESTORE, RENAME,
 //!   replicated effects on a replica) reach it through a keyspace
-//!   subscription on `vtrr:*:inflight` and `vtrr:*:delayed` keys, which
-//!   queues a recheck;
+//!   subscription on `vtrr:*:inflight`, `vtrr:*:delayed` and
+//!   `vtrr:*:parking` keys, which queues a recheck;
 //! - after loading an RDB/AOF, a full sync, or a role change, [`rebuild`]
 //!   walks every database once, in bounded steps;
 //! - SWAPDB (which fires no keyspace event) moves its entries between the
