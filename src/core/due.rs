@@ -18,9 +18,7 @@ pub(super) fn due_at(
     limit: usize,
     outcome: &mut Due,
 ) {
-    let before = outcome.reclaimed;
-    reclaim_at(store, at, now_ms, limit, outcome);
-    let reclaimed = (outcome.reclaimed - before) as usize;
+    let reclaimed = reclaim_at(store, at, now_ms, limit, outcome);
     promote_at(store, at, now_ms, limit.saturating_sub(reclaimed), outcome);
 }
 

@@ -23,21 +23,22 @@ pub fn reclaim(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due,
 /// Each expired lease ends and has its `timeouts` counted; then it is
 /// rescored as if freshly enqueued, or, once its timeouts pass the policy's
 /// MAX-TIMEOUTS (or its payload is gone), dead-lettered. Each frees a slot
-/// of its partition's cap.
+/// of its partition's cap. How many it took back.
 pub(super) fn reclaim_at(
     store: &mut impl Store,
     at: &Placing,
     now_ms: i64,
     limit: usize,
     outcome: &mut Due,
-) {
+) -> usize {
     if limit == 0 {
-        return;
+        return 0;
     }
     let expired = store.zrange_upto(ZsetKey::Inflight, now_ms as f64, limit);
     if expired.is_empty() {
-        return;
+        return 0;
     }
+    let taken = expired.len();
     let policy = read_policy(store, &mut outcome.anomalies);
     for (id, _expiry) in expired {
         let payload = leased::take(store, &id);
@@ -61,4 +62,5 @@ pub(super) fn reclaim_at(
         }
         admission::close(store, partition);
     }
+    taken
 }

@@ -381,3 +381,54 @@ fn walks_in_one_call_share_its_bound() {
     assert_eq!(held_count(&mut store, "Q") + 1, 2000, "all but its head");
     assert!(check::check(&mut store).unwrap().is_empty());
 }
+
+/// A run that uses its whole bound to finish the last parking says no
+/// parking is left (the timer then stops coming back at once).
+#[test]
+fn a_run_that_finishes_the_last_parking_at_its_bound_leaves_none() {
+    let mut store = MemoryStore::new();
+    enqueue_numbered(&mut store, "P", "p", 2 * MAX_PARKED_PER_CALL);
+    assert!(pause(&mut store, b"P", &mut Vec::new()));
+    let due = run_due(&mut store, 0, 10).unwrap();
+    assert_eq!(due.parked as usize, MAX_PARKED_PER_CALL);
+    assert!(!due.parking_left);
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+}
+
+/// A walk parks what it meets of every partition parking, and counts it:
+/// what leaves `queue` is what the run says it parked.
+#[test]
+fn a_walk_parks_and_counts_the_items_of_every_partition_parking() {
+    let mut store = MemoryStore::new();
+    enqueue_numbered(&mut store, "P", "p", 1100);
+    enqueue_numbered(&mut store, "Q", "q", 1100);
+    apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(Some(5))]);
+    let in_queue = |store: &MemoryStore| store.zset_entries(ZsetKey::Queue).len() as u64;
+    let before = in_queue(&store);
+    let mut parked = 0;
+    loop {
+        let due = run_due(&mut store, 0, 10).unwrap();
+        parked += due.parked;
+        if !due.parking_left {
+            break;
+        }
+    }
+    assert_eq!(parked, before - in_queue(&store));
+    assert_eq!(in_queue(&store), 2, "one head each");
+    assert!(check::check(&mut store).unwrap().is_empty());
+}
+
+#[test]
+fn the_next_due_time_is_the_earliest_expiry_or_due_item_or_now_while_parking() {
+    let mut store = MemoryStore::new();
+    assert_eq!(next_due(&mut store), None);
+    enqueue_numbered(&mut store, "P", "p", 3);
+    assert_eq!(next_due(&mut store), None, "queued items are not due");
+    lease_at(&mut store, 100, 1000, 1, 0).unwrap();
+    assert_eq!(next_due(&mut store), Some(1100));
+    defer(&mut store, 100, 600, &[item("Q", "late", 1)]).unwrap();
+    assert_eq!(next_due(&mut store), Some(600));
+    enqueue_numbered(&mut store, "R", "r", MAX_PARKED_PER_CALL + 10);
+    assert!(pause(&mut store, b"R", &mut Vec::new()));
+    assert_eq!(next_due(&mut store), Some(0), "a parking is due at once");
+}
