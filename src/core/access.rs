@@ -123,11 +123,12 @@ const DEAD: &[QueueKey] = &[
 ];
 
 /// A cancel may take a parking partition's last item in `queue`, which
-/// ends its parking.
+/// ends its parking (and a rejoin owed reads the current virtual time).
 const CANCEL: &[QueueKey] = &[
     QueueKey::Held,
     QueueKey::HeldAt,
     QueueKey::Parking,
+    QueueKey::CurrentVirtualTime,
     QueueKey::Partitions,
     QueueKey::Policy,
     QueueKey::Queue,

@@ -68,7 +68,7 @@ pub fn open(
 pub fn close(store: &mut impl Store, mut partition: Partition) {
     settle(store, &mut partition);
     if !partition.controlled_at_open && partition.record.controlled(partition.default_cap) {
-        begin_parking(store, &mut partition);
+        park_from_start(store, &mut partition);
     }
     if partition.record.held == 0 {
         // The offset only means something for held items.
@@ -90,6 +90,12 @@ pub fn close(store: &mut impl Store, mut partition: Partition) {
 /// `held`, out of LEASE's way; one that may be served and has held items
 /// has its head in `queue`.
 fn settle(store: &mut impl Store, partition: &mut Partition) {
+    // First, so the counts below do not count a head that is gone.
+    if let Some(head) = &partition.record.head {
+        if store.zscore(ZsetKey::Queue, head).is_none() {
+            partition.record.head = None;
+        }
+    }
     if partition.record.queued == 0 && partition.record.gap > 0 {
         // It re-enters as if the cancelled items had never been queued.
         let gap = i64::try_from(std::mem::take(&mut partition.record.gap)).unwrap_or(i64::MAX);
@@ -98,18 +104,9 @@ fn settle(store: &mut impl Store, partition: &mut Partition) {
     if partition.record.parking != Parking::Done && partition.record.in_queue() == 0 {
         finish_parking(store, partition);
     }
-    if let Some(head) = &partition.record.head {
-        if store.zscore(ZsetKey::Queue, head).is_none() {
-            partition.record.head = None;
-        }
-    }
     if !partition.record.servable(partition.default_cap) {
         park_head(store, partition);
-    }
-    if partition.record.held > 0
-        && partition.record.head.is_none()
-        && partition.record.servable(partition.default_cap)
-    {
+    } else if partition.record.held > 0 && partition.record.head.is_none() {
         admit_head(store, partition);
     }
 }
@@ -157,12 +154,7 @@ fn admit_head(store: &mut impl Store, partition: &mut Partition) {
 /// lowest.
 pub fn park_popped(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
     hold_item(store, partition, id, score);
-    if let Some(head) = partition.record.head.take() {
-        if let Some(head_score) = store.zscore(ZsetKey::Queue, &head) {
-            store.zrem(ZsetKey::Queue, &head);
-            hold_item(store, partition, &head, head_score as i64);
-        }
-    }
+    park_head(store, partition);
 }
 
 /// Takes a queued `id` out of `queue` or `held`; false when it is in
@@ -209,9 +201,10 @@ pub fn rejoin(store: &mut impl Store, partition: &mut Partition) {
         return;
     };
     // Read here, on this rare path, so that the calls that never rejoin
-    // (ACK) need not read it. The calls that may read it before their
-    // first write and refuse a bad one; only CANCEL, finishing a parking,
-    // can meet it unreadable, and then there is no time to rejoin.
+    // (ACK) need not read it. RESUME, LIMIT, POLICY, LEASE, NACK, RECLAIM
+    // and REVIVE refuse an unreadable one before their first write; PAUSE
+    // and CANCEL, finishing a parking, can meet it unreadable, and then
+    // there is no time to rejoin at.
     let Ok(current_virtual_time) = read_current_virtual_time(store) else {
         return;
     };
@@ -223,11 +216,13 @@ pub fn rejoin(store: &mut impl Store, partition: &mut Partition) {
 }
 
 /// A partition under control with items in `queue` (it just came under
-/// control, or RECOUNT found items a Lua script queued) starts parking
-/// them.
-pub fn begin_parking(store: &mut impl Store, partition: &mut Partition) {
-    if partition.record.parking == Parking::Done && partition.record.in_queue() > 0 {
-        partition.record.parking = Parking::Underway;
+/// control, or RECOUNT found items a Lua script queued, perhaps below where
+/// a walk under way had got to) parks them, walking from the front.
+pub fn park_from_start(store: &mut impl Store, partition: &mut Partition) {
+    if partition.record.in_queue() > 0 {
+        if partition.record.parking == Parking::Done {
+            partition.record.parking = Parking::Underway;
+        }
         store.zadd(ZsetKey::Parking, &partition.name, f64::NEG_INFINITY);
     }
 }
@@ -273,15 +268,20 @@ pub fn park_queued(
             }
             let want = budget - visits;
             let batch = store.zrange_above(ZsetKey::Queue, passed, upto, want);
-            let Some(&(_, last)) = batch.last() else {
+            let Some((last_id, last)) = batch.last().cloned() else {
                 break true;
             };
             let full = batch.len() == want;
             visits += batch.len();
             let mut found = park_own(store, &mut partition, batch, outcome);
             if full && !found {
-                // Stop only at a new score: take the rest of this one.
-                let ties = store.zrange_above(ZsetKey::Queue, last.next_down(), last, usize::MAX);
+                // Stop only at a new score: take the rest of this one (those
+                // after the last visited, in member order).
+                let ties: Vec<_> = store
+                    .zrange_above(ZsetKey::Queue, last.next_down(), last, usize::MAX)
+                    .into_iter()
+                    .filter(|(id, _)| *id > last_id)
+                    .collect();
                 visits += ties.len();
                 found = park_own(store, &mut partition, ties, outcome);
             }
@@ -312,27 +312,31 @@ fn park_own(
 ) -> bool {
     for (id, score) in batch {
         let name = partition_of(store, &id);
-        if name == partition.name {
-            // Its head is in `queue` by the rule, not left over.
-            if partition.record.head.as_deref() == Some(id.as_slice()) {
-                continue;
-            }
-            store.zrem(ZsetKey::Queue, &id);
-            hold_item(store, partition, &id, score as i64);
-            outcome.parked += 1;
-            if partition.record.in_queue() == 0 {
-                return true;
-            }
+        let mut other = None;
+        let owner = if name == partition.name {
+            &mut *partition
         } else if store.zscore(ZsetKey::Parking, &name).is_some() {
-            let mut other = open(store, &name, partition.default_cap, &mut outcome.anomalies);
-            if other.record.parking != Parking::Done
-                && other.record.head.as_deref() != Some(id.as_slice())
-            {
-                store.zrem(ZsetKey::Queue, &id);
-                hold_item(store, &mut other, &id, score as i64);
-                outcome.parked += 1;
-            }
-            close(store, other);
+            other.insert(open(
+                store,
+                &name,
+                partition.default_cap,
+                &mut outcome.anomalies,
+            ))
+        } else {
+            continue;
+        };
+        // A head is in `queue` by the rule, not left over.
+        if owner.record.parking != Parking::Done
+            && owner.record.head.as_deref() != Some(id.as_slice())
+        {
+            store.zrem(ZsetKey::Queue, &id);
+            hold_item(store, owner, &id, score as i64);
+            outcome.parked += 1;
+        }
+        match other {
+            Some(other) => close(store, other),
+            None if partition.record.in_queue() == 0 => return true,
+            None => {}
         }
     }
     false

@@ -87,6 +87,7 @@ pub fn set_limit(
 ) -> Result<(), CoreError> {
     let at = read_placing(store, anomalies)?;
     let mut partition = admission::open(store, name, at.default_cap, anomalies);
+    let before = partition.record.clone();
     let cap_before = partition.record.cap_in_force(at.default_cap);
     let was_capped = partition.record.cap.is_some();
     for change in changes {
@@ -101,8 +102,12 @@ pub fn set_limit(
     if raised(cap_before, partition.record.cap_in_force(at.default_cap)) {
         admission::rejoin(store, &mut partition);
     }
+    let changed = partition.record != before;
     admission::close(store, partition);
-    park_some(store, at.default_cap, anomalies);
+    if changed {
+        // Setting what is already set writes nothing (WATCH stays intact).
+        park_some(store, at.default_cap, anomalies);
+    }
     Ok(())
 }
 
@@ -294,7 +299,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
         paused += u64::from(record.paused);
         capped += u64::from(record.cap.is_some());
         if record.controlled(default_cap) {
-            admission::begin_parking(store, &mut partition);
+            admission::park_from_start(store, &mut partition);
         }
         if partition.record != before {
             changed += 1;

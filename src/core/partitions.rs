@@ -167,9 +167,13 @@ impl Record {
             (0, 0) => Parking::Done,
             (1, 0) => Parking::Underway,
             (2, 0) => Parking::RejoinOwed,
-            // Written by an earlier version: items still in `queue` owed a
-            // rejoin's shift. They are found, held and rejoined now.
-            _ => Parking::RejoinOwed,
+            // Written by an earlier version, with a shift its items still
+            // in `queue` owed (its held items already had theirs): they
+            // are served at their own times, as that version's LEASE would
+            // have served them had it not shifted them. Nothing is listed
+            // in `parking` for it.
+            (shift, _) if shift > 2 || earlier_shift_bound != 0 => Parking::Done,
+            _ => return None,
         };
         record.head = next().map(<[u8]>::to_vec);
         Some(record)
@@ -337,9 +341,9 @@ mod tests {
     }
 
     #[test]
-    fn a_record_of_an_earlier_version_with_a_pending_shift_reads_as_parking() {
+    fn a_record_of_an_earlier_version_with_a_pending_shift_reads_as_done() {
         let record = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 4 17").unwrap();
-        assert_eq!(record.parking, Parking::RejoinOwed);
+        assert_eq!(record.parking, Parking::Done);
         assert_eq!(record.head, None);
         let record = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 0 0 x").unwrap();
         assert_eq!(record.parking, Parking::Done);

@@ -432,3 +432,31 @@ fn the_next_due_time_is_the_earliest_expiry_or_due_item_or_now_while_parking() {
     assert!(pause(&mut store, b"R", &mut Vec::new()));
     assert_eq!(next_due(&mut store), Some(0), "a parking is due at once");
 }
+
+/// A CANCEL of a parking partition's last items in `queue` ends the
+/// parking and applies the rejoin owed, within the keys CANCEL declares.
+#[test]
+fn a_cancel_that_ends_a_parking_applies_the_rejoin_owed() {
+    let mut store = MemoryStore::new();
+    enqueue_numbered(&mut store, "P", "p", MAX_PARKED_PER_CALL + 10);
+    assert!(pause(&mut store, b"P", &mut Vec::new()));
+    enqueue_numbered(&mut store, "O", "o", 1000);
+    assert_eq!(
+        lease_at(&mut store, 0, 1000, 1000, 0).unwrap().leased.len(),
+        1000
+    );
+    assert!(resume(&mut store, b"P", &mut Vec::new()).unwrap());
+    assert_eq!(record(&mut store, "P").parking, Parking::RejoinOwed);
+    let left: Vec<Vec<u8>> = (MAX_PARKED_PER_CALL..MAX_PARKED_PER_CALL + 10)
+        .map(|n| format!("p{n:05}").into_bytes())
+        .collect();
+    let ids: Vec<&[u8]> = left.iter().map(Vec::as_slice).collect();
+    let mut scoped = store.scoped(CoreOp::Cancel);
+    assert_eq!(cancel(&mut scoped, &ids, &mut Vec::new()), 10);
+    assert_eq!(record(&mut store, "P").parking, Parking::Done);
+    assert_eq!(
+        store.zset_entries(ZsetKey::Queue),
+        [(b"p00000".to_vec(), 1001.0)]
+    );
+    assert!(check::check(&mut store).unwrap().is_empty());
+}
