@@ -22,7 +22,7 @@ pub fn dump_keys<K: redis::ToRedisArgs>(
     keys.into_iter().zip(dumps).collect()
 }
 
-/// DUMP of every key of queue `name`, all nineteen (None for missing keys).
+/// DUMP of every key of queue `name`, all twenty (None for missing keys).
 pub fn dump_queue(con: &mut redis::Connection, name: &str) -> Vec<(String, Option<Vec<u8>>)> {
     dump_keys(con, all_queue_keys(name))
 }

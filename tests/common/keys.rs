@@ -46,7 +46,7 @@ pub fn queue_keys(name: &str) -> Vec<String> {
     keys_of(name, &SUFFIXES)
 }
 
-/// All nineteen key names of queue `name`, in `ALL_SUFFIXES` order.
+/// All twenty key names of queue `name`, in `ALL_SUFFIXES` order.
 pub fn all_queue_keys(name: &str) -> Vec<String> {
     keys_of(name, &ALL_SUFFIXES)
 }
