@@ -271,17 +271,21 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
         cmd.arg("late-pause").arg(id).arg(1).arg("L");
     }
     let _: i64 = cmd.query(con).unwrap();
-    let paused: i64 = redis::cmd("VTRR.PAUSE")
+    // In one transaction: the master's timer may go on parking right after.
+    let (paused, parking): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("VTRR.PAUSE")
         .arg(queue)
         .arg("late-pause")
-        .query(con)
-        .unwrap();
-    assert_eq!(paused, 1);
-    let parking: i64 = redis::cmd("ZCARD")
+        .cmd("ZCARD")
         .arg(format!("vtrr:{queue}:parking"))
         .query(con)
         .unwrap();
-    assert_eq!(parking, 1, "the PAUSE left parking under way");
+    assert_eq!(
+        (paused, parking),
+        (1, 1),
+        "the PAUSE left parking under way"
+    );
     for step in 0..1500u64 {
         match rng.below(22) {
             0 | 1 => {
