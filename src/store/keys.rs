@@ -161,6 +161,43 @@ pub enum HashKey {
     Partitions,
 }
 
+impl ZsetKey {
+    pub const ALL: [ZsetKey; 6] = [
+        ZsetKey::Queue,
+        ZsetKey::Inflight,
+        ZsetKey::Delayed,
+        ZsetKey::Dead,
+        ZsetKey::Held,
+        ZsetKey::Parking,
+    ];
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl HashKey {
+    pub const ALL: [HashKey; 13] = [
+        HashKey::PartitionVirtualTime,
+        HashKey::Task,
+        HashKey::Meta,
+        HashKey::InflightTask,
+        HashKey::Lease,
+        HashKey::Timeouts,
+        HashKey::DelayedTask,
+        HashKey::Nacks,
+        HashKey::DeadTask,
+        HashKey::DeadReason,
+        HashKey::Policy,
+        HashKey::HeldAt,
+        HashKey::Partitions,
+    ];
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
 impl From<ZsetKey> for QueueKey {
     fn from(key: ZsetKey) -> Self {
         match key {
@@ -275,6 +312,12 @@ mod tests {
             b"vtrr:{f}:inflight_task"
         );
         for (i, key) in QueueKey::ALL.iter().enumerate() {
+            assert_eq!(key.index(), i);
+        }
+        for (i, key) in ZsetKey::ALL.iter().enumerate() {
+            assert_eq!(key.index(), i);
+        }
+        for (i, key) in HashKey::ALL.iter().enumerate() {
             assert_eq!(key.index(), i);
         }
     }

@@ -1,6 +1,19 @@
-//! In-memory twin of the Redis store, for unit and property tests of the core.
+//! One queue's keys as plain collections: the value of a `native`-layout
+//! queue (one key of the module's type, see `store::native`) and the core's
+//! test twin. Every operation does what the Redis command on the key it
+//! names does, so the core over either store has one semantics.
+//!
+//! A sorted set keeps a member map and a (score, member) order; a hash a
+//! field map (and, for the partition records, a fixed-seed hash order: the
+//! cursor of `hscan`, which survives changes as HSCAN's does). Maps use a
+//! per-process random hasher, since clients choose ids. Nothing a reply or
+//! a write depends on is read in map order: `hfields` sorts, the encoding
+//! sorts, `hscan` walks the hash order.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+
+use ahash::RandomState;
 
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 
@@ -19,18 +32,66 @@ impl Ord for Score {
     }
 }
 
+type Bytes = Box<[u8]>;
+
+/// Heap bytes of an allocation of `len` bytes, as the allocator rounds it
+/// (to 8; jemalloc's small classes are close to that).
+fn heap(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        (len + 7) & !7
+    }
+}
+
+/// What an entry costs beyond its bytes: a map slot (key and value headers,
+/// control byte, load factor) and, for sorted sets, the ordered copy's slot
+/// in a B-tree node. Measured against `used_memory` (tests/native.rs).
+const HASH_ENTRY_OVERHEAD: usize = 48;
+const ZSET_ENTRY_OVERHEAD: usize = 88;
+
 #[derive(Default, Debug, Clone)]
 struct Zset {
-    by_member: HashMap<Vec<u8>, f64>,
-    ordered: BTreeSet<(Score, Vec<u8>)>,
+    by_member: HashMap<Bytes, f64, RandomState>,
+    ordered: BTreeSet<(Score, Bytes)>,
+}
+
+#[derive(Default, Debug, Clone)]
+struct Hash {
+    fields: HashMap<Bytes, Bytes, RandomState>,
+    /// (hash of the field, field), for the hash kept in scan order.
+    scan_order: Option<BTreeSet<(u64, Bytes)>>,
+}
+
+/// The hash order of `hscan`: fixed seeds, so a cursor means the same
+/// after a restart or on a replica. Collisions only share a cursor step.
+fn scan_hash(field: &[u8]) -> u64 {
+    // The top bit is clear, so `hash + 1` (the next cursor) never wraps to
+    // 0, which ends a scan.
+    RandomState::with_seeds(0x7674_7272, 1, 2, 3).hash_one(field) >> 1
 }
 
 /// One queue's keys as plain collections.
-#[derive(Default, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct MemoryStore {
-    zsets: BTreeMap<ZsetKey, Zset>,
-    hashes: BTreeMap<HashKey, BTreeMap<Vec<u8>, Vec<u8>>>,
-    current_virtual_time: Option<Vec<u8>>,
+    zsets: [Zset; ZsetKey::ALL.len()],
+    hashes: [Hash; HashKey::ALL.len()],
+    current_virtual_time: Option<Bytes>,
+    /// Heap bytes held, kept as entries come and go (MEMORY USAGE).
+    bytes: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        let mut hashes: [Hash; HashKey::ALL.len()] = Default::default();
+        hashes[HashKey::Partitions.index()].scan_order = Some(BTreeSet::new());
+        MemoryStore {
+            zsets: Default::default(),
+            hashes,
+            current_virtual_time: None,
+            bytes: 0,
+        }
+    }
 }
 
 impl MemoryStore {
@@ -40,15 +101,67 @@ impl MemoryStore {
 
     /// Sets the raw string, as another client could.
     pub fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
-        self.current_virtual_time = Some(value.to_vec());
+        self.bytes -= self
+            .current_virtual_time
+            .as_ref()
+            .map_or(0, |v| heap(v.len()));
+        self.bytes += heap(value.len());
+        self.current_virtual_time = Some(value.into());
     }
 
-    /// All members of a sorted set in order, for assertions.
+    /// All members of a sorted set in (score, member) order.
     pub fn zset_entries(&self, key: ZsetKey) -> Vec<(Vec<u8>, f64)> {
-        self.zsets
-            .get(&key)
-            .map(|z| z.ordered.iter().map(|(s, m)| (m.clone(), s.0)).collect())
-            .unwrap_or_default()
+        self.zset_iter(key).map(|(m, s)| (m.to_vec(), s)).collect()
+    }
+
+    /// The members of a sorted set in (score, member) order, borrowed.
+    pub fn zset_iter(&self, key: ZsetKey) -> impl Iterator<Item = (&[u8], f64)> {
+        self.zsets[key.index()]
+            .ordered
+            .iter()
+            .map(|(s, m)| (&m[..], s.0))
+    }
+
+    /// All fields of a hash, sorted.
+    pub fn hash_entries(&self, key: HashKey) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.hashes[key.index()]
+            .fields
+            .iter()
+            .map(|(f, v)| (f.to_vec(), v.to_vec()))
+            .collect()
+    }
+
+    /// The fields of a hash sorted by field, borrowed.
+    pub fn hash_sorted(&self, key: HashKey) -> Vec<(&[u8], &[u8])> {
+        let mut fields: Vec<(&[u8], &[u8])> = self.hashes[key.index()]
+            .fields
+            .iter()
+            .map(|(f, v)| (&f[..], &v[..]))
+            .collect();
+        fields.sort_unstable();
+        fields
+    }
+
+    /// The raw `current_virtual_time`.
+    pub fn raw_current_virtual_time(&self) -> Option<&[u8]> {
+        self.current_virtual_time.as_deref()
+    }
+
+    /// Entries held, over every sorted set and hash (what freeing costs).
+    pub fn entries(&self) -> usize {
+        let zsets: usize = self.zsets.iter().map(|z| z.by_member.len()).sum();
+        let hashes: usize = self.hashes.iter().map(|h| h.fields.len()).sum();
+        zsets + hashes
+    }
+
+    /// Whether it holds nothing at all (its key is then deleted).
+    pub fn is_empty(&self) -> bool {
+        self.current_virtual_time.is_none() && self.entries() == 0
+    }
+
+    /// Heap bytes held (the key's own struct included).
+    pub fn memory_usage(&self) -> usize {
+        std::mem::size_of::<Self>() + self.bytes
     }
 
     /// This store as one operation sees it: any key the operation does not
@@ -60,54 +173,53 @@ impl MemoryStore {
             scope: scope.into(),
         }
     }
-
-    /// All fields of a hash, for assertions.
-    pub fn hash_entries(&self, key: HashKey) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        self.hashes.get(&key).cloned().unwrap_or_default()
-    }
 }
 
 impl Store for MemoryStore {
     fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
-        self.zsets.get(&key)?.by_member.get(member).copied()
+        self.zsets[key.index()].by_member.get(member).copied()
     }
 
     fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
-        let zset = self.zsets.entry(key).or_default();
-        if let Some(old) = zset.by_member.insert(member.to_vec(), score) {
-            zset.ordered.remove(&(Score(old), member.to_vec()));
+        let zset = &mut self.zsets[key.index()];
+        match zset.by_member.get_mut(member) {
+            Some(old) if *old == score => {}
+            Some(old) => {
+                let entry = zset.ordered.take(&(Score(*old), member.into()));
+                *old = score;
+                let member = entry.map_or_else(|| member.into(), |(_, m)| m);
+                zset.ordered.insert((Score(score), member));
+            }
+            None => {
+                zset.by_member.insert(member.into(), score);
+                zset.ordered.insert((Score(score), member.into()));
+                self.bytes += 2 * heap(member.len()) + ZSET_ENTRY_OVERHEAD;
+            }
         }
-        zset.ordered.insert((Score(score), member.to_vec()));
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
-        let Some(zset) = self.zsets.get_mut(&key) else {
-            return false;
-        };
+        let zset = &mut self.zsets[key.index()];
         let Some(old) = zset.by_member.remove(member) else {
             return false;
         };
-        zset.ordered.remove(&(Score(old), member.to_vec()));
-        if zset.by_member.is_empty() {
-            self.zsets.remove(&key);
-        }
+        zset.ordered.remove(&(Score(old), member.into()));
+        self.bytes -= 2 * heap(member.len()) + ZSET_ENTRY_OVERHEAD;
         true
     }
 
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
-        let (score, member) = self.zsets.get(&key)?.ordered.first()?;
-        Some((member.clone(), score.0))
+        let (score, member) = self.zsets[key.index()].ordered.first()?;
+        Some((member.to_vec(), score.0))
     }
 
     fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
-        let Some(zset) = self.zsets.get(&key) else {
-            return Vec::new();
-        };
-        zset.ordered
+        self.zsets[key.index()]
+            .ordered
             .iter()
             .take_while(|(s, _)| s.0 <= max)
             .take(limit)
-            .map(|(s, m)| (m.clone(), s.0))
+            .map(|(s, m)| (m.to_vec(), s.0))
             .collect()
     }
 
@@ -118,90 +230,131 @@ impl Store for MemoryStore {
         max: f64,
         limit: usize,
     ) -> Vec<(Vec<u8>, f64)> {
-        let Some(zset) = self.zsets.get(&key) else {
+        if above == f64::INFINITY {
             return Vec::new();
-        };
-        zset.ordered
-            .iter()
-            .skip_while(|(s, _)| s.0 <= above)
+        }
+        // The first entry scored above `above`: the least member of the next
+        // score up.
+        let from = (Score(above.next_up()), Bytes::default());
+        self.zsets[key.index()]
+            .ordered
+            .range((Bound::Included(from), Bound::Unbounded))
             .take_while(|(s, _)| s.0 <= max)
             .take(limit)
-            .map(|(s, m)| (m.clone(), s.0))
+            .map(|(s, m)| (m.to_vec(), s.0))
             .collect()
     }
 
     fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
-        let zset = self.zsets.get(&key)?;
-        let (_, member) = zset.ordered.range((Score(0.0), from.to_vec())..).next()?;
-        Some(member.clone())
+        let start = (Score(0.0), Bytes::from(from));
+        let (_, member) = self.zsets[key.index()].ordered.range(start..).next()?;
+        Some(member.to_vec())
     }
 
     fn zcard(&mut self, key: ZsetKey) -> u64 {
-        self.zsets.get(&key).map_or(0, |z| z.by_member.len() as u64)
+        self.zsets[key.index()].by_member.len() as u64
     }
 
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
-        Ok(self.zrange_upto(key, max, usize::MAX).len() as u64)
+        // O(count): a B-tree has no ranks (STATS counts expired leases).
+        let ordered = &self.zsets[key.index()].ordered;
+        Ok(ordered.iter().take_while(|(s, _)| s.0 <= max).count() as u64)
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
-        self.hashes.get(&key)?.get(field).cloned()
+        self.hashes[key.index()]
+            .fields
+            .get(field)
+            .map(|v| v.to_vec())
     }
 
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
-        self.hashes
-            .entry(key)
-            .or_default()
-            .insert(field.to_vec(), value.to_vec());
-    }
-
-    fn hdel(&mut self, key: HashKey, field: &[u8]) {
-        if let Some(hash) = self.hashes.get_mut(&key) {
-            hash.remove(field);
-            if hash.is_empty() {
-                self.hashes.remove(&key);
+        let hash = &mut self.hashes[key.index()];
+        match hash.fields.get_mut(field) {
+            Some(old) => {
+                self.bytes = self.bytes - heap(old.len()) + heap(value.len());
+                *old = value.into();
+            }
+            None => {
+                hash.fields.insert(field.into(), value.into());
+                let mut cost = heap(field.len()) + heap(value.len()) + HASH_ENTRY_OVERHEAD;
+                if let Some(order) = hash.scan_order.as_mut() {
+                    order.insert((scan_hash(field), field.into()));
+                    cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+                }
+                self.bytes += cost;
             }
         }
     }
 
+    fn hdel(&mut self, key: HashKey, field: &[u8]) {
+        let hash = &mut self.hashes[key.index()];
+        if let Some(old) = hash.fields.remove(field) {
+            let mut cost = heap(field.len()) + heap(old.len()) + HASH_ENTRY_OVERHEAD;
+            if let Some(order) = hash.scan_order.as_mut() {
+                order.remove(&(scan_hash(field), field.into()));
+                cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+            }
+            self.bytes -= cost;
+        }
+    }
+
     fn hlen(&mut self, key: HashKey) -> u64 {
-        self.hashes.get(&key).map_or(0, |h| h.len() as u64)
+        self.hashes[key.index()].fields.len() as u64
     }
 
     fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
-        Ok(self
-            .hashes
-            .get(&key)
-            .map(|h| h.keys().cloned().collect())
-            .unwrap_or_default())
+        let mut fields: Vec<Vec<u8>> = self.hashes[key.index()]
+            .fields
+            .keys()
+            .map(|f| f.to_vec())
+            .collect();
+        fields.sort_unstable();
+        Ok(fields)
     }
 
     fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
-        // The cursor is a position in field order; enough for tests.
-        let Some(hash) = self.hashes.get(&key) else {
-            return Ok((0, Vec::new()));
+        let hash = &self.hashes[key.index()];
+        let Some(order) = hash.scan_order.as_ref() else {
+            // Only the partition records are scanned; any other hash is
+            // returned whole, in field order.
+            let mut page: Vec<_> = hash
+                .fields
+                .iter()
+                .map(|(f, v)| (f.to_vec(), v.to_vec()))
+                .collect();
+            page.sort_unstable();
+            return Ok((0, page));
         };
-        let start = cursor as usize;
-        let page: Vec<_> = hash
-            .iter()
-            .skip(start)
-            .take(count.max(1))
-            .map(|(f, v)| (f.clone(), v.clone()))
-            .collect();
-        let next = start + page.len();
-        Ok((if next >= hash.len() { 0 } else { next as u64 }, page))
+        // The cursor is the hash order's position: every field present for
+        // the whole scan is returned, as HSCAN promises. A step ends after a
+        // whole run of equal hashes, so none is split between two steps.
+        let mut page = Vec::new();
+        let mut last = None;
+        for (h, field) in order.range((cursor, Bytes::default())..) {
+            if page.len() >= count.max(1) && last != Some(*h) {
+                return Ok((*h, page));
+            }
+            last = Some(*h);
+            let value = hash.fields.get(field).map_or_else(Vec::new, |v| v.to_vec());
+            page.push((field.to_vec(), value));
+        }
+        Ok((0, page))
     }
 
     fn delete(&mut self, key: HashKey) {
-        self.hashes.remove(&key);
+        let fields: Vec<Bytes> = self.hashes[key.index()].fields.keys().cloned().collect();
+        for field in fields {
+            self.hdel(key, &field);
+        }
     }
 
     fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
-        self.current_virtual_time.clone()
+        self.current_virtual_time.as_ref().map(|v| v.to_vec())
     }
 
     fn set_current_virtual_time(&mut self, value: i64) {
-        self.current_virtual_time = Some(itoa::Buffer::new().format(value).as_bytes().to_vec());
+        self.set_raw_current_virtual_time(itoa::Buffer::new().format(value).as_bytes());
     }
 }
 

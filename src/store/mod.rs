@@ -16,6 +16,7 @@ pub mod blocking;
 pub mod cluster;
 pub mod command_info;
 mod effects;
+pub mod encoding;
 mod key_names;
 pub mod keys;
 pub mod memory;
