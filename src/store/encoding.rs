@@ -255,7 +255,7 @@ mod tests {
         fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             if let Ok(store) = decode_all(&[bytes]) {
                 let again = encode_to_vec(&store);
-                let back = decode_all(&[again.clone()]).unwrap();
+                let back = decode_all(std::slice::from_ref(&again)).unwrap();
                 prop_assert_eq!(encode_to_vec(&back), again);
             }
         }
