@@ -77,3 +77,41 @@ impl ConfigurationValue<Replication> for ReplicationSetting {
 pub fn replication() -> Replication {
     Replication::try_from(REPLICATION.0.load(Ordering::Relaxed)).unwrap_or(REPLICATION_DEFAULT)
 }
+
+/// Its own module: the macro imports a name that `Replication`'s also does.
+mod layout {
+    redis_module::enum_configuration! {
+        /// A queue's layout (`vtrr.default-layout` is that of queues created
+        /// from now on; VTRR.CONVERT moves one that exists).
+        #[allow(non_camel_case_types)]
+        #[derive(PartialEq, Eq, Debug, Copy)]
+        pub enum Layout {
+            /// vtrr-queue's keys plus the module's own: Lua scripts can
+            /// share the queue.
+            keys = 0,
+            /// One key of the module's type, `vtrr:<name>:queue`.
+            native = 1,
+        }
+    }
+}
+pub use layout::Layout;
+
+/// Where `vtrr.default-layout` lives.
+pub struct LayoutSetting(AtomicI32);
+
+pub static DEFAULT_LAYOUT: LayoutSetting = LayoutSetting(AtomicI32::new(0));
+pub const DEFAULT_LAYOUT_DEFAULT: Layout = Layout::keys;
+
+impl ConfigurationValue<Layout> for LayoutSetting {
+    fn get(&self, _ctx: &ConfigurationContext) -> Layout {
+        default_layout()
+    }
+    fn set(&self, _ctx: &ConfigurationContext, value: Layout) -> Result<(), RedisError> {
+        self.0.store(value.into(), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+pub fn default_layout() -> Layout {
+    Layout::try_from(DEFAULT_LAYOUT.0.load(Ordering::Relaxed)).unwrap_or(DEFAULT_LAYOUT_DEFAULT)
+}

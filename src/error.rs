@@ -92,6 +92,7 @@ pub fn open(error: &OpenError) -> RedisError {
                 KeyKind::String => "a string",
                 KeyKind::Hash => "a hash",
                 KeyKind::Zset => "a sorted set",
+                KeyKind::Native => "a native vtrr queue",
             };
             err(format!(
                 "WRONGTYPE Operation against a key holding the wrong kind of value: {} must be {expected}",
@@ -144,4 +145,34 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
             refused.reply
         )),
     }
+}
+
+/// `VTRR.LOAD` refused a chunk: the key holds another type, or the chunk
+/// is not a native queue's encoding. Nothing was changed.
+pub fn load_refused(key: &[u8], why: &str) -> RedisError {
+    let key = String::from_utf8_lossy(key);
+    if why == "WRONGTYPE" {
+        return err(format!(
+            "WRONGTYPE VTRR.LOAD: key {key} holds another type than a native vtrr queue"
+        ));
+    }
+    err(format!(
+        "ERR VTRR.LOAD: not a native queue's encoding for key {key}: {why}"
+    ))
+}
+
+/// `VTRR.CONVERT` with a layout it does not know.
+pub fn unknown_layout(given: &[u8]) -> RedisError {
+    err(format!(
+        "ERR layout must be NATIVE or KEYS, not '{}'",
+        String::from_utf8_lossy(given)
+    ))
+}
+
+/// `VTRR.INSPECT` of a key a queue does not have.
+pub fn unknown_key(given: &[u8]) -> RedisError {
+    err(format!(
+        "ERR key must be one of a queue's key suffixes (queue, inflight, task, ...), not '{}'",
+        String::from_utf8_lossy(given)
+    ))
 }

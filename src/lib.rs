@@ -25,8 +25,11 @@ use redis_module_macros::{
     role_changed_event_handler,
 };
 
-use commands::{apply, cancel, dead_letter, enqueue, lease, reclaim, stats, tenants, Command};
+use commands::{
+    apply, cancel, dead_letter, enqueue, layout, lease, reclaim, stats, tenants, Command,
+};
 use store::command_info;
+use store::native::QUEUE_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(missing) = store::api::check() {
@@ -98,7 +101,7 @@ macro_rules! register {
     name: "vtrr",
     version: 1,
     allocator: (ModuleAllocator, MODULE_ALLOCATOR),
-    data_types: [],
+    data_types: [QUEUE_TYPE],
     init: init,
     commands: [
         $([$command.info.name, $command.handler, $command.info.flags, 1, 1, 1, ""]),*
@@ -116,6 +119,7 @@ macro_rules! register {
         bool: [],
         enum: [
             ["replication", &config::REPLICATION, config::REPLICATION_DEFAULT, ConfigurationFlags::DEFAULT, None],
+            ["default-layout", &config::DEFAULT_LAYOUT, config::DEFAULT_LAYOUT_DEFAULT, ConfigurationFlags::DEFAULT, None],
         ],
         module_args_as_configuration: true,
     ]
@@ -133,6 +137,7 @@ register!(
     reclaim::RECLAIM,
     stats::STATS,
     stats::CHECK,
+    stats::INSPECT,
     dead_letter::POLICY,
     dead_letter::DEAD,
     dead_letter::REVIVE,
@@ -142,5 +147,7 @@ register!(
     tenants::RESUME,
     tenants::PARTITIONS,
     tenants::RECOUNT,
+    layout::CONVERT,
     apply::APPLY,
+    layout::LOAD,
 );

@@ -13,15 +13,24 @@ use std::sync::atomic::AtomicU64;
 use redis_module::{Context, RedisError};
 use smallvec::SmallVec;
 
+use crate::config::Layout;
 use crate::config::Replication;
+use crate::core::key_view::KeyView;
 use crate::core::partitions::Record;
 use crate::core::{
     self, check, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest, Leased,
     LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Stats,
 };
 use crate::replay::{Apply, Operation};
-use crate::store::redis::{ApplyArgs, Caller, OpenError, Propagate, RedisStore};
+use crate::store::keys;
+use crate::store::layout::{layout_of, QueueStore};
+use crate::store::memory::MemoryStore;
+use crate::store::native::load_chunk;
+use crate::store::redis::{
+    may_write_every_key, replicate_verbatim_call, ApplyArgs, Caller, OpenError, Propagate,
+};
 use crate::store::server::{new_token, now_ms, selected_db};
+use crate::store::QueueKey;
 use crate::timer::index::with_index;
 use crate::{config, error, info};
 
@@ -165,7 +174,7 @@ pub fn lease(
 fn lease_drawing(
     ctx: &Context,
     queue: &[u8],
-    store: &mut RedisStore<'_>,
+    store: &mut QueueStore<'_>,
     request: &LeaseRequest,
     replayed_tokens: Option<&[&[u8]]>,
 ) -> Result<LeaseOutcome, CoreError> {
@@ -422,9 +431,83 @@ pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
     )
 }
 
-/// `VTRR.STATS`.
-pub fn stats(ctx: &Context, queue: &[u8]) -> Result<Stats, RedisError> {
-    Call::client(ctx, queue).read(CoreOp::Stats, |store, _| core::stats(store, now_ms()))
+/// `VTRR.STATS`, and the queue's layout.
+pub fn stats(ctx: &Context, queue: &[u8]) -> Result<(Stats, Layout), RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Stats, |store, _| {
+        Ok((core::stats(store, now_ms())?, store.layout()))
+    })
+}
+
+/// `VTRR.CONVERT`: moves the queue to layout `to`, atomically, leases and
+/// tokens included; false when it has that layout already or does not
+/// exist. Every key's ACL permission is checked before anything changes.
+pub fn convert(ctx: &Context, queue: &[u8], to: Layout) -> Result<bool, RedisError> {
+    let from = layout_of(ctx, queue);
+    if from == to {
+        return Ok(false);
+    }
+    let refused = |e: OpenError| error::open(&e);
+    may_write_every_key(ctx, queue).map_err(refused)?;
+    let open = |layout| {
+        QueueStore::open_as(
+            layout,
+            ctx,
+            queue,
+            CoreOp::Convert.into(),
+            Caller::Client,
+            false,
+        )
+        .map_err(refused)
+    };
+    let mut source = open(from)?;
+    let mut moved = match &mut source {
+        QueueStore::Native(native) => native.take(),
+        QueueStore::Keys(keys) => {
+            let mut moved = MemoryStore::new();
+            core::convert::copy_queue(keys, &mut moved).map_err(|e| error::core(&e, queue))?;
+            if !moved.is_empty() {
+                core::convert::clear_queue(keys);
+                keys.signal_modified();
+            }
+            moved
+        }
+    };
+    drop(source);
+    if moved.is_empty() {
+        return Ok(false);
+    }
+    let mut target = open(to)?;
+    match &mut target {
+        QueueStore::Native(native) => native.install(moved),
+        QueueStore::Keys(keys) => {
+            core::convert::copy_queue(&mut moved, keys).map_err(|e| error::core(&e, queue))?
+        }
+    }
+    target.commit(c"vtrr.convert", || Propagate::Verbatim);
+    drop(target);
+    let db = selected_db(ctx);
+    with_index(|index| index.recheck.insert((db, queue.to_vec())));
+    Ok(true)
+}
+
+/// `VTRR.LOAD`: adds a chunk of a native queue's encoding to the key (a
+/// rewritten AOF, a master creating a native queue, Valkey's atomic slot
+/// migration).
+pub fn load(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), RedisError> {
+    load_chunk(ctx, key, chunk).map_err(|why| error::load_refused(key, &why))?;
+    replicate_verbatim_call(ctx);
+    if let Some(queue) = keys::queue_of_queue_key(key) {
+        let db = selected_db(ctx);
+        with_index(|index| index.recheck.insert((db, queue.to_vec())));
+    }
+    Ok(())
+}
+
+/// `VTRR.INSPECT`: one key of the queue, whole, in either layout.
+pub fn inspect(ctx: &Context, queue: &[u8], key: QueueKey) -> Result<KeyView, RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Inspect, |store, _| {
+        core::key_view::key_view(store, key)
+    })
 }
 
 /// `VTRR.CHECK`: every broken invariant, as a sentence.
@@ -600,7 +683,7 @@ impl<'a> Call<'a> {
     fn verbatim<T>(
         &self,
         op: CoreOp,
-        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
         done: impl FnOnce(&T) -> Done<'_>,
     ) -> Result<T, RedisError> {
         let replicate = Replicate::<Unused<T>>::Verbatim;
@@ -614,7 +697,7 @@ impl<'a> Call<'a> {
         &self,
         op: CoreOp,
         apply: impl FnOnce(&T) -> ApplyArgs,
-        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
         done: impl FnOnce(&T) -> Done<'_>,
     ) -> Result<T, RedisError> {
         let replicate = Replicate::Apply(apply);
@@ -626,7 +709,7 @@ impl<'a> Call<'a> {
     fn effects<T>(
         &self,
         op: CoreOp,
-        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
         done: impl FnOnce(&T) -> Done<'_>,
     ) -> Result<T, RedisError> {
         let replicate = Replicate::<Unused<T>>::Effects;
@@ -639,7 +722,7 @@ impl<'a> Call<'a> {
     fn read<T>(
         &self,
         op: CoreOp,
-        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
     ) -> Result<T, RedisError> {
         debug_assert!(!op.writes(), "{op:?} writes");
         let mut store = self
@@ -661,7 +744,7 @@ impl<'a> Call<'a> {
         &self,
         op: CoreOp,
         replicate: Replicate<A>,
-        core: impl FnOnce(&mut RedisStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
         done: impl FnOnce(&T) -> Done<'_>,
     ) -> Result<T, Refused>
     where
@@ -713,8 +796,8 @@ impl<'a> Call<'a> {
 
     /// Opens the keys of the queue that `op` declares, recording its writes
     /// as effects when it will propagate them.
-    fn open(&self, op: CoreOp, effects: bool) -> Result<RedisStore<'a>, OpenError> {
-        RedisStore::open(self.ctx, self.queue, op.into(), self.caller, effects)
+    fn open(&self, op: CoreOp, effects: bool) -> Result<QueueStore<'a>, OpenError> {
+        QueueStore::open(self.ctx, self.queue, op.into(), self.caller, effects)
     }
 
     /// The error reply: a wrong type, a denied key, a moving slot, or what

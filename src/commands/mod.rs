@@ -8,6 +8,7 @@ pub mod args;
 pub mod cancel;
 pub mod dead_letter;
 pub mod enqueue;
+pub mod layout;
 pub mod lease;
 pub mod reclaim;
 pub mod stats;

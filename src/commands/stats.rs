@@ -6,8 +6,13 @@ use redis_module::redisvalue::RedisValueKey;
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{check_arity, queue_name, Command};
+use crate::config::Layout;
+use crate::core::key_view::KeyView;
+use crate::error;
 use crate::ops;
 use crate::store::command_info::{CommandInfo, KEY_READ};
+use crate::store::effects::format_score;
+use crate::store::QueueKey;
 
 pub const STATS: Command = Command {
     info: CommandInfo {
@@ -33,11 +38,23 @@ pub const CHECK: Command = Command {
     handler: check,
 };
 
+pub const INSPECT: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.inspect",
+        flags: "readonly",
+        arity: 3,
+        summary: "One key of a queue as the keys layout has it (ZRANGE WITHSCORES, HGETALL or GET), in either layout",
+        complexity: "O(N) in the key's entries",
+        key_flags: KEY_READ,
+    },
+    handler: inspect,
+};
+
 /// VTRR.STATS <name>
 fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &STATS)?;
     let queue = queue_name(ctx, &argv[1])?;
-    let stats = ops::stats(ctx, queue)?;
+    let (stats, layout) = ops::stats(ctx, queue)?;
     let int = |n: u64| RedisValue::Integer(n as i64);
     let fields = [
         ("queued", int(stats.queued)),
@@ -65,12 +82,51 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("held", int(stats.held)),
         ("paused_partitions", int(stats.paused_partitions)),
         ("capped_partitions", int(stats.capped_partitions)),
+        (
+            "layout",
+            RedisValue::SimpleStringStatic(match layout {
+                Layout::keys => "keys",
+                Layout::native => "native",
+            }),
+        ),
     ];
     let map: BTreeMap<RedisValueKey, RedisValue> = fields
         .into_iter()
         .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))
         .collect();
     Ok(RedisValue::OrderedMap(map))
+}
+
+/// VTRR.INSPECT <name> <key>
+fn inspect(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &INSPECT)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let given = argv[2].as_slice();
+    let key = QueueKey::ALL
+        .into_iter()
+        .find(|key| key.suffix().as_bytes().eq_ignore_ascii_case(given))
+        .ok_or_else(|| error::unknown_key(given))?;
+    let flat = |pairs: Vec<(Vec<u8>, Vec<u8>)>| {
+        RedisValue::Array(
+            pairs
+                .into_iter()
+                .flat_map(|(a, b)| [RedisValue::StringBuffer(a), RedisValue::StringBuffer(b)])
+                .collect(),
+        )
+    };
+    Ok(match ops::inspect(ctx, queue, key)? {
+        KeyView::Zset(entries) => flat(
+            entries
+                .into_iter()
+                .map(|(member, score)| {
+                    let mut buffer = [0u8; 32];
+                    (member, format_score(score, &mut buffer).to_vec())
+                })
+                .collect(),
+        ),
+        KeyView::Hash(entries) => flat(entries),
+        KeyView::String(value) => value.map_or(RedisValue::Null, RedisValue::StringBuffer),
+    })
 }
 
 /// VTRR.CHECK <name>

@@ -40,6 +40,11 @@ pub enum CoreOp {
     Check,
     /// The timer's look at when a queue next falls due (`ops::next_due`).
     NextDue,
+    /// `VTRR.INSPECT`: one key, read whole.
+    Inspect,
+    /// `VTRR.CONVERT`: the whole queue, read in one layout and written in
+    /// the other.
+    Convert,
 }
 
 /// What every call that counts items per partition opens: the partition
@@ -174,7 +179,9 @@ impl CoreOp {
             | CoreOp::RunDue
             | CoreOp::Recount
             | CoreOp::Revive
-            | CoreOp::Check => &QueueKey::ALL,
+            | CoreOp::Check
+            | CoreOp::Inspect
+            | CoreOp::Convert => &QueueKey::ALL,
             // The dead-letter limits need only `policy`, so an ACL that
             // grants just that key can set them.
             CoreOp::ReadPolicy | CoreOp::SetPolicy => &[QueueKey::Policy],
@@ -199,6 +206,7 @@ impl CoreOp {
                 | CoreOp::DeadItems
                 | CoreOp::Stats
                 | CoreOp::Check
+                | CoreOp::Inspect
                 | CoreOp::NextDue
         )
     }
@@ -241,6 +249,8 @@ impl CoreOp {
             CoreOp::Stats => "stats",
             CoreOp::Check => "check",
             CoreOp::NextDue => "next_due",
+            CoreOp::Convert => "convert",
+            CoreOp::Inspect => "inspect",
         }
     }
 }

@@ -120,8 +120,8 @@ pub fn lease(
         if store.zcard(ZsetKey::Queue) == 0 && store.zcard(ZsetKey::Held) == 0 {
             // Drained: restart virtual time; lease state is left alone.
             store.set_current_virtual_time(0);
-            store.delete(HashKey::Task);
-            store.delete(HashKey::PartitionVirtualTime);
+            store.delete(HashKey::Task.into());
+            store.delete(HashKey::PartitionVirtualTime.into());
         } else {
             // Never backwards: a capped partition's owed item, served when
             // its slot frees, keeps the lower time it was queued at.

@@ -48,7 +48,9 @@ const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 /// which the timer respects (`writes_paused`); the old owner's keys are
 /// deleted with events that take the queue out of its index.
 pub fn set_module_options(ctx: &Context) {
-    let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
+    // HANDLE_IO_ERRORS: native queues load from diskless replication too.
+    let mut options = (raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
+        | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS) as c_int;
     if valkey_major_version(ctx).is_some_and(|major| major >= 9) {
         options |= HANDLE_ATOMIC_SLOT_MIGRATION;
     }

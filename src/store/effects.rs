@@ -132,6 +132,24 @@ pub fn replicate_apply(ctx: &Context, args: &ApplyArgs) {
     };
 }
 
+/// Propagates `VTRR.LOAD <key> <chunk>`: a native queue a call created
+/// reaches replicas and the AOF as what it holds, so it is native there
+/// too whatever their `vtrr.default-layout`.
+pub fn replicate_load(ctx: &Context, key: &OwnedString, chunk: &[u8]) {
+    // SAFETY: live context; "sb" takes a valid string and a buffer with its
+    // length, both copied.
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx.ctx,
+            c"VTRR.LOAD".as_ptr(),
+            c"sb".as_ptr(),
+            key.0,
+            chunk.as_ptr(),
+            chunk.len(),
+        )
+    };
+}
+
 /// Formats a score the way Redis parses it back exactly, into `buffer`:
 /// integers below 10^17 in plain digits, anything else in the shortest
 /// round-trip exponent form (at most 24 bytes, e.g. `-1.2345678901234567e-308`;

@@ -86,6 +86,43 @@ pub fn encode_to_vec(store: &MemoryStore) -> Vec<u8> {
     all
 }
 
+/// Adds the records of `chunk` to `queue`, or none of them: refused when
+/// the chunk does not decode or names an entry `queue` already has. Costs
+/// the chunk, not the queue (`VTRR.LOAD` adds a rewritten AOF's chunks one
+/// by one).
+pub fn add_chunk(queue: &mut MemoryStore, chunk: &[u8]) -> Result<(), DecodeError> {
+    let mut added = MemoryStore::new();
+    decode_chunk(&mut added, chunk)?;
+    let given_twice = ZsetKey::ALL.into_iter().any(|key| {
+        added
+            .zset_iter(key)
+            .any(|(member, _)| queue.zscore(key, member).is_some())
+    }) || HashKey::ALL.into_iter().any(|key| {
+        added
+            .hash_sorted(key)
+            .iter()
+            .any(|(field, _)| queue.hget(key, field).is_some())
+    }) || (added.raw_current_virtual_time().is_some()
+        && queue.raw_current_virtual_time().is_some());
+    if given_twice {
+        return Err(DecodeError("an entry is given twice"));
+    }
+    for key in ZsetKey::ALL {
+        for (member, score) in added.zset_iter(key) {
+            queue.zadd(key, member, score);
+        }
+    }
+    for key in HashKey::ALL {
+        for (field, value) in added.hash_sorted(key) {
+            queue.hset(key, field, value);
+        }
+    }
+    if let Some(value) = added.raw_current_virtual_time() {
+        queue.set_raw_current_virtual_time(value);
+    }
+    Ok(())
+}
+
 /// Adds the records of `chunk` to `store`. On an error, `store` may hold
 /// some of the chunk's records: the caller drops it.
 pub fn decode_chunk(store: &mut MemoryStore, chunk: &[u8]) -> Result<(), DecodeError> {

@@ -11,6 +11,8 @@ pub enum KeyKind {
     String,
     Hash,
     Zset,
+    /// The module's own type: a whole queue in the `native` layout.
+    Native,
 }
 
 /// The keys of a queue: vtrr-queue's nine, then the module's own (delayed
@@ -162,6 +164,11 @@ pub enum HashKey {
 }
 
 impl ZsetKey {
+    /// The sorted set `key` is, if it is one.
+    pub fn of(key: QueueKey) -> Option<ZsetKey> {
+        ZsetKey::ALL.into_iter().find(|z| QueueKey::from(*z) == key)
+    }
+
     pub const ALL: [ZsetKey; 6] = [
         ZsetKey::Queue,
         ZsetKey::Inflight,
@@ -177,6 +184,11 @@ impl ZsetKey {
 }
 
 impl HashKey {
+    /// The hash `key` is, if it is one.
+    pub fn of(key: QueueKey) -> Option<HashKey> {
+        HashKey::ALL.into_iter().find(|h| QueueKey::from(*h) == key)
+    }
+
     pub const ALL: [HashKey; 13] = [
         HashKey::PartitionVirtualTime,
         HashKey::Task,
@@ -285,6 +297,13 @@ pub fn queue_of_due_key(key: &[u8]) -> Option<&[u8]> {
         .strip_suffix(b":inflight")
         .or_else(|| rest.strip_suffix(b":delayed"))
         .or_else(|| rest.strip_suffix(b":parking"))?;
+    (!name.is_empty()).then_some(name)
+}
+
+/// The queue name of `vtrr:<name>:queue`, if `key` is one (a native queue
+/// lives there).
+pub fn queue_of_queue_key(key: &[u8]) -> Option<&[u8]> {
+    let name = key.strip_prefix(PREFIX)?.strip_suffix(b":queue")?;
     (!name.is_empty()).then_some(name)
 }
 

@@ -342,10 +342,28 @@ impl Store for MemoryStore {
         Ok((0, page))
     }
 
-    fn delete(&mut self, key: HashKey) {
-        let fields: Vec<Bytes> = self.hashes[key.index()].fields.keys().cloned().collect();
-        for field in fields {
-            self.hdel(key, &field);
+    fn delete(&mut self, key: QueueKey) {
+        match key {
+            QueueKey::CurrentVirtualTime => {
+                if let Some(old) = self.current_virtual_time.take() {
+                    self.bytes -= heap(old.len());
+                }
+            }
+            _ => {
+                if let Some(zset) = ZsetKey::of(key) {
+                    let members: Vec<Bytes> =
+                        self.zsets[zset.index()].by_member.keys().cloned().collect();
+                    for member in members {
+                        self.zrem(zset, &member);
+                    }
+                } else if let Some(hash) = HashKey::of(key) {
+                    let fields: Vec<Bytes> =
+                        self.hashes[hash.index()].fields.keys().cloned().collect();
+                    for field in fields {
+                        self.hdel(hash, &field);
+                    }
+                }
+            }
         }
     }
 
@@ -355,6 +373,15 @@ impl Store for MemoryStore {
 
     fn set_current_virtual_time(&mut self, value: i64) {
         self.set_raw_current_virtual_time(itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
+        self.bytes -= self
+            .current_virtual_time
+            .as_ref()
+            .map_or(0, |v| heap(v.len()));
+        self.bytes += heap(value.len());
+        self.current_virtual_time = Some(value.into());
     }
 }
 
@@ -451,7 +478,7 @@ impl Store for Scoped<'_> {
         self.reading(key).hscan(key, cursor, count)
     }
 
-    fn delete(&mut self, key: HashKey) {
+    fn delete(&mut self, key: QueueKey) {
         self.writing(key).delete(key)
     }
 
@@ -463,5 +490,10 @@ impl Store for Scoped<'_> {
     fn set_current_virtual_time(&mut self, value: i64) {
         self.writing(QueueKey::CurrentVirtualTime)
             .set_current_virtual_time(value)
+    }
+
+    fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
+        self.writing(QueueKey::CurrentVirtualTime)
+            .set_raw_current_virtual_time(value)
     }
 }

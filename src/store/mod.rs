@@ -15,11 +15,13 @@ pub mod api;
 pub mod blocking;
 pub mod cluster;
 pub mod command_info;
-mod effects;
+pub mod effects;
 pub mod encoding;
 mod key_names;
 pub mod keys;
+pub mod layout;
 pub mod memory;
+pub mod native;
 pub mod redis;
 pub mod server;
 mod strings;
@@ -79,9 +81,13 @@ pub trait Store {
     fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError>;
     /// One step of HSCAN.
     fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError>;
-    fn delete(&mut self, key: HashKey);
+    /// Deletes a whole key (a sorted set, hash or the string).
+    fn delete(&mut self, key: QueueKey);
 
     /// Raw content of `vtrr:<name>:current_virtual_time`.
     fn current_virtual_time(&mut self) -> Option<Vec<u8>>;
     fn set_current_virtual_time(&mut self, value: i64);
+    /// Sets `current_virtual_time` to bytes as they are (a conversion
+    /// copies what another client may have written).
+    fn set_raw_current_virtual_time(&mut self, value: &[u8]);
 }

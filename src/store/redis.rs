@@ -19,6 +19,7 @@ use super::acl::AclUser;
 use super::api::api;
 use super::blocking::signal_ready;
 use super::cluster::{self, Actor};
+pub use super::effects::replicate_verbatim as replicate_verbatim_call;
 pub use super::effects::ApplyArgs;
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
@@ -120,18 +121,7 @@ impl<'ctx> RedisStore<'ctx> {
             return Err(OpenError::SlotMoving);
         }
         let (names, queue_name) = names_of(queue, scope.keys);
-        let user = match caller {
-            Caller::Client => AclUser::of_caller(ctx),
-            Caller::Server => None,
-        };
-        if let Some(user) = user {
-            if let Some(denied) = names.iter().flatten().find(|name| !user.may(name, access)) {
-                user.log_denied(ctx, denied);
-                return Err(OpenError::NoPermission {
-                    key: denied.bytes().to_vec(),
-                });
-            }
-        }
+        check_permissions(ctx, &names, caller, access)?;
         let mut store = RedisStore {
             ctx,
             queue_name,
@@ -168,6 +158,7 @@ impl<'ctx> RedisStore<'ctx> {
                     KeyKind::String => raw::REDISMODULE_KEYTYPE_STRING,
                     KeyKind::Hash => raw::REDISMODULE_KEYTYPE_HASH,
                     KeyKind::Zset => raw::REDISMODULE_KEYTYPE_ZSET,
+                    KeyKind::Native => raw::REDISMODULE_KEYTYPE_MODULE,
                 };
         let error = (!matches).then(|| OpenError::WrongType {
             key: name.bytes().to_vec(),
@@ -275,6 +266,15 @@ impl<'ctx> RedisStore<'ctx> {
         true
     }
 
+    /// Signals the keys written so far (WATCH) without propagating or
+    /// notifying: VTRR.CONVERT's source, whose target commits the call.
+    pub fn signal_modified(&self) {
+        for slot in self.slots.iter().flatten().filter(|s| s.written) {
+            // SAFETY: ctx and the key name are valid for this call.
+            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
+        }
+    }
+
     /// Wakes clients blocked in VTRR.LEASE ... BLOCK on this queue.
     pub fn signal_ready(&self) {
         signal_ready(self.ctx, &self.queue_name);
@@ -370,6 +370,36 @@ impl<'ctx> RedisStore<'ctx> {
             .call(command, &argv[..])
             .map_err(|e| call_error(command, slot, e.to_string()))
     }
+}
+
+/// The calling client's ACL user may access every key of `names` as
+/// `access` says (the first denied one is logged and named).
+fn check_permissions(
+    ctx: &Context,
+    names: &[Option<OwnedString>],
+    caller: Caller,
+    access: Access,
+) -> Result<(), OpenError> {
+    let user = match caller {
+        Caller::Client => AclUser::of_caller(ctx),
+        Caller::Server => None,
+    };
+    if let Some(user) = user {
+        if let Some(denied) = names.iter().flatten().find(|name| !user.may(name, access)) {
+            user.log_denied(ctx, denied);
+            return Err(OpenError::NoPermission {
+                key: denied.bytes().to_vec(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The calling client may write every key the keys layout gives `queue`
+/// (VTRR.CONVERT checks it before it changes anything).
+pub fn may_write_every_key(ctx: &Context, queue: &[u8]) -> Result<(), OpenError> {
+    let (names, _) = names_of(queue, &QueueKey::ALL);
+    check_permissions(ctx, &names, Caller::Client, Access::Write)
 }
 
 fn call_error(command: &'static str, slot: &Slot, reply: String) -> StoreError {
@@ -623,8 +653,7 @@ impl Store for RedisStore<'_> {
         Ok((next, pairs))
     }
 
-    fn delete(&mut self, key: HashKey) {
-        let which = QueueKey::from(key);
+    fn delete(&mut self, which: QueueKey) {
         let Some(open) = self.key_for_write(which, true) else {
             return;
         };
@@ -648,10 +677,14 @@ impl Store for RedisStore<'_> {
     }
 
     fn set_current_virtual_time(&mut self, value: i64) {
+        self.set_raw_current_virtual_time(itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
         let Some(open) = self.key_for_write(QueueKey::CurrentVirtualTime, false) else {
             return;
         };
-        let string = OwnedString::new(itoa::Buffer::new().format(value).as_bytes());
+        let string = OwnedString::new(value);
         // SAFETY: key opened for writing; StringSet takes its own reference.
         unsafe { api!(RedisModule_StringSet)(open, string.0) };
         self.record(QueueKey::CurrentVirtualTime, Command::Set, || [string]);

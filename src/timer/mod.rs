@@ -40,13 +40,17 @@ static TIMER_ID: AtomicU64 = AtomicU64::new(0);
 /// Keyspace events on zset and generic keys: another client (or a replicated
 /// effect) wrote an inflight or delayed key, so its queue is rechecked at the
 /// next tick.
-pub fn on_keyspace_event(
-    ctx: &Context,
-    _kind: redis_module::NotifyEvent,
-    _event: &str,
-    key: &[u8],
-) {
-    if let Some(queue) = keys::queue_of_due_key(key) {
+pub fn on_keyspace_event(ctx: &Context, kind: redis_module::NotifyEvent, _event: &str, key: &[u8]) {
+    // A native queue arrives whole (RESTORE, COPY, RENAME, MOVE: generic
+    // events on `vtrr:<name>:queue`); the keys layout's ZADDs there say
+    // nothing about due items.
+    let native_arrived = kind == redis_module::NotifyEvent::GENERIC;
+    let queue = keys::queue_of_due_key(key).or_else(|| {
+        native_arrived
+            .then(|| keys::queue_of_queue_key(key))
+            .flatten()
+    });
+    if let Some(queue) = queue {
         let db = selected_db(ctx);
         with_index(|index| index.recheck.insert((db, queue.to_vec())));
     }

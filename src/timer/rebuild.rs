@@ -39,7 +39,12 @@ pub fn step(ctx: &Context, deadline: Instant) -> bool {
         );
         if let Some(RedisValue::Array(keys_found)) = parts.get(1) {
             for bytes in keys_found.iter().filter_map(bytes_of) {
-                if let Some(queue) = keys::queue_of_due_key(&bytes) {
+                // A native queue is its `queue` key; the keys layout's due
+                // keys name theirs (a recheck of a queue with nothing due
+                // only reads).
+                let queue =
+                    keys::queue_of_due_key(&bytes).or_else(|| keys::queue_of_queue_key(&bytes));
+                if let Some(queue) = queue {
                     found.push((db, queue.to_vec()));
                 }
             }

@@ -41,6 +41,9 @@ pub enum Content {
     String(Vec<u8>),
     Hash(std::collections::BTreeMap<Vec<u8>, Vec<u8>>),
     Zset(Vec<(Vec<u8>, String)>),
+    /// A native queue: its DUMP payload, whose encoding is canonical (the
+    /// same content gives the same bytes on one server version).
+    Native(Vec<u8>),
 }
 
 pub fn content(con: &mut redis::Connection, key: &[u8]) -> Option<Content> {
@@ -59,6 +62,7 @@ pub fn content(con: &mut redis::Connection, key: &[u8]) -> Option<Content> {
                 .query(con)
                 .unwrap(),
         ),
+        "vtrrqueue" => Content::Native(redis::cmd("DUMP").arg(key).query(con).unwrap()),
         other => panic!("{} has type {other}", String::from_utf8_lossy(key)),
     })
 }
@@ -73,4 +77,70 @@ pub fn contents_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Content
             (key, content)
         })
         .collect()
+}
+
+/// A queue as the commands show it, in either layout: STATS (without
+/// `layout`), every partition's view (sorted), the dead items, the policy
+/// and CHECK's findings. Two queues that show the same are the same to
+/// every client.
+pub fn observed(con: &mut redis::Connection, name: &str) -> Vec<(String, redis::Value)> {
+    let mut seen = Vec::new();
+    let stats: Vec<(String, redis::Value)> = redis::cmd("VTRR.STATS").arg(name).query(con).unwrap();
+    seen.extend(
+        stats
+            .into_iter()
+            .filter(|(field, _)| field != "layout")
+            .map(|(field, value)| (format!("stats {field}"), value)),
+    );
+    let mut cursor = 0u64;
+    let mut partitions: Vec<String> = Vec::new();
+    loop {
+        let (next, page): (u64, Vec<redis::Value>) = redis::cmd("VTRR.PARTITIONS")
+            .arg(name)
+            .arg("CURSOR")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(100)
+            .query(con)
+            .unwrap();
+        partitions.extend(page.iter().map(|view| format!("{view:?}")));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    partitions.sort();
+    partitions.dedup();
+    seen.push((
+        "partitions".into(),
+        redis::Value::Array(
+            partitions
+                .into_iter()
+                .map(redis::Value::SimpleString)
+                .collect(),
+        ),
+    ));
+    let dead: redis::Value = redis::cmd("VTRR.DEAD")
+        .arg(name)
+        .arg("COUNT")
+        .arg(100_000)
+        .query(con)
+        .unwrap();
+    seen.push(("dead".into(), dead));
+    let policy: redis::Value = redis::cmd("VTRR.POLICY").arg(name).query(con).unwrap();
+    seen.push(("policy".into(), policy));
+    let check: redis::Value = redis::cmd("VTRR.CHECK").arg(name).query(con).unwrap();
+    seen.push(("check".into(), check));
+    seen
+}
+
+/// `VTRR.STATS`'s `layout` of queue `name`.
+pub fn layout_of(con: &mut redis::Connection, name: &str) -> String {
+    let stats: std::collections::HashMap<String, redis::Value> =
+        redis::cmd("VTRR.STATS").arg(name).query(con).unwrap();
+    match &stats["layout"] {
+        redis::Value::SimpleString(s) => s.clone(),
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("layout is {other:?}"),
+    }
 }

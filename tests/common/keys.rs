@@ -56,3 +56,114 @@ pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
     let n: i64 = redis::cmd("EXISTS").arg(key).query(con).unwrap();
     n == 1
 }
+
+// A queue's keys read in either layout, through `VTRR.INSPECT`: what
+// ZRANGE/HGETALL/GET of `vtrr:<name>:<suffix>` show in the keys layout.
+// A test that checks what a call wrote reads through these, so it runs on
+// both layouts; only a test of the keys layout itself reads the keys.
+
+/// `vtrr:<name>:<suffix>` of a sorted set: (member, score) in order.
+pub fn key_zrange(con: &mut redis::Connection, name: &str, suffix: &str) -> Vec<(Vec<u8>, f64)> {
+    let flat: Vec<Vec<u8>> = redis::cmd("VTRR.INSPECT")
+        .arg(name)
+        .arg(suffix)
+        .query(con)
+        .unwrap();
+    flat.chunks_exact(2)
+        .map(|pair| {
+            let score = String::from_utf8_lossy(&pair[1]).parse().unwrap();
+            (pair[0].clone(), score)
+        })
+        .collect()
+}
+
+/// ZSCORE of `member` in `vtrr:<name>:<suffix>`.
+pub fn key_zscore(
+    con: &mut redis::Connection,
+    name: &str,
+    suffix: &str,
+    member: &str,
+) -> Option<f64> {
+    key_zrange(con, name, suffix)
+        .into_iter()
+        .find(|(m, _)| m == member.as_bytes())
+        .map(|(_, score)| score)
+}
+
+/// HGETALL of `vtrr:<name>:<suffix>`.
+pub fn key_hgetall(
+    con: &mut redis::Connection,
+    name: &str,
+    suffix: &str,
+) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    let flat: Vec<Vec<u8>> = redis::cmd("VTRR.INSPECT")
+        .arg(name)
+        .arg(suffix)
+        .query(con)
+        .unwrap();
+    flat.chunks_exact(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect()
+}
+
+/// HGET of `field` in `vtrr:<name>:<suffix>`, as text.
+pub fn key_hget(
+    con: &mut redis::Connection,
+    name: &str,
+    suffix: &str,
+    field: &str,
+) -> Option<String> {
+    key_hgetall(con, name, suffix)
+        .remove(field.as_bytes())
+        .map(|v| String::from_utf8(v).unwrap())
+}
+
+/// GET of `vtrr:<name>:current_virtual_time`.
+pub fn key_current_virtual_time(con: &mut redis::Connection, name: &str) -> Option<String> {
+    redis::cmd("VTRR.INSPECT")
+        .arg(name)
+        .arg("current_virtual_time")
+        .query(con)
+        .unwrap()
+}
+
+/// Whether `vtrr:<name>:<suffix>` holds anything (EXISTS in the keys layout).
+pub fn key_exists(con: &mut redis::Connection, name: &str, suffix: &str) -> bool {
+    if suffix == "current_virtual_time" {
+        return key_current_virtual_time(con, name).is_some();
+    }
+    let flat: Vec<Vec<u8>> = redis::cmd("VTRR.INSPECT")
+        .arg(name)
+        .arg(suffix)
+        .query(con)
+        .unwrap();
+    !flat.is_empty()
+}
+
+/// Runs `write` on queue `name`'s keys as another client of the keys layout
+/// could (planting a fault, a Lua script's write): on a native queue, the
+/// queue is converted to the keys layout around it (VTRR.CONVERT copies
+/// every entry as it is, so what was planted arrives in the native queue).
+pub fn with_keys_layout<T>(
+    con: &mut redis::Connection,
+    name: &str,
+    write: impl FnOnce(&mut redis::Connection) -> T,
+) -> T {
+    let native = super::native_layout();
+    if native {
+        let _: i64 = redis::cmd("VTRR.CONVERT")
+            .arg(name)
+            .arg("KEYS")
+            .query(con)
+            .unwrap();
+    }
+    let done = write(con);
+    if native {
+        let _: i64 = redis::cmd("VTRR.CONVERT")
+            .arg(name)
+            .arg("NATIVE")
+            .query(con)
+            .unwrap();
+    }
+    done
+}

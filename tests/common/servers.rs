@@ -4,7 +4,9 @@
 //! at an interval, keyspace notifications on), and replicas.
 //!
 //! Environment: `VTRR_REDIS_SERVER` (default `redis-server` on PATH),
-//! `VTRR_MODULE` (default `target/debug/libvtrr.so`).
+//! `VTRR_MODULE` (default `target/debug/libvtrr.so`), `VTRR_LAYOUT`
+//! (`keys`, the default, or `native`: the `vtrr.default-layout` every
+//! server starts with, so each suite runs on either layout).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,29 @@ pub fn module_path() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The layout queues are created in: `VTRR_LAYOUT`, `keys` by default.
+pub fn layout() -> &'static str {
+    match std::env::var("VTRR_LAYOUT").as_deref() {
+        Ok("native") => "native",
+        Ok("keys") | Err(_) => "keys",
+        Ok(other) => panic!("VTRR_LAYOUT must be keys or native, not {other}"),
+    }
+}
+
+/// Whether this run creates native queues.
+pub fn native_layout() -> bool {
+    layout() == "native"
+}
+
+/// For a test of the keys layout itself (its keys, its Lua scripts): true,
+/// with a line saying so, when this run is on the native layout.
+pub fn keys_layout_only(what: &str) -> bool {
+    if native_layout() {
+        eprintln!("not run on the native layout: {what}");
+    }
+    native_layout()
 }
 
 fn free_port() -> u16 {
@@ -82,6 +107,9 @@ impl Server {
                 .arg("--loadmodule")
                 .arg(module_path())
                 .args(&self.module_args);
+            if !self.module_args.iter().any(|a| a == "default-layout") {
+                command.args(["default-layout", layout()]);
+            }
         }
         command
             .args(&self.extra)

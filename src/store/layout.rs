@@ -1,0 +1,247 @@
+//! A queue's layout, and the store a call runs on: [`QueueStore`] is the
+//! keys layout's [`RedisStore`] or the native layout's [`NativeStore`],
+//! whichever the queue has, behind one [`Store`]: the core cannot tell.
+//!
+//! One key tells which: `vtrr:<name>:queue` is a sorted set in the keys
+//! layout and a `vtrrqueue` in the native one. A queue with neither there
+//! is new (or a keys-layout queue with nothing queued): it takes
+//! `vtrr.default-layout`, unless some other key of the keys layout exists.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context};
+
+use super::api::api;
+use super::effects::{replicate_apply, replicate_verbatim};
+use super::key_names::names_of;
+use super::native::{found_at, Found, NativeStore};
+use super::redis::{Caller, OpenError, Propagate, RedisStore};
+use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
+use crate::config::{self, Layout};
+
+/// The layout of queue `queue` as a call on it would find it.
+pub fn layout_of(ctx: &Context, queue: &[u8]) -> Layout {
+    let (_, queue_key) = names_of(queue, &[]);
+    // SAFETY: live context and a valid name; opened for reading only (a
+    // missing key opens as NULL, which reads as empty) and closed here.
+    let found = unsafe {
+        let key = api!(RedisModule_OpenKey)(ctx.ctx, queue_key.0, raw::REDISMODULE_READ as c_int)
+            .cast::<raw::RedisModuleKey>();
+        let found = found_at(key);
+        if !key.is_null() {
+            api!(RedisModule_CloseKey)(key);
+        }
+        found
+    };
+    match found {
+        Found::Native => Layout::native,
+        Found::KeysLayout | Found::Other => Layout::keys,
+        Found::Nothing => match config::default_layout() {
+            Layout::keys => Layout::keys,
+            // A keys-layout queue with nothing queued still has its other
+            // keys; only the creation of a queue looks at them.
+            Layout::native => {
+                let (names, _) = names_of(queue, &QueueKey::ALL[1..]);
+                let exists = |name: &super::strings::OwnedString| {
+                    // SAFETY: live context and valid name.
+                    unsafe { api!(RedisModule_KeyExists)(ctx.ctx, name.0) != 0 }
+                };
+                if names.iter().flatten().any(exists) {
+                    Layout::keys
+                } else {
+                    Layout::native
+                }
+            }
+        },
+    }
+}
+
+/// The store of one call, in the queue's layout. It lives on the stack for
+/// one call; boxing the larger variant would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
+pub enum QueueStore<'ctx> {
+    Keys(RedisStore<'ctx>),
+    Native(NativeStore<'ctx>),
+}
+
+impl<'ctx> QueueStore<'ctx> {
+    /// Opens queue `queue` for an operation declaring `scope`, in its
+    /// layout. `records_effects` is for the keys layout (a native queue
+    /// always propagates the call as a command).
+    pub fn open(
+        ctx: &'ctx Context,
+        queue: &[u8],
+        scope: Scope,
+        caller: Caller,
+        records_effects: bool,
+    ) -> Result<Self, OpenError> {
+        Self::open_as(
+            layout_of(ctx, queue),
+            ctx,
+            queue,
+            scope,
+            caller,
+            records_effects,
+        )
+    }
+
+    /// Opens queue `queue` in `layout` (VTRR.CONVERT opens both).
+    pub fn open_as(
+        layout: Layout,
+        ctx: &'ctx Context,
+        queue: &[u8],
+        scope: Scope,
+        caller: Caller,
+        records_effects: bool,
+    ) -> Result<Self, OpenError> {
+        Ok(match layout {
+            Layout::keys => QueueStore::Keys(RedisStore::open(
+                ctx,
+                queue,
+                scope,
+                caller,
+                records_effects,
+            )?),
+            Layout::native => QueueStore::Native(NativeStore::open(ctx, queue, scope, caller)?),
+        })
+    }
+
+    pub fn layout(&self) -> Layout {
+        match self {
+            QueueStore::Keys(_) => Layout::keys,
+            QueueStore::Native(_) => Layout::native,
+        }
+    }
+
+    pub fn changed(&self) -> bool {
+        match self {
+            QueueStore::Keys(store) => store.changed(),
+            QueueStore::Native(store) => store.changed(),
+        }
+    }
+
+    /// Commits the call (see [`RedisStore::commit`]); a native queue
+    /// propagates it as a command whatever `propagate` says of effects: the
+    /// same command on the same value writes the same.
+    pub fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool {
+        match self {
+            QueueStore::Keys(store) => store.commit(event, propagate),
+            QueueStore::Native(store) => {
+                let ctx = store.ctx();
+                store.commit(event, || match propagate() {
+                    Propagate::Effects | Propagate::Verbatim => replicate_verbatim(ctx),
+                    Propagate::Apply(args) => replicate_apply(ctx, &args),
+                })
+            }
+        }
+    }
+
+    pub fn signal_ready(&self) {
+        match self {
+            QueueStore::Keys(store) => store.signal_ready(),
+            QueueStore::Native(store) => store.signal_ready(),
+        }
+    }
+
+    pub fn notify(&self, event: &CStr) {
+        match self {
+            QueueStore::Keys(store) => store.notify(event),
+            QueueStore::Native(store) => store.notify(event),
+        }
+    }
+}
+
+/// Each operation, on whichever store the queue has.
+macro_rules! dispatch {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            QueueStore::Keys($store) => $call,
+            QueueStore::Native($store) => $call,
+        }
+    };
+}
+
+impl Store for QueueStore<'_> {
+    fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
+        dispatch!(self, s => s.zscore(key, member))
+    }
+
+    fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
+        dispatch!(self, s => s.zadd(key, member, score))
+    }
+
+    fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
+        dispatch!(self, s => s.zrem(key, member))
+    }
+
+    fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
+        dispatch!(self, s => s.zfirst(key))
+    }
+
+    fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
+        dispatch!(self, s => s.zrange_upto(key, max, limit))
+    }
+
+    fn zrange_above(
+        &mut self,
+        key: ZsetKey,
+        above: f64,
+        max: f64,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, f64)> {
+        dispatch!(self, s => s.zrange_above(key, above, max, limit))
+    }
+
+    fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
+        dispatch!(self, s => s.zfirst_from(key, from))
+    }
+
+    fn zcard(&mut self, key: ZsetKey) -> u64 {
+        dispatch!(self, s => s.zcard(key))
+    }
+
+    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.zcount_upto(key, max))
+    }
+
+    fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        dispatch!(self, s => s.hget(key, field))
+    }
+
+    fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
+        dispatch!(self, s => s.hset(key, field, value))
+    }
+
+    fn hdel(&mut self, key: HashKey, field: &[u8]) {
+        dispatch!(self, s => s.hdel(key, field))
+    }
+
+    fn hlen(&mut self, key: HashKey) -> u64 {
+        dispatch!(self, s => s.hlen(key))
+    }
+
+    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
+        dispatch!(self, s => s.hfields(key))
+    }
+
+    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
+        dispatch!(self, s => s.hscan(key, cursor, count))
+    }
+
+    fn delete(&mut self, key: QueueKey) {
+        dispatch!(self, s => s.delete(key))
+    }
+
+    fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
+        dispatch!(self, s => s.current_virtual_time())
+    }
+
+    fn set_current_virtual_time(&mut self, value: i64) {
+        dispatch!(self, s => s.set_current_virtual_time(value))
+    }
+
+    fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
+        dispatch!(self, s => s.set_raw_current_virtual_time(value))
+    }
+}
