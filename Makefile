@@ -7,6 +7,10 @@ PORT           ?= 6379
 # The instruction-count gate counts the Debian server under callgrind
 # whatever VTRR_REDIS_SERVER says: make test runs it, the matrix skips it.
 GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
+# The matrix runs every suite on the keys layout and these on the native one
+# (make test runs all of them on both, on Redis 7.0).
+NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease \
+                        --test replication --test cluster --test blocking
 
 .PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions bench-baseline run clean mutants
 
@@ -41,14 +45,17 @@ unit: deps ## Unit and property tests of the core (no server)
 integration: build release ## Integration suites against real redis-server processes (the instruction-count gate needs the release module)
 	cargo test --tests --test '*'
 
-test: deps lint build release ## Everything CI runs: lint, unit, property and integration tests, the instruction-count gate
+test: deps lint build release ## Everything CI runs: lint, unit, property and integration tests (on both layouts), the instruction-count gate
 	cargo test --lib --tests
+	VTRR_LAYOUT=native cargo test --test '*' -- --skip $(GATE_TEST)
 
-test-matrix: build ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/)
+test-matrix: build ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/): all on the keys layout, a representative set on the native one
 	bash scripts/fetch-servers.sh
 	@set -e; summary=""; for server in .servers/bin/*; do \
 	  name=$$(basename $$server); echo "=== $$name: $$($$server --version)"; \
-	  if VTRR_REDIS_SERVER=$$PWD/$$server cargo test --test '*' -- --skip $(GATE_TEST) 2>&1 | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked'; \
+	  if { VTRR_REDIS_SERVER=$$PWD/$$server cargo test --test '*' -- --skip $(GATE_TEST) && \
+	       VTRR_LAYOUT=native VTRR_REDIS_SERVER=$$PWD/$$server cargo test $(NATIVE_MATRIX_SUITES); } 2>&1 \
+	       | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked'; \
 	     [ $${PIPESTATUS[0]} -eq 0 ]; then result=pass; else result=FAIL; fi; \
 	  passed=$$(awk '/^test result:/ {p += $$4} END {print p+0}' .servers/$$name.log); \
 	  summary="$$summary\n| $$name | $$result ($$passed tests) |"; \

@@ -755,6 +755,9 @@ impl<'a> Call<'a> {
             (Replication::commands, Replicate::Verbatim | Replicate::Apply(_)) => false,
         };
         let mut store = self.open(op, effects).map_err(Refused::Open)?;
+        // A native queue propagates as commands in either mode (its value
+        // has no effects to replay): a time-dependent call as VTRR.APPLY.
+        let effects = effects && store.layout() == Layout::keys;
         let mut anomalies = Vec::new();
         let value = core(&mut store, &mut anomalies).map_err(Refused::Core)?;
         let done = done(&value);
