@@ -147,6 +147,32 @@ impl MemoryStore {
         self.current_virtual_time.as_deref()
     }
 
+    /// HDEL that says whether the field was there.
+    pub fn hdel_existing(&mut self, key: HashKey, field: &[u8]) -> bool {
+        let hash = &mut self.hashes[key.index()];
+        let Some(old) = hash.fields.remove(field) else {
+            return false;
+        };
+        let mut cost = heap(field.len()) + heap(old.len()) + HASH_ENTRY_OVERHEAD;
+        if let Some(order) = hash.scan_order.as_mut() {
+            order.remove(&(scan_hash(field), field.into()));
+            cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+        }
+        self.bytes -= cost;
+        true
+    }
+
+    /// Whether `key` holds anything (EXISTS in the keys layout).
+    pub fn holds(&self, key: QueueKey) -> bool {
+        if let Some(zset) = ZsetKey::of(key) {
+            !self.zsets[zset.index()].by_member.is_empty()
+        } else if let Some(hash) = HashKey::of(key) {
+            !self.hashes[hash.index()].fields.is_empty()
+        } else {
+            self.current_virtual_time.is_some()
+        }
+    }
+
     /// Entries held, over every sorted set and hash (what freeing costs).
     pub fn entries(&self) -> usize {
         let zsets: usize = self.zsets.iter().map(|z| z.by_member.len()).sum();
@@ -288,15 +314,7 @@ impl Store for MemoryStore {
     }
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
-        let hash = &mut self.hashes[key.index()];
-        if let Some(old) = hash.fields.remove(field) {
-            let mut cost = heap(field.len()) + heap(old.len()) + HASH_ENTRY_OVERHEAD;
-            if let Some(order) = hash.scan_order.as_mut() {
-                order.remove(&(scan_hash(field), field.into()));
-                cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
-            }
-            self.bytes -= cost;
-        }
+        self.hdel_existing(key, field);
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {

@@ -211,6 +211,28 @@ impl<'ctx> NativeStore<'ctx> {
         self.ctx
     }
 
+    /// The value to remove from, if there is one; the call counts as a
+    /// write only when `remove` says it removed something (as on the keys
+    /// layout, where removing nothing changes nothing).
+    fn remove<T: Default>(
+        &mut self,
+        which: QueueKey,
+        remove: impl FnOnce(&mut MemoryStore) -> (T, bool),
+    ) -> T {
+        debug_assert!(
+            self.scope.allows(which, true),
+            "{}",
+            self.scope.refusal(which, true)
+        );
+        let Some(mut value) = self.value else {
+            return T::default();
+        };
+        // SAFETY: as in `read`.
+        let (result, removed) = remove(unsafe { value.as_mut() });
+        self.written |= removed;
+        result
+    }
+
     /// Whether this call wrote anything so far.
     pub fn changed(&self) -> bool {
         self.written
@@ -341,10 +363,10 @@ impl Store for NativeStore<'_> {
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
-        match self.value {
-            Some(_) => self.write(key.into()).zrem(key, member),
-            None => false,
-        }
+        self.remove(key.into(), |v| {
+            let removed = v.zrem(key, member);
+            (removed, removed)
+        })
     }
 
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
@@ -389,9 +411,7 @@ impl Store for NativeStore<'_> {
     }
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
-        if self.value.is_some() {
-            self.write(key.into()).hdel(key, field)
-        }
+        self.remove(key.into(), |v| ((), v.hdel_existing(key, field)))
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {
@@ -409,9 +429,11 @@ impl Store for NativeStore<'_> {
     }
 
     fn delete(&mut self, key: QueueKey) {
-        if self.value.is_some() {
-            self.write(key).delete(key)
-        }
+        self.remove(key, |v| {
+            let existed = v.holds(key);
+            v.delete(key);
+            ((), existed)
+        })
     }
 
     fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
