@@ -29,6 +29,7 @@ use crate::store::native::load_chunk;
 use crate::store::redis::{
     may_write_every_key, replicate_verbatim_call, ApplyArgs, Caller, OpenError, Propagate,
 };
+use crate::store::server::log_warning;
 use crate::store::server::{new_token, now_ms, selected_db};
 use crate::store::QueueKey;
 use crate::timer::index::with_index;
@@ -189,7 +190,7 @@ fn lease_drawing(
     };
     let outcome = core::lease(store, request, draw)?;
     if diverged || replayed.is_some_and(|mut left| left.next().is_some()) {
-        ctx.log_warning(&format!(
+        log_warning(ctx, &format!(
             "vtrr: replaying a LEASE of queue {} leased {} items where the master leased another number: this server's copy differs from its master's",
             String::from_utf8_lossy(queue),
             outcome.leased.len()
@@ -819,8 +820,7 @@ impl<'a> Call<'a> {
         }
         let queue = String::from_utf8_lossy(self.queue);
         for anomaly in anomalies {
-            self.ctx
-                .log_warning(&format!("vtrr: queue {queue}: {anomaly}"));
+            log_warning(self.ctx, &format!("vtrr: queue {queue}: {anomaly}"));
         }
     }
 }

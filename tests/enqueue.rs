@@ -61,24 +61,45 @@ fn enqueue_writes_vtrr_queue_keys_and_skips_present_ids() {
     let server = Server::start();
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p:with:colons", "x", 3, b"payload-x")]);
-    let score: f64 = redis::cmd("ZSCORE")
-        .arg("vtrr:q:queue")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(score, 1.0);
-    let meta: String = redis::cmd("HGET")
-        .arg("vtrr:q:meta")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(meta, "3:p:with:colons");
-    let pvt: String = redis::cmd("HGET")
-        .arg("vtrr:q:partition_virtual_time")
-        .arg("p:with:colons")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(pvt, "4");
+    assert_eq!(key_zscore(&mut con, "q", "queue", "x"), Some(1.0));
+    assert_eq!(
+        key_hget(&mut con, "q", "meta", "x").as_deref(),
+        Some("3:p:with:colons")
+    );
+    assert_eq!(
+        key_hget(&mut con, "q", "partition_virtual_time", "p:with:colons").as_deref(),
+        Some("4")
+    );
+    if native_layout() {
+        // The whole queue is the one key of the module's type.
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+        assert_eq!(keys, ["vtrr:q:queue"]);
+        let kind: String = redis::cmd("TYPE")
+            .arg("vtrr:q:queue")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(kind, "vtrrqueue");
+    } else {
+        // vtrr-queue's own keys, as its scripts read them.
+        let score: f64 = redis::cmd("ZSCORE")
+            .arg("vtrr:q:queue")
+            .arg("x")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(score, 1.0);
+        let meta: String = redis::cmd("HGET")
+            .arg("vtrr:q:meta")
+            .arg("x")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(meta, "3:p:with:colons");
+        let pvt: String = redis::cmd("HGET")
+            .arg("vtrr:q:partition_virtual_time")
+            .arg("p:with:colons")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(pvt, "4");
+    }
     // Queued: skipped. Leased: skipped too (the Lua version re-queued it).
     assert_eq!(
         enqueue_items(&mut con, "q", &[("other", "x", 1, b"dup")]),
@@ -124,11 +145,7 @@ fn calls_on_many_queues_in_turn_keep_each_queues_keys_apart() {
         }
     }
     for queue in &queues {
-        let queued: i64 = redis::cmd("ZCARD")
-            .arg(format!("vtrr:{queue}:queue"))
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(queued, 0, "{queue}");
+        assert!(key_zrange(&mut con, queue, "queue").is_empty(), "{queue}");
         assert_invariants(&mut con, queue);
     }
 }
@@ -153,11 +170,7 @@ fn ids_payloads_and_partitions_are_binary_safe() {
         (got_id.as_slice(), got_payload.as_slice()),
         (&id[..], &payload[..])
     );
-    let meta: Vec<u8> = redis::cmd("HGET")
-        .arg("vtrr:q:meta")
-        .arg(&id[..])
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(meta, b"1:p\x00art");
+    let meta = key_hgetall(&mut con, "q", "meta").remove(&id[..]);
+    assert_eq!(meta.as_deref(), Some(&b"1:p\x00art"[..]));
     assert_eq!(ack(&mut con, "q", &id[..], &token), 1);
 }

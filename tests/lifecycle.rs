@@ -12,25 +12,31 @@ use std::time::Duration;
 use common::*;
 use redis::Connection;
 
-fn zscore(con: &mut Connection, key: &str, member: &str) -> Option<f64> {
-    redis::cmd("ZSCORE")
-        .arg(key)
-        .arg(member)
-        .query(con)
-        .unwrap()
+/// HGET of `field` in queue `queue`'s `suffix`, in either layout, as bytes.
+fn hget(con: &mut Connection, queue: &str, suffix: &str, field: &str) -> Option<Vec<u8>> {
+    key_hgetall(con, queue, suffix).remove(field.as_bytes())
 }
 
-fn hget(con: &mut Connection, key: &str, field: &str) -> Option<Vec<u8>> {
-    redis::cmd("HGET").arg(key).arg(field).query(con).unwrap()
-}
-
-fn hget_text(con: &mut Connection, key: &str, field: &str) -> Option<String> {
-    hget(con, key, field).map(|raw| String::from_utf8(raw).unwrap())
+/// What `VTRR.INSPECT` shows of each of queue `queue`'s `suffixes`: the
+/// logical keys' content, in either layout.
+fn inspect_keys(con: &mut Connection, queue: &str, suffixes: &[&str]) -> Vec<(String, Value)> {
+    suffixes
+        .iter()
+        .map(|suffix| {
+            let content: Value = redis::cmd("VTRR.INSPECT")
+                .arg(queue)
+                .arg(*suffix)
+                .query(con)
+                .unwrap();
+            (suffix.to_string(), content)
+        })
+        .collect()
 }
 
 /// Where `id` is in queue `queue`'s life: `queued`, `inflight`, `delayed`,
 /// `dead`, or `absent`, read in one transaction (the timer may move it
-/// between separate reads). Panics if it is in two places.
+/// between separate reads), through `VTRR.INSPECT` (either layout). Panics
+/// if it is in two places.
 fn state(con: &mut Connection, queue: &str, id: &str) -> &'static str {
     let places = [
         ("queue", "queued"),
@@ -41,15 +47,13 @@ fn state(con: &mut Connection, queue: &str, id: &str) -> &'static str {
     let mut pipe = redis::pipe();
     pipe.atomic();
     for (suffix, _) in places {
-        pipe.cmd("ZSCORE")
-            .arg(format!("vtrr:{queue}:{suffix}"))
-            .arg(id);
+        pipe.cmd("VTRR.INSPECT").arg(queue).arg(suffix);
     }
-    let scores: Vec<Option<f64>> = pipe.query(con).unwrap();
+    let zsets: Vec<Vec<Vec<u8>>> = pipe.query(con).unwrap();
     let found: Vec<&'static str> = places
         .iter()
-        .zip(scores)
-        .filter(|(_, score)| score.is_some())
+        .zip(zsets)
+        .filter(|(_, flat)| flat.chunks_exact(2).any(|pair| pair[0] == id.as_bytes()))
         .map(|((_, name), _)| *name)
         .collect();
     match found.as_slice() {
@@ -184,23 +188,23 @@ fn defer_holds_items_in_delayed_by_server_due_time_outside_the_queue() {
     assert_eq!(added, 2);
     for id in ["a", "b"] {
         assert_eq!(state(&mut con, "q", id), "delayed");
-        let due = zscore(&mut con, "vtrr:q:delayed", id).unwrap() as i64;
+        let due = key_zscore(&mut con, "q", "delayed", id).unwrap() as i64;
         assert!(
             (before + 5_000..=after + 5_000).contains(&due),
             "{id} due {due}, deferred between {before} and {after}"
         );
     }
-    assert_eq!(hget(&mut con, "vtrr:q:delayed_task", "a").unwrap(), b"A");
-    assert_eq!(hget(&mut con, "vtrr:q:delayed_task", "b").unwrap(), b"B");
-    assert_eq!(hget(&mut con, "vtrr:q:meta", "a").unwrap(), b"2:p");
-    assert_eq!(hget(&mut con, "vtrr:q:meta", "b").unwrap(), b"1:r:s");
+    assert_eq!(hget(&mut con, "q", "delayed_task", "a").unwrap(), b"A");
+    assert_eq!(hget(&mut con, "q", "delayed_task", "b").unwrap(), b"B");
+    assert_eq!(hget(&mut con, "q", "meta", "a").unwrap(), b"2:p");
+    assert_eq!(hget(&mut con, "q", "meta", "b").unwrap(), b"1:r:s");
     for key in [
         "queue",
         "task",
         "partition_virtual_time",
         "current_virtual_time",
     ] {
-        assert!(!exists(&mut con, &format!("vtrr:q:{key}")), "{key} written");
+        assert!(!key_exists(&mut con, "q", key), "{key} written");
     }
     // Not due yet: a lease gets nothing and moves nothing.
     let held = dump_queue(&mut con, "q");
@@ -214,7 +218,7 @@ fn a_delayed_item_is_never_served_before_its_due_time() {
     let server = quiet_server();
     let mut con = server.connect();
     assert_eq!(defer_items(&mut con, "q", 150, &[("p", "a", 1, b"A")]), 1);
-    let due = zscore(&mut con, "vtrr:q:delayed", "a").unwrap() as i64;
+    let due = key_zscore(&mut con, "q", "delayed", "a").unwrap() as i64;
     let lease_ms = 60_000;
     let mut attempts = 0;
     let mut got = None;
@@ -230,14 +234,14 @@ fn a_delayed_item_is_never_served_before_its_due_time() {
     );
     assert!(attempts > 1, "served by the first lease, 150 ms early");
     // The lease's expiry is the server's clock at the lease + lease-ms.
-    let expiry = zscore(&mut con, "vtrr:q:inflight", "a").unwrap() as i64;
+    let expiry = key_zscore(&mut con, "q", "inflight", "a").unwrap() as i64;
     assert!(
         expiry - lease_ms as i64 >= due,
         "leased at {} before its due time {due}",
         expiry - lease_ms as i64
     );
-    assert!(!exists(&mut con, "vtrr:q:delayed"));
-    assert!(!exists(&mut con, "vtrr:q:delayed_task"));
+    assert!(!key_exists(&mut con, "q", "delayed"));
+    assert!(!key_exists(&mut con, "q", "delayed_task"));
     assert_invariants(&mut con, "q");
 }
 
@@ -262,7 +266,7 @@ fn a_promoted_item_is_scored_as_if_enqueued_at_promotion() {
             ["a1", "a2", "a3"]
         );
     }
-    let due = zscore(&mut con, "vtrr:q:delayed", "b").unwrap() as i64;
+    let due = key_zscore(&mut con, "q", "delayed", "b").unwrap() as i64;
     wait_until(Duration::from_secs(2), "b is due", || {
         server_time_ms(&mut con) >= due
     });
@@ -272,14 +276,14 @@ fn a_promoted_item_is_scored_as_if_enqueued_at_promotion() {
     // would have scored 1 and been served first).
     let next = lease(&mut con, "q", 60_000).unwrap();
     assert_eq!(text(&next.0), "a4");
-    assert_eq!(zscore(&mut con, "vtrr:q:queue", "b"), Some(4.0));
+    assert_eq!(key_zscore(&mut con, "q", "queue", "b"), Some(4.0));
     assert_eq!(
-        hget_text(&mut con, "vtrr:q:partition_virtual_time", "b").as_deref(),
+        key_hget(&mut con, "q", "partition_virtual_time", "b").as_deref(),
         Some("5")
     );
     assert_eq!(text(&lease(&mut con, "twin", 60_000).unwrap().0), "a4");
     let scored = ["queue", "partition_virtual_time", "current_virtual_time"];
-    let [q, twin] = ["q", "twin"].map(|queue| dump_keys(&mut con, keys_of(queue, &scored)));
+    let [q, twin] = ["q", "twin"].map(|queue| inspect_keys(&mut con, queue, &scored));
     for ((key, (_, q)), (_, twin)) in scored.iter().zip(&q).zip(&twin) {
         assert_eq!(q, twin, "{key} differs from an enqueue at promotion");
     }
@@ -302,7 +306,7 @@ fn defer_zero_is_exactly_enqueue() {
         dump_queue(con, queue).into_iter().map(|(_, d)| d).collect()
     };
     assert_eq!(dumps(&mut con, "deferred"), dumps(&mut con, "enqueued"));
-    assert!(!exists(&mut con, "vtrr:deferred:delayed"));
+    assert!(!key_exists(&mut con, "deferred", "delayed"));
     let info = vtrr_info(&mut con);
     assert_eq!(info["vtrr_items_enqueued"], 6);
     assert_eq!(info["vtrr_items_deferred"], 0);
@@ -360,7 +364,7 @@ fn defer_and_enqueue_skip_ids_already_queued_leased_delayed_or_dead() {
         ],
     );
     assert_eq!(added, 1);
-    assert_eq!(hget(&mut con, "vtrr:q:delayed_task", "new").unwrap(), b"2");
+    assert_eq!(hget(&mut con, "q", "delayed_task", "new").unwrap(), b"2");
     let added = enqueue_items(
         &mut con,
         "q",
@@ -396,17 +400,17 @@ fn the_timer_promotes_a_due_delayed_item_with_no_command_sent() {
     // Past the start-up index rebuild: only DEFER's own note can find it.
     wait_past_startup_rebuild(&mut con);
     defer_items(&mut con, "q", 50, &[("p", "a", 1, b"A")]);
-    let due = zscore(&mut con, "vtrr:q:delayed", "a").unwrap() as i64;
+    let due = key_zscore(&mut con, "q", "delayed", "a").unwrap() as i64;
     let mut observer = server.connect();
     // Only reads from here on.
     wait_until(Duration::from_secs(2), "the timer queues a", || {
-        zscore(&mut observer, "vtrr:q:queue", "a").is_some()
+        key_zscore(&mut observer, "q", "queue", "a").is_some()
     });
     assert!(server_time_ms(&mut observer) >= due);
     assert_eq!(state(&mut observer, "q", "a"), "queued");
-    assert_eq!(zscore(&mut observer, "vtrr:q:queue", "a"), Some(1.0));
-    assert_eq!(hget(&mut observer, "vtrr:q:task", "a").unwrap(), b"A");
-    assert!(!exists(&mut observer, "vtrr:q:delayed_task"));
+    assert_eq!(key_zscore(&mut observer, "q", "queue", "a"), Some(1.0));
+    assert_eq!(hget(&mut observer, "q", "task", "a").unwrap(), b"A");
+    assert!(!key_exists(&mut observer, "q", "delayed_task"));
     let info = vtrr_info(&mut observer);
     assert_eq!(info["vtrr_timer_items_promoted"], 1);
     assert_eq!(info["vtrr_items_promoted"], 1);
@@ -430,7 +434,7 @@ fn a_due_delayed_item_wakes_a_blocked_lease() {
     // A delayed item does not wake the waiter; falling due does, with no
     // other command sent.
     defer_items(&mut con, "q", 100, &[("p", "a", 1, b"A")]);
-    let due = zscore(&mut con, "vtrr:q:delayed", "a").unwrap() as i64;
+    let due = key_zscore(&mut con, "q", "delayed", "a").unwrap() as i64;
     let leased = received
         .recv_timeout(Duration::from_secs(3))
         .expect("the waiter was not woken by the due item");
@@ -439,7 +443,7 @@ fn a_due_delayed_item_wakes_a_blocked_lease() {
         (text(&id), payload.as_slice(), timeouts),
         ("a", &b"A"[..], 0)
     );
-    let expiry = zscore(&mut con, "vtrr:q:inflight", "a").unwrap() as i64;
+    let expiry = key_zscore(&mut con, "q", "inflight", "a").unwrap() as i64;
     assert!(expiry - 1000 >= due, "served before its due time");
     assert_eq!(vtrr_info(&mut con)["vtrr_timer_items_promoted"], 1);
     assert_invariants(&mut con, "q");
@@ -462,12 +466,14 @@ fn a_drain_leaves_delayed_and_dead_items_alone() {
     assert_eq!(lease_and_nack(&mut con, "q", &["DELAY", "60000"]), "y");
     defer_items(&mut con, "q", 60_000, &[("r", "d", 1, b"D")]);
     let kept = [DELAYED_AND_DEAD.as_slice(), &["meta"]].concat();
-    let before = dump_keys(&mut con, keys_of("q", &kept));
-    assert!(before.iter().all(|(_, dump)| dump.is_some()));
+    let before = inspect_keys(&mut con, "q", &kept);
+    for suffix in &kept {
+        assert!(key_exists(&mut con, "q", suffix), "{suffix}");
+    }
     // a is the last queued item: leasing it drains the queue.
     assert_eq!(text(&lease(&mut con, "q", 60_000).unwrap().0), "a");
-    assert_drained(&mut con, "q");
-    let after = dump_keys(&mut con, keys_of("q", &kept));
+    assert_key_drained(&mut con, "q");
+    let after = inspect_keys(&mut con, "q", &kept);
     for ((key, before), (_, after)) in before.iter().zip(&after) {
         assert!(before == after, "the drain changed {key}");
     }
@@ -526,26 +532,23 @@ fn a_plain_nack_requeues_rescored_and_counts_nacks_apart_from_timeouts() {
     assert_eq!(nack(&mut con, "q", b"a", &token, &[]), 1);
     assert_eq!(state(&mut con, "q", "a"), "queued");
     assert_eq!(
-        zscore(&mut con, "vtrr:q:queue", "a"),
+        key_zscore(&mut con, "q", "queue", "a"),
         Some(3.0),
         "rescored like a reclaim: max(partition 3, current 0 + 1)"
     );
     assert_eq!(
-        hget_text(&mut con, "vtrr:q:partition_virtual_time", "p").as_deref(),
+        key_hget(&mut con, "q", "partition_virtual_time", "p").as_deref(),
         Some("4")
     );
-    assert_eq!(hget(&mut con, "vtrr:q:task", "a").unwrap(), b"A");
+    assert_eq!(hget(&mut con, "q", "task", "a").unwrap(), b"A");
+    assert_eq!(key_hget(&mut con, "q", "nacks", "a").as_deref(), Some("1"));
     assert_eq!(
-        hget_text(&mut con, "vtrr:q:nacks", "a").as_deref(),
-        Some("1")
-    );
-    assert_eq!(
-        hget_text(&mut con, "vtrr:q:timeouts", "a").as_deref(),
+        key_hget(&mut con, "q", "timeouts", "a").as_deref(),
         Some("1"),
         "a nack is not a timeout"
     );
     for key in ["inflight", "inflight_task", "lease"] {
-        assert!(!exists(&mut con, &format!("vtrr:q:{key}")), "{key}");
+        assert!(!key_exists(&mut con, "q", key), "{key}");
     }
     // The nacked lease is over.
     assert_eq!(ack(&mut con, "q", b"a", &token), 0);
@@ -568,16 +571,13 @@ fn nack_delay_holds_the_item_until_its_retry_time() {
     assert_eq!(nack(&mut con, "q", b"a", &token, &["DELAY", "250"]), 1);
     let after = server_time_ms(&mut con);
     assert_eq!(state(&mut con, "q", "a"), "delayed");
-    let due = zscore(&mut con, "vtrr:q:delayed", "a").unwrap() as i64;
+    let due = key_zscore(&mut con, "q", "delayed", "a").unwrap() as i64;
     assert!(
         (before + 250..=after + 250).contains(&due),
         "due {due}, nacked between {before} and {after}"
     );
-    assert_eq!(hget(&mut con, "vtrr:q:delayed_task", "a").unwrap(), b"A");
-    assert_eq!(
-        hget_text(&mut con, "vtrr:q:nacks", "a").as_deref(),
-        Some("1")
-    );
+    assert_eq!(hget(&mut con, "q", "delayed_task", "a").unwrap(), b"A");
+    assert_eq!(key_hget(&mut con, "q", "nacks", "a").as_deref(), Some("1"));
     assert_eq!(stats(&mut con, "q")["next_due_ms"], Value::Int(due));
     assert_invariants(&mut con, "q");
     assert_eq!(lease(&mut con, "q", 60_000), None, "served before due");
@@ -591,15 +591,12 @@ fn nack_delay_holds_the_item_until_its_retry_time() {
         (text(&id), payload.as_slice(), timeouts, nacks),
         ("a", &b"A"[..], 0, 1)
     );
-    let expiry = zscore(&mut con, "vtrr:q:inflight", "a").unwrap() as i64;
+    let expiry = key_zscore(&mut con, "q", "inflight", "a").unwrap() as i64;
     assert!(expiry - 60_000 >= due, "served before its retry time");
     // DELAY 0 is the plain nack: straight back to the queue.
     assert_eq!(nack(&mut con, "q", b"a", &token, &["DELAY", "0"]), 1);
     assert_eq!(state(&mut con, "q", "a"), "queued");
-    assert_eq!(
-        hget_text(&mut con, "vtrr:q:nacks", "a").as_deref(),
-        Some("2")
-    );
+    assert_eq!(key_hget(&mut con, "q", "nacks", "a").as_deref(), Some("2"));
     assert_invariants(&mut con, "q");
 }
 
@@ -638,9 +635,9 @@ fn nack_dead_dead_letters_the_item_with_reason_nack() {
     assert_eq!(nack(&mut con, "q", b"a", &token, &["DEAD"]), 1);
     let after = server_time_ms(&mut con);
     assert_eq!(state(&mut con, "q", "a"), "dead");
-    assert_eq!(hget(&mut con, "vtrr:q:dead_task", "a").unwrap(), b"A");
+    assert_eq!(hget(&mut con, "q", "dead_task", "a").unwrap(), b"A");
     assert_eq!(
-        hget_text(&mut con, "vtrr:q:dead_reason", "a").as_deref(),
+        key_hget(&mut con, "q", "dead_reason", "a").as_deref(),
         Some("nack")
     );
     let died_at = assert_one_dead(&mut con, "q", ("a", b"A", "p", 3, 0, 1, "nack"));
@@ -723,9 +720,9 @@ fn lease_withcounters_adds_the_nack_count_and_ack_clears_it() {
     let counts: Vec<(&str, i64)> = leased.iter().map(|l| (text(&l.0), l.4)).collect();
     assert_eq!(counts, [("a", 6), ("b", 0)]);
     assert_eq!(ack(&mut con, "q", b"a", &leased[0].2), 1);
-    assert_eq!(hget(&mut con, "vtrr:q:nacks", "a"), None, "ACK left nacks");
-    assert!(!exists(&mut con, "vtrr:q:nacks"));
-    assert_eq!(hget(&mut con, "vtrr:q:meta", "a"), None);
+    assert_eq!(hget(&mut con, "q", "nacks", "a"), None, "ACK left nacks");
+    assert!(!key_exists(&mut con, "q", "nacks"));
+    assert_eq!(hget(&mut con, "q", "meta", "a"), None);
     assert_invariants(&mut con, "q");
 }
 
@@ -743,15 +740,20 @@ fn policy_reads_nil_by_default_reads_back_what_was_set_and_none_clears_it() {
     };
     assert_eq!(read(&mut con), (None, None));
     assert!(
-        !exists(&mut con, "vtrr:q:policy"),
+        !key_exists(&mut con, "q", "policy"),
         "reading wrote the policy"
     );
     set_policy(&mut con, "q", &["MAX-TIMEOUTS", "3", "MAX-NACKS", "0"]);
     assert_eq!(read(&mut con), (Some(3), Some(0)));
-    let stored: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("vtrr:q:policy")
-        .query(&mut con)
-        .unwrap();
+    let stored: HashMap<String, String> = key_hgetall(&mut con, "q", "policy")
+        .into_iter()
+        .map(|(field, value)| {
+            (
+                String::from_utf8(field).unwrap(),
+                String::from_utf8(value).unwrap(),
+            )
+        })
+        .collect();
     assert_eq!(
         stored,
         HashMap::from([
@@ -796,7 +798,7 @@ fn policy_reads_nil_by_default_reads_back_what_was_set_and_none_clears_it() {
         &["MAX-TIMEOUTS", "NONE", "MAX-NACKS", "NONE"],
     );
     assert_eq!(read(&mut con), (None, None));
-    assert!(!exists(&mut con, "vtrr:q:policy"));
+    assert!(!key_exists(&mut con, "q", "policy"));
 }
 
 /// Who takes the expired leases back in the MAX-TIMEOUTS tests.
@@ -996,18 +998,18 @@ fn revive_puts_dead_items_back_fresh_with_counters_reset() {
     assert_eq!(state(&mut con, "q", "d"), "queued");
     assert_eq!(state(&mut con, "q", "x1"), "inflight");
     assert_eq!(
-        zscore(&mut con, "vtrr:q:queue", "d"),
+        key_zscore(&mut con, "q", "queue", "d"),
         Some(3.0),
         "scored as if enqueued now: max(partition 2, current 2 + 1)"
     );
     assert_eq!(
-        hget_text(&mut con, "vtrr:q:partition_virtual_time", "r").as_deref(),
+        key_hget(&mut con, "q", "partition_virtual_time", "r").as_deref(),
         Some("4")
     );
-    assert_eq!(hget(&mut con, "vtrr:q:task", "d").unwrap(), b"D");
-    assert_eq!(hget(&mut con, "vtrr:q:meta", "d").unwrap(), b"1:r");
+    assert_eq!(hget(&mut con, "q", "task", "d").unwrap(), b"D");
+    assert_eq!(hget(&mut con, "q", "meta", "d").unwrap(), b"1:r");
     for key in ["timeouts", "nacks", "dead_task", "dead_reason"] {
-        assert_eq!(hget(&mut con, &format!("vtrr:q:{key}"), "d"), None, "{key}");
+        assert_eq!(hget(&mut con, "q", key, "d"), None, "{key}");
     }
     assert!(dead_list(&mut con, "q", None).is_empty());
     assert_eq!(revive(&mut con, "q", &["d"]), 0, "no longer dead");
@@ -1034,7 +1036,7 @@ fn cancel_deletes_queued_delayed_dead_and_leased_items_for_good() {
     });
     let (id, _, lease_token, timeouts) = lease(&mut con, "q", 300).unwrap();
     assert_eq!((text(&id), timeouts), ("leased", 1));
-    let expiry = zscore(&mut con, "vtrr:q:inflight", "leased").unwrap() as i64;
+    let expiry = key_zscore(&mut con, "q", "inflight", "leased").unwrap() as i64;
     // All score 1: leases come in member order dead, queued, zkeep.
     enqueue_items(
         &mut con,
@@ -1075,8 +1077,7 @@ fn cancel_deletes_queued_delayed_dead_and_leased_items_for_good() {
     for id in doomed {
         assert_eq!(state(&mut con, "q", id), "absent", "{id}");
         for hash in hashes {
-            let key = format!("vtrr:q:{hash}");
-            assert_eq!(hget(&mut con, &key, id), None, "{id} left in {hash}");
+            assert_eq!(hget(&mut con, "q", hash, id), None, "{id} left in {hash}");
         }
     }
     // The cancelled lease is lost to its worker.
@@ -1119,7 +1120,7 @@ fn cancelling_a_partitions_last_queued_items_gives_their_cost_back() {
         ],
     );
     let next_time = |con: &mut Connection, partition: &str| {
-        hget_text(con, "vtrr:q:partition_virtual_time", partition)
+        key_hget(con, "q", "partition_virtual_time", partition)
     };
     // c2 is behind c1: c1's cost stays charged (a gap in c's turns).
     assert_eq!(cancel(&mut con, "q", &["c1"]), 1);
@@ -1133,7 +1134,7 @@ fn cancelling_a_partitions_last_queued_items_gives_their_cost_back() {
     assert_eq!(next_time(&mut con, "g").as_deref(), Some("1"));
     // A new item of g is scored as if g1 and g2 had never been enqueued.
     enqueue_items(&mut con, "q", &[("g", "g3", 1, b"6")]);
-    assert_eq!(zscore(&mut con, "vtrr:q:queue", "g3"), Some(1.0));
+    assert_eq!(key_zscore(&mut con, "q", "queue", "g3"), Some(1.0));
     assert_eq!(next_time(&mut con, "k").as_deref(), Some("2"));
     assert_invariants(&mut con, "q");
 }
@@ -1143,11 +1144,13 @@ fn a_queued_item_whose_payload_is_missing_is_dead_lettered_not_served() {
     let server = quiet_server();
     let mut con = server.connect();
     enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
-    let removed: i64 = redis::cmd("HDEL")
-        .arg("vtrr:q:task")
-        .arg("a")
-        .query(&mut con)
-        .unwrap();
+    let removed: i64 = with_keys_layout(&mut con, "q", |con| {
+        redis::cmd("HDEL")
+            .arg("vtrr:q:task")
+            .arg("a")
+            .query(con)
+            .unwrap()
+    });
     assert_eq!(removed, 1);
     let before = server_time_ms(&mut con);
     let (id, payload, _, _) = lease(&mut con, "q", 60_000).unwrap();
@@ -1164,6 +1167,32 @@ fn a_queued_item_whose_payload_is_missing_is_dead_lettered_not_served() {
     assert_invariants(&mut con, "q");
 }
 
+/// Ids, partitions and queue names are binary: a warning that names one
+/// holding a NUL byte is logged with `\0` (the log call takes C strings; an
+/// unescaped NUL made it panic and abort the server).
+#[test]
+fn a_warning_naming_an_id_with_a_nul_byte_is_logged_escaped() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    enqueue_items(&mut con, "q\0x", &[("p\0q", "a\0b", 1, b"A")]);
+    let removed: i64 = with_keys_layout(&mut con, "q\0x", |con| {
+        redis::cmd("HDEL")
+            .arg("vtrr:q\0x:task")
+            .arg("a\0b")
+            .query(con)
+            .unwrap()
+    });
+    assert_eq!(removed, 1);
+    assert_eq!(lease(&mut con, "q\0x", 60_000), None);
+    let warning = "vtrr: queue q\\0x: item a\\0b had no payload";
+    wait_until(Duration::from_secs(2), "the warning is logged", || {
+        server.log().contains(warning)
+    });
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+    assert_invariants(&mut con, "q\0x");
+}
+
 #[test]
 fn a_delayed_or_leased_item_whose_payload_is_missing_is_dead_lettered_when_due() {
     let server = quiet_server();
@@ -1171,17 +1200,19 @@ fn a_delayed_or_leased_item_whose_payload_is_missing_is_dead_lettered_when_due()
     enqueue_items(&mut con, "q", &[("r", "leased", 2, b"L")]);
     assert_eq!(text(&lease(&mut con, "q", 1).unwrap().0), "leased");
     defer_items(&mut con, "q", 1, &[("p", "held", 1, b"H")]);
-    let _: () = redis::pipe()
-        .cmd("HDEL")
-        .arg("vtrr:q:delayed_task")
-        .arg("held")
-        .ignore()
-        .cmd("HDEL")
-        .arg("vtrr:q:inflight_task")
-        .arg("leased")
-        .ignore()
-        .query(&mut con)
-        .unwrap();
+    with_keys_layout(&mut con, "q", |con| {
+        let _: () = redis::pipe()
+            .cmd("HDEL")
+            .arg("vtrr:q:delayed_task")
+            .arg("held")
+            .ignore()
+            .cmd("HDEL")
+            .arg("vtrr:q:inflight_task")
+            .arg("leased")
+            .ignore()
+            .query(con)
+            .unwrap();
+    });
     let_expire();
     // The lease reclaims "leased" and would promote "held": both are buried.
     assert_eq!(lease(&mut con, "q", 60_000), None);
@@ -1219,6 +1250,7 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
             "expired",
             "held",
             "inflight",
+            "layout",
             "next_due_ms",
             "next_expiry_ms",
             "partitions",
@@ -1226,6 +1258,7 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
             "queued"
         ]
     );
+    assert_eq!(fresh["layout"], Value::SimpleString(layout().to_string()));
     assert_eq!(fresh["delayed"], Value::Int(0));
     assert_eq!(fresh["dead"], Value::Int(0));
     assert_eq!(fresh["next_due_ms"], Value::Nil);
@@ -1233,7 +1266,7 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
     defer_items(&mut con, "q", 10_000, &[("p", "soon", 1, b"S")]);
     enqueue_items(&mut con, "q", &[("p", "c", 1, b"C"), ("p", "d", 1, b"D")]);
     assert_eq!(lease_and_nack(&mut con, "q", &["DEAD"]), "c");
-    let soon = zscore(&mut con, "vtrr:q:delayed", "soon").unwrap() as i64;
+    let soon = key_zscore(&mut con, "q", "delayed", "soon").unwrap() as i64;
     let now = stats(&mut con, "q");
     assert_eq!(now["delayed"], Value::Int(2));
     assert_eq!(now["dead"], Value::Int(1));
@@ -1242,7 +1275,7 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
     assert_eq!(now["inflight"], Value::Int(0));
     assert_eq!(now["next_expiry_ms"], Value::Nil);
     assert_eq!(cancel(&mut con, "q", &["soon"]), 1);
-    let late = zscore(&mut con, "vtrr:q:delayed", "late").unwrap() as i64;
+    let late = key_zscore(&mut con, "q", "delayed", "late").unwrap() as i64;
     assert_eq!(stats(&mut con, "q")["next_due_ms"], Value::Int(late));
     assert_eq!(cancel(&mut con, "q", &["late", "c"]), 2);
     let after = stats(&mut con, "q");
@@ -1377,17 +1410,19 @@ fn check_is_clean_through_every_state_and_reports_planted_faults() {
     let_expire();
     // The next queued item loses its payload: the next lease buries it
     // (and promotes soon).
-    let first: Vec<String> = redis::cmd("ZRANGE")
-        .arg("vtrr:q:queue")
-        .arg(0)
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    let _: i64 = redis::cmd("HDEL")
-        .arg("vtrr:q:task")
-        .arg(&first[0])
-        .query(&mut con)
-        .unwrap();
+    let first: Vec<String> = key_zrange(&mut con, "q", "queue")
+        .into_iter()
+        .take(1)
+        .map(|(member, _)| String::from_utf8(member).unwrap())
+        .collect();
+    let removed: i64 = with_keys_layout(&mut con, "q", |con| {
+        redis::cmd("HDEL")
+            .arg("vtrr:q:task")
+            .arg(&first[0])
+            .query(con)
+            .unwrap()
+    });
+    assert_eq!(removed, 1);
     let (served, _, _, _) = lease(&mut con, "q", 60_000).unwrap();
     assert_ne!(text(&served), first[0]);
     assert_invariants(&mut con, "q");
@@ -1408,29 +1443,31 @@ fn check_is_clean_through_every_state_and_reports_planted_faults() {
     assert!(matches!(s["queued"], Value::Int(n) if n > 0));
 
     // Planted: an id both delayed and queued, and strays in the new hashes.
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg("vtrr:q:queue")
-        .arg(5)
-        .arg(&held)
-        .ignore()
-        .cmd("HSET")
-        .arg("vtrr:q:task")
-        .arg(&held)
-        .arg("X")
-        .ignore()
-        .cmd("HSET")
-        .arg("vtrr:q:dead_task")
-        .arg("ghost")
-        .arg("X")
-        .ignore()
-        .cmd("HSET")
-        .arg("vtrr:q:nacks")
-        .arg("ghost2")
-        .arg(1)
-        .ignore()
-        .query(&mut con)
-        .unwrap();
+    with_keys_layout(&mut con, "q", |con| {
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg("vtrr:q:queue")
+            .arg(5)
+            .arg(&held)
+            .ignore()
+            .cmd("HSET")
+            .arg("vtrr:q:task")
+            .arg(&held)
+            .arg("X")
+            .ignore()
+            .cmd("HSET")
+            .arg("vtrr:q:dead_task")
+            .arg("ghost")
+            .arg("X")
+            .ignore()
+            .cmd("HSET")
+            .arg("vtrr:q:nacks")
+            .arg("ghost2")
+            .arg(1)
+            .ignore()
+            .query(con)
+            .unwrap();
+    });
     let problems = vtrr_check(&mut con, "q");
     let mut expected = vec![
         format!("{held} is both queued and delayed"),
@@ -1447,6 +1484,9 @@ fn check_is_clean_through_every_state_and_reports_planted_faults() {
 
 #[test]
 fn the_lua_scripts_still_drive_a_queue_holding_delayed_and_dead_items() {
+    if keys_layout_only("vtrr-queue's Lua scripts read and write the keys layout's keys") {
+        return;
+    }
     let server = quiet_server();
     let mut con = server.connect();
     let scripts = LuaScripts::load(&mut con);
@@ -1457,8 +1497,8 @@ fn the_lua_scripts_still_drive_a_queue_holding_delayed_and_dead_items() {
     let snapshot = |con: &mut Connection| {
         let dumps = dump_keys(con, keys_of("q", &DELAYED_AND_DEAD));
         let metas = [
-            hget(con, "vtrr:q:meta", "later"),
-            hget(con, "vtrr:q:meta", "poison"),
+            hget(con, "q", "meta", "later"),
+            hget(con, "q", "meta", "poison"),
         ];
         (dumps, metas)
     };

@@ -8,6 +8,7 @@ use super::{args, check_arity, Command};
 use crate::replay::{Apply, Operation, ParseError};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
 use crate::store::server::from_master_or_aof;
+use crate::store::server::log_warning;
 use crate::{error, ops};
 
 pub const APPLY: Command = Command {
@@ -37,10 +38,13 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             ParseError::Malformed(why) => error::apply_malformed(why),
         };
         // A replica's or an AOF load's error reaches no client: say it here.
-        ctx.log_warning(&format!(
-            "vtrr: not applied to queue {}: {refused}",
-            String::from_utf8_lossy(queue),
-        ));
+        log_warning(
+            ctx,
+            &format!(
+                "vtrr: not applied to queue {}: {refused}",
+                String::from_utf8_lossy(queue),
+            ),
+        );
         refused
     })?;
     let now_ms = applied.now_ms;

@@ -109,3 +109,15 @@ unsafe extern "C" fn on_swapdb(
         handler(swapped.dbnum_first, swapped.dbnum_second);
     }
 }
+
+/// Logs `message` at warning level. Messages name ids, partitions and queue
+/// names, which clients choose and may contain NUL bytes, which the log
+/// call cannot take (the crate's `log` unwraps a `CString`): they are
+/// written as `\0`.
+pub fn log_warning(ctx: &Context, message: &str) {
+    if message.contains('\0') {
+        ctx.log_warning(&message.replace('\0', "\\0"));
+    } else {
+        ctx.log_warning(message);
+    }
+}

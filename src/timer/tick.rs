@@ -17,6 +17,7 @@ use super::index::with_index;
 use super::{arm, rebuild, TIMER_ID};
 use crate::ops;
 use crate::store::cluster;
+use crate::store::server::log_warning;
 use crate::store::server::{now_ms, select_db, selected_db, writes_paused};
 use crate::{config, info};
 
@@ -110,11 +111,14 @@ fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
                     // A wrong key type or unreadable virtual time: try the
                     // queue again later (a client may repair it), at most
                     // one warning per `RETRY_BROKEN_MS`.
-                    ctx.log_warning(&format!(
-                        "vtrr: timer skipped queue {}: {}",
-                        String::from_utf8_lossy(&queue),
-                        error
-                    ));
+                    log_warning(
+                        ctx,
+                        &format!(
+                            "vtrr: timer skipped queue {}: {}",
+                            String::from_utf8_lossy(&queue),
+                            error
+                        ),
+                    );
                     let retry_ms = config::reclaim_interval_ms().max(RETRY_BROKEN_MS);
                     Some(now.saturating_add(retry_ms))
                 }

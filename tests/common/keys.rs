@@ -167,3 +167,13 @@ pub fn with_keys_layout<T>(
     }
     done
 }
+
+/// Asserts queue `name` is drained, in either layout: current_virtual_time
+/// back to 0, and `queue`, `task` and `partition_virtual_time` empty.
+#[track_caller]
+pub fn assert_key_drained(con: &mut redis::Connection, name: &str) {
+    assert_eq!(key_current_virtual_time(con, name).as_deref(), Some("0"));
+    for gone in ["queue", "task", "partition_virtual_time"] {
+        assert!(!key_exists(con, name, gone), "{gone}");
+    }
+}
