@@ -47,6 +47,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning("vtrr: could not subscribe to SWAPDB events; not loading");
         return Status::Err;
     }
+    if !store::server::subscribe_to_flush(ctx, timer::on_flush) {
+        ctx.log_warning("vtrr: could not subscribe to FLUSHDB events; not loading");
+        return Status::Err;
+    }
     if !store::cluster::follow_migrations(ctx) {
         ctx.log_warning("vtrr: could not register the slot-migration filter; not loading");
         return Status::Err;

@@ -498,3 +498,32 @@ fn a_replica_and_its_aof_keep_a_native_queue_native_whatever_their_default() {
     assert_eq!(layout_of(&mut r, "q"), "native");
     assert_eq!(contents_all(&mut r), before);
 }
+
+#[test]
+fn flushall_and_flushdb_make_the_timer_forget_the_flushed_queues() {
+    let server = native_server(&["reclaim-interval-ms", "20"], &[]);
+    let mut con = server.connect();
+    let tracked = |con: &mut Connection| vtrr_info(con)["vtrr_timer_tracked_queues"];
+    for db in [0, 1] {
+        let _: () = command(&["SELECT", &db.to_string()])
+            .query(&mut con)
+            .unwrap();
+        for n in 0..20 {
+            let name = format!("q{n}");
+            enqueue_one(&mut con, &name, "p", "a", "A");
+            let _ = lease(&mut con, &name, 600_000).unwrap();
+        }
+    }
+    wait_until(Duration::from_secs(5), "40 queues tracked", || {
+        tracked(&mut con) == 40
+    });
+    // FLUSHDB of db 1 (selected): its 20 go, db 0's stay.
+    let _: () = command(&["FLUSHDB"]).query(&mut con).unwrap();
+    wait_until(Duration::from_secs(5), "20 queues tracked", || {
+        tracked(&mut con) == 20
+    });
+    let _: () = command(&["FLUSHALL", "ASYNC"]).query(&mut con).unwrap();
+    wait_until(Duration::from_secs(5), "no queue tracked", || {
+        tracked(&mut con) == 0
+    });
+}

@@ -94,6 +94,44 @@ pub fn subscribe_to_swapdb(ctx: &Context, handler: fn(i32, i32)) -> bool {
     }
 }
 
+/// What `subscribe_to_flush` calls: the database flushed, None for all.
+static FLUSH_HANDLER: OnceLock<fn(Option<i32>)> = OnceLock::new();
+
+/// Calls `handler` after every FLUSHDB and FLUSHALL (which call no type's
+/// `unlink` and fire no per-key event). False when the server refuses.
+pub fn subscribe_to_flush(ctx: &Context, handler: fn(Option<i32>)) -> bool {
+    let _ = FLUSH_HANDLER.set(handler);
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_FLUSHDB,
+        dataver: 1,
+    };
+    // SAFETY: live context at load; the callback has the server-event
+    // signature and only reads the event data Redis passes for FLUSHDB.
+    unsafe {
+        api!(RedisModule_SubscribeToServerEvent)(ctx.ctx, event, Some(on_flush))
+            == raw::REDISMODULE_OK as c_int
+    }
+}
+
+unsafe extern "C" fn on_flush(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != u64::from(raw::REDISMODULE_SUBEVENT_FLUSHDB_END) {
+        return;
+    }
+    // SAFETY: for the FLUSHDB event Redis passes a RedisModuleFlushInfo
+    // that lives for the duration of the call.
+    let Some(flushed) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
+        return;
+    };
+    if let Some(handler) = FLUSH_HANDLER.get() {
+        handler((flushed.dbnum >= 0).then_some(flushed.dbnum));
+    }
+}
+
 unsafe extern "C" fn on_swapdb(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -63,6 +63,16 @@ impl Index {
         self.schedule.len()
     }
 
+    /// Database `db` (every database with None) was flushed: its queues are
+    /// forgotten. (FLUSHALL and FLUSHDB call no `unlink` and fire no
+    /// keyspace event per key.)
+    pub fn forget_db(&mut self, db: Option<i32>) {
+        let flushed = |d: i32| db.is_none_or(|db| db == d);
+        self.due.retain(|d, _| !flushed(*d));
+        self.schedule.retain(|(_, d, _)| !flushed(*d));
+        self.recheck.retain(|(d, _)| !flushed(*d));
+    }
+
     /// Databases `first` and `second` traded contents: every entry follows
     /// its queue to the new number. O(queues tracked); SWAPDB is rare.
     pub fn swap_dbs(&mut self, first: i32, second: i32) {

@@ -56,6 +56,11 @@ pub fn on_keyspace_event(ctx: &Context, kind: redis_module::NotifyEvent, _event:
     }
 }
 
+/// FLUSHDB or FLUSHALL emptied `db` (every database with None).
+pub fn on_flush(db: Option<i32>) {
+    with_index(|index| index.forget_db(db));
+}
+
 /// SWAPDB traded the contents of two databases (no keyspace event tells).
 pub fn on_swapdb(first: i32, second: i32) {
     with_index(|index| index.swap_dbs(first, second));
