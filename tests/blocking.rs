@@ -52,11 +52,7 @@ fn a_waiter_is_served_right_after_an_enqueue_from_another_connection() {
     );
     assert!(latency < Duration::from_millis(100), "{latency:?}");
     // Granted at serve time: the expiry counts from now.
-    let expiry: f64 = redis::cmd("ZSCORE")
-        .arg("vtrr:q:inflight")
-        .arg("a")
-        .query(&mut con)
-        .unwrap();
+    let expiry = key_zscore(&mut con, "q", "inflight", "a").expect("a is leased");
     let (sec, usec): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
     let now_ms = sec * 1000 + usec / 1000;
     assert!((expiry as i64 - now_ms - 60_000).abs() < 1_000);
@@ -193,13 +189,11 @@ fn a_disconnected_or_unblocked_waiter_loses_nothing() {
     drop(doomed);
     wait_blocked(&mut con, 0);
     enqueue(&mut con, "q", "p", "kept");
-    let queued: Vec<String> = redis::cmd("ZRANGE")
-        .arg("vtrr:q:queue")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(queued, ["kept"]);
+    let queued: Vec<Vec<u8>> = key_zrange(&mut con, "q", "queue")
+        .into_iter()
+        .map(|(member, _)| member)
+        .collect();
+    assert_eq!(queued, [b"kept".to_vec()]);
 }
 
 #[test]

@@ -196,6 +196,12 @@ fn commands_declare_arity_flags_and_key_position() {
         // Internal (vtrr.replication commands); not deny-oom: a replica
         // applies what its master did.
         ("vtrr.apply", -5, vec!["write", "module"]),
+        // Layouts: CONVERT is not deny-oom (converting to native frees
+        // memory); INSPECT reads one logical key in either layout; LOAD is
+        // internal (a native queue's encoding, from a master or the AOF).
+        ("vtrr.convert", 3, vec!["write", "module"]),
+        ("vtrr.inspect", 3, vec!["readonly", "module"]),
+        ("vtrr.load", 3, vec!["write", "module"]),
     ];
     let listed: Vec<&str> = expected.iter().map(|(name, _, _)| *name).collect();
     for (name, arity, flags) in expected {
@@ -438,6 +444,11 @@ fn bad_input_to_the_lifecycle_commands_gets_a_clear_error_and_changes_nothing() 
 
 #[test]
 fn a_module_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
+    if keys_layout_only(
+        "plants each of the keys layout's own keys with the wrong Redis type (a native queue has no such keys)",
+    ) {
+        return;
+    }
     let (_server, mut con, token) = queue_in_every_state_on_a_quiet_server();
     let t = token.as_str();
     // a's lease expires now: RECLAIM and LEASE too would write if let through.
@@ -671,11 +682,13 @@ fn idle_lifecycle_and_tenant_calls_do_not_abort_a_watching_client_and_real_chang
         assert!(!untouched, "{words:?} changed the queue but EXEC ran");
     }
     // A RECOUNT that corrects a count (h's record lost by hand) too.
-    let _: () = redis::cmd("HDEL")
-        .arg("vtrr:q:partitions")
-        .arg("h")
-        .query(&mut worker)
-        .unwrap();
+    with_keys_layout(&mut worker, "q", |con| {
+        let _: () = redis::cmd("HDEL")
+            .arg("vtrr:q:partitions")
+            .arg("h")
+            .query(con)
+            .unwrap();
+    });
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
         let corrected: i64 = command(&["VTRR.RECOUNT", "q"]).query(&mut worker).unwrap();
         assert_eq!(corrected, 1);
@@ -857,32 +870,33 @@ fn tenant_controls_fire_module_keyspace_notifications() {
     assert_eq!(int(&mut con, &["VTRR.RECOUNT", "q"]), 0); // no event
 
     // r's record lost by hand (a hash event, not a module one): RECOUNT
-    // writes it again.
+    // writes it again. On a native queue, losing it by hand takes two
+    // conversions, each with its module event.
     enqueue_items(&mut con, "q", &[("r", "c", 1, b"C")]);
-    let _: () = redis::cmd("HDEL")
-        .arg("vtrr:q:partitions")
-        .arg("r")
-        .query(&mut con)
-        .unwrap();
+    with_keys_layout(&mut con, "q", |con| {
+        let _: () = redis::cmd("HDEL")
+            .arg("vtrr:q:partitions")
+            .arg("r")
+            .query(con)
+            .unwrap();
+    });
     assert_eq!(int(&mut con, &["VTRR.RECOUNT", "q"]), 1);
     assert_eq!(int(&mut con, &["VTRR.RESUME", "q", "p"]), 1);
     ok(&mut con, &["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "3"]);
     ok(&mut con, &["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "3"]); // no event
     enqueue_items(&mut con, "q", &[("p", "last", 1, b"L")]);
-    assert_eq!(
-        next_events(&mut pubsub, 9),
-        [
-            "vtrr.enqueue",
-            "vtrr.limit",
-            "vtrr.lease",
-            "vtrr.pause",
-            "vtrr.enqueue",
-            "vtrr.recount",
-            "vtrr.resume",
-            "vtrr.policy",
-            "vtrr.enqueue"
-        ]
-    );
+    let planted: &[&str] = if native_layout() {
+        &["vtrr.convert", "vtrr.convert"]
+    } else {
+        &[]
+    };
+    let expected: Vec<&str> = ["vtrr.enqueue", "vtrr.limit", "vtrr.lease", "vtrr.pause"]
+        .into_iter()
+        .chain(["vtrr.enqueue"])
+        .chain(planted.iter().copied())
+        .chain(["vtrr.recount", "vtrr.resume", "vtrr.policy", "vtrr.enqueue"])
+        .collect();
+    assert_eq!(next_events(&mut pubsub, expected.len()), expected);
     assert_invariants(&mut con, "q");
 }
 

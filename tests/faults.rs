@@ -187,18 +187,16 @@ fn kill_9_mid_workload_loses_and_duplicates_nothing(mode: &str) {
     // it look lost.
     let (queued, inflight): (Vec<String>, Vec<String>) = redis::pipe()
         .atomic()
-        .cmd("ZRANGE")
-        .arg("vtrr:crash:queue")
-        .arg(0)
-        .arg(-1)
-        .cmd("ZRANGE")
-        .arg("vtrr:crash:inflight")
-        .arg(0)
-        .arg(-1)
+        .cmd("VTRR.INSPECT")
+        .arg("crash")
+        .arg("queue")
+        .cmd("VTRR.INSPECT")
+        .arg("crash")
+        .arg("inflight")
         .query(&mut con)
         .unwrap();
-    let queued: BTreeSet<String> = queued.into_iter().collect();
-    let inflight: BTreeSet<String> = inflight.into_iter().collect();
+    let queued: BTreeSet<String> = members(queued);
+    let inflight: BTreeSet<String> = members(inflight);
     assert!(
         queued.is_disjoint(&inflight),
         "an id is both queued and leased"
@@ -315,15 +313,15 @@ fn lifecycle_crash_step(
             .map_err(|error| format!("cancel stopped: {error}"))?;
     }
     if rng.chance(2) {
-        redis::cmd("ZRANGE")
-            .arg(format!("vtrr:{LIFE}:dead"))
-            .arg(0)
-            .arg(0)
-            .query::<Vec<String>>(con)
+        redis::cmd("VTRR.DEAD")
+            .arg(LIFE)
+            .arg("COUNT")
+            .arg(1)
+            .query::<Vec<(String, Value, Value, Value, i64, i64, i64, String)>>(con)
             .and_then(|oldest| {
                 redis::cmd("VTRR.REVIVE")
                     .arg(LIFE)
-                    .arg(oldest.first().map_or("none", String::as_str))
+                    .arg(oldest.first().map_or("none", |dead| dead.0.as_str()))
                     .query::<i64>(con)
             })
             .map_err(|error| format!("revive stopped: {error}"))?;
@@ -331,25 +329,26 @@ fn lifecycle_crash_step(
     Ok(())
 }
 
+/// The members (or fields) of a `VTRR.INSPECT` reply of a sorted set (or
+/// hash): every other entry of the flat list, the first.
+fn members(flat: Vec<String>) -> BTreeSet<String> {
+    flat.into_iter().step_by(2).collect()
+}
+
 /// The ids in each of a queue's states — in `queue`, held (queued in
 /// `held`, named by `held_at`), leased, delayed, dead — read in one
-/// transaction (the timer may move an item between two separate reads).
+/// transaction (the timer may move an item between two separate reads),
+/// in either layout.
 fn states(con: &mut Connection, queue: &str) -> [(&'static str, BTreeSet<String>); 5] {
     const STATES: [&str; 5] = ["queue", "held", "inflight", "delayed", "dead"];
     let mut pipe = redis::pipe();
     pipe.atomic();
     for state in STATES {
-        if state == "held" {
-            pipe.cmd("HKEYS").arg(format!("vtrr:{queue}:held_at"));
-        } else {
-            pipe.cmd("ZRANGE")
-                .arg(format!("vtrr:{queue}:{state}"))
-                .arg(0)
-                .arg(-1);
-        }
+        let suffix = if state == "held" { "held_at" } else { state };
+        pipe.cmd("VTRR.INSPECT").arg(queue).arg(suffix);
     }
     let ids: Vec<Vec<String>> = pipe.query(con).unwrap();
-    let mut ids = ids.into_iter().map(|ids| ids.into_iter().collect());
+    let mut ids = ids.into_iter().map(members);
     STATES.map(|state| (state, ids.next().unwrap()))
 }
 

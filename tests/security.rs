@@ -129,8 +129,17 @@ fn a_three_master_cluster_routes_queues_by_hash_tag() {
                         "held",
                         "held_at",
                     ] {
-                        let key = format!("vtrr:{queue}:{suffix}");
-                        assert!(keys.contains(&key), "{key} not in {keys:?}");
+                        assert!(key_exists(con, queue, suffix), "{queue} has no {suffix}");
+                        if !native_layout() {
+                            let key = format!("vtrr:{queue}:{suffix}");
+                            assert!(keys.contains(&key), "{key} not in {keys:?}");
+                        }
+                    }
+                    if native_layout() {
+                        // The whole queue is its one key, in the slot.
+                        assert_eq!(keys, [format!("vtrr:{queue}:queue")]);
+                        let kind: String = redis::cmd("TYPE").arg(&keys[0]).query(con).unwrap();
+                        assert_eq!(kind, "vtrrqueue");
                     }
                     let resumed: i64 = command(&["VTRR.RESUME", queue, "t"]).query(con).unwrap();
                     assert_eq!(resumed, 1);
@@ -290,6 +299,11 @@ fn connect_as(
 
 #[test]
 fn a_user_denied_one_module_key_gets_noperm_naming_it_and_nothing_changes() {
+    if keys_layout_only(
+        "grants every key of the keys layout but one; a native queue's ACL is its one key (a_native_queue_is_guarded_by_its_one_key)",
+    ) {
+        return;
+    }
     let (server, mut admin, token) = every_state_with_a_lease_expired();
     let t = token.as_str();
     let before = dump_all(&mut admin);
@@ -344,6 +358,9 @@ fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue(
     let noperm = |key: &str| {
         format!("NOPERM this user has no permissions to access the key vtrr:q:{key} of this queue")
     };
+    // The first key a write needs and the reader may not write: in the keys
+    // layout, POLICY writes only `policy`; a native queue is all one key.
+    let policy_key = if native_layout() { "queue" } else { "policy" };
     let refused = [
         (&["VTRR.CANCEL", "q", "c"][..], "queue"),
         (&["VTRR.CANCEL", "q", "missing"], "queue"),
@@ -352,7 +369,7 @@ fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue(
         (&["VTRR.NACK", "q", "a", t, "DEAD"], "queue"),
         (&["VTRR.REVIVE", "q", "b"], "queue"),
         (&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"], "queue"),
-        (&["VTRR.POLICY", "q", "MAX-TIMEOUTS", "NONE"], "policy"),
+        (&["VTRR.POLICY", "q", "MAX-TIMEOUTS", "NONE"], policy_key),
         // The tenant controls: each would change the queue.
         (&["VTRR.LIMIT", "q", "p", "CONCURRENCY", "1"], "queue"),
         (&["VTRR.LIMIT", "q", "h", "SHARE", "2"], "queue"),
@@ -380,7 +397,10 @@ fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue(
         .into_iter()
         .map(|entry| (entry.username, entry.object, entry.count))
         .collect();
-    let mut expected: Vec<(String, String, i64)> = ["queue", "policy"]
+    let mut keys: Vec<&str> = refused.iter().map(|(_, key)| *key).collect();
+    keys.sort();
+    keys.dedup();
+    let mut expected: Vec<(String, String, i64)> = keys
         .iter()
         .map(|key| {
             let times = refused.iter().filter(|(_, k)| k == key).count() as i64;
@@ -414,6 +434,11 @@ fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue(
 
 #[test]
 fn every_denied_key_is_recorded_in_acl_log_with_its_name_and_user() {
+    if keys_layout_only(
+        "denies one key of the keys layout at a time; a native queue's one key is logged in a_native_queue_is_guarded_by_its_one_key",
+    ) {
+        return;
+    }
     let (server, mut admin, token) = every_state_with_a_lease_expired();
     let _: () = redis::cmd("ACL")
         .arg("LOG")
@@ -440,6 +465,83 @@ fn every_denied_key_is_recorded_in_acl_log_with_its_name_and_user() {
     logged.sort();
     expected.sort();
     assert_eq!(logged, expected);
+}
+
+#[test]
+fn a_native_queue_is_guarded_by_its_one_key() {
+    // Native whatever the run's layout: the queue is converted.
+    let (server, mut admin, token) = every_state_with_a_lease_expired();
+    let _: i64 = command(&["VTRR.CONVERT", "q", "NATIVE"])
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(layout_of(&mut admin, "q"), "native");
+    let mut calls: Vec<Vec<&str>> = module_key_openers(&token)
+        .into_iter()
+        .flat_map(|(_, calls)| calls)
+        .collect();
+    calls.sort();
+    calls.dedup();
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut admin)
+        .unwrap();
+    // Every key name of the keys layout but `queue`: none of them counts.
+    let others: Vec<String> = ALL_SUFFIXES[1..]
+        .iter()
+        .map(|suffix| format!("~vtrr:q:{suffix}"))
+        .collect();
+    let mut user = connect_as(&server, &mut admin, "no-queue", &others);
+    let before = dump_all(&mut admin);
+    for words in &calls {
+        assert_eq!(
+            error_of(command(words).query(&mut user)),
+            "NOPERM this user has no permissions to access the key vtrr:q:queue of this queue",
+            "{words:?} without vtrr:q:queue"
+        );
+        assert_eq!(before, dump_all(&mut admin), "{words:?} changed something");
+    }
+    let logged: Vec<(String, String, i64)> = acl_log(&mut admin)
+        .into_iter()
+        .map(|entry| (entry.username, entry.object, entry.count))
+        .collect();
+    assert_eq!(
+        logged,
+        [(
+            "no-queue".to_string(),
+            "vtrr:q:queue".to_string(),
+            calls.len() as i64
+        )]
+    );
+    // Read-only on the one key: reads go through, writes are refused.
+    let mut reader = connect_as(
+        &server,
+        &mut admin,
+        "queue-reader",
+        &[String::from("%R~vtrr:q:queue")],
+    );
+    let dead: Vec<Vec<Value>> = command(&["VTRR.DEAD", "q"]).query(&mut reader).unwrap();
+    assert_eq!(dead.len(), 1);
+    let _: Value = command(&["VTRR.STATS", "q"]).query(&mut reader).unwrap();
+    assert_eq!(
+        error_of(command(&["VTRR.POLICY", "q", "MAX-NACKS", "2"]).query(&mut reader)),
+        "NOPERM this user has no permissions to access the key vtrr:q:queue of this queue"
+    );
+    assert_eq!(before, dump_all(&mut admin));
+    // The one key alone is enough for every call.
+    let mut user = connect_as(
+        &server,
+        &mut admin,
+        "queue-only",
+        &[String::from("~vtrr:q:queue")],
+    );
+    for words in &calls {
+        let reply: redis::RedisResult<Value> = command(words).query(&mut user);
+        assert!(reply.is_ok(), "{words:?} with vtrr:q:queue only: {reply:?}");
+    }
+    assert_ne!(before, dump_all(&mut admin));
+    assert_eq!(layout_of(&mut admin, "q"), "native");
+    assert_invariants(&mut admin, "q");
 }
 
 /// One `ACL LOG` entry of a denied key.

@@ -1,9 +1,9 @@
-//! A queue in every state (all twenty keys present) and, for it, every
+//! A queue in every state (all twenty logical keys present) and, for it, every
 //! call that opens each of the module's own keys.
 
 use super::{
-    assert_invariants, command, defer_items, dump_queue, enqueue_items, lease, let_expire, nack,
-    quiet_server, reclaim, set_policy, Server,
+    assert_invariants, command, defer_items, dump_queue, enqueue_items, key_exists, layout_of,
+    lease, let_expire, nack, quiet_server, reclaim, set_policy, Server, ALL_SUFFIXES,
 };
 
 /// Queue `name` with an item in every state, so all twenty keys exist:
@@ -48,12 +48,34 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     let paused: i64 = command(&["VTRR.PAUSE", name, "k"]).query(con).unwrap();
     assert_eq!(paused, 1);
     set_policy(con, name, &["MAX-TIMEOUTS", "3"]);
-    let missing: Vec<String> = dump_queue(con, name)
+    let missing: Vec<&str> = ALL_SUFFIXES
         .into_iter()
-        .filter(|(_, dump)| dump.is_none())
-        .map(|(key, _)| key)
+        .filter(|suffix| !key_exists(con, name, suffix))
         .collect();
     assert!(missing.is_empty(), "set-up left keys missing: {missing:?}");
+    if layout_of(con, name) == "native" {
+        // The whole queue in its one key: no key of the keys layout.
+        let kind: String = redis::cmd("TYPE")
+            .arg(format!("vtrr:{name}:queue"))
+            .query(con)
+            .unwrap();
+        assert_eq!(kind, "vtrrqueue");
+        let present: Vec<(String, Option<Vec<u8>>)> = dump_queue(con, name)
+            .into_iter()
+            .filter(|(key, dump)| dump.is_some() && *key != format!("vtrr:{name}:queue"))
+            .collect();
+        assert!(
+            present.is_empty(),
+            "keys beside the native key: {present:?}"
+        );
+    } else {
+        let missing: Vec<String> = dump_queue(con, name)
+            .into_iter()
+            .filter(|(_, dump)| dump.is_none())
+            .map(|(key, _)| key)
+            .collect();
+        assert!(missing.is_empty(), "set-up left keys missing: {missing:?}");
+    }
     assert_invariants(con, name);
     token
 }
