@@ -119,7 +119,7 @@ unsafe extern "C" fn on_flush(
     subevent: u64,
     data: *mut c_void,
 ) {
-    if subevent != u64::from(raw::REDISMODULE_SUBEVENT_FLUSHDB_END) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
         return;
     }
     // SAFETY: for the FLUSHDB event Redis passes a RedisModuleFlushInfo
