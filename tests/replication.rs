@@ -78,12 +78,7 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
                     .unwrap();
             }
             3 | 4 => {
-                let token: Option<String> = redis::cmd("HGET")
-                    .arg(format!("vtrr:{queue}:lease"))
-                    .arg(&id)
-                    .query(con)
-                    .unwrap();
-                if let Some(token) = token {
+                if let Some(token) = key_hget(con, queue, "lease", &id) {
                     let command = if rng.chance(70) {
                         "VTRR.ACK"
                     } else {
@@ -272,17 +267,19 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     }
     let _: i64 = cmd.query(con).unwrap();
     // In one transaction: the master's timer may go on parking right after.
-    let (paused, parking): (i64, i64) = redis::pipe()
+    // `parking` read through VTRR.INSPECT: member and score, in either layout.
+    let (paused, parking): (i64, Vec<Vec<u8>>) = redis::pipe()
         .atomic()
         .cmd("VTRR.PAUSE")
         .arg(queue)
         .arg("late-pause")
-        .cmd("ZCARD")
-        .arg(format!("vtrr:{queue}:parking"))
+        .cmd("VTRR.INSPECT")
+        .arg(queue)
+        .arg("parking")
         .query(con)
         .unwrap();
     assert_eq!(
-        (paused, parking),
+        (paused, parking.len() / 2),
         (1, 1),
         "the PAUSE left parking under way"
     );
@@ -370,12 +367,12 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
             }
             11 => {
                 // The oldest dead items back to the queue.
-                let dead: Vec<String> = redis::cmd("ZRANGE")
-                    .arg(format!("vtrr:{queue}:dead"))
-                    .arg(0)
-                    .arg(rng.below(2))
-                    .query(con)
-                    .unwrap();
+                let oldest = 1 + rng.below(2) as usize;
+                let dead: Vec<Vec<u8>> = key_zrange(con, queue, "dead")
+                    .into_iter()
+                    .take(oldest)
+                    .map(|(id, _)| id)
+                    .collect();
                 if !dead.is_empty() {
                     let _: i64 = redis::cmd("VTRR.REVIVE")
                         .arg(queue)
@@ -510,13 +507,16 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                         .arg(1 + rng.below(3))
                         .arg("S");
                 }
-                let (added, corrected): (i64, i64) = redis::pipe()
-                    .atomic()
-                    .add_command(enqueue)
-                    .cmd("VTRR.RECOUNT")
-                    .arg(queue)
-                    .query(con)
-                    .unwrap();
+                // A native queue is moved to the keys layout around it.
+                let (added, corrected): (i64, i64) = with_keys_layout(con, queue, |con| {
+                    redis::pipe()
+                        .atomic()
+                        .add_command(enqueue)
+                        .cmd("VTRR.RECOUNT")
+                        .arg(queue)
+                        .query(con)
+                        .unwrap()
+                });
                 assert!(
                     added == 0 || corrected > 0,
                     "RECOUNT corrected nothing after {added} Lua enqueues"
@@ -585,10 +585,73 @@ fn both_workloads(con: &mut Connection, queue: &str) -> u64 {
     seed
 }
 
+/// What a server holds: `contents_all`, and of every native queue each
+/// logical key as VTRR.INSPECT shows it (a native queue's content is its
+/// DUMP bytes; its logical keys say what differs when those do).
+struct Snapshot {
+    contents: Vec<(Vec<u8>, Option<Content>)>,
+    native: Vec<(String, Value)>,
+}
+
+fn snapshot(con: &mut Connection) -> Snapshot {
+    let contents = contents_all(con);
+    let mut native = Vec::new();
+    for (key, content) in &contents {
+        let Some(Content::Native(_)) = content else {
+            continue;
+        };
+        let key = String::from_utf8_lossy(key);
+        let queue = key
+            .strip_prefix("vtrr:")
+            .and_then(|k| k.strip_suffix(":queue"))
+            .unwrap_or_else(|| panic!("native key {key}"));
+        for suffix in ALL_SUFFIXES {
+            let view: Value = redis::cmd("VTRR.INSPECT")
+                .arg(queue)
+                .arg(suffix)
+                .query(con)
+                .unwrap();
+            native.push((format!("{queue} {suffix}"), view));
+        }
+    }
+    Snapshot { contents, native }
+}
+
+/// Asserts two snapshots are equal, naming the first key that differs (on
+/// native queues, the first logical key, then the DUMP bytes).
+#[track_caller]
+fn assert_same_contents(expected: &Snapshot, got: &Snapshot, what: &str) {
+    let names = |views: &[(String, Value)]| -> Vec<String> {
+        views.iter().map(|(name, _)| name.clone()).collect()
+    };
+    assert_eq!(
+        names(&expected.native),
+        names(&got.native),
+        "{what}: native queues differ"
+    );
+    for ((name, e), (_, g)) in expected.native.iter().zip(&got.native) {
+        if e != g {
+            let entries = |view: &Value| -> Vec<String> {
+                match view {
+                    Value::Array(flat) => flat.chunks(2).map(|pair| format!("{pair:?}")).collect(),
+                    other => vec![format!("{other:?}")],
+                }
+            };
+            let (e, g) = (entries(e), entries(g));
+            let only_expected: Vec<&String> = e.iter().filter(|x| !g.contains(x)).collect();
+            let only_got: Vec<&String> = g.iter().filter(|x| !e.contains(x)).collect();
+            panic!(
+                "{what}: {name} differs:\nonly expected {only_expected:?}\nonly got      {only_got:?}"
+            );
+        }
+    }
+    assert_same_keys(&expected.contents, &got.contents, what);
+}
+
 /// Asserts two snapshots of `contents_all` are equal, naming the first key
 /// that differs.
 #[track_caller]
-fn assert_same_contents(
+fn assert_same_keys(
     expected: &[(Vec<u8>, Option<Content>)],
     got: &[(Vec<u8>, Option<Content>)],
     what: &str,
@@ -627,17 +690,44 @@ fn difference(expected: &Option<Content>, got: &Option<Content>) -> String {
             (one_sided(&e, &g), one_sided(&g, &e))
         }
         (Some(Content::Zset(e)), Some(Content::Zset(g))) => (one_sided(e, g), one_sided(g, e)),
+        (Some(Content::Native(e)), Some(Content::Native(g))) => {
+            let first = e.iter().zip(g).position(|(a, b)| a != b);
+            return format!(
+                "\nDUMP of {} and {} bytes, first difference at byte {first:?}",
+                e.len(),
+                g.len()
+            );
+        }
         _ => return format!("\nexpected {expected:?}\ngot      {got:?}"),
     };
     format!("\nonly expected {only_expected:?}\nonly got      {only_got:?}")
 }
 
+/// The eight keys the workloads make large, and the encoding each leaves
+/// listpacks for.
+const LARGE_KEYS: [(&str, &str); 8] = [
+    ("delayed", "skiplist"),
+    ("delayed_task", "hashtable"),
+    ("dead", "skiplist"),
+    ("dead_task", "hashtable"),
+    ("dead_reason", "hashtable"),
+    ("partitions", "hashtable"),
+    ("held", "skiplist"),
+    ("held_at", "hashtable"),
+];
+
 /// Asserts every one of the queue's keys exists on `con` (so the
 /// comparison covers each) but `parking`, which the workload fills and the
 /// timer empties before any comparison, and that `delayed`, `delayed_task`, `dead`,
 /// `dead_task`, `dead_reason`, `partitions`, `held` and `held_at` are no
-/// longer listpacks.
+/// longer listpacks. On a native queue: its one key is all there is, every
+/// logical key but `parking` holds entries, and those eight hold more than
+/// a listpack of the keys layout would (so the workload is as large).
 fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
+    if native_layout() {
+        assert_native_queue_present_and_large(con, queue);
+        return;
+    }
     for key in all_queue_keys(queue) {
         if key.ends_with(":parking") {
             continue;
@@ -647,16 +737,7 @@ fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
             "{key} is missing: the workload never left it filled"
         );
     }
-    for (suffix, encoding) in [
-        ("delayed", "skiplist"),
-        ("delayed_task", "hashtable"),
-        ("dead", "skiplist"),
-        ("dead_task", "hashtable"),
-        ("dead_reason", "hashtable"),
-        ("partitions", "hashtable"),
-        ("held", "skiplist"),
-        ("held_at", "hashtable"),
-    ] {
+    for (suffix, encoding) in LARGE_KEYS {
         let key = format!("vtrr:{queue}:{suffix}");
         let got: String = redis::cmd("OBJECT")
             .arg("ENCODING")
@@ -673,6 +754,54 @@ fn assert_all_keys_present_and_large(con: &mut Connection, queue: &str) {
         .unwrap();
         eprintln!("{key}: {size} entries, {got}");
         assert_eq!(got, encoding, "{key} is still small ({size} entries)");
+    }
+}
+
+/// `assert_all_keys_present_and_large` of a native queue.
+fn assert_native_queue_present_and_large(con: &mut Connection, queue: &str) {
+    assert_eq!(layout_of(con, queue), "native");
+    let main = format!("vtrr:{queue}:queue");
+    for key in all_queue_keys(queue) {
+        assert_eq!(exists(con, &key), key == main, "{key} on a native queue");
+    }
+    let kind: String = redis::cmd("TYPE").arg(&main).query(con).unwrap();
+    assert_eq!(kind, "vtrrqueue");
+    for suffix in ALL_SUFFIXES {
+        if suffix == "parking" {
+            continue;
+        }
+        assert!(
+            key_exists(con, queue, suffix),
+            "{queue}'s {suffix} is empty: the workload never left it filled"
+        );
+    }
+    let limit = |con: &mut Connection, name: &str| -> usize {
+        let pair: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query(con)
+            .unwrap();
+        pair[1].parse().unwrap()
+    };
+    let zset_limit = limit(con, "zset-max-listpack-entries");
+    let hash_limit = limit(con, "hash-max-listpack-entries");
+    for (suffix, encoding) in LARGE_KEYS {
+        let entries: Vec<Vec<u8>> = redis::cmd("VTRR.INSPECT")
+            .arg(queue)
+            .arg(suffix)
+            .query(con)
+            .unwrap();
+        let size = entries.len() / 2;
+        let most_in_a_listpack = if encoding == "skiplist" {
+            zset_limit
+        } else {
+            hash_limit
+        };
+        eprintln!("{queue}'s {suffix}: {size} entries");
+        assert!(
+            size > most_in_a_listpack,
+            "{queue}'s {suffix} is still small ({size} entries)"
+        );
     }
 }
 
@@ -744,8 +873,16 @@ fn a_replica_with_the_module_ends_identical_in_commands_mode() {
 fn a_replica_with_the_module_ends_identical_in_effects_mode() {
     let replica = replica_with_the_module_ends_identical("effects");
     let mut r = replica.connect();
-    assert_eq!(calls_of(&mut r, "vtrr.apply"), 0);
-    assert_eq!(calls_of(&mut r, "vtrr.ack"), 0);
+    if native_layout() {
+        // A native queue replicates as commands even in effects mode: the
+        // call that created it as VTRR.LOAD, the rest one command a call.
+        assert!(calls_of(&mut r, "vtrr.load") > 0);
+        assert!(calls_of(&mut r, "vtrr.apply") > 0);
+        assert!(calls_of(&mut r, "vtrr.ack") > 0);
+    } else {
+        assert_eq!(calls_of(&mut r, "vtrr.apply"), 0);
+        assert_eq!(calls_of(&mut r, "vtrr.ack"), 0);
+    }
 }
 
 /// A master in `vtrr.replication <mode>` and its replica with the module
@@ -800,7 +937,7 @@ fn replica_with_the_module_ends_identical(mode: &str) -> Server {
     std::thread::sleep(Duration::from_millis(100));
     wait_replicated(&mut m);
     assert_all_keys_present_and_large(&mut m, "jobs");
-    assert_same_contents(&contents_all(&mut m), &contents_all(&mut r), "replica");
+    assert_same_contents(&snapshot(&mut m), &snapshot(&mut r), "replica");
     assert_invariants(&mut m, "jobs");
     assert_invariants(&mut r, "jobs");
     assert_replica_timer_wrote_nothing(&mut r);
@@ -818,6 +955,12 @@ fn replica_with_the_module_ends_identical(mode: &str) -> Server {
 
 #[test]
 fn a_replica_without_the_module_ends_identical() {
+    if keys_layout_only(
+        "a replica without the module cannot hold a native queue's key (its type is the \
+         module's), and a native queue replicates as commands even in effects mode",
+    ) {
+        return;
+    }
     // What `vtrr.replication effects` is for.
     let master = Server::builder()
         .module_args(&["reclaim-interval-ms", "50", "replication", "effects"])
@@ -830,7 +973,7 @@ fn a_replica_without_the_module_ends_identical() {
     wait_timer_idle(&mut m, "plain");
     wait_replicated(&mut m);
     assert_all_keys_present_and_large(&mut m, "plain");
-    assert_same_contents(&contents_all(&mut m), &contents_all(&mut r), "replica");
+    assert_same_contents(&snapshot(&mut m), &snapshot(&mut r), "replica");
 }
 
 #[test]
@@ -858,21 +1001,17 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack(mode: &str)
         .arg(1000)
         .query(&mut con)
         .unwrap();
-    let token: String = redis::cmd("HGET")
-        .arg("vtrr:durable:lease")
-        .arg("keep")
-        .query(&mut con)
-        .unwrap();
+    let token = key_hget(&mut con, "durable", "lease", "keep").expect("keep is leased");
     // Queued items again (that LEASE drained the queue), so every key is there.
     enqueue_one(&mut con, "durable", "p", "after", "A");
     assert_all_keys_present_and_large(&mut con, "durable");
-    let before = contents_all(&mut con);
+    let before = snapshot(&mut con);
 
     // From the AOF.
     server.kill();
     server.restart();
     let mut con = server.connect();
-    assert_same_contents(&before, &contents_all(&mut con), "AOF reload");
+    assert_same_contents(&before, &snapshot(&mut con), "AOF reload");
 
     // After a rewrite, and from an RDB snapshot.
     let _: String = redis::cmd("BGREWRITEAOF").query(&mut con).unwrap();
@@ -886,7 +1025,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack(mode: &str)
     server.kill();
     server.restart();
     let mut con = server.connect();
-    assert_same_contents(&before, &contents_all(&mut con), "rewritten AOF reload");
+    assert_same_contents(&before, &snapshot(&mut con), "rewritten AOF reload");
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("appendonly")
@@ -900,7 +1039,7 @@ fn aof_and_rdb_reloads_give_back_the_same_state_and_leases_still_ack(mode: &str)
     server.set_option("--appendonly", "no");
     server.restart();
     let mut con = server.connect();
-    assert_same_contents(&before, &contents_all(&mut con), "RDB reload");
+    assert_same_contents(&before, &snapshot(&mut con), "RDB reload");
     assert_eq!(ack(&mut con, "durable", b"keep", &token), 1);
     assert_invariants(&mut con, "durable");
 }
@@ -932,20 +1071,12 @@ fn a_promoted_replica_starts_reclaiming() {
     lease(&mut m, "q", 30).unwrap();
     wait_replicated(&mut m);
     std::thread::sleep(Duration::from_millis(200));
-    let inflight: i64 = redis::cmd("ZCARD")
-        .arg("vtrr:q:inflight")
-        .query(&mut r)
-        .unwrap();
+    let inflight = key_zrange(&mut r, "q", "inflight").len();
     assert_eq!(inflight, 1, "a replica's timer must not reclaim");
     promote(&mut r);
     assert!(
         wait_for(Duration::from_secs(2), || {
-            let timeouts: Option<i64> = redis::cmd("HGET")
-                .arg("vtrr:q:timeouts")
-                .arg("a")
-                .query(&mut r)
-                .unwrap();
-            timeouts == Some(1)
+            key_hget(&mut r, "q", "timeouts", "a").as_deref() == Some("1")
         }),
         "the promoted replica did not reclaim"
     );
@@ -961,23 +1092,13 @@ fn a_promoted_replica_promotes_due_delayed_items() {
     defer_items(&mut m, "q", 30, &[("p", "d", 1, b"D")]);
     wait_replicated(&mut m);
     std::thread::sleep(Duration::from_millis(200));
-    let delayed: i64 = redis::cmd("ZCARD")
-        .arg("vtrr:q:delayed")
-        .query(&mut r)
-        .unwrap();
+    let delayed = key_zrange(&mut r, "q", "delayed").len();
     assert_eq!(delayed, 1, "a replica's timer must not promote");
     promote(&mut r);
     wait_until(
         Duration::from_secs(2),
         "the promoted replica promotes d",
-        || {
-            let score: Option<f64> = redis::cmd("ZSCORE")
-                .arg("vtrr:q:queue")
-                .arg("d")
-                .query(&mut r)
-                .unwrap();
-            score.is_some()
-        },
+        || key_zscore(&mut r, "q", "queue", "d").is_some(),
     );
     assert_invariants(&mut r, "q");
 }
@@ -995,7 +1116,7 @@ fn an_apply_of_an_unknown_version_is_refused_loudly() {
     enqueue_one(&mut con, "q", "p", "a", "A");
     lease(&mut con, "q", 1).unwrap();
     std::thread::sleep(Duration::from_millis(10));
-    let before = contents_all(&mut con);
+    let before = snapshot(&mut con);
     server.stop(false);
     // What a newer master would write: the same reclaim, as version 2.
     let dir = server.dir.join("appendonlydir");
@@ -1013,7 +1134,7 @@ fn an_apply_of_an_unknown_version_is_refused_loudly() {
     std::io::Write::write_all(&mut aof, resp.as_bytes()).unwrap();
     server.restart();
     let mut con = server.connect();
-    assert_same_contents(&before, &contents_all(&mut con), "AOF reload");
+    assert_same_contents(&before, &snapshot(&mut con), "AOF reload");
     assert!(
         server.log().contains(
             "vtrr: not applied to queue q: ERR VTRR.APPLY version 2 is not one this module reads (1)"

@@ -11,18 +11,11 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::Connection;
 
+/// Whether `id` is queued again with one timeout counted (in either layout).
 fn queued_with_timeouts(con: &mut Connection, queue: &str, id: &str) -> bool {
-    let score: Option<f64> = redis::cmd("ZSCORE")
-        .arg(format!("vtrr:{queue}:queue"))
-        .arg(id)
-        .query(con)
-        .unwrap();
-    let timeouts: Option<i64> = redis::cmd("HGET")
-        .arg(format!("vtrr:{queue}:timeouts"))
-        .arg(id)
-        .query(con)
-        .unwrap();
-    score.is_some() && timeouts == Some(1)
+    let score = key_zscore(con, queue, "queue", id);
+    let timeouts = key_hget(con, queue, "timeouts", id);
+    score.is_some() && timeouts.as_deref() == Some("1")
 }
 
 #[test]
@@ -423,19 +416,34 @@ fn a_queue_the_timer_could_not_act_on_is_tried_again_once_repaired() {
     wait_past_startup_rebuild(&mut con);
     enqueue_one(&mut con, "q", "p", "a", "A");
     lease(&mut con, "q", 50).unwrap();
-    // Unreadable: the timer's runs on q fail until it is repaired.
-    let _: () = redis::cmd("SET")
-        .arg("vtrr:q:current_virtual_time")
-        .arg("abc")
-        .query(&mut con)
-        .unwrap();
+    // Unreadable: the timer's runs on q fail until it is repaired (planted
+    // in the keys layout; a native queue gets it through VTRR.CONVERT).
+    let set_virtual_time = |con: &mut Connection, value: &str| {
+        with_keys_layout(con, "q", |con| {
+            let _: () = redis::cmd("SET")
+                .arg("vtrr:q:current_virtual_time")
+                .arg(value)
+                .query(con)
+                .unwrap();
+        })
+    };
+    set_virtual_time(&mut con, "abc");
+    // In this run's layout: a native queue's one key, or the keys' lease.
+    let (key, kind) = if native_layout() {
+        ("vtrr:q:queue", "vtrrqueue")
+    } else {
+        ("vtrr:q:inflight", "zset")
+    };
+    let got: String = redis::cmd("TYPE").arg(key).query(&mut con).unwrap();
+    assert_eq!(got, kind, "{key}");
+    let unreadable = redis::cmd("VTRR.STATS").arg("q").query::<Value>(&mut con);
+    assert!(
+        error_of(unreadable).contains("not an integer"),
+        "the fault is not planted"
+    );
     std::thread::sleep(Duration::from_millis(200)); // the timer fails on q
     assert!(!queued_with_timeouts(&mut con, "q", "a"));
-    let _: () = redis::cmd("SET")
-        .arg("vtrr:q:current_virtual_time")
-        .arg(5)
-        .query(&mut con)
-        .unwrap();
+    set_virtual_time(&mut con, "5");
     wait_until(Duration::from_secs(3), "a is reclaimed", || {
         queued_with_timeouts(&mut con, "q", "a")
     });
