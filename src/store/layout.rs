@@ -17,43 +17,84 @@ use super::effects::{replicate_apply, replicate_verbatim};
 use super::key_names::names_of;
 use super::native::{found_at, Found, NativeStore};
 use super::redis::{Caller, OpenError, Propagate, RedisStore};
+use super::strings::OwnedString;
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 use crate::config::{self, Layout};
 
 /// The layout of queue `queue` as a call on it would find it.
 pub fn layout_of(ctx: &Context, queue: &[u8]) -> Layout {
-    let (_, queue_key) = names_of(queue, &[]);
-    // SAFETY: live context and a valid name; opened for reading only (a
-    // missing key opens as NULL, which reads as empty) and closed here.
-    let found = unsafe {
-        let key = api!(RedisModule_OpenKey)(ctx.ctx, queue_key.0, raw::REDISMODULE_READ as c_int)
-            .cast::<raw::RedisModuleKey>();
-        let found = found_at(key);
-        if !key.is_null() {
-            api!(RedisModule_CloseKey)(key);
-        }
-        found
-    };
-    match found {
+    let probe = QueueKeyOpen::open(ctx, queue, false);
+    // SAFETY: the key is open (or NULL, read as empty).
+    match unsafe { found_at(probe.key) } {
         Found::Native => Layout::native,
         Found::KeysLayout | Found::Other => Layout::keys,
-        Found::Nothing => match config::default_layout() {
-            Layout::keys => Layout::keys,
-            // A keys-layout queue with nothing queued still has its other
-            // keys; only the creation of a queue looks at them.
-            Layout::native => {
-                let (names, _) = names_of(queue, &QueueKey::ALL[1..]);
-                let exists = |name: &super::strings::OwnedString| {
-                    // SAFETY: live context and valid name.
-                    unsafe { api!(RedisModule_KeyExists)(ctx.ctx, name.0) != 0 }
-                };
-                if names.iter().flatten().any(exists) {
-                    Layout::keys
-                } else {
-                    Layout::native
-                }
+        Found::Nothing => layout_of_new(ctx, queue),
+    }
+}
+
+/// The layout of a queue with nothing at `vtrr:<name>:queue`: the keys
+/// layout's if another of its keys exists (a keys-layout queue with nothing
+/// queued), else `vtrr.default-layout`.
+fn layout_of_new(ctx: &Context, queue: &[u8]) -> Layout {
+    match config::default_layout() {
+        Layout::keys => Layout::keys,
+        Layout::native => {
+            let (names, _) = names_of(queue, &QueueKey::ALL[1..]);
+            let exists = |name: &OwnedString| {
+                // SAFETY: live context and valid name.
+                unsafe { api!(RedisModule_KeyExists)(ctx.ctx, name.0) != 0 }
+            };
+            if names.iter().flatten().any(exists) {
+                Layout::keys
+            } else {
+                Layout::native
             }
-        },
+        }
+    }
+}
+
+/// `vtrr:<name>:queue`, open: the key that tells a queue's layout, handed
+/// to the store that serves the call (closed on drop if none takes it).
+pub struct QueueKeyOpen {
+    pub(super) name: OwnedString,
+    pub(super) key: *mut raw::RedisModuleKey,
+    pub(super) writable: bool,
+}
+
+impl QueueKeyOpen {
+    fn open(ctx: &Context, queue: &[u8], writable: bool) -> QueueKeyOpen {
+        let (_, name) = names_of(queue, &[]);
+        let mode = if writable {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        } as c_int;
+        // SAFETY: live context and a valid name kept with the key; a missing
+        // key opened for reading is NULL, which reads as empty.
+        let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) }
+            .cast::<raw::RedisModuleKey>();
+        QueueKeyOpen {
+            name,
+            key,
+            writable,
+        }
+    }
+
+    /// The key and its name, for a store that closes it itself.
+    pub(super) fn take(self) -> (OwnedString, *mut raw::RedisModuleKey) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the name is moved out once.
+        let name = unsafe { std::ptr::read(&this.name) };
+        (name, this.key)
+    }
+}
+
+impl Drop for QueueKeyOpen {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            // SAFETY: opened once by `open`, closed once.
+            unsafe { api!(RedisModule_CloseKey)(self.key) };
+        }
     }
 }
 
@@ -68,7 +109,8 @@ pub enum QueueStore<'ctx> {
 impl<'ctx> QueueStore<'ctx> {
     /// Opens queue `queue` for an operation declaring `scope`, in its
     /// layout. `records_effects` is for the keys layout (a native queue
-    /// always propagates the call as a command).
+    /// always propagates the call as a command). The key that tells the
+    /// layout is opened once, in the operation's mode, and serves the store.
     pub fn open(
         ctx: &'ctx Context,
         queue: &[u8],
@@ -76,14 +118,30 @@ impl<'ctx> QueueStore<'ctx> {
         caller: Caller,
         records_effects: bool,
     ) -> Result<Self, OpenError> {
-        Self::open_as(
-            layout_of(ctx, queue),
-            ctx,
-            queue,
-            scope,
-            caller,
-            records_effects,
-        )
+        let probe = QueueKeyOpen::open(ctx, queue, scope.writes);
+        // SAFETY: the key is open.
+        let layout = match unsafe { found_at(probe.key) } {
+            Found::Native => Layout::native,
+            Found::KeysLayout | Found::Other => Layout::keys,
+            Found::Nothing => layout_of_new(ctx, queue),
+        };
+        Ok(match layout {
+            Layout::keys => QueueStore::Keys(RedisStore::open_with(
+                ctx,
+                queue,
+                scope,
+                caller,
+                records_effects,
+                Some(probe),
+            )?),
+            Layout::native => QueueStore::Native(NativeStore::open_with(
+                ctx,
+                queue,
+                scope,
+                caller,
+                Some(probe),
+            )?),
+        })
     }
 
     /// Opens queue `queue` in `layout` (VTRR.CONVERT opens both).
@@ -96,14 +154,17 @@ impl<'ctx> QueueStore<'ctx> {
         records_effects: bool,
     ) -> Result<Self, OpenError> {
         Ok(match layout {
-            Layout::keys => QueueStore::Keys(RedisStore::open(
+            Layout::keys => QueueStore::Keys(RedisStore::open_with(
                 ctx,
                 queue,
                 scope,
                 caller,
                 records_effects,
+                None,
             )?),
-            Layout::native => QueueStore::Native(NativeStore::open(ctx, queue, scope, caller)?),
+            Layout::native => {
+                QueueStore::Native(NativeStore::open_with(ctx, queue, scope, caller, None)?)
+            }
         })
     }
 

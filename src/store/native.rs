@@ -27,6 +27,7 @@ use super::cluster::{self, Actor};
 use super::effects::replicate_load;
 use super::encoding::{self, ENCODING_VERSION};
 use super::key_names::names_of;
+use super::layout::QueueKeyOpen;
 use super::memory::MemoryStore;
 use super::redis::{Access, Caller, OpenError};
 use super::strings::OwnedString;
@@ -110,12 +111,14 @@ pub struct NativeStore<'ctx> {
 
 impl<'ctx> NativeStore<'ctx> {
     /// Opens queue `queue`'s key for an operation declaring `scope`, after
-    /// the cluster and ACL checks (one key: `vtrr:<name>:queue`).
-    pub fn open(
+    /// the cluster and ACL checks (one key: `vtrr:<name>:queue`), using
+    /// `probe` when the layout probe opened it already in this mode.
+    pub fn open_with(
         ctx: &'ctx Context,
         queue: &[u8],
         scope: Scope,
         caller: Caller,
+        probe: Option<QueueKeyOpen>,
     ) -> Result<Self, OpenError> {
         let access = if scope.writes {
             Access::Write
@@ -123,25 +126,34 @@ impl<'ctx> NativeStore<'ctx> {
             Access::Read
         };
         check_caller(ctx, queue, caller, access)?;
-        let (_, name) = names_of(queue, &[]);
+        let (name, key) = match probe.filter(|p| p.writable == scope.writes) {
+            Some(probe) => probe.take(),
+            None => {
+                let (_, name) = names_of(queue, &[]);
+                let mode = match access {
+                    Access::Read => raw::REDISMODULE_READ,
+                    Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+                } as c_int;
+                // SAFETY: live context and a valid name, kept in the store
+                // while the key is open.
+                let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) }
+                    .cast::<raw::RedisModuleKey>();
+                (name, key)
+            }
+        };
         if let Caller::Client = caller {
             if let Some(user) = AclUser::of_caller(ctx) {
                 if !user.may(&name, access) {
                     user.log_denied(ctx, &name);
-                    return Err(OpenError::NoPermission {
-                        key: name.bytes().to_vec(),
-                    });
+                    let key_name = name.bytes().to_vec();
+                    if !key.is_null() {
+                        // SAFETY: opened above, closed once (no store owns it).
+                        unsafe { api!(RedisModule_CloseKey)(key) };
+                    }
+                    return Err(OpenError::NoPermission { key: key_name });
                 }
             }
         }
-        let mode = match access {
-            Access::Read => raw::REDISMODULE_READ,
-            Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
-        } as c_int;
-        // SAFETY: live context and a valid name, kept in the store while the
-        // key is open.
-        let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) }
-            .cast::<raw::RedisModuleKey>();
         let mut store = NativeStore {
             ctx,
             name,
@@ -327,8 +339,11 @@ impl<'ctx> NativeStore<'ctx> {
 
 impl Drop for NativeStore<'_> {
     fn drop(&mut self) {
-        // SAFETY: opened once by this store, closed once.
-        unsafe { api!(RedisModule_CloseKey)(self.key) };
+        if !self.key.is_null() {
+            // SAFETY: opened once (by this store or the probe it took it
+            // from), closed once.
+            unsafe { api!(RedisModule_CloseKey)(self.key) };
+        }
     }
 }
 

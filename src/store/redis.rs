@@ -23,6 +23,7 @@ pub use super::effects::replicate_verbatim as replicate_verbatim_call;
 pub use super::effects::ApplyArgs;
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
+use super::layout::QueueKeyOpen;
 use super::strings::{bytes_of, take_string, OwnedString};
 use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
 
@@ -99,12 +100,16 @@ impl<'ctx> RedisStore<'ctx> {
     /// itself), and checks their types. With `records_effects` its writes
     /// are recorded to propagate as effects; its commit must then be
     /// [`Propagate::Effects`], and only then.
-    pub fn open(
+    ///
+    /// `probe` is `vtrr:<name>:queue` as the layout probe opened it: used
+    /// as the `queue` slot when it was opened in this mode, else closed.
+    pub fn open_with(
         ctx: &'ctx Context,
         queue: &[u8],
         scope: Scope,
         caller: Caller,
         records_effects: bool,
+        probe: Option<QueueKeyOpen>,
     ) -> Result<Self, OpenError> {
         let access = if scope.writes {
             Access::Write
@@ -131,23 +136,38 @@ impl<'ctx> RedisStore<'ctx> {
             slots: Default::default(),
             recent_members: Default::default(),
         };
+        let mut probe = probe.filter(|p| p.writable == scope.writes);
         for (key, name) in QueueKey::ALL.into_iter().zip(names) {
             if let Some(name) = name {
-                store.open_slot(key, name)?;
+                let opened = match key {
+                    QueueKey::Queue => probe.take().map(QueueKeyOpen::take),
+                    _ => None,
+                };
+                store.open_slot(key, name, opened)?;
             }
         }
         Ok(store)
     }
 
-    fn open_slot(&mut self, which: QueueKey, name: OwnedString) -> Result<(), OpenError> {
+    /// Opens the slot of `which` (or takes `opened`, the same key open in
+    /// this store's mode) and checks its type.
+    fn open_slot(
+        &mut self,
+        which: QueueKey,
+        name: OwnedString,
+        opened: Option<(OwnedString, *mut raw::RedisModuleKey)>,
+    ) -> Result<(), OpenError> {
         let mode = match self.access {
             Access::Read => raw::REDISMODULE_READ,
             Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
         } as c_int;
-        // SAFETY: ctx is the live context of this call; name is a valid string
-        // kept alive in the slot for as long as the key is open.
-        let key = unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
-            .cast::<raw::RedisModuleKey>();
+        let key = match opened {
+            Some((_, key)) => key,
+            // SAFETY: ctx is the live context of this call; name is a valid
+            // string kept alive in the slot for as long as the key is open.
+            None => unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
+                .cast::<raw::RedisModuleKey>(),
+        };
         // SAFETY: the key just opened, or NULL for a missing key opened only
         // for reading, on which KeyType is documented safe (it reads EMPTY).
         let found = unsafe { api!(RedisModule_KeyType)(key) } as isize;
