@@ -14,14 +14,16 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::{
-    cycle_batch, cycle_batch_on, enqueue_batch, fill_backlog, fill_module, spread, Bench,
-    EnqueueShape, System,
+    assert_layout, cycle_batch, cycle_batch_on, enqueue_batch, fill_backlog, fill_module,
+    in_layout, spread, Bench, EnqueueShape, System,
 };
 
 /// The module's queue whose every partition has a cap (the default cap, set
 /// before its items are queued, so they wait in `held` behind one head per
 /// partition), and that cap: high enough never to bind.
 const CAPPED_QUEUE: &str = "qc";
+/// The same, in the native layout.
+const CAPPED_NATIVE_QUEUE: &str = "qcn";
 const DEFAULT_CAP: u64 = 1000;
 
 /// Control of the callgrind instance the server runs under.
@@ -156,12 +158,15 @@ impl<'b> Bench<'b> {
     /// Counts a single-item enqueue and a lease+ack cycle for every system
     /// and the plain-command baseline, with `counted_backlog` items queued
     /// over 100 partitions, and the module's lease+ack cycle on a queue with
-    /// a default cap; one table row per scenario, labelled with the setting.
+    /// a default cap; one table row per scenario, labelled with the setting,
+    /// and one row of the native layout's table per scenario in
+    /// `native_rows`.
     pub fn instruction_rows(
         &mut self,
         callgrind: &mut Callgrind,
         setting: &Setting,
         counted: &mut Vec<Counted>,
+        native_rows: &mut String,
     ) {
         let sizes = self.sizes;
         let partitions = 100;
@@ -176,19 +181,22 @@ impl<'b> Bench<'b> {
             partitions,
             |_| 1,
         );
-        let _: () = redis::cmd("VTRR.POLICY")
-            .arg(CAPPED_QUEUE)
-            .arg("DEFAULT-CONCURRENCY")
-            .arg(DEFAULT_CAP)
-            .query(&mut self.admin)
-            .unwrap();
-        fill_module(
-            &mut self.admin,
-            CAPPED_QUEUE,
-            sizes.counted_backlog,
-            partitions,
-            |_| 1,
-        );
+        let capped_fill = |con: &mut redis::Connection, queue: &str| {
+            let _: () = redis::cmd("VTRR.POLICY")
+                .arg(queue)
+                .arg("DEFAULT-CONCURRENCY")
+                .arg(DEFAULT_CAP)
+                .query(con)
+                .unwrap();
+            fill_module(con, queue, sizes.counted_backlog, partitions, |_| 1);
+        };
+        capped_fill(&mut self.admin, CAPPED_QUEUE);
+        in_layout(&mut self.admin, "native", |con| {
+            capped_fill(con, CAPPED_NATIVE_QUEUE)
+        });
+        assert_layout(&mut self.admin, CAPPED_QUEUE, "keys");
+        assert_layout(&mut self.admin, CAPPED_NATIVE_QUEUE, "native");
+        assert_layout(&mut self.admin, PLAIN_QUEUE, "keys");
         let shape = EnqueueShape {
             partitions,
             items_per_call: 1,
@@ -224,27 +232,30 @@ impl<'b> Bench<'b> {
         let plain_cycle = |b: &mut Bench<'b>, start, n| plain_cycle_batch(&mut b.admin, start, n);
         let enqueue = measure(self, enqueue_of, &plain_enqueue);
         let cycle = measure(self, cycle_of, &plain_cycle);
-        let capped_cycle = |b: &mut Bench<'b>, start, n| {
-            cycle_batch_on(
-                &b.lua,
-                System::Module,
-                CAPPED_QUEUE,
-                &mut b.admin,
-                0,
-                start,
-                n,
-            )
+        let capped_cycle = |system: System, queue: &'static str| {
+            move |b: &mut Bench<'b>, start, n| {
+                cycle_batch_on(&b.lua, system, queue, &mut b.admin, 0, start, n)
+            }
         };
         let capped = self.count(
             callgrind,
             setting.aof,
-            &[("module", Box::new(capped_cycle))],
+            &[
+                (
+                    "module",
+                    Box::new(capped_cycle(System::Module, CAPPED_QUEUE)),
+                ),
+                (
+                    "native",
+                    Box::new(capped_cycle(System::Native, CAPPED_NATIVE_QUEUE)),
+                ),
+            ],
         );
         for (scenario, figures) in [
             ("enqueue, 1 item per call".to_string(), enqueue),
             ("lease + ack cycle".to_string(), cycle),
             (
-                format!("lease + ack cycle, default cap {DEFAULT_CAP} (module only)"),
+                format!("lease + ack cycle, default cap {DEFAULT_CAP} (module and native only)"),
                 capped,
             ),
         ] {
@@ -258,14 +269,17 @@ impl<'b> Bench<'b> {
                     aof_bytes: setting.aof.then(|| spread(&figure.aof_bytes).0),
                 });
             }
-            let cells: Vec<String> = std::iter::once("module")
-                .chain(std::iter::once(PLAIN))
-                .chain(System::ALL[1..].iter().map(|s| s.name()))
-                .map(|name| of(name).map_or_else(|| "—".to_string(), |f| cell(&f.instructions)))
-                .collect();
-            // Speed ratios per repeat, as the timed tables compute them.
-            let module = &of("module").unwrap().instructions;
-            let speedup = |other: Option<&Figures>| -> String {
+            let cells = |names: &[&str]| -> String {
+                names
+                    .iter()
+                    .map(|name| of(name).map_or_else(|| "—".to_string(), |f| cell(&f.instructions)))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
+            // Speed ratios per repeat, as the timed tables compute them:
+            // the other's instructions over `base`'s.
+            let speedup = |base: &str, other: Option<&Figures>| -> String {
+                let base = &of(base).unwrap().instructions;
                 other.map_or_else(
                     || "—".to_string(),
                     |other| {
@@ -273,7 +287,7 @@ impl<'b> Bench<'b> {
                             &other
                                 .instructions
                                 .iter()
-                                .zip(module)
+                                .zip(base)
                                 .map(|(o, m)| o / m)
                                 .collect::<Vec<_>>(),
                         )
@@ -284,10 +298,20 @@ impl<'b> Bench<'b> {
                 self.report,
                 "| {scenario}, {} | {} | {} | {} | {} |",
                 setting.name,
-                cells.join(" | "),
-                speedup(of(PLAIN)),
-                speedup(of("Lua")),
-                speedup(of("Streams")),
+                cells(&["module", PLAIN, "Lua", "Streams", "list", "PING"]),
+                speedup("module", of(PLAIN)),
+                speedup("module", of("Lua")),
+                speedup("module", of("Streams")),
+            )
+            .unwrap();
+            writeln!(
+                native_rows,
+                "| {scenario}, {} | {} | {} | {} | {} |",
+                setting.name,
+                cells(&["native", "module", "Lua", "Streams"]),
+                speedup("native", of("module")),
+                speedup("native", of("Lua")),
+                speedup("native", of("Streams")),
             )
             .unwrap();
         }
@@ -513,12 +537,22 @@ pub fn table_head(report: &mut String, sizes: &super::Sizes) {
     .unwrap();
 }
 
+/// The native layout's table: the rows `instruction_rows` gathered.
+pub fn native_table(report: &mut String, rows: &str) {
+    writeln!(
+        report,
+        "\n## Instructions per operation: the native layout\n\nThe same counts, the same runs: `native` is the module's commands on a queue of its own in the native layout (the whole queue in one key of the module's type, made with `vtrr.default-layout native` set around its fill; every server here starts with `default-layout keys`, so `module` is the keys layout). `native ÷ …` compare speeds (the other's instructions over native's). The issue's targets for the native layout (timed, not asserted here): lease + ack cycle ≥ 1.0× Streams, single enqueue ≥ 0.8× Streams.\n\n| scenario | native | module | Lua | Streams | native ÷ module | native ÷ Lua | native ÷ Streams |\n|---|---|---|---|---|---|---|---|\n{}",
+        rows.trim_end()
+    )
+    .unwrap();
+}
+
 /// The AOF table: bytes appended per operation, by system, for every
 /// setting with the AOF on.
 pub fn aof_table(report: &mut String, counted: &[Counted]) {
     writeln!(
         report,
-        "\n## AOF bytes per operation\n\n`aof_current_size` before and after each system's operations above (payloads of {} bytes), divided by the operations.\n\n| scenario | module | {PLAIN} | Lua | Streams | list | PING |\n|---|---|---|---|---|---|---|",
+        "\n## AOF bytes per operation\n\n`aof_current_size` before and after each system's operations above (payloads of {} bytes), divided by the operations.\n\n| scenario | module | native | {PLAIN} | Lua | Streams | list | PING |\n|---|---|---|---|---|---|---|---|",
         super::PAYLOAD.len()
     )
     .unwrap();
@@ -529,7 +563,7 @@ pub fn aof_table(report: &mut String, counted: &[Counted]) {
         }
     }
     for (scenario, setting) in rows {
-        let cells: Vec<String> = ["module", PLAIN, "Lua", "Streams", "list", "PING"]
+        let cells: Vec<String> = ["module", "native", PLAIN, "Lua", "Streams", "list", "PING"]
             .iter()
             .map(|system| {
                 counted

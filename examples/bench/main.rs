@@ -1,6 +1,7 @@
-//! `make bench`: what the same queue work costs as the module, as the Lua
-//! scripts it replaces, as Redis Streams and as a plain list, measured side by
-//! side on one server in one run; then the job lifecycle's own commands
+//! `make bench`: what the same queue work costs as the module (a queue in
+//! the keys layout, and `native`: the same commands on a queue in the native
+//! layout), as the Lua scripts it replaces, as Redis Streams and as a plain
+//! list, measured side by side on one server in one run; then the job lifecycle's own commands
 //! (DEFER, NACK, promotion), scaling, the tenant controls' cost, fairness
 //! (by weight and by share), the timer and a mass expiry.
 //!
@@ -113,7 +114,10 @@ const SMOKE: Sizes = Sizes {
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum System {
+    /// The module's commands on a queue in the keys layout.
     Module,
+    /// The module's commands on a queue in the native layout.
+    Native,
     Lua,
     Streams,
     List,
@@ -121,8 +125,9 @@ enum System {
 }
 
 impl System {
-    const ALL: [System; 5] = [
+    const ALL: [System; 6] = [
         System::Module,
+        System::Native,
         System::Lua,
         System::Streams,
         System::List,
@@ -132,11 +137,17 @@ impl System {
     fn name(self) -> &'static str {
         match self {
             System::Module => "module",
+            System::Native => "native",
             System::Lua => "Lua",
             System::Streams => "Streams",
             System::List => "list",
             System::Ping => "PING",
         }
+    }
+
+    /// Whether this system sends the module's commands (either layout).
+    fn is_module(self) -> bool {
+        matches!(self, System::Module | System::Native)
     }
 }
 
@@ -229,6 +240,25 @@ fn command_stats(con: &mut Connection) -> BTreeMap<String, f64> {
                 .split(',')
                 .find_map(|f| f.strip_prefix("usec_per_call="))?;
             Some((name.to_string(), per_call.parse().ok()?))
+        })
+        .filter(|(name, _)| !name.starts_with("config") && name != "info")
+        .collect()
+}
+
+/// INFO commandstats' `calls` and `usec` of every command (CONFIG and INFO
+/// aside).
+fn command_totals(con: &mut Connection) -> BTreeMap<String, (f64, f64)> {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    text.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| -> Option<f64> {
+                rest.split(',')
+                    .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_string(), (field("calls")?, field("usec")?)))
         })
         .filter(|(name, _)| !name.starts_with("config") && name != "info")
         .collect()
@@ -384,8 +414,8 @@ fn enqueue_batch(
     let mut pipe = redis::pipe();
     for op in start..start + n {
         match system {
-            System::Module | System::Lua => {
-                let mut cmd = if system == System::Module {
+            System::Module | System::Native | System::Lua => {
+                let mut cmd = if system.is_module() {
                     let mut c = redis::cmd("VTRR.ENQUEUE");
                     c.arg(queue_of(system));
                     c
@@ -450,10 +480,10 @@ fn cycle_batch_on(
     n: usize,
 ) {
     match system {
-        System::Module | System::Lua => {
+        System::Module | System::Native | System::Lua => {
             let mut leases = redis::pipe();
             for op in start..start + n {
-                if system == System::Module {
+                if system.is_module() {
                     leases.cmd("VTRR.LEASE").arg(queue).arg(60_000);
                 } else {
                     leases.add_command(
@@ -470,7 +500,7 @@ fn cycle_batch_on(
             let mut acks = redis::pipe();
             for reply in replies {
                 let lease: Vec<Value> = match (system, reply) {
-                    (System::Module, Value::Array(fields)) => fields,
+                    (s, Value::Array(fields)) if s.is_module() => fields,
                     (_, Value::Array(mut leases)) if !leases.is_empty() => match leases.remove(0) {
                         Value::Array(fields) => fields,
                         other => panic!("{other:?}"),
@@ -481,7 +511,7 @@ fn cycle_batch_on(
                     redis::from_redis_value(lease[0].clone()).unwrap(),
                     redis::from_redis_value(lease[2].clone()).unwrap(),
                 );
-                if system == System::Module {
+                if system.is_module() {
                     acks.cmd("VTRR.ACK").arg(queue).arg(id).arg(token).ignore();
                 } else {
                     acks.add_command(lua.cmd("ack", queue).arg(id).arg(token).clone())
@@ -589,6 +619,13 @@ fn fill_backlog(con: &mut Connection, system: System, count: usize, partitions: 
         System::Module | System::Lua => {
             fill_module(con, queue_of(system), count, partitions, |_| 1)
         }
+        System::Native => {
+            let queue = queue_of(system);
+            in_layout(con, "native", |con| {
+                fill_module(con, queue, count, partitions, |_| 1)
+            });
+            assert_layout(con, queue, "native");
+        }
         System::Streams => fill_stream(con, count, partitions),
         System::List => fill_list(con, count),
         System::Ping => {}
@@ -600,8 +637,50 @@ fn fill_backlog(con: &mut Connection, system: System, count: usize, partitions: 
 fn queue_of(system: System) -> &'static str {
     match system {
         System::Lua => "ql",
+        System::Native => "qn",
         _ => "qm",
     }
+}
+
+/// Every bench server's `vtrr.default-layout`: `module` is the keys
+/// layout whatever `VTRR_LAYOUT` says; `native` queues are made so.
+const DEFAULT_LAYOUT: &str = "keys";
+
+/// Runs `f` with `vtrr.default-layout` set to `layout`, so the queues it
+/// creates take that layout; then sets it back to `DEFAULT_LAYOUT`.
+fn in_layout<T>(con: &mut Connection, layout: &str, f: impl FnOnce(&mut Connection) -> T) -> T {
+    set_config(con, "vtrr.default-layout", layout);
+    let result = f(con);
+    set_config(con, "vtrr.default-layout", DEFAULT_LAYOUT);
+    result
+}
+
+/// `VTRR.STATS <queue>`'s `layout`.
+fn layout_of(con: &mut Connection, queue: &str) -> String {
+    let layout = stats(con, queue).remove("layout").expect("STATS layout");
+    redis::from_redis_value(layout).unwrap()
+}
+
+/// Asserts that queue `queue` is in `layout` (before it is measured).
+fn assert_layout(con: &mut Connection, queue: &str, layout: &str) {
+    assert_eq!(layout_of(con, queue), layout, "queue {queue}'s layout");
+}
+
+/// Creates queue `queue` in the native layout, one item (`seed`, of its
+/// own partition) queued so that it stays (setup: the enqueue rows then
+/// add to an existing native queue, as the keys layout's add to new keys).
+fn create_native(con: &mut Connection, queue: &str) {
+    in_layout(con, "native", |con| {
+        let _: i64 = redis::cmd("VTRR.ENQUEUE")
+            .arg(queue)
+            .arg("seed")
+            .arg("seed")
+            .arg(1)
+            .arg(PAYLOAD)
+            .query(con)
+            .unwrap();
+    });
+    assert_layout(con, queue, "native");
 }
 
 /// Tenant controls: the partitions of the measured queue, the default cap
@@ -783,7 +862,7 @@ impl System {
         let streams = command.starts_with('x');
         let list = matches!(command, "lpush" | "rpop");
         match self {
-            System::Module => command.starts_with("vtrr."),
+            System::Module | System::Native => command.starts_with("vtrr."),
             System::Streams => streams,
             System::List => list,
             System::Ping => command == "ping",
@@ -796,6 +875,7 @@ impl System {
     fn cycle_rate_bound(self) -> f64 {
         match self {
             System::Module | System::Lua => 150_000.0,
+            System::Native => 250_000.0,
             System::Streams => 300_000.0,
             System::List => 2_500_000.0,
             System::Ping => 0.0,
@@ -823,6 +903,10 @@ where
         (0..sizes.connections).map(|_| server.connect()).collect();
     let mut next_op = vec![vec![0usize; sizes.connections]; systems.len()];
     let mut totals: Vec<Work> = systems.iter().map(|_| Work::default()).collect();
+    // Each system's commands' calls and µs, read after each of its slices
+    // (module and native send the same commands).
+    let mut costs: Vec<BTreeMap<String, (f64, f64)>> =
+        systems.iter().map(|_| BTreeMap::new()).collect();
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(admin).unwrap();
     for _ in 0..sizes.rounds {
         for (i, &system) in systems.iter().enumerate() {
@@ -837,22 +921,30 @@ where
                 &per_batch,
                 &mut totals[i],
             );
+            for (command, (calls, usec)) in command_totals(admin) {
+                if system.owns(&command) {
+                    let cost = costs[i].entry(command).or_default();
+                    cost.0 += calls;
+                    cost.1 += usec;
+                }
+            }
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(admin).unwrap();
         }
     }
-    let stats = command_stats(admin);
     systems
         .iter()
         .zip(totals)
-        .map(|(&system, mut total)| {
+        .zip(costs)
+        .map(|((&system, mut total), costs)| {
             total.latencies_us.sort_by(f64::total_cmp);
             let run = Run {
                 items_per_sec: total.ops_per_sec() * items_per_op(system) as f64,
                 p50_us: percentile(&total.latencies_us, 0.5),
                 p99_us: percentile(&total.latencies_us, 0.99),
-                usec_per_call: stats
-                    .iter()
-                    .filter(|(command, _)| system.owns(command))
-                    .map(|(command, cost)| (command.clone(), *cost))
+                usec_per_call: costs
+                    .into_iter()
+                    .filter(|(_, (calls, _))| *calls > 0.0)
+                    .map(|(command, (calls, usec))| (command, usec / calls))
                     .collect(),
             };
             (system, run)
@@ -888,6 +980,7 @@ where
 impl Bench<'_> {
     fn enqueue(&mut self, partitions: usize, items_per_call: usize) -> BTreeMap<System, Run> {
         reset(&mut self.admin);
+        create_native(&mut self.admin, queue_of(System::Native));
         let lua = &self.lua;
         let shape = EnqueueShape {
             partitions,
@@ -950,7 +1043,7 @@ impl Bench<'_> {
     /// times per system, the systems taking turns.
     fn reclaim(&mut self, partitions: usize) -> BTreeMap<System, Run> {
         let count = self.sizes.reclaim_items;
-        let systems = [System::Module, System::Lua, System::Streams];
+        let systems = [System::Module, System::Native, System::Lua, System::Streams];
         let mut seconds: BTreeMap<System, Vec<f64>> = BTreeMap::new();
         let mut costs: BTreeMap<System, BTreeMap<String, f64>> = BTreeMap::new();
         for _ in 0..self.sizes.reclaim_calls {
@@ -958,9 +1051,24 @@ impl Bench<'_> {
                 reset(&mut self.admin);
                 let con = &mut self.admin;
                 let call = match system {
-                    System::Module | System::Lua => {
-                        fill_expired(con, "q", count, partitions);
-                        if system == System::Module {
+                    System::Module | System::Native | System::Lua => {
+                        if system == System::Native {
+                            in_layout(con, "native", |con| {
+                                fill_expired(con, "q", count, partitions)
+                            });
+                        } else {
+                            fill_expired(con, "q", count, partitions);
+                        }
+                        assert_layout(
+                            con,
+                            "q",
+                            if system == System::Native {
+                                "native"
+                            } else {
+                                "keys"
+                            },
+                        );
+                        if system.is_module() {
                             let mut c = redis::cmd("VTRR.RECLAIM");
                             c.arg("q");
                             c
@@ -1031,7 +1139,7 @@ impl Bench<'_> {
         let sizes = self.sizes;
         writeln!(
             self.report,
-            "## Throughput: the same work each way\n\n{} connections, pipeline {} (enqueue 100/call: pipeline {}, so {} items per round trip), payload {} bytes. Each repeat sets up every system's keys, then runs {} rounds in which each system works for {} ms in turn (reclaim: {} calls per system, taking turns), so drifts in the machine's speed hit every system alike. {} repeats: items/s as median (min–max); latency = one pipelined batch round trip (p50/p99, µs; reclaim: the call, and its rate is that of the median call); `server µs/call` from INFO commandstats. `module ÷ this` is the module's rate over this system's within each repeat: median (min–max).\n",
+            "## Throughput: the same work each way\n\n{} connections, pipeline {} (enqueue 100/call: pipeline {}, so {} items per round trip), payload {} bytes. Each repeat sets up every system's keys, then runs {} rounds in which each system works for {} ms in turn (reclaim: {} calls per system, taking turns), so drifts in the machine's speed hit every system alike. {} repeats: items/s as median (min–max); latency = one pipelined batch round trip (p50/p99, µs; reclaim: the call, and its rate is that of the median call); `server µs/call` from INFO commandstats. `module ÷ this` is the module's rate over this system's within each repeat: median (min–max); `native ÷ this` the same for `native`. `module` is a queue in the keys layout (vtrr-queue's keys, every server started with `default-layout keys`); `native` sends the same commands to a queue of its own in the native layout (the whole queue in one key of the module's type), made with `vtrr.default-layout native` set around its creation (the enqueue rows: around its first item, of a partition of its own), its layout checked in `VTRR.STATS` before it is measured. The issue's targets for `native` (not asserted): enqueue 1/call ≥ 0.8× Streams, enqueue 100/call ≥ 1.0× Streams, lease+ack cycle ≥ 1.0× Streams.\n",
             sizes.connections,
             sizes.pipeline,
             sizes.pipeline_100,
@@ -1048,8 +1156,8 @@ impl Bench<'_> {
         let mut probes = Vec::new();
         for partitions in [1, 100, 10_000] {
             writeln!(self.report, "### {partitions} partition(s)\n").unwrap();
-            writeln!(self.report, "| scenario | system | items/s median (min–max) | p50 µs | p99 µs | server µs/call | module ÷ this |").unwrap();
-            writeln!(self.report, "|---|---|---|---|---|---|---|").unwrap();
+            writeln!(self.report, "| scenario | system | items/s median (min–max) | p50 µs | p99 µs | server µs/call | module ÷ this | native ÷ this |").unwrap();
+            writeln!(self.report, "|---|---|---|---|---|---|---|---|").unwrap();
             type Scenario = (
                 &'static str,
                 fn(&mut Bench<'_>, usize) -> BTreeMap<System, Run>,
@@ -1069,6 +1177,7 @@ impl Bench<'_> {
                     }
                 }
                 let module_rates = results[&System::Module].rates();
+                let native_rates = results[&System::Native].rates();
                 for (system, repeats) in &results {
                     let median = repeats.median();
                     let (rate, min, max) = spread(&repeats.rates());
@@ -1076,12 +1185,16 @@ impl Bench<'_> {
                     if (rate - min).max(max - rate) <= 0.10 * rate {
                         steady_rows += 1;
                     }
-                    let ratios: Vec<f64> = module_rates
-                        .iter()
-                        .zip(repeats.rates())
-                        .map(|(module, this)| module / this)
-                        .collect();
-                    let (ratio, ratio_min, ratio_max) = spread(&ratios);
+                    let ratio_of = |rates: &[f64]| {
+                        let ratios: Vec<f64> = rates
+                            .iter()
+                            .zip(repeats.rates())
+                            .map(|(rate, this)| rate / this)
+                            .collect();
+                        spread(&ratios)
+                    };
+                    let (ratio, ratio_min, ratio_max) = ratio_of(&module_rates);
+                    let (native, native_min, native_max) = ratio_of(&native_rates);
                     if *system != System::Module {
                         ratio_rows += 1;
                         if (ratio - ratio_min).max(ratio_max - ratio) <= 0.10 * ratio {
@@ -1090,7 +1203,7 @@ impl Bench<'_> {
                     }
                     writeln!(
                         self.report,
-                        "| {name} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.0} | {:.0} | {} | {ratio:.2}× ({ratio_min:.2}–{ratio_max:.2}) |",
+                        "| {name} | {} | {rate:.0} ({min:.0}–{max:.0}) | {:.0} | {:.0} | {} | {ratio:.2}× ({ratio_min:.2}–{ratio_max:.2}) | {native:.2}× ({native_min:.2}–{native_max:.2}) |",
                         system.name(),
                         median.p50_us,
                         median.p99_us,
@@ -1429,31 +1542,115 @@ impl Bench<'_> {
     fn scaling_section(&mut self) {
         writeln!(
             self.report,
-            "## Scaling: lease+ack cycle by queue size (module, 100 partitions)\n"
+            "## Scaling: lease+ack cycle by queue size (module and native, 100 partitions)\n\nEach size: the keys-layout queue (`module`) and a native one (`native`), each with at least that many items queued to the end, their slices taking turns as in the throughput rows (one repeat).\n"
         )
         .unwrap();
         writeln!(
             self.report,
-            "| queued | cycles/s | server µs/call LEASE | server µs/call ACK |\n|---|---|---|---|"
+            "| queued | system | cycles/s | server µs/call LEASE | server µs/call ACK |\n|---|---|---|---|---|"
         )
         .unwrap();
-        let mut costs = Vec::new();
+        let systems = [System::Module, System::Native];
+        let mut costs: BTreeMap<System, Vec<f64>> = BTreeMap::new();
         for queued in self.sizes.scaling {
-            let run = self.cycle(&[System::Module], 100, queued)[&System::Module].clone();
-            let lease = run.usec_per_call.get("vtrr.lease").copied().unwrap_or(0.0);
-            let ack = run.usec_per_call.get("vtrr.ack").copied().unwrap_or(0.0);
-            costs.push(lease + ack);
+            let runs = self.cycle(&systems, 100, queued);
+            for (system, run) in &runs {
+                let lease = run.usec_per_call.get("vtrr.lease").copied().unwrap_or(0.0);
+                let ack = run.usec_per_call.get("vtrr.ack").copied().unwrap_or(0.0);
+                costs.entry(*system).or_default().push(lease + ack);
+                writeln!(
+                    self.report,
+                    "| {queued} | {} | {:.0} | {lease:.2} | {ack:.2} |",
+                    system.name(),
+                    run.items_per_sec
+                )
+                .unwrap();
+            }
+        }
+        writeln!(self.report).unwrap();
+        for system in systems {
+            let costs = &costs[&system];
             writeln!(
                 self.report,
-                "| {queued} | {:.0} | {lease:.2} | {ack:.2} |",
-                run.items_per_sec
+                "{}: server cost per cycle at the largest size ÷ at the smallest: **{:.2}×**{}.",
+                system.name(),
+                costs[2] / costs[0],
+                if system == System::Native {
+                    " (target ≤ 1.2×, not asserted)"
+                } else {
+                    ""
+                }
             )
             .unwrap();
         }
         writeln!(
             self.report,
-            "\nServer cost per cycle at the largest size ÷ at the smallest: **{:.2}×**.\n",
-            costs[2] / costs[0]
+            "\n### Memory, conversion and deletion by queue size (100 partitions)\n\nFresh fills of each size, nothing leased: `MEMORY USAGE <key> SAMPLES 0` summed over the queue's keys, per item queued (`module`: the keys layout's sorted sets, hashes and strings; `native`: its one key; Streams: a stream of as many entries, fields `partition` and `payload`, with a consumer group, nothing pending). Then `VTRR.CONVERT <queue> NATIVE` of the keys-layout queue, the whole backlog at once, and `UNLINK` of the native queue (freed in the background when large: this is the main thread's share); client round trip, and in brackets the server's `usec_per_call` (INFO commandstats). Timings shown, never asserted.\n\n| queued | module bytes/item | native bytes/item | Streams bytes/entry | native ÷ Streams | VTRR.CONVERT keys→native ms (server µs) | UNLINK native ms (server µs) |\n|---|---|---|---|---|---|---|"
+        )
+        .unwrap();
+        for queued in self.sizes.scaling {
+            self.memory_row(queued);
+        }
+        writeln!(
+            self.report,
+            "\nTarget (issue, not asserted): native bytes per queued item ≤ 1.5× a stream entry's.\n"
+        )
+        .unwrap();
+    }
+
+    /// One row of the memory table: `queued` items in each layout and in a
+    /// stream; then the keys-layout queue converted and the native one
+    /// unlinked, timed.
+    fn memory_row(&mut self, queued: usize) {
+        let con = &mut self.admin;
+        reset(con);
+        fill_backlog(con, System::Module, queued, 100);
+        fill_backlog(con, System::Native, queued, 100);
+        fill_stream(con, queued, 100);
+        assert_layout(con, queue_of(System::Module), "keys");
+        let per_item = |con: &mut Connection, keys: &[String]| -> f64 {
+            let bytes: i64 = keys
+                .iter()
+                .map(|key| -> i64 {
+                    redis::cmd("MEMORY")
+                        .arg("USAGE")
+                        .arg(key)
+                        .arg("SAMPLES")
+                        .arg(0)
+                        .query::<Option<i64>>(con)
+                        .unwrap()
+                        .unwrap_or(0)
+                })
+                .sum();
+            bytes as f64 / queued as f64
+        };
+        let module_keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("vtrr:{}:*", queue_of(System::Module)))
+            .query(con)
+            .unwrap();
+        let module = per_item(con, &module_keys);
+        let native_key = format!("vtrr:{}:queue", queue_of(System::Native));
+        let native = per_item(con, std::slice::from_ref(&native_key));
+        let stream = per_item(con, &["s".to_string()]);
+        let timed = |con: &mut Connection, cmd: &redis::Cmd, stat: &str| -> String {
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con).unwrap();
+            let started = Instant::now();
+            let _: Value = cmd.query(con).unwrap();
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            let usec = command_stats(con).get(stat).copied().unwrap_or(0.0);
+            format!("{ms:.2} ({usec:.0})")
+        };
+        let mut convert = redis::cmd("VTRR.CONVERT");
+        convert.arg(queue_of(System::Module)).arg("NATIVE");
+        let converted = timed(con, &convert, "vtrr.convert");
+        assert_layout(con, queue_of(System::Module), "native");
+        let mut unlink = redis::cmd("UNLINK");
+        unlink.arg(&native_key);
+        let unlinked = timed(con, &unlink, "unlink");
+        writeln!(
+            self.report,
+            "| {queued} | {module:.0} | {native:.0} | {stream:.0} | {:.2}× | {converted} | {unlinked} |",
+            native / stream
         )
         .unwrap();
     }
@@ -1889,7 +2086,7 @@ const DRAIN_INTERVAL_MS: u64 = 1000;
 /// (`src/timer/rebuild.rs`) is done on the empty server, not in the drain.
 fn expiry_server() -> Server {
     let server = Server::builder()
-        .module_args(&["reclaim-interval-ms", "1"])
+        .module_args(&["reclaim-interval-ms", "1", "default-layout", DEFAULT_LAYOUT])
         .args(&[
             "--slowlog-log-slower-than",
             SLOWLOG_THRESHOLD_US,
@@ -2104,6 +2301,7 @@ impl<'a> Bench<'a> {
 fn count_instructions(sizes: &Sizes, smoke: bool) -> (String, Vec<instructions::Counted>) {
     let mut report = String::new();
     let mut counted = Vec::new();
+    let mut native_rows = String::new();
     for setting in &instructions::SETTINGS {
         let server = Server::builder()
             .module_args(&[
@@ -2111,6 +2309,8 @@ fn count_instructions(sizes: &Sizes, smoke: bool) -> (String, Vec<instructions::
                 "0",
                 "replication",
                 setting.replication,
+                "default-layout",
+                DEFAULT_LAYOUT,
             ])
             .args(setting.server_args)
             .spawn();
@@ -2125,9 +2325,10 @@ fn count_instructions(sizes: &Sizes, smoke: bool) -> (String, Vec<instructions::
             );
             instructions::table_head(&mut bench.report, sizes);
         }
-        bench.instruction_rows(&mut callgrind, setting, &mut counted);
+        bench.instruction_rows(&mut callgrind, setting, &mut counted, &mut native_rows);
         report = bench.report;
     }
+    instructions::native_table(&mut report, &native_rows);
     instructions::aof_table(&mut report, &counted);
     (report, counted)
 }
@@ -2153,7 +2354,7 @@ fn main() {
         report
     } else {
         let server = Server::builder()
-            .module_args(&["reclaim-interval-ms", "0"])
+            .module_args(&["reclaim-interval-ms", "0", "default-layout", DEFAULT_LAYOUT])
             .args(&["--enable-debug-command", "yes", "--maxmemory", "0"])
             .spawn();
         let mut bench = Bench::new(&server, sizes, value_of("--plot"));
