@@ -297,6 +297,8 @@ impl Store for MemoryStore {
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
         let hash = &mut self.hashes[key.index()];
         match hash.fields.get_mut(field) {
+            // A record rewritten at its length (most are) keeps its buffer.
+            Some(old) if old.len() == value.len() => old.copy_from_slice(value),
             Some(old) => {
                 self.bytes = self.bytes - heap(old.len()) + heap(value.len());
                 *old = value.into();
