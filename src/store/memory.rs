@@ -11,26 +11,11 @@
 //! sorts, `hscan` walks the hash order.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
 
 use ahash::RandomState;
 
+use super::zset::Zset;
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
-
-/// A score with the total order Redis uses for finite doubles.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Score(f64);
-impl Eq for Score {}
-impl PartialOrd for Score {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Score {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
 
 type Bytes = Box<[u8]>;
 
@@ -45,16 +30,10 @@ fn heap(len: usize) -> usize {
 }
 
 /// What an entry costs beyond its bytes: a map slot (key and value headers,
-/// control byte, load factor) and, for sorted sets, the ordered copy's slot
-/// in a B-tree node. Measured against `used_memory` (tests/native.rs).
+/// control byte, load factor) and, for sorted sets, the order's slot in a
+/// B-tree node. Measured against `used_memory` (tests/native.rs).
 const HASH_ENTRY_OVERHEAD: usize = 48;
 const ZSET_ENTRY_OVERHEAD: usize = 88;
-
-#[derive(Default, Debug, Clone)]
-struct Zset {
-    by_member: HashMap<Bytes, f64, RandomState>,
-    ordered: BTreeSet<(Score, Bytes)>,
-}
 
 #[derive(Default, Debug, Clone)]
 struct Hash {
@@ -116,10 +95,7 @@ impl MemoryStore {
 
     /// The members of a sorted set in (score, member) order, borrowed.
     pub fn zset_iter(&self, key: ZsetKey) -> impl Iterator<Item = (&[u8], f64)> {
-        self.zsets[key.index()]
-            .ordered
-            .iter()
-            .map(|(s, m)| (&m[..], s.0))
+        self.zsets[key.index()].iter()
     }
 
     /// All fields of a hash, sorted.
@@ -165,7 +141,7 @@ impl MemoryStore {
     /// Whether `key` holds anything (EXISTS in the keys layout).
     pub fn holds(&self, key: QueueKey) -> bool {
         if let Some(zset) = ZsetKey::of(key) {
-            !self.zsets[zset.index()].by_member.is_empty()
+            !self.zsets[zset.index()].is_empty()
         } else if let Some(hash) = HashKey::of(key) {
             !self.hashes[hash.index()].fields.is_empty()
         } else {
@@ -175,7 +151,7 @@ impl MemoryStore {
 
     /// Entries held, over every sorted set and hash (what freeing costs).
     pub fn entries(&self) -> usize {
-        let zsets: usize = self.zsets.iter().map(|z| z.by_member.len()).sum();
+        let zsets: usize = self.zsets.iter().map(Zset::len).sum();
         let hashes: usize = self.hashes.iter().map(|h| h.fields.len()).sum();
         zsets + hashes
     }
@@ -203,49 +179,34 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
-        self.zsets[key.index()].by_member.get(member).copied()
+        self.zsets[key.index()].score(member)
     }
 
     fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
-        let zset = &mut self.zsets[key.index()];
-        match zset.by_member.get_mut(member) {
-            Some(old) if *old == score => {}
-            Some(old) => {
-                let entry = zset.ordered.take(&(Score(*old), member.into()));
-                *old = score;
-                let member = entry.map_or_else(|| member.into(), |(_, m)| m);
-                zset.ordered.insert((Score(score), member));
-            }
-            None => {
-                zset.by_member.insert(member.into(), score);
-                zset.ordered.insert((Score(score), member.into()));
-                self.bytes += 2 * heap(member.len()) + ZSET_ENTRY_OVERHEAD;
-            }
+        if self.zsets[key.index()].insert(member, score) {
+            self.bytes += heap(member.len()) + ZSET_ENTRY_OVERHEAD;
         }
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
-        let zset = &mut self.zsets[key.index()];
-        let Some(old) = zset.by_member.remove(member) else {
-            return false;
-        };
-        zset.ordered.remove(&(Score(old), member.into()));
-        self.bytes -= 2 * heap(member.len()) + ZSET_ENTRY_OVERHEAD;
-        true
+        let removed = self.zsets[key.index()].remove(member);
+        if removed {
+            self.bytes -= heap(member.len()) + ZSET_ENTRY_OVERHEAD;
+        }
+        removed
     }
 
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
-        let (score, member) = self.zsets[key.index()].ordered.first()?;
-        Some((member.to_vec(), score.0))
+        let (member, score) = self.zsets[key.index()].iter().next()?;
+        Some((member.to_vec(), score))
     }
 
     fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
         self.zsets[key.index()]
-            .ordered
             .iter()
-            .take_while(|(s, _)| s.0 <= max)
+            .take_while(|&(_, s)| s <= max)
             .take(limit)
-            .map(|(s, m)| (m.to_vec(), s.0))
+            .map(|(m, s)| (m.to_vec(), s))
             .collect()
     }
 
@@ -261,30 +222,27 @@ impl Store for MemoryStore {
         }
         // The first entry scored above `above`: the least member of the next
         // score up.
-        let from = (Score(above.next_up()), Bytes::default());
         self.zsets[key.index()]
-            .ordered
-            .range((Bound::Included(from), Bound::Unbounded))
-            .take_while(|(s, _)| s.0 <= max)
+            .iter_from(above.next_up(), b"")
+            .take_while(|&(_, s)| s <= max)
             .take(limit)
-            .map(|(s, m)| (m.to_vec(), s.0))
+            .map(|(m, s)| (m.to_vec(), s))
             .collect()
     }
 
     fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
-        let start = (Score(0.0), Bytes::from(from));
-        let (_, member) = self.zsets[key.index()].ordered.range(start..).next()?;
+        let (member, _) = self.zsets[key.index()].iter_from(0.0, from).next()?;
         Some(member.to_vec())
     }
 
     fn zcard(&mut self, key: ZsetKey) -> u64 {
-        self.zsets[key.index()].by_member.len() as u64
+        self.zsets[key.index()].len() as u64
     }
 
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
         // O(count): a B-tree has no ranks (STATS counts expired leases).
-        let ordered = &self.zsets[key.index()].ordered;
-        Ok(ordered.iter().take_while(|(s, _)| s.0 <= max).count() as u64)
+        let zset = &self.zsets[key.index()];
+        Ok(zset.iter().take_while(|&(_, s)| s <= max).count() as u64)
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
@@ -371,8 +329,7 @@ impl Store for MemoryStore {
             }
             _ => {
                 if let Some(zset) = ZsetKey::of(key) {
-                    let members: Vec<Bytes> =
-                        self.zsets[zset.index()].by_member.keys().cloned().collect();
+                    let members = self.zsets[zset.index()].members();
                     for member in members {
                         self.zrem(zset, &member);
                     }

@@ -25,6 +25,7 @@ pub mod native;
 pub mod redis;
 pub mod server;
 mod strings;
+mod zset;
 
 pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
 pub use strings::bytes_of;
