@@ -9,7 +9,7 @@ PORT           ?= 6379
 GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 # The matrix runs every suite on the keys layout and these on the native one
 # (make test runs all of them on both, on Redis 7.0).
-NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease \
+NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease --test faults \
                         --test replication --test cluster --test blocking
 
 .PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions bench-baseline run clean mutants

@@ -527,3 +527,58 @@ fn flushall_and_flushdb_make_the_timer_forget_the_flushed_queues() {
         tracked(&mut con) == 0
     });
 }
+
+#[test]
+fn debug_digest_covers_a_native_queue_and_follows_its_content() {
+    let server = native_server(&[], &["--enable-debug-command", "yes"]);
+    let mut con = server.connect();
+    big_native_queue(&mut con, "{a}");
+    let digest = |con: &mut Connection, key: &str| -> String {
+        let digests: Vec<String> = command(&["DEBUG", "DIGEST-VALUE", key]).query(con).unwrap();
+        digests[0].clone()
+    };
+    let _: i64 = command(&["COPY", "vtrr:{a}:queue", "vtrr:{b}:queue"])
+        .query(&mut con)
+        .unwrap();
+    let a = digest(&mut con, "vtrr:{a}:queue");
+    assert_ne!(a, "0".repeat(40), "the value is digested");
+    assert_eq!(
+        digest(&mut con, "vtrr:{b}:queue"),
+        a,
+        "equal content, equal digest"
+    );
+    enqueue_one(&mut con, "{b}", "p", "new", "N");
+    assert_ne!(digest(&mut con, "vtrr:{b}:queue"), a, "a change changes it");
+}
+
+#[test]
+fn a_replica_loading_diskless_gets_the_native_queue() {
+    let master = native_server(
+        &[],
+        &[
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ],
+    );
+    let mut m = master.connect();
+    big_native_queue(&mut m, "q");
+    let replica = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0"])
+        .args(&["--repl-diskless-load", "on-empty-db"])
+        .spawn();
+    attach_replica(&replica, &master);
+    wait_replicated(&mut m);
+    let mut r = replica.connect();
+    assert_eq!(contents_all(&mut r), contents_all(&mut m));
+    // Without HANDLE_IO_ERRORS the replica says it skips diskless loading
+    // because of a module, and loads from disk. (`swapdb` loading, which
+    // serves the old data meanwhile, needs HANDLE_REPL_ASYNC_LOAD, which
+    // the module does not claim.)
+    let log = replica.log();
+    assert!(
+        log.contains("Loading DB in memory") && !log.contains("Skipping diskless-load"),
+        "the replica did not load diskless:\n{log}"
+    );
+}
