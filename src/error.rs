@@ -9,6 +9,7 @@ use crate::limits::{
     MAX_POLICY_LIMIT, MAX_SHARE, MAX_WEIGHT,
 };
 use crate::store::redis::OpenError;
+use crate::store::native::LoadError;
 use crate::store::KeyKind;
 
 fn err(message: String) -> RedisError {
@@ -147,18 +148,17 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
     }
 }
 
-/// `VTRR.LOAD` refused a chunk: the key holds another type, or the chunk
-/// is not a native queue's encoding. Nothing was changed.
-pub fn load_refused(key: &[u8], why: &str) -> RedisError {
+/// `VTRR.LOAD` refused a chunk: nothing was changed.
+pub fn load_refused(key: &[u8], why: &LoadError) -> RedisError {
     let key = String::from_utf8_lossy(key);
-    if why == "WRONGTYPE" {
-        return err(format!(
+    match why {
+        LoadError::WrongType => err(format!(
             "WRONGTYPE VTRR.LOAD: key {key} holds another type than a native vtrr queue"
-        ));
+        )),
+        LoadError::Undecodable(decode) => err(format!(
+            "ERR VTRR.LOAD: not a native queue's encoding for key {key}: {decode}"
+        )),
     }
-    err(format!(
-        "ERR VTRR.LOAD: not a native queue's encoding for key {key}: {why}"
-    ))
 }
 
 /// `VTRR.CONVERT` with a layout it does not know.

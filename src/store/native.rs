@@ -25,7 +25,7 @@ use super::api::api;
 use super::blocking::signal_ready;
 use super::cluster::{self, Actor};
 use super::effects::replicate_load;
-use super::encoding::{self, ENCODING_VERSION};
+use super::encoding::{self, DecodeError, ENCODING_VERSION};
 use super::key_names::names_of;
 use super::layout::QueueKeyOpen;
 use super::memory::MemoryStore;
@@ -260,13 +260,13 @@ impl<'ctx> NativeStore<'ctx> {
             return false;
         }
         match self.value {
+            // A queue made and emptied in one call encodes to nothing: it
+            // propagates nothing.
             Some(value) if self.created => {
                 // SAFETY: as in `read`.
                 let queue = unsafe { value.as_ref() };
                 encoding::encode(queue, |chunk| replicate_load(self.ctx, &self.name, chunk));
             }
-            // A queue made and emptied in one call has nothing to propagate.
-            None if self.created => {}
             _ => propagate(),
         }
         if self.value.is_some_and(|v| {
@@ -592,10 +592,18 @@ unsafe extern "C" fn copy(
     Box::into_raw(Box::new(queue.clone())).cast()
 }
 
+/// Why `VTRR.LOAD` added nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// The key holds another type than a native queue.
+    WrongType,
+    /// The chunk is not a native queue's encoding, or repeats an entry.
+    Undecodable(DecodeError),
+}
+
 /// `VTRR.LOAD`: adds a chunk of the encoding to the native queue at `key`
-/// (created when absent). Err with the reason when the key holds another
-/// type or the chunk does not decode (nothing is added then).
-pub fn load_chunk(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), String> {
+/// (created when absent), or nothing, with the reason.
+pub fn load_chunk(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), LoadError> {
     let name = OwnedString::new(key);
     let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
     // SAFETY: live context, valid name; the key is closed below.
@@ -610,18 +618,18 @@ pub fn load_chunk(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), String>
                 let queue = unsafe {
                     &mut *api!(RedisModule_ModuleTypeGetValue)(open).cast::<MemoryStore>()
                 };
-                encoding::add_chunk(queue, chunk).map_err(|e| e.to_string())
+                encoding::add_chunk(queue, chunk).map_err(LoadError::Undecodable)
             }
             Found::Nothing => {
                 let mut queue = MemoryStore::new();
-                encoding::add_chunk(&mut queue, chunk).map_err(|e| e.to_string())?;
+                encoding::add_chunk(&mut queue, chunk).map_err(LoadError::Undecodable)?;
                 let boxed = Box::into_raw(Box::new(queue));
                 // SAFETY: key open for writing and empty; it owns the value
                 // from here.
                 unsafe { api!(RedisModule_ModuleTypeSetValue)(open, queue_type(), boxed.cast()) };
                 Ok(())
             }
-            Found::KeysLayout | Found::Other => Err("WRONGTYPE".to_string()),
+            Found::KeysLayout | Found::Other => Err(LoadError::WrongType),
         }
     })();
     // SAFETY: opened above, closed once.
