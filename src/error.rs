@@ -8,8 +8,8 @@ use crate::limits::{
     MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
     MAX_POLICY_LIMIT, MAX_SHARE, MAX_WEIGHT,
 };
-use crate::store::redis::OpenError;
 use crate::store::native::LoadError;
+use crate::store::redis::OpenError;
 use crate::store::KeyKind;
 
 fn err(message: String) -> RedisError {
