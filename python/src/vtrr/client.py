@@ -1,0 +1,337 @@
+"""`Queue` and `AsyncQueue`: one method per vtrr command, over redis-py.
+
+Both take a redis-py client — `redis.Redis` or `redis.RedisCluster` (and
+their `redis.asyncio` twins) — and a queue name. On a cluster the name must
+hold a hash tag (`{files}`), as the module requires; the client routes each
+command by it. While a cluster moves the queue's slot its commands answer
+`TRYAGAIN`: both clients wait and send again until `retry_seconds` pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any, Protocol, cast
+
+import redis
+import redis.asyncio
+import redis.exceptions
+
+from . import commands
+from .commands import Command, Limit
+from .errors import SlotMoving, translate
+from .types import (
+    DeadItem,
+    Item,
+    Layout,
+    Lease,
+    PartitionSettings,
+    PartitionView,
+    Policy,
+    Stats,
+)
+
+_RETRY_PAUSE_SECONDS = 0.05
+# Errors a slot move answers with: TRYAGAIN, and a cluster client's own
+# "gave up following redirections".
+_MOVING = (redis.exceptions.TryAgainError, redis.exceptions.ClusterError)
+
+
+class Fenced(Protocol):
+    """A lease's identity: ACK, RENEW and NACK need its id and token."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
+
+
+class Queue:
+    """A vtrr queue, over a blocking redis-py client."""
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.RedisCluster,
+        name: str,
+        *,
+        retry_seconds: float = 30.0,
+    ) -> None:
+        if not name:
+            raise ValueError("queue name must not be empty")
+        self.client = client
+        self.name = name
+        self.retry_seconds = retry_seconds
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+    def run[T](self, command: Command[T]) -> T:
+        """Send one command (waiting out a slot move) and parse its reply."""
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                reply = cast(Any, self.client).execute_command(*command.args)
+            except _MOVING as error:
+                if time.monotonic() >= deadline:
+                    raise SlotMoving(f"{self.name}: {error}") from error
+                time.sleep(_RETRY_PAUSE_SECONDS)
+                continue
+            except redis.exceptions.ResponseError as error:
+                raise translate(error) from error
+            return command.parse(reply)
+
+    # Adding items.
+    def enqueue(self, partition: str, item_id: str, payload: bytes | str, weight: int = 1) -> bool:
+        """Add one item; False when its id is already in the queue's life (skipped)."""
+        return (
+            self.run(commands.enqueue(self.name, [Item(partition, item_id, payload, weight)])) == 1
+        )
+
+    def enqueue_many(self, items: Iterable[Item]) -> int:
+        """Add items in one atomic command; returns how many were new."""
+        return self.run(commands.enqueue(self.name, items))
+
+    def defer(self, delay_ms: int, items: Iterable[Item]) -> int:
+        """Add items that become leasable `delay_ms` after the server's clock now."""
+        return self.run(commands.defer(self.name, delay_ms, items))
+
+    # Leases.
+    def lease(self, lease_ms: int, *, block_ms: int | None = None) -> Lease | None:
+        """Lease the next item (waiting up to `block_ms`, 0 forever); None when none came."""
+        return self.run(commands.lease(self.name, lease_ms, block_ms))
+
+    def lease_many(self, lease_ms: int, count: int, *, block_ms: int | None = None) -> list[Lease]:
+        """Lease up to `count` items."""
+        return self.run(commands.lease_many(self.name, lease_ms, count, block_ms))
+
+    def ack(self, *leases: Fenced) -> int:
+        """Fenced ACK: how many of the leases were still current (and are now done)."""
+        return self.run(commands.ack(self.name, [(lease.id, lease.token) for lease in leases]))
+
+    def renew(self, lease: Fenced, lease_ms: int) -> bool:
+        """Fenced re-lease for `lease_ms` from now; False when the lease is lost."""
+        return self.run(commands.renew(self.name, lease.id, lease.token, lease_ms))
+
+    def nack(self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False) -> bool:
+        """Give a leased item back: at once, after `delay_ms`, or to the dead letters."""
+        return self.run(commands.nack(self.name, lease.id, lease.token, delay_ms, dead))
+
+    def reclaim(self, limit: int | None = None) -> int:
+        """Take expired leases back now (the module's timer does it anyway)."""
+        return self.run(commands.reclaim(self.name, limit))
+
+    # Reading the queue.
+    def stats(self) -> Stats:
+        return self.run(commands.stats(self.name))
+
+    def check(self) -> list[str]:
+        """The invariants the queue breaks; empty when it is sound (O(N))."""
+        return self.run(commands.check(self.name))
+
+    def partition(self, partition: str) -> PartitionView:
+        """One partition's counts and settings (all zeros if never seen)."""
+        return self.run(commands.partition(self.name, partition))
+
+    def partitions_page(
+        self, cursor: int = 0, count: int | None = None
+    ) -> tuple[int, list[PartitionView]]:
+        """One step of the partition scan; go on until the cursor is 0."""
+        return self.run(commands.partitions_page(self.name, cursor, count))
+
+    def partitions(self, count: int | None = None) -> Iterator[PartitionView]:
+        """Every partition, in bounded steps (a partition may appear twice, as in HSCAN)."""
+        cursor = 0
+        while True:
+            cursor, views = self.partitions_page(cursor, count)
+            yield from views
+            if cursor == 0:
+                return
+
+    def dead(self, count: int = 10) -> list[DeadItem]:
+        """The oldest dead-lettered items, oldest first."""
+        return self.run(commands.dead(self.name, count))
+
+    # Item life.
+    def revive(self, *ids: str) -> int:
+        return self.run(commands.revive(self.name, ids))
+
+    def cancel(self, *ids: str) -> int:
+        return self.run(commands.cancel(self.name, ids))
+
+    # Settings.
+    def policy(self) -> Policy:
+        return self.run(commands.get_policy(self.name))
+
+    def set_policy(
+        self,
+        *,
+        max_timeouts: Limit = None,
+        max_nacks: Limit = None,
+        default_concurrency: Limit = None,
+    ) -> None:
+        """Set the dead-letter policy and default cap; None leaves one as it is, "NONE" clears it."""
+        self.run(commands.set_policy(self.name, max_timeouts, max_nacks, default_concurrency))
+
+    def limit(self, partition: str) -> PartitionSettings:
+        return self.run(commands.get_limit(self.name, partition))
+
+    def set_limit(
+        self, partition: str, *, concurrency: Limit = None, share: int | None = None
+    ) -> None:
+        self.run(commands.set_limit(self.name, partition, concurrency, share))
+
+    def pause(self, partition: str) -> bool:
+        return self.run(commands.pause(self.name, partition))
+
+    def resume(self, partition: str) -> bool:
+        return self.run(commands.resume(self.name, partition))
+
+    def recount(self) -> int:
+        return self.run(commands.recount(self.name))
+
+    def convert(self, layout: Layout) -> bool:
+        """Move the queue to the other layout (one blocking O(N) call)."""
+        return self.run(commands.convert(self.name, layout))
+
+    def inspect(self, key: str) -> Any:
+        return self.run(commands.inspect(self.name, key))
+
+
+class AsyncQueue:
+    """A vtrr queue, over an asyncio redis-py client (`redis.asyncio`)."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+        name: str,
+        *,
+        retry_seconds: float = 30.0,
+    ) -> None:
+        if not name:
+            raise ValueError("queue name must not be empty")
+        self.client = client
+        self.name = name
+        self.retry_seconds = retry_seconds
+
+    def __repr__(self) -> str:
+        return f"AsyncQueue({self.name!r})"
+
+    async def run[T](self, command: Command[T]) -> T:
+        """Send one command (waiting out a slot move) and parse its reply."""
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                reply = await cast(Any, self.client).execute_command(*command.args)
+            except _MOVING as error:
+                if time.monotonic() >= deadline:
+                    raise SlotMoving(f"{self.name}: {error}") from error
+                await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                continue
+            except redis.exceptions.ResponseError as error:
+                raise translate(error) from error
+            return command.parse(reply)
+
+    async def enqueue(
+        self, partition: str, item_id: str, payload: bytes | str, weight: int = 1
+    ) -> bool:
+        return (
+            await self.run(commands.enqueue(self.name, [Item(partition, item_id, payload, weight)]))
+            == 1
+        )
+
+    async def enqueue_many(self, items: Iterable[Item]) -> int:
+        return await self.run(commands.enqueue(self.name, items))
+
+    async def defer(self, delay_ms: int, items: Iterable[Item]) -> int:
+        return await self.run(commands.defer(self.name, delay_ms, items))
+
+    async def lease(self, lease_ms: int, *, block_ms: int | None = None) -> Lease | None:
+        return await self.run(commands.lease(self.name, lease_ms, block_ms))
+
+    async def lease_many(
+        self, lease_ms: int, count: int, *, block_ms: int | None = None
+    ) -> list[Lease]:
+        return await self.run(commands.lease_many(self.name, lease_ms, count, block_ms))
+
+    async def ack(self, *leases: Fenced) -> int:
+        return await self.run(
+            commands.ack(self.name, [(lease.id, lease.token) for lease in leases])
+        )
+
+    async def renew(self, lease: Fenced, lease_ms: int) -> bool:
+        return await self.run(commands.renew(self.name, lease.id, lease.token, lease_ms))
+
+    async def nack(self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False) -> bool:
+        return await self.run(commands.nack(self.name, lease.id, lease.token, delay_ms, dead))
+
+    async def reclaim(self, limit: int | None = None) -> int:
+        return await self.run(commands.reclaim(self.name, limit))
+
+    async def stats(self) -> Stats:
+        return await self.run(commands.stats(self.name))
+
+    async def check(self) -> list[str]:
+        return await self.run(commands.check(self.name))
+
+    async def partition(self, partition: str) -> PartitionView:
+        return await self.run(commands.partition(self.name, partition))
+
+    async def partitions_page(
+        self, cursor: int = 0, count: int | None = None
+    ) -> tuple[int, list[PartitionView]]:
+        return await self.run(commands.partitions_page(self.name, cursor, count))
+
+    async def partitions(self, count: int | None = None) -> AsyncIterator[PartitionView]:
+        cursor = 0
+        while True:
+            cursor, views = await self.partitions_page(cursor, count)
+            for view in views:
+                yield view
+            if cursor == 0:
+                return
+
+    async def dead(self, count: int = 10) -> list[DeadItem]:
+        return await self.run(commands.dead(self.name, count))
+
+    async def revive(self, *ids: str) -> int:
+        return await self.run(commands.revive(self.name, ids))
+
+    async def cancel(self, *ids: str) -> int:
+        return await self.run(commands.cancel(self.name, ids))
+
+    async def policy(self) -> Policy:
+        return await self.run(commands.get_policy(self.name))
+
+    async def set_policy(
+        self,
+        *,
+        max_timeouts: Limit = None,
+        max_nacks: Limit = None,
+        default_concurrency: Limit = None,
+    ) -> None:
+        await self.run(commands.set_policy(self.name, max_timeouts, max_nacks, default_concurrency))
+
+    async def limit(self, partition: str) -> PartitionSettings:
+        return await self.run(commands.get_limit(self.name, partition))
+
+    async def set_limit(
+        self, partition: str, *, concurrency: Limit = None, share: int | None = None
+    ) -> None:
+        await self.run(commands.set_limit(self.name, partition, concurrency, share))
+
+    async def pause(self, partition: str) -> bool:
+        return await self.run(commands.pause(self.name, partition))
+
+    async def resume(self, partition: str) -> bool:
+        return await self.run(commands.resume(self.name, partition))
+
+    async def recount(self) -> int:
+        return await self.run(commands.recount(self.name))
+
+    async def convert(self, layout: Layout) -> bool:
+        return await self.run(commands.convert(self.name, layout))
+
+    async def inspect(self, key: str) -> Any:
+        return await self.run(commands.inspect(self.name, key))

@@ -1,0 +1,326 @@
+"""Each vtrr command as its arguments and the parser of its reply.
+
+`Queue` and `AsyncQueue` differ only in how they send a command (a blocking
+or an awaited call); what they send and how they read the reply is here,
+once, so the two stay the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, cast
+
+from .types import (
+    DeadItem,
+    Item,
+    Layout,
+    Lease,
+    PartitionSettings,
+    PartitionView,
+    Policy,
+    Stats,
+    decode,
+    encode,
+)
+
+Arg = bytes | str | int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Command[T]:
+    """A command ready to send, and how to read its reply."""
+
+    args: tuple[Arg, ...]
+    parse: Callable[[Any], T]
+    blocking_ms: int | None = None
+    """BLOCK's timeout (0: forever): the socket must wait at least this long."""
+
+
+def _int(reply: Any) -> int:
+    return int(reply)
+
+
+def _bool(reply: Any) -> bool:
+    return int(reply) == 1
+
+
+def _ok(reply: Any) -> None:
+    return None
+
+
+def _opt_int(reply: Any) -> int | None:
+    return None if reply is None else int(reply)
+
+
+def _fields(reply: Any) -> dict[str, Any]:
+    """A map reply as a dict: RESP3 gives a map, RESP2 a flat field/value array."""
+    if isinstance(reply, Mapping):
+        return {decode(k): v for k, v in reply.items()}
+    pairs = list(reply)
+    return {decode(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
+
+
+def _weight(weight: int) -> int:
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        raise TypeError(f"weight must be an int, not {type(weight).__name__}")
+    return weight
+
+
+def _item_args(items: Iterable[Item]) -> list[Arg]:
+    args: list[Arg] = []
+    for item in items:
+        args += [encode(item.partition), encode(item.id), _weight(item.weight), item.payload]
+    return args
+
+
+def enqueue(name: str, items: Iterable[Item]) -> Command[int]:
+    item_args = _item_args(items)
+    if not item_args:
+        raise ValueError("enqueue needs at least one item")
+    return Command(("VTRR.ENQUEUE", name, *item_args), _int)
+
+
+def defer(name: str, delay_ms: int, items: Iterable[Item]) -> Command[int]:
+    item_args = _item_args(items)
+    if not item_args:
+        raise ValueError("defer needs at least one item")
+    return Command(("VTRR.DEFER", name, delay_ms, *item_args), _int)
+
+
+def _lease(reply: Any) -> Lease:
+    item_id, payload, token, timeouts, nacks = reply
+    return Lease(decode(item_id), bytes(payload), decode(token), int(timeouts), int(nacks))
+
+
+def _lease_one(reply: Any) -> Lease | None:
+    return None if reply is None else _lease(reply)
+
+
+def _lease_many(reply: Any) -> list[Lease]:
+    return [] if reply is None else [_lease(entry) for entry in reply]
+
+
+def _lease_args(name: str, lease_ms: int, block_ms: int | None) -> tuple[Arg, ...]:
+    args: tuple[Arg, ...] = ("VTRR.LEASE", name, lease_ms)
+    if block_ms is not None:
+        args += ("BLOCK", block_ms)
+    return args
+
+
+def lease(name: str, lease_ms: int, block_ms: int | None = None) -> Command[Lease | None]:
+    return Command((*_lease_args(name, lease_ms, block_ms), "WITHCOUNTERS"), _lease_one, block_ms)
+
+
+def lease_many(
+    name: str, lease_ms: int, count: int, block_ms: int | None = None
+) -> Command[list[Lease]]:
+    return Command(
+        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, "WITHCOUNTERS"),
+        _lease_many,
+        block_ms,
+    )
+
+
+def ack(name: str, leases: Iterable[tuple[str, str]]) -> Command[int]:
+    pairs: list[Arg] = []
+    for item_id, token in leases:
+        pairs += [encode(item_id), token]
+    if not pairs:
+        raise ValueError("ack needs at least one lease")
+    return Command(("VTRR.ACK", name, *pairs), _int)
+
+
+def renew(name: str, item_id: str, token: str, lease_ms: int) -> Command[bool]:
+    return Command(("VTRR.RENEW", name, encode(item_id), token, lease_ms), _bool)
+
+
+def nack(
+    name: str, item_id: str, token: str, delay_ms: int | None = None, dead: bool = False
+) -> Command[bool]:
+    args: tuple[Arg, ...] = ("VTRR.NACK", name, encode(item_id), token)
+    if delay_ms is not None:
+        args += ("DELAY", delay_ms)
+    if dead:
+        args += ("DEAD",)
+    return Command(args, _bool)
+
+
+def reclaim(name: str, limit: int | None = None) -> Command[int]:
+    args: tuple[Arg, ...] = ("VTRR.RECLAIM", name)
+    if limit is not None:
+        args += ("LIMIT", limit)
+    return Command(args, _int)
+
+
+def _stats(reply: Any) -> Stats:
+    f = _fields(reply)
+    return Stats(
+        queued=int(f["queued"]),
+        held=int(f["held"]),
+        inflight=int(f["inflight"]),
+        expired=int(f["expired"]),
+        delayed=int(f["delayed"]),
+        dead=int(f["dead"]),
+        partitions=int(f["partitions"]),
+        paused_partitions=int(f["paused_partitions"]),
+        capped_partitions=int(f["capped_partitions"]),
+        current_virtual_time=int(f["current_virtual_time"]),
+        next_due_ms=_opt_int(f["next_due_ms"]),
+        next_expiry_ms=_opt_int(f["next_expiry_ms"]),
+        layout=cast(Layout, decode(f["layout"])),
+    )
+
+
+def stats(name: str) -> Command[Stats]:
+    return Command(("VTRR.STATS", name), _stats)
+
+
+def check(name: str) -> Command[list[str]]:
+    return Command(("VTRR.CHECK", name), lambda reply: [decode(p) for p in reply])
+
+
+Limit = int | Literal["NONE"] | None
+
+
+def _limit_arg(option: str, value: Limit) -> tuple[Arg, ...]:
+    return () if value is None else (option, value)
+
+
+def _policy(reply: Any) -> Policy:
+    f = _fields(reply)
+    return Policy(
+        max_timeouts=_opt_int(f["max-timeouts"]),
+        max_nacks=_opt_int(f["max-nacks"]),
+        default_concurrency=_opt_int(f["default-concurrency"]),
+    )
+
+
+def get_policy(name: str) -> Command[Policy]:
+    return Command(("VTRR.POLICY", name), _policy)
+
+
+def set_policy(
+    name: str, max_timeouts: Limit, max_nacks: Limit, default_concurrency: Limit
+) -> Command[None]:
+    options = (
+        *_limit_arg("MAX-TIMEOUTS", max_timeouts),
+        *_limit_arg("MAX-NACKS", max_nacks),
+        *_limit_arg("DEFAULT-CONCURRENCY", default_concurrency),
+    )
+    if not options:
+        raise ValueError("set_policy needs at least one setting (None leaves one unchanged)")
+    return Command(("VTRR.POLICY", name, *options), _ok)
+
+
+def _dead(reply: Any) -> list[DeadItem]:
+    return [
+        DeadItem(
+            id=decode(item_id),
+            payload=bytes(payload),
+            partition=None if partition is None else decode(partition),
+            weight=_opt_int(weight),
+            timeouts=int(timeouts),
+            nacks=int(nacks),
+            died_at_ms=int(died_at_ms),
+            reason=decode(reason),
+        )
+        for item_id, payload, partition, weight, timeouts, nacks, died_at_ms, reason in reply
+    ]
+
+
+def dead(name: str, count: int = 10) -> Command[list[DeadItem]]:
+    return Command(("VTRR.DEAD", name, "COUNT", count), _dead)
+
+
+def _ids(command: str, name: str, ids: Iterable[str]) -> Command[int]:
+    encoded = [encode(item_id) for item_id in ids]
+    if not encoded:
+        raise ValueError(f"{command.split('.')[1].lower()} needs at least one id")
+    return Command((command, name, *encoded), _int)
+
+
+def revive(name: str, ids: Iterable[str]) -> Command[int]:
+    return _ids("VTRR.REVIVE", name, ids)
+
+
+def cancel(name: str, ids: Iterable[str]) -> Command[int]:
+    return _ids("VTRR.CANCEL", name, ids)
+
+
+def _settings(reply: Any) -> PartitionSettings:
+    f = _fields(reply)
+    return PartitionSettings(
+        concurrency=_opt_int(f["concurrency"]),
+        paused=int(f["paused"]) == 1,
+        share=int(f["share"]),
+    )
+
+
+def get_limit(name: str, partition: str) -> Command[PartitionSettings]:
+    return Command(("VTRR.LIMIT", name, encode(partition)), _settings)
+
+
+def set_limit(name: str, partition: str, concurrency: Limit, share: int | None) -> Command[None]:
+    options = (*_limit_arg("CONCURRENCY", concurrency), *_limit_arg("SHARE", share))
+    if not options:
+        raise ValueError("set_limit needs concurrency or share")
+    return Command(("VTRR.LIMIT", name, encode(partition), *options), _ok)
+
+
+def pause(name: str, partition: str) -> Command[bool]:
+    return Command(("VTRR.PAUSE", name, encode(partition)), _bool)
+
+
+def resume(name: str, partition: str) -> Command[bool]:
+    return Command(("VTRR.RESUME", name, encode(partition)), _bool)
+
+
+def _view(reply: Any) -> PartitionView:
+    f = _fields(reply)
+    return PartitionView(
+        partition=decode(f["partition"]),
+        queued=int(f["queued"]),
+        held=int(f["held"]),
+        leased=int(f["leased"]),
+        delayed=int(f["delayed"]),
+        dead=int(f["dead"]),
+        paused=int(f["paused"]) == 1,
+        share=int(f["share"]),
+        concurrency=_opt_int(f["concurrency"]),
+        concurrency_in_force=_opt_int(f["concurrency-in-force"]),
+        virtual_time=_opt_int(f["virtual-time"]),
+    )
+
+
+def _page(reply: Any) -> tuple[int, list[PartitionView]]:
+    cursor, entries = reply
+    return int(cursor), [_view(entry) for entry in entries]
+
+
+def partitions_page(
+    name: str, cursor: int = 0, count: int | None = None
+) -> Command[tuple[int, list[PartitionView]]]:
+    args: tuple[Arg, ...] = ("VTRR.PARTITIONS", name, "CURSOR", cursor)
+    if count is not None:
+        args += ("COUNT", count)
+    return Command(args, _page)
+
+
+def partition(name: str, partition: str) -> Command[PartitionView]:
+    return Command(
+        ("VTRR.PARTITIONS", name, "PARTITION", encode(partition)),
+        lambda reply: _page(reply)[1][0],
+    )
+
+
+def recount(name: str) -> Command[int]:
+    return Command(("VTRR.RECOUNT", name), _int)
+
+
+def convert(name: str, layout: Layout) -> Command[bool]:
+    return Command(("VTRR.CONVERT", name, layout.upper()), _bool)
+
+
+def inspect(name: str, key: str) -> Command[Any]:
+    return Command(("VTRR.INSPECT", name, key), lambda reply: reply)

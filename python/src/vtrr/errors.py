@@ -1,0 +1,49 @@
+"""The module's errors as exceptions.
+
+Every reply error of a vtrr command becomes one of these, raised by the
+client; the message is the server's, without its code.
+"""
+
+from __future__ import annotations
+
+import redis.exceptions
+
+
+class VTRRError(Exception):
+    """Base class of every error this package raises."""
+
+
+class InvalidArgument(VTRRError):
+    """The server refused an argument (`ERR ...`): nothing was changed."""
+
+
+class WrongType(VTRRError):
+    """A key of the queue holds another type (`WRONGTYPE ...`)."""
+
+
+class NoPermission(VTRRError):
+    """The ACL user may not touch a key of this queue (`NOPERM ...`)."""
+
+
+class ModuleNotLoaded(VTRRError):
+    """The server does not know the vtrr commands: the module is not loaded."""
+
+
+class SlotMoving(VTRRError):
+    """The queue's cluster slot kept moving (TRYAGAIN) past the retry deadline."""
+
+
+class SerializationError(VTRRError, TypeError):
+    """A task's arguments cannot be serialised: nothing was enqueued."""
+
+
+def translate(error: redis.exceptions.ResponseError) -> VTRRError:
+    """The exception for a server's reply error."""
+    message = str(error)
+    if isinstance(error, redis.exceptions.NoPermissionError) or message.startswith("NOPERM"):
+        return NoPermission(message.removeprefix("NOPERM ").strip())
+    if message.startswith("WRONGTYPE"):
+        return WrongType(message.removeprefix("WRONGTYPE ").strip())
+    if message.startswith("unknown command") and "VTRR." in message.upper():
+        return ModuleNotLoaded(message)
+    return InvalidArgument(message)

@@ -1,0 +1,109 @@
+"""What the commands reply, as typed values."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+Layout = Literal["keys", "native"]
+
+
+def decode(value: bytes | str) -> str:
+    """An id or partition as text; bytes that are not UTF-8 survive a round trip."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def encode(value: str | bytes) -> bytes:
+    """The bytes a decoded id or partition came from."""
+    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Item:
+    """One item to enqueue: its partition (tenant), id, payload and weight (its cost)."""
+
+    partition: str
+    id: str
+    payload: bytes | str
+    weight: int = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lease:
+    """A leased item: ACK, RENEW and NACK need its id and token."""
+
+    id: str
+    payload: bytes
+    token: str
+    timeouts: int
+    """How many times this item's lease expired before (0 on first delivery)."""
+    nacks: int
+    """How many times a worker nacked it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stats:
+    """VTRR.STATS: the queue's counts."""
+
+    queued: int
+    held: int
+    inflight: int
+    expired: int
+    delayed: int
+    dead: int
+    partitions: int
+    paused_partitions: int
+    capped_partitions: int
+    current_virtual_time: int
+    next_due_ms: int | None
+    next_expiry_ms: int | None
+    layout: Layout
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionView:
+    """VTRR.PARTITIONS: one partition's counts and settings."""
+
+    partition: str
+    queued: int
+    held: int
+    leased: int
+    delayed: int
+    dead: int
+    paused: bool
+    share: int
+    concurrency: int | None
+    concurrency_in_force: int | None
+    virtual_time: int | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionSettings:
+    """VTRR.LIMIT without options: a partition's own settings."""
+
+    concurrency: int | None
+    paused: bool
+    share: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Policy:
+    """VTRR.POLICY without options; None is NONE (never give up, no default cap)."""
+
+    max_timeouts: int | None
+    max_nacks: int | None
+    default_concurrency: int | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadItem:
+    """VTRR.DEAD: a dead-lettered item and why it died."""
+
+    id: str
+    payload: bytes
+    partition: str | None
+    weight: int | None
+    timeouts: int
+    nacks: int
+    died_at_ms: int
+    reason: str
