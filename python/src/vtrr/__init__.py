@@ -17,13 +17,19 @@ from .errors import (
     WrongType,
 )
 from .types import DeadItem, Item, Lease, PartitionSettings, PartitionView, Policy, Stats
+from .worker import Backoff, DeadLetter, Heartbeat, Hooks, Job, Retry, Worker
 
 __all__ = [
     "AsyncQueue",
+    "Backoff",
     "DeadItem",
+    "DeadLetter",
     "Fenced",
+    "Heartbeat",
+    "Hooks",
     "InvalidArgument",
     "Item",
+    "Job",
     "Lease",
     "ModuleNotLoaded",
     "NoPermission",
@@ -31,9 +37,11 @@ __all__ = [
     "PartitionView",
     "Policy",
     "Queue",
+    "Retry",
     "SerializationError",
     "SlotMoving",
     "Stats",
     "VTRRError",
+    "Worker",
     "WrongType",
 ]

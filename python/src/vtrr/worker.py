@@ -1,0 +1,505 @@
+"""`Worker`: leases items and runs a handler on each, the way a job system must.
+
+- Blocking leases (`VTRR.LEASE ... BLOCK ... WITHCOUNTERS`), `concurrency`
+  handlers at once: threads for a plain function, asyncio tasks for a
+  coroutine function (over an `AsyncQueue`).
+- While a handler runs its lease is renewed about every third of the lease
+  (`Heartbeat`); a RENEW that replies 0 means the lease is lost (the item was
+  cancelled, or its lease expired and went to another worker): the job's
+  `lost` flag is set for the handler to see, and it is never acked.
+- A handler that returns: ACK. One that raises: NACK with an exponential
+  backoff and jitter from the item's nack count (`Retry` sets the delay,
+  `DeadLetter` sends the item to the dead letters). Giving up is the queue's
+  POLICY (`MAX-NACKS`, `MAX-TIMEOUTS`), not the worker's.
+- `stop()` (SIGTERM/SIGINT in `run()`): no new leases; running handlers get
+  `grace_seconds` to finish, then their items go back by NACK (at once, so
+  another worker takes them) and `cancelled` is set on their jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from types import FrameType, TracebackType
+from typing import Any, Self
+
+from .client import AsyncQueue, Fenced, Queue
+from .types import Lease
+
+logger = logging.getLogger("vtrr.worker")
+
+
+class Retry(Exception):
+    """Raised by a handler: NACK the item, due again after `delay_ms` (None: the backoff)."""
+
+    def __init__(self, delay_ms: int | None = None) -> None:
+        super().__init__(f"retry after {delay_ms} ms" if delay_ms is not None else "retry")
+        self.delay_ms = delay_ms
+
+
+class DeadLetter(Exception):
+    """Raised by a handler: the item can never succeed; NACK ... DEAD (VTRR.DEAD lists it)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before the n-th retry: `base_ms`·2ⁿ capped at `max_ms`, minus up to `jitter` of it.
+
+    The jitter is drawn at random ("equal jitter" with `jitter=0.5`): items
+    that failed together do not all come back at the same moment.
+    """
+
+    base_ms: int = 1_000
+    max_ms: int = 3_600_000
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.base_ms < 0 or self.max_ms < self.base_ms or not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("Backoff needs 0 <= base_ms <= max_ms and 0 <= jitter <= 1")
+
+    def delay_ms(self, nacks: int, rng: random.Random | None = None) -> int:
+        """The delay for an item already nacked `nacks` times."""
+        full = min(self.max_ms, self.base_ms * 2 ** min(nacks, 62))
+        draw = (rng or random).random()
+        return int(full - full * self.jitter * draw)
+
+
+@dataclasses.dataclass(slots=True)
+class Job:
+    """One leased item as a handler sees it."""
+
+    lease: Lease
+    queue_name: str
+    lost: threading.Event = dataclasses.field(default_factory=threading.Event)
+    """Set when the lease was lost (RENEW replied 0): stop; the result will not be acked."""
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
+    """Set when shutdown's grace period ended and the item went back to the queue."""
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def id(self) -> str:
+        return self.lease.id
+
+    @property
+    def token(self) -> str:
+        return self.lease.token
+
+    @property
+    def payload(self) -> bytes:
+        return self.lease.payload
+
+    @property
+    def timeouts(self) -> int:
+        return self.lease.timeouts
+
+    @property
+    def nacks(self) -> int:
+        return self.lease.nacks
+
+    def should_stop(self) -> bool:
+        """True once the handler's work can no longer count (lease lost or given back)."""
+        return self.lost.is_set() or self.cancelled.is_set()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hooks:
+    """Callbacks for logging and metrics; each runs in the handler's thread or task."""
+
+    leased: Callable[[Job], None] | None = None
+    succeeded: Callable[[Job, float], None] | None = None
+    """The job and the handler's run time in seconds."""
+    failed: Callable[[Job, BaseException, int | None], None] | None = None
+    """The job, the error, and the retry delay in ms (None: sent to the dead letters)."""
+    lost: Callable[[Job], None] | None = None
+
+
+class Heartbeat:
+    """Renews the leases it tracks about every third of `lease_ms`, in one thread."""
+
+    def __init__(self, queue: Queue, lease_ms: int) -> None:
+        self.queue = queue
+        self.lease_ms = lease_ms
+        self._tracked: dict[tuple[str, str], tuple[Fenced, threading.Event]] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def track(self, lease: Fenced) -> threading.Event:
+        """Renew `lease` from now on; the event is set if a RENEW finds it lost."""
+        lost = threading.Event()
+        with self._lock:
+            self._tracked[(lease.id, lease.token)] = (lease, lost)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="vtrr-heartbeat", daemon=True
+                )
+                self._thread.start()
+        return lost
+
+    def untrack(self, lease: Fenced) -> None:
+        with self._lock:
+            self._tracked.pop((lease.id, lease.token), None)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="vtrr-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def renew_all(self) -> None:
+        """One pass: renew every tracked lease; mark and drop the lost ones."""
+        with self._lock:
+            tracked = list(self._tracked.values())
+        for lease, lost in tracked:
+            try:
+                renewed = self.queue.renew(lease, self.lease_ms)
+            except Exception:  # a failed RENEW is retried next pass; the lease may still be ours
+                logger.exception("RENEW of %s failed", lease.id)
+                continue
+            if not renewed:
+                lost.set()
+                self.untrack(lease)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.lease_ms / 3000):
+            self.renew_all()
+
+
+def _call_hook(hook: Callable[..., None] | None, *args: Any) -> None:
+    if hook is None:
+        return
+    try:
+        hook(*args)
+    except Exception:  # a broken metrics hook must not lose an item
+        logger.exception("worker hook %r failed", hook)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What to tell the queue once a handler is done."""
+
+    ack: bool
+    delay_ms: int | None = None
+    dead: bool = False
+    error: BaseException | None = None
+
+
+def _outcome(error: BaseException | None, job: Job, backoff: Backoff) -> _Outcome:
+    if error is None:
+        return _Outcome(ack=True)
+    if isinstance(error, DeadLetter):
+        return _Outcome(ack=False, dead=True, error=error)
+    if isinstance(error, Retry) and error.delay_ms is not None:
+        return _Outcome(ack=False, delay_ms=error.delay_ms, error=error)
+    return _Outcome(ack=False, delay_ms=backoff.delay_ms(job.nacks), error=error)
+
+
+Handler = Callable[[Job], object]
+AsyncHandler = Callable[[Job], Awaitable[object]]
+
+
+class Worker:
+    """Runs `handler(job)` on the items of `queue`, `concurrency` at a time.
+
+    A plain function runs in `concurrency` threads over a `Queue`; a
+    coroutine function runs as that many asyncio tasks over an `AsyncQueue`
+    (`run()` starts the event loop; `await run_async()` inside one).
+    """
+
+    def __init__(
+        self,
+        queue: Queue | AsyncQueue,
+        handler: Handler | AsyncHandler,
+        *,
+        concurrency: int = 1,
+        lease_ms: int = 30_000,
+        block_ms: int = 1_000,
+        backoff: Backoff | None = None,
+        grace_seconds: float = 30.0,
+        hooks: Hooks | None = None,
+        exit_when_idle: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if lease_ms < 3:
+            raise ValueError("lease_ms must be at least 3 (it is renewed every third)")
+        self.is_async = inspect.iscoroutinefunction(handler)
+        if self.is_async and not isinstance(queue, AsyncQueue):
+            raise TypeError("a coroutine handler needs a vtrr.AsyncQueue (over redis.asyncio)")
+        if not self.is_async and not isinstance(queue, Queue):
+            raise TypeError(
+                "a plain handler needs a vtrr.Queue (an AsyncQueue needs an async def handler)"
+            )
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease_ms = lease_ms
+        self.block_ms = block_ms
+        self.backoff = backoff or Backoff()
+        self.grace_seconds = grace_seconds
+        self.hooks = hooks or Hooks()
+        self.exit_when_idle = exit_when_idle
+        self.stopping = threading.Event()
+        self._running: dict[tuple[str, str], Job] = {}
+        self._lock = threading.Lock()
+
+    def stop(self) -> None:
+        """Stop leasing; `run()` returns once the running handlers finish (or the grace ends)."""
+        self.stopping.set()
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            logger.info(
+                "signal %s: stopping (grace %.1f s)",
+                signal.Signals(signum).name,
+                self.grace_seconds,
+            )
+            self.stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def run(self) -> None:
+        """Work until `stop()`, SIGTERM or SIGINT (or, with `exit_when_idle`, an empty queue)."""
+        with self._signals():
+            if self.is_async:
+                asyncio.run(self.run_async())
+            else:
+                self._run_threads()
+
+    # Threads.
+    def _run_threads(self) -> None:
+        assert isinstance(self.queue, Queue)
+        heartbeat = Heartbeat(self.queue, self.lease_ms)
+        threads = [
+            threading.Thread(
+                target=self._thread_loop, args=(heartbeat,), name=f"vtrr-worker-{i}", daemon=True
+            )
+            for i in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads) and not self.stopping.wait(0.1):
+                pass
+            deadline = time.monotonic() + self.grace_seconds
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            self._give_back(self.queue)
+        finally:
+            heartbeat.stop()
+
+    def _thread_loop(self, heartbeat: Heartbeat) -> None:
+        assert isinstance(self.queue, Queue)
+        handler: Handler = self.handler
+        while not self.stopping.is_set():
+            try:
+                lease = self.queue.lease(self.lease_ms, block_ms=self.block_ms)
+            except Exception:
+                logger.exception("LEASE from %s failed; retrying in 1 s", self.queue.name)
+                self.stopping.wait(1.0)
+                continue
+            if lease is None:
+                if self.exit_when_idle:
+                    return
+                continue
+            job = Job(lease, self.queue.name, lost=heartbeat.track(lease))
+            self._started(job)
+            error: BaseException | None = None
+            try:
+                handler(job)
+            except Exception as raised:
+                error = raised
+            finally:
+                heartbeat.untrack(lease)
+            self._finish(job, error, self.queue)
+
+    # Asyncio tasks.
+    async def run_async(self) -> None:
+        """The asyncio form of `run()` (no signal handlers: the caller's loop owns those)."""
+        assert isinstance(self.queue, AsyncQueue)
+        renewing = asyncio.create_task(self._renew_async())
+        tasks = [asyncio.create_task(self._task_loop()) for _ in range(self.concurrency)]
+        try:
+            while not all(task.done() for task in tasks) and not self.stopping.is_set():
+                await asyncio.sleep(0.1)
+            _, pending = await asyncio.wait(tasks, timeout=self.grace_seconds)
+            for task in pending:
+                task.cancel()
+            await self._give_back_async()
+        finally:
+            renewing.cancel()
+
+    async def _task_loop(self) -> None:
+        assert isinstance(self.queue, AsyncQueue)
+        handler: AsyncHandler = self.handler  # type: ignore[assignment]
+        while not self.stopping.is_set():
+            try:
+                lease = await self.queue.lease(self.lease_ms, block_ms=self.block_ms)
+            except Exception:
+                logger.exception("LEASE from %s failed; retrying in 1 s", self.queue.name)
+                await asyncio.sleep(1.0)
+                continue
+            if lease is None:
+                if self.exit_when_idle:
+                    return
+                continue
+            job = Job(lease, self.queue.name)
+            self._started(job)
+            error: BaseException | None = None
+            try:
+                await handler(job)
+            except asyncio.CancelledError:
+                # Shutdown's grace ended: _give_back_async nacks it.
+                raise
+            except Exception as raised:
+                error = raised
+            await self._finish_async(job, error)
+
+    async def _renew_async(self) -> None:
+        assert isinstance(self.queue, AsyncQueue)
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            for job in self._snapshot():
+                try:
+                    renewed = await self.queue.renew(job.lease, self.lease_ms)
+                except Exception:
+                    logger.exception("RENEW of %s failed", job.id)
+                    continue
+                if not renewed:
+                    job.lost.set()
+
+    # Shared bookkeeping: one place decides what a handler's end means.
+    def _started(self, job: Job) -> None:
+        with self._lock:
+            self._running[(job.id, job.token)] = job
+        _call_hook(self.hooks.leased, job)
+
+    def _snapshot(self) -> list[Job]:
+        with self._lock:
+            return list(self._running.values())
+
+    def _settled(self, job: Job) -> bool:
+        """Take the job out of the running set; False if shutdown already gave it back."""
+        with self._lock:
+            return self._running.pop((job.id, job.token), None) is not None
+
+    def _finish(self, job: Job, error: BaseException | None, queue: Queue) -> None:
+        if not self._settled(job):
+            return
+        outcome = _outcome(error, job, self.backoff)
+        if job.lost.is_set():
+            self._report_lost(job)
+            return
+        try:
+            if outcome.ack:
+                done = queue.ack(job.lease) == 1
+            else:
+                done = queue.nack(job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead)
+        except Exception:
+            # The lease stays with us until it expires; the timer then reclaims the item.
+            logger.exception("settling %s failed; its lease will expire and be reclaimed", job.id)
+            return
+        self._report(job, outcome, done)
+
+    async def _finish_async(self, job: Job, error: BaseException | None) -> None:
+        assert isinstance(self.queue, AsyncQueue)
+        if not self._settled(job):
+            return
+        outcome = _outcome(error, job, self.backoff)
+        if job.lost.is_set():
+            self._report_lost(job)
+            return
+        try:
+            if outcome.ack:
+                done = await self.queue.ack(job.lease) == 1
+            else:
+                done = await self.queue.nack(
+                    job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead
+                )
+        except Exception:
+            logger.exception("settling %s failed; its lease will expire and be reclaimed", job.id)
+            return
+        self._report(job, outcome, done)
+
+    def _report(self, job: Job, outcome: _Outcome, done: bool) -> None:
+        if not done:
+            job.lost.set()
+            self._report_lost(job)
+        elif outcome.error is None:
+            _call_hook(self.hooks.succeeded, job, time.monotonic() - job.started)
+        else:
+            logger.warning(
+                "%s failed (%r): %s",
+                job.id,
+                outcome.error,
+                "dead-lettered" if outcome.dead else f"retry in {outcome.delay_ms} ms",
+            )
+            _call_hook(
+                self.hooks.failed, job, outcome.error, None if outcome.dead else outcome.delay_ms
+            )
+
+    def _report_lost(self, job: Job) -> None:
+        logger.warning("lease of %s was lost: not acked", job.id)
+        _call_hook(self.hooks.lost, job)
+
+    def _give_back(self, queue: Queue) -> None:
+        for job in self._abandoned():
+            try:
+                queue.nack(job.lease)
+            except Exception:
+                logger.exception("giving back %s failed; its lease will expire", job.id)
+
+    async def _give_back_async(self) -> None:
+        assert isinstance(self.queue, AsyncQueue)
+        for job in self._abandoned():
+            try:
+                await self.queue.nack(job.lease)
+            except Exception:
+                logger.exception("giving back %s failed; its lease will expire", job.id)
+
+    def _abandoned(self) -> list[Job]:
+        """The jobs still running when the grace ended: marked cancelled, no longer ours."""
+        with self._lock:
+            jobs = list(self._running.values())
+            self._running.clear()
+        for job in jobs:
+            logger.warning("grace period over: %s goes back to the queue", job.id)
+            job.cancelled.set()
+        return jobs

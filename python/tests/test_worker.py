@@ -1,0 +1,241 @@
+"""Worker: leases, renewals, fenced ACK/NACK with backoff, lost leases, shutdown, crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio
+
+import vtrr
+from servers import Server
+from vtrr import Backoff, Hooks, Item, Job, Worker
+
+HERE = Path(__file__).resolve().parent
+
+
+def done_list(client: redis.Redis, name: str) -> list[str]:
+    return [entry.decode() for entry in client.lrange(f"done:{name}", 0, -1)]
+
+
+def wait_for(condition: object, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def run_in_thread(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_every_item_runs_once_across_concurrent_handlers(queue: vtrr.Queue, client: redis.Redis) -> None:
+    queue.enqueue_many(Item(f"p{i % 7}", f"item-{i}", b"x") for i in range(200))
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        with lock:
+            seen.append(job.id)
+
+    Worker(queue, handler, concurrency=4, block_ms=100, exit_when_idle=True).run()
+    assert sorted(seen) == sorted(f"item-{i}" for i in range(200))
+    stats = queue.stats()
+    assert (stats.queued, stats.inflight) == (0, 0)
+    assert queue.check() == []
+
+
+def test_one_worker_serves_partitions_in_turn(queue: vtrr.Queue) -> None:
+    queue.enqueue_many(Item("heavy", f"h{i}", b"x") for i in range(30))
+    queue.enqueue_many(Item(light, f"{light}-{i}", b"x") for light in ("l1", "l2") for i in range(3))
+    order: list[str] = []
+    Worker(queue, lambda job: order.append(job.id), block_ms=100, exit_when_idle=True).run()
+    assert len(order) == 36
+    light_positions = [n for n, item in enumerate(order, 1) if item.startswith("l")]
+    assert max(light_positions) <= 12, order
+
+
+def test_a_failing_handler_is_nacked_with_backoff_until_the_policy_dead_letters_it(queue: vtrr.Queue) -> None:
+    queue.set_policy(max_nacks=3)
+    queue.enqueue("p", "bad", b"x")
+    attempts: list[tuple[float, int]] = []
+    failures: list[int | None] = []
+
+    def handler(job: Job) -> None:
+        attempts.append((time.monotonic(), job.nacks))
+        raise RuntimeError("always fails")
+
+    worker = Worker(
+        queue, handler, block_ms=50, backoff=Backoff(base_ms=40, jitter=0.0),
+        hooks=Hooks(failed=lambda job, error, delay: failures.append(delay)),
+    )  # fmt: skip
+    thread = run_in_thread(worker)
+    wait_for(lambda: queue.stats().dead == 1, what="the item dead-lettered")
+    worker.stop()
+    thread.join(5)
+    assert [nacks for _, nacks in attempts] == [0, 1, 2, 3]
+    assert failures == [40, 80, 160, 320], "the 4th failure passes MAX-NACKS 3: the queue dead-letters it"
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(attempts, attempts[1:], strict=False)]
+    for gap, delay in zip(gaps, (0.040, 0.080, 0.160), strict=True):
+        assert gap >= delay, f"retried after {gap:.3f} s, before its {delay} s backoff"
+    [dead] = queue.dead()
+    assert (dead.id, dead.reason, dead.nacks) == ("bad", "max-nacks", 4)
+
+
+def test_backoff_doubles_caps_and_jitters() -> None:
+    backoff = Backoff(base_ms=100, max_ms=1_000, jitter=0.5)
+    import random
+
+    rng = random.Random(7)
+    for nacks, full in ((0, 100), (1, 200), (3, 800), (4, 1_000), (40, 1_000)):
+        draws = {backoff.delay_ms(nacks, rng) for _ in range(50)}
+        assert all(full // 2 <= d <= full for d in draws), (nacks, draws)
+        assert len(draws) > 1, "jitter spreads the delays"
+    with pytest.raises(ValueError):
+        Backoff(base_ms=10, max_ms=5)
+
+
+def test_retry_and_dead_letter_from_the_handler(queue: vtrr.Queue) -> None:
+    queue.enqueue("p", "retry-me", b"x")
+    queue.enqueue("p", "poison", b"x")
+    runs: list[tuple[str, int]] = []
+
+    def handler(job: Job) -> None:
+        runs.append((job.id, job.nacks))
+        if job.id == "poison":
+            raise vtrr.DeadLetter("cannot parse")
+        if job.nacks == 0:
+            raise vtrr.Retry(delay_ms=30)
+
+    worker = Worker(queue, handler, block_ms=50)
+    thread = run_in_thread(worker)
+    wait_for(lambda: ("retry-me", 1) in runs and queue.stats().dead == 1, what="retry and dead letter")
+    worker.stop()
+    thread.join(5)
+    assert [dead.reason for dead in queue.dead()] == ["nack"]
+    assert queue.stats().queued == queue.stats().inflight == 0
+
+
+def test_a_running_handler_keeps_its_lease_renewed(queue: vtrr.Queue) -> None:
+    queue.enqueue("p", "slow", b"x")
+    runs: list[int] = []
+
+    def handler(job: Job) -> None:
+        runs.append(job.timeouts)
+        time.sleep(1.2)  # four times the lease
+        assert not job.lost.is_set()
+
+    Worker(queue, handler, lease_ms=300, block_ms=50, exit_when_idle=True).run()
+    assert runs == [0], "never reclaimed while it ran"
+    assert queue.stats().inflight == 0
+
+
+def test_a_lost_lease_is_reported_and_never_acked(queue: vtrr.Queue) -> None:
+    queue.enqueue("p", "doomed", b"x")
+    lost: list[str] = []
+    saw_flag = threading.Event()
+
+    def handler(job: Job) -> None:
+        assert queue.cancel(job.id) == 1  # another client deletes the item mid-run
+        if job.lost.wait(2):
+            saw_flag.set()
+
+    worker = Worker(queue, handler, lease_ms=150, block_ms=50, exit_when_idle=True,
+                    hooks=Hooks(lost=lambda job: lost.append(job.id)))  # fmt: skip
+    worker.run()
+    assert saw_flag.is_set(), "the RENEW that replied 0 set job.lost"
+    assert lost == ["doomed"]
+    stats = queue.stats()
+    assert (stats.queued, stats.inflight, stats.dead) == (0, 0, 0)
+
+
+def test_an_async_handler_runs_as_tasks_over_an_async_queue(server: Server, queue_name: str) -> None:
+    async def scenario() -> list[str]:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        queue = vtrr.AsyncQueue(client, queue_name)
+        await queue.enqueue_many(Item(f"p{i % 3}", f"a{i}", b"x") for i in range(20))
+        seen: list[str] = []
+
+        async def handler(job: Job) -> None:
+            await asyncio.sleep(0.01)
+            seen.append(job.id)
+
+        await Worker(queue, handler, concurrency=5, block_ms=50, exit_when_idle=True).run_async()
+        assert (await queue.stats()).inflight == 0
+        await client.aclose()
+        return seen
+
+    assert sorted(asyncio.run(scenario())) == sorted(f"a{i}" for i in range(20))
+
+
+def test_handler_kind_must_match_the_queue_kind(queue: vtrr.Queue) -> None:
+    async def handler(job: Job) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="AsyncQueue"):
+        Worker(queue, handler)
+
+
+@pytest.fixture
+def spawn_worker(server: Server) -> Iterator[object]:
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def spawn(queue_name: str, *extra: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "VTRR_URL": server.url, "PYTHONPATH": str(HERE)}
+        command = [sys.executable, "-m", "vtrr.cli", "--url", server.url, "worker", "jobs:record",
+                   "--queue", queue_name, "--block-ms", "100", *extra]  # fmt: skip
+        processes.append(subprocess.Popen(command, env=env, cwd=HERE))
+        return processes[-1]
+
+    yield spawn
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def test_sigterm_lets_a_running_handler_finish_and_ack(queue: vtrr.Queue, client: redis.Redis, spawn_worker) -> None:  # type: ignore[no-untyped-def]
+    queue.enqueue("p", "finishing", b"sleep:0.8")
+    process = spawn_worker(queue.name, "--grace-seconds", "10")
+    wait_for(lambda: queue.stats().inflight == 1, what="the lease")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(10) == 0
+    assert done_list(client, queue.name) == ["finishing:0:0"]
+    stats = queue.stats()
+    assert (stats.queued, stats.inflight) == (0, 0)
+
+
+def test_sigterm_past_the_grace_gives_the_item_back(queue: vtrr.Queue, client: redis.Redis, spawn_worker) -> None:  # type: ignore[no-untyped-def]
+    queue.enqueue("p", "too-long", b"sleep:30")
+    queue.enqueue("p", "next", b"x")
+    process = spawn_worker(queue.name, "--grace-seconds", "0.3", "--lease-ms", "60000")
+    wait_for(lambda: queue.stats().inflight == 1, what="the lease")
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(10) == 0
+    assert time.monotonic() - started < 5, "shutdown waits the grace, not the task"
+    stats = queue.stats()
+    assert (stats.queued, stats.inflight) == (2, 0), "given back by NACK at once, not after the 60 s lease"
+    leases = {lease.id: lease.nacks for lease in queue.lease_many(1000, 2)}
+    assert leases == {"too-long": 1, "next": 0}, "rescored like a reclaim, with one nack counted"
+
+
+def test_a_worker_killed_mid_task_loses_nothing(queue: vtrr.Queue, client: redis.Redis, spawn_worker) -> None:  # type: ignore[no-untyped-def]
+    queue.enqueue("p", "crasher", b"crash")
+    first = spawn_worker(queue.name, "--lease-ms", "500")
+    assert first.wait(10) == 17, "the handler killed its process mid-task"
+    assert queue.stats().inflight == 1
+    second = spawn_worker(queue.name, "--lease-ms", "500", "--exit-when-idle", "--block-ms", "2000")
+    assert second.wait(15) == 0
+    assert done_list(client, queue.name) == ["crasher:1:0"], "reclaimed by the timer, run again, once"
