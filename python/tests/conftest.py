@@ -25,8 +25,8 @@ def make_server() -> Iterator[Callable[..., Server]]:
     """Starts servers with their own module arguments; stops them after the test."""
     started: list[Server] = []
 
-    def make(*module_args: str, extra: tuple[str, ...] = ()) -> Server:
-        started.append(Server(module_args, extra))
+    def make(*module_args: str, extra: tuple[str, ...] = (), with_module: bool = True) -> Server:
+        started.append(Server(module_args, extra, with_module=with_module))
         return started[-1]
 
     yield make

@@ -46,7 +46,9 @@ def free_port() -> int:
 class Server:
     """One redis-server on a free loopback port, its own directory, the module loaded."""
 
-    def __init__(self, module_args: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, module_args: tuple[str, ...] = (), extra: tuple[str, ...] = (), *, with_module: bool = True
+    ) -> None:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="vtrr-py-"))
         args = [
@@ -54,10 +56,11 @@ class Server:
             "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log"),
             "--save", "", "--appendonly", "no",
-            "--loadmodule", module_path(), *module_args,
-        ]
-        if "default-layout" not in module_args:
-            args += ["default-layout", layout()]
+        ]  # fmt: skip
+        if with_module:
+            args += ["--loadmodule", module_path(), *module_args]
+            if "default-layout" not in module_args:
+                args += ["default-layout", layout()]
         self.process = subprocess.Popen([*args, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:

@@ -1,10 +1,17 @@
-"""Queue: every command through the typed client, against a real server."""
+"""Queue and AsyncQueue: every command through the typed client, against a real server."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+
 import pytest
+import redis
+import redis.asyncio
 
 import vtrr
+from servers import Server, layout
 from vtrr import Item
 
 
@@ -20,3 +27,152 @@ def test_enqueue_lease_ack_round_trip(queue: vtrr.Queue) -> None:
     assert queue.ack(lease) == 0, "a second ACK of the same lease acks nothing"
     assert queue.lease(30_000) is None
     assert queue.check() == []
+
+
+def test_partitions_are_served_in_turn_by_weight(queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("light", f"l{i}", b"") for i in range(4)])
+    queue.enqueue_many([Item("heavy", f"h{i}", b"", weight=3) for i in range(2)])
+    order = [lease.id for lease in queue.lease_many(1000, 6)]
+    # Scores: light 1, 2, 3, 4; heavy 1, then 1 + 3 (ties by id).
+    assert order == ["h0", "l0", "l1", "l2", "h1", "l3"]
+
+
+def test_ids_partitions_and_payloads_are_binary_safe(queue: vtrr.Queue) -> None:
+    odd = b"\xff\x00id".decode("utf-8", "surrogateescape")
+    queue.enqueue(odd, odd, b"\x00\xff payload")
+    lease = queue.lease(1000)
+    assert lease is not None and lease.id == odd and lease.payload == b"\x00\xff payload"
+    assert queue.partition(odd).leased == 1
+    assert queue.ack(lease) == 1
+
+
+def test_defer_holds_an_item_until_it_is_due(queue: vtrr.Queue) -> None:
+    assert queue.defer(300, [Item("p", "later", b"x")]) == 1
+    stats = queue.stats()
+    assert (stats.delayed, stats.queued) == (1, 0) and stats.next_due_ms is not None
+    assert queue.lease(1000) is None
+    lease = queue.lease(1000, block_ms=3000)
+    assert lease is not None and lease.id == "later"
+
+
+def test_a_blocking_lease_waits_for_an_item(queue: vtrr.Queue, server: Server) -> None:
+    producer = vtrr.Queue(server.client(), queue.name)
+    threading.Timer(0.3, lambda: producer.enqueue("p", "arrives", b"x")).start()
+    started = time.monotonic()
+    lease = queue.lease(1000, block_ms=5000)
+    assert lease is not None and lease.id == "arrives"
+    assert 0.25 < time.monotonic() - started < 3
+    assert queue.lease(1000, block_ms=100) is None, "a timed-out wait replies None"
+    assert queue.lease_many(1000, 5, block_ms=100) == []
+
+
+def test_renew_nack_and_reclaim(queue: vtrr.Queue) -> None:
+    queue.enqueue("p", "i", b"x")
+    first = queue.lease(50)
+    assert first is not None and queue.renew(first, 60_000)
+    assert queue.nack(first, delay_ms=0)
+    assert not queue.renew(first, 1000), "a nacked lease is no longer current"
+    second = queue.lease(1)
+    assert second is not None and second.nacks == 1
+    time.sleep(0.01)
+    assert queue.reclaim() in (0, 1), "the timer may have reclaimed it already"
+    third = queue.lease(1000, block_ms=2000)
+    assert third is not None and (third.timeouts, third.nacks) == (1, 1)
+    assert queue.nack(third, dead=True)
+    [dead] = queue.dead()
+    assert (dead.id, dead.partition, dead.weight, dead.reason) == ("i", "p", 1, "nack")
+    assert queue.revive("i", "not-dead") == 1
+    assert queue.stats().queued == 1
+    assert queue.cancel("i") == 1
+    assert queue.stats().queued == 0
+
+
+def test_policy_limits_pause_and_the_partition_view(queue: vtrr.Queue) -> None:
+    assert queue.policy() == vtrr.Policy(None, None, None)
+    queue.set_policy(max_timeouts=3, max_nacks="NONE", default_concurrency=5)
+    assert queue.policy() == vtrr.Policy(max_timeouts=3, max_nacks=None, default_concurrency=5)
+    queue.set_limit("t", concurrency=1, share=2)
+    assert queue.limit("t") == vtrr.PartitionSettings(concurrency=1, paused=False, share=2)
+    queue.enqueue_many([Item("t", "t1", b""), Item("t", "t2", b""), Item("u", "u1", b"")])
+    leased = queue.lease_many(1000, 3)
+    assert sorted(lease.id for lease in leased) == ["t1", "u1"], "t is capped at 1 lease"
+    view = queue.partition("t")
+    assert (view.queued, view.held, view.leased, view.concurrency_in_force, view.share) == (1, 1, 1, 1, 2)
+    assert queue.pause("u") and not queue.pause("u")
+    queue.enqueue("u", "u2", b"")
+    queue.ack(*leased)
+    assert [lease.id for lease in queue.lease_many(1000, 5)] == ["t2"], "u is paused"
+    assert queue.resume("u") and not queue.resume("u")
+    assert queue.stats().paused_partitions == 0
+    assert queue.partition("never-seen") == vtrr.PartitionView("never-seen", 0, 0, 0, 0, 0, False, 1, None, 5, None)
+
+
+def test_partitions_iterates_every_partition_in_bounded_steps(queue: vtrr.Queue) -> None:
+    queue.enqueue_many(Item(f"tenant-{i}", f"i{i}", b"") for i in range(1500))
+    first_cursor, first_page = queue.partitions_page(count=100)
+    assert first_cursor != 0 and 0 < len(first_page) < 1500
+    names = {view.partition for view in queue.partitions(count=200)}
+    assert names == {f"tenant-{i}" for i in range(1500)}
+
+
+def test_recount_inspect_and_convert(queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("p", "a", b"1"), Item("p", "b", b"2")])
+    assert queue.recount() == 0, "the module's counts are already exact"
+    assert queue.inspect("queue")[::2] == [b"a", b"b"]
+    other = "native" if layout() == "keys" else "keys"
+    assert queue.stats().layout == layout()
+    assert queue.convert(other) and not queue.convert(other)
+    assert queue.stats().layout == other
+    assert [lease.id for lease in queue.lease_many(1000, 2)] == ["a", "b"]
+    assert queue.check() == []
+
+
+def test_bad_arguments_raise_and_change_nothing(queue: vtrr.Queue, client: redis.Redis) -> None:
+    with pytest.raises(vtrr.InvalidArgument, match="weight must be an integer between 1 and 1000000000"):
+        queue.enqueue_many([Item("p", "ok", b""), Item("p", "bad", b"", weight=0)])
+    with pytest.raises(vtrr.InvalidArgument, match="id must not be empty"):
+        queue.enqueue("p", "", b"")
+    with pytest.raises(vtrr.InvalidArgument, match="lease-ms"):
+        queue.lease(0)
+    with pytest.raises(TypeError, match="weight must be an int"):
+        queue.enqueue("p", "x", b"", weight="3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one"):
+        queue.enqueue_many([])
+    assert queue.stats().queued == 0, "a refused call enqueues nothing"
+    client.set(f"vtrr:{queue.name}:queue", "not a sorted set")
+    with pytest.raises(vtrr.WrongType, match="vtrr:"):
+        queue.enqueue("p", "x", b"")
+    with pytest.raises(ValueError):
+        vtrr.Queue(client, "")
+
+
+def test_acl_denial_is_no_permission(server: Server, queue_name: str) -> None:
+    admin = server.client()
+    admin.execute_command("ACL", "SETUSER", "reader", "on", ">secret", "+@all", "~other:*")
+    user = vtrr.Queue(server.client(username="reader", password="secret"), queue_name)
+    with pytest.raises(vtrr.NoPermission, match="no permissions"):
+        user.enqueue("p", "x", b"")
+
+
+def test_a_server_without_the_module_says_so(make_server) -> None:  # type: ignore[no-untyped-def]
+    bare = make_server(with_module=False)
+    with pytest.raises(vtrr.ModuleNotLoaded):
+        vtrr.Queue(bare.client(), "q").stats()
+
+
+def test_async_queue_speaks_the_same_commands(server: Server, queue_name: str) -> None:
+    async def scenario() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        queue = vtrr.AsyncQueue(client, queue_name)
+        assert await queue.enqueue_many([Item("p", "a", b"1"), Item("q", "b", b"2")]) == 2
+        leases = await queue.lease_many(1000, 2)
+        assert [lease.id for lease in leases] == ["a", "b"]
+        assert await queue.renew(leases[0], 5000)
+        assert sorted([view.partition async for view in queue.partitions()]) == ["p", "q"]
+        assert await queue.ack(*leases) == 2
+        assert (await queue.stats()).inflight == 0
+        with pytest.raises(vtrr.InvalidArgument):
+            await queue.enqueue("p", "", b"")
+        await client.aclose()
+
+    asyncio.run(scenario())

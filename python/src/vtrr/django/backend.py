@@ -1,0 +1,640 @@
+"""`VTRRBackend`: Django tasks in vtrr queues, run by threadmill's worker or `vtrr_worker`.
+
+One vtrr queue per Django queue name: `{<prefix>:<queue_name>}` (prefix
+`django:<alias>` unless the `prefix` option says otherwise), so the module's
+keys are `vtrr:{django:default:default}:*`. The backend's own keys sit beside
+them, with the same hash tag, so one MULTI can write both on a Redis Cluster:
+
+- `{...}:result:<id>`: the task's record, its serialised `TaskResult`
+  (READY at enqueue, RUNNING at acquire, SUCCESSFUL/FAILED at acknowledge),
+  what `get_result` reads;
+- `{...}:successful` and `{...}:failed`: sorted sets of finished ids by finish
+  time (ms), trimmed to `result_ttl`, for `peek` and `telemetry`;
+- `{...}:ingress`: sorted set of enqueued ids by enqueue time (ms), trimmed to
+  `result_ttl`, for `telemetry`'s ingress rate.
+
+The vtrr item's id is the `TaskResult` id and its payload the serialised
+READY `TaskResult` (threadmill's `serialize_task_result`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import math
+import os
+import queue as queue_module
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Generator, Mapping, Sequence
+from inspect import iscoroutinefunction
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import redis
+import redis.exceptions
+from django.core.exceptions import ImproperlyConfigured
+from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+from threadmill.backends.base import (
+    BackendTelemetry,
+    QueueCounts,
+    QueueRates,
+    QueueStats,
+    ThreadmillTaskBackend,
+)
+
+from .. import commands
+from ..client import Queue
+from ..errors import SerializationError, translate
+from ..types import Item, Lease, decode
+
+if TYPE_CHECKING:
+    from ..worker import Heartbeat
+
+logger = logging.getLogger("vtrr.django")
+
+DEFAULT_PARTITION = "default"
+"""The partition of a task enqueued without a `partition_key` keyword argument."""
+
+PARTITION_KWARG = "partition_key"
+
+_MAX_DELAY_MS = 315_360_000_000  # VTRR.DEFER's bound: ten years
+_MAX_WEIGHT = 1_000_000_000
+_BLOCK_SLICE_SECONDS = 0.25  # how long one blocking LEASE watches one of several queues
+_FINISHED = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})
+
+type PartitionFunc = Callable[[Any, Sequence[Any], Mapping[str, Any]], str]
+type WeightFunc = Callable[[Any, Sequence[Any], Mapping[str, Any]], int]
+
+
+def default_partition(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The `partition_key` keyword argument (as text) when given, else `DEFAULT_PARTITION`.
+
+    The argument stays in the task's kwargs: the function receives it, so the
+    same call works on any other task backend.
+    """
+    value = kwargs.get(PARTITION_KWARG)
+    return DEFAULT_PARTITION if value is None else str(value)
+
+
+def default_weight(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+    """Every task costs 1."""
+    return 1
+
+
+def vtrr_queue_name(prefix: str, queue_name: str) -> str:
+    """The vtrr queue of a Django queue: its whole name is the hash tag."""
+    return "{" + prefix + ":" + queue_name + "}"
+
+
+class _Tracker(Protocol):
+    def track(self, lease: Lease) -> threading.Event: ...
+    def untrack(self, lease: Lease) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class _Held:
+    """A lease this process holds for a running task."""
+
+    queue_name: str
+    queue: Queue
+    lease: Lease
+    lost: threading.Event
+
+
+def _duration(options: Mapping[str, Any], key: str, default: datetime.timedelta) -> datetime.timedelta:
+    value = options.get(key, default)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = datetime.timedelta(seconds=value)
+    if not isinstance(value, datetime.timedelta) or value <= datetime.timedelta(0):
+        raise ImproperlyConfigured(
+            f"VTRRBackend option {key!r} must be a positive timedelta (or seconds), not {value!r}"
+        )
+    return value
+
+
+def _function[F](options: Mapping[str, Any], key: str, default: F) -> F:
+    value = options.get(key)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except ImportError as error:
+            raise ImproperlyConfigured(
+                f"VTRRBackend option {key!r}: cannot import {value!r}: {error}"
+            ) from error
+    if not callable(value):
+        raise ImproperlyConfigured(
+            f"VTRRBackend option {key!r} must be a callable or its dotted path, not {value!r}"
+        )
+    return cast(F, value)
+
+
+def _ms(value: datetime.timedelta) -> int:
+    return max(1, math.ceil(value.total_seconds() * 1000))
+
+
+def _text(data: bytes | str) -> str:
+    return data.decode() if isinstance(data, bytes) else data
+
+
+def _members(reply: Any) -> list[str]:
+    """The members of a flat member, score array (VTRR.INSPECT of a sorted set), in order."""
+    flat = list(reply or [])
+    return [decode(flat[i]) for i in range(0, len(flat), 2)]
+
+
+def _task_error(exception: BaseException) -> TaskError:
+    kind = type(exception)
+    return TaskError(
+        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+        traceback="".join(traceback.format_exception(exception)),
+    )
+
+
+class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
+    """A threadmill task backend over vtrr: fair by partition, leased, fenced.
+
+    Options (`TASKS[alias]["OPTIONS"]`): `url` (required; threadmill's
+    top-level `REDIS_URL` is read when it is absent), `cluster` (bool: a
+    `redis.RedisCluster` client), `prefix` (default `django:<alias>`),
+    `partition` and `weight` (callables `(task, args, kwargs)` or their dotted
+    paths; defaults `default_partition`, `default_weight`), `lease_ttl`
+    (default 1 hour; leases are renewed while tasks run) and `result_ttl`
+    (default 1 day), each a timedelta or seconds.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    # vtrr orders by partition virtual time, not priority: Django's
+    # validate_task then refuses a priority other than 0 (InvalidTask).
+    supports_priority = False
+    # The module's timer reclaims expired leases and promotes due tasks: no broker.
+    broker_class = None
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias=alias, params=params)
+        options: Mapping[str, Any] = self.options
+        if not self.queues:
+            raise ImproperlyConfigured(
+                f"VTRRBackend {alias!r} needs its QUEUES listed (get_result and telemetry look in each)"
+            )
+        url = options.get("url") or params.get("REDIS_URL")
+        if not url:
+            raise ImproperlyConfigured(f"VTRRBackend {alias!r} needs OPTIONS['url'] (a redis:// URL)")
+        self.url: str = url
+        self.client: redis.Redis | redis.RedisCluster = (
+            redis.RedisCluster.from_url(url) if options.get("cluster") else redis.Redis.from_url(url)
+        )
+        self.prefix: str = str(options.get("prefix", f"django:{alias}"))
+        self.lease_ttl = _duration(options, "lease_ttl", datetime.timedelta(hours=1))
+        self.result_ttl = _duration(options, "result_ttl", datetime.timedelta(days=1))
+        self.lease_ms = _ms(self.lease_ttl)
+        self.result_ttl_ms = _ms(self.result_ttl)
+        if self.lease_ms > _MAX_DELAY_MS:
+            raise ImproperlyConfigured("VTRRBackend option 'lease_ttl' must be at most ten years")
+        self.partition_func: PartitionFunc = _function(options, "partition", default_partition)
+        self.weight_func: WeightFunc = _function(options, "weight", default_weight)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._held: dict[str, _Held] = {}
+        self._heartbeats: dict[str, Heartbeat] = {}
+        self._vtrr_queues: dict[str, Queue] = {}
+
+    # Names.
+    def vtrr_name(self, queue_name: str) -> str:
+        """The vtrr queue holding this Django queue's tasks."""
+        return vtrr_queue_name(self.prefix, queue_name)
+
+    def queue(self, queue_name: str) -> Queue:
+        """The typed client of a Django queue's vtrr queue."""
+        with self._lock:
+            found = self._vtrr_queues.get(queue_name)
+            if found is None:
+                found = self._vtrr_queues[queue_name] = Queue(self.client, self.vtrr_name(queue_name))
+            return found
+
+    def _key(self, queue_name: str, suffix: str) -> str:
+        return f"{self.vtrr_name(queue_name)}:{suffix}"
+
+    def _record_key(self, queue_name: str, result_id: str) -> str:
+        return self._key(queue_name, f"result:{result_id}")
+
+    def _finished_key(self, queue_name: str, status: TaskResultStatus) -> str:
+        return self._key(
+            queue_name, "successful" if status == TaskResultStatus.SUCCESSFUL else "failed"
+        )
+
+    def _check_queue(self, queue_name: str) -> None:
+        if queue_name not in self.queues:
+            raise ValueError(
+                f"queue {queue_name!r} is not one of backend {self.alias!r}'s QUEUES {sorted(self.queues)}"
+            )
+
+    # Sending.
+    @staticmethod
+    def _execute(pipe: Any) -> list[Any]:
+        try:
+            return cast(list[Any], pipe.execute())
+        except redis.exceptions.ResponseError as error:
+            raise translate(error) from error
+
+    def _server_now_ms(self, queue_name: str) -> int:
+        """The clock of the server holding the queue (TIME), in Unix ms."""
+        client = cast(Any, self.client)
+        if isinstance(self.client, redis.RedisCluster):
+            node = self.client.get_node_from_key(f"vtrr:{self.vtrr_name(queue_name)}:queue")
+            reply = client.execute_command("TIME", target_nodes=node)
+        else:
+            reply = client.execute_command("TIME")
+        seconds, micros = reply
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # Django's task backend API.
+    def enqueue(
+        self, task: Any, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None
+    ) -> TaskResult:
+        """One VTRR.ENQUEUE (VTRR.DEFER with `run_after`) and the READY record, in one MULTI."""
+        self.validate_task(task)
+        enqueued_at = timezone.now()
+        try:
+            task_result = TaskResult(
+                task=task,
+                id=str(uuid.uuid4()),
+                status=TaskResultStatus.READY,
+                enqueued_at=enqueued_at,
+                started_at=None,
+                finished_at=None,
+                last_attempted_at=None,
+                args=list(args or ()),
+                kwargs=dict(kwargs or {}),
+                backend=self.alias,
+                errors=[],
+                worker_ids=[],
+            )
+            payload = self.serialize_task_result(task_result)
+        except (TypeError, ValueError) as error:
+            raise SerializationError(
+                f"the arguments of task {task.module_path} are not JSON-serialisable ({error}): "
+                "nothing was enqueued"
+            ) from error
+        partition = self.partition_func(task, task_result.args, task_result.kwargs)
+        if not isinstance(partition, str) or not partition:
+            raise InvalidTask(f"the partition of a task must be a non-empty str, not {partition!r}")
+        weight = self.weight_func(task, task_result.args, task_result.kwargs)
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= _MAX_WEIGHT:
+            raise InvalidTask(f"the weight of a task must be an int from 1 to {_MAX_WEIGHT}, not {weight!r}")
+
+        queue_name = task.queue_name
+        name = self.vtrr_name(queue_name)
+        item = Item(partition, task_result.id, payload, weight)
+        delay_ms = 0
+        if task.run_after is not None:
+            # Measured on the server's clock, the one VTRR.DEFER counts from:
+            # the task falls due when the server's clock reaches run_after,
+            # whatever the skew of the host that enqueued it.
+            delay_ms = max(
+                0, math.ceil(task.run_after.timestamp() * 1000) - self._server_now_ms(queue_name)
+            )
+            if delay_ms > _MAX_DELAY_MS:
+                raise InvalidTask("run_after must be at most ten years away")
+        command = commands.defer(name, delay_ms, [item]) if delay_ms else commands.enqueue(name, [item])
+        enqueued_ms = enqueued_at.timestamp() * 1000
+        ingress = self._key(queue_name, "ingress")
+        pipe = self.client.pipeline(transaction=True)
+        pipe.execute_command(*command.args)
+        pipe.set(
+            self._record_key(queue_name, task_result.id),
+            payload,
+            px=delay_ms + self.lease_ms + self.result_ttl_ms,
+        )
+        pipe.zadd(ingress, {task_result.id: enqueued_ms})
+        pipe.zremrangebyscore(ingress, "-inf", f"({enqueued_ms - self.result_ttl_ms}")
+        self._execute(pipe)
+        task_enqueued.send(type(self), task_result=task_result)
+        return task_result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task's record, READY, RUNNING, SUCCESSFUL or FAILED (one GET per queue, pipelined)."""
+        names = sorted(self.queues)
+        pipe = self.client.pipeline(transaction=False)
+        for queue_name in names:
+            pipe.get(self._record_key(queue_name, result_id))
+        for data in self._execute(pipe):
+            if data:
+                return self.deserialize_task_result(_text(data))
+        raise TaskResultDoesNotExist(f"Task result {result_id!r} does not exist.")
+
+    # threadmill's executor API.
+    def acquire(
+        self,
+        *queue_names: str,
+        timeout: datetime.timedelta | None = None,
+        worker: str = "",
+    ) -> TaskResult:
+        """Lease the next task of the queues (in their order), RUNNING, its lease renewed while held.
+
+        Each queue is tried without blocking first; then, until `timeout`,
+        LEASE ... BLOCK watches them in turn (the whole timeout for one
+        queue, 0.25 s slices for several). Raises TimeoutError when nothing
+        came within `timeout`; with no timeout (None, as threadmill's Redis
+        backend reads it) one try only, then queue.Empty.
+        """
+        names = queue_names or tuple(sorted(self.queues))
+        for queue_name in names:
+            self._check_queue(queue_name)
+        deadline = time.monotonic() + timeout.total_seconds() if timeout else None
+        turn = 0
+        while True:
+            try:
+                for queue_name in names:
+                    if (found := self._lease_one(queue_name, None, worker)) is not None:
+                        return found
+                if deadline is None:
+                    raise queue_module.Empty("No task available.")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("No task available within the specified timeout.")
+                watched = names[turn % len(names)]
+                turn += 1
+                wait = remaining if len(names) == 1 else min(remaining, _BLOCK_SLICE_SECONDS)
+                if (found := self._lease_one(watched, max(1, int(wait * 1000)), worker)) is not None:
+                    return found
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
+                # A lease granted while the reply was lost expires and comes back.
+                logger.warning("vtrr: acquire from %s failed: %s", names, error)
+                if deadline is None:
+                    raise queue_module.Empty(f"No task available ({error}).") from error
+                time.sleep(max(0.0, min(1.0, deadline - time.monotonic())))
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"No task available ({error}).") from error
+
+    def _lease_one(self, queue_name: str, block_ms: int | None, worker: str) -> TaskResult | None:
+        vtrr_queue = self.queue(queue_name)
+        lease = vtrr_queue.lease(self.lease_ms, block_ms=block_ms)
+        if lease is None:
+            return None
+        try:
+            ready = self.deserialize_task_result(_text(lease.payload))
+        except Exception:
+            # Its function is gone or the payload is not a TaskResult: it can
+            # never run, so it goes to the dead letters (VTRR.DEAD shows it).
+            logger.exception(
+                "vtrr: task %s of %s cannot be loaded: dead-lettered", lease.id, vtrr_queue.name
+            )
+            vtrr_queue.nack(lease, dead=True)
+            return None
+        running = self._mark_running(queue_name, ready, worker)
+        if running is None:
+            # A finished record: this lease was granted before a later run
+            # finished it (this worker stalled longer than the lease). Drop it.
+            logger.warning("vtrr: task %s already finished: stale lease dropped", lease.id)
+            vtrr_queue.ack(lease)
+            return None
+        lost = self._heartbeat(queue_name).track(lease)
+        with self._lock:
+            self._held[running.id] = _Held(queue_name, vtrr_queue, lease, lost)
+        return running
+
+    def _mark_running(self, queue_name: str, ready: TaskResult, worker: str) -> TaskResult | None:
+        """Write the RUNNING record (worker_ids carried over from earlier attempts), unless finished."""
+        key = self._record_key(queue_name, ready.id)
+        with self.client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    data = pipe.get(key)
+                    previous = ready
+                    if data:
+                        try:
+                            previous = self.deserialize_task_result(_text(data))
+                        except Exception:
+                            logger.exception("vtrr: record of task %s unreadable: rewritten", ready.id)
+                    if previous.status in _FINISHED:
+                        pipe.unwatch()
+                        return None
+                    now = timezone.now()
+                    running = dataclasses.replace(
+                        ready,
+                        status=TaskResultStatus.RUNNING,
+                        started_at=previous.started_at or now,
+                        last_attempted_at=now,
+                        worker_ids=[*previous.worker_ids, worker],
+                        errors=list(previous.errors),
+                    )
+                    pipe.multi()
+                    pipe.set(
+                        key,
+                        self.serialize_task_result(running),
+                        px=self.lease_ms + self.result_ttl_ms,
+                    )
+                    pipe.execute()
+                    return running
+                except redis.exceptions.WatchError:
+                    continue
+
+    def _heartbeat(self, queue_name: str) -> _Tracker:
+        """The queue's Heartbeat in this process (started on first use, again after a fork)."""
+        from ..worker import Heartbeat
+
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child (threadmill's worker processes): the parent's
+                # renewal threads did not come along.
+                self._pid = os.getpid()
+                self._heartbeats = {}
+                self._held = {}
+            heartbeat = self._heartbeats.get(queue_name)
+            if heartbeat is None:
+                vtrr_queue = self._vtrr_queues.get(queue_name) or Queue(
+                    self.client, self.vtrr_name(queue_name)
+                )
+                heartbeat = Heartbeat(vtrr_queue, self.lease_ms)
+                heartbeat.start()
+                self._heartbeats[queue_name] = heartbeat
+            return cast(_Tracker, heartbeat)
+
+    def acknowledge(self, task_result: TaskResult) -> None:
+        """Store the finished result and ACK its lease, in one MULTI, if the lease is still this run's.
+
+        A fenced RENEW first: it fails when the lease was lost (expired and
+        reclaimed, so the task runs, or ran, again): this run's result is
+        dropped, a newer run's is never overwritten. It succeeds otherwise
+        and gives the MULTI a whole lease to land in. FAILED is final too
+        (Django's tasks have no retries): ACKed like SUCCESSFUL.
+        """
+        if task_result.status not in _FINISHED:
+            raise ValueError(
+                f"acknowledge needs a SUCCESSFUL or FAILED TaskResult, not {task_result.status}"
+            )
+        with self._lock:
+            held = self._held.pop(task_result.id, None)
+        if held is None:
+            raise ValueError(
+                f"task {task_result.id} was not acquired by this backend in this process: "
+                "no lease to acknowledge"
+            )
+        self._heartbeat(held.queue_name).untrack(held.lease)
+        if held.lost.is_set() or not held.queue.renew(held.lease, self.lease_ms):
+            logger.warning(
+                "vtrr: the lease of task %s was lost before it finished (%s): "
+                "its result is dropped, the run that holds the task now records its own",
+                task_result.id,
+                task_result.status,
+            )
+            return
+        try:
+            serialized = self.serialize_task_result(task_result)
+        except (TypeError, ValueError) as error:
+            task_result = dataclasses.replace(
+                task_result,
+                status=TaskResultStatus.FAILED,
+                errors=[*task_result.errors, _task_error(error)],
+                finished_at=task_result.finished_at or timezone.now(),
+            )
+            serialized = self.serialize_task_result(task_result)
+        queue_name = held.queue_name
+        finished_ms = (task_result.finished_at or timezone.now()).timestamp() * 1000
+        finished = self._finished_key(queue_name, task_result.status)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.execute_command(*commands.ack(held.queue.name, [(held.lease.id, held.lease.token)]).args)
+        pipe.set(self._record_key(queue_name, task_result.id), serialized, px=self.result_ttl_ms)
+        pipe.zadd(finished, {task_result.id: finished_ms})
+        pipe.zremrangebyscore(finished, "-inf", f"({finished_ms - self.result_ttl_ms}")
+        acked = int(self._execute(pipe)[0])
+        if acked == 0:
+            logger.warning(
+                "vtrr: task %s was cancelled while it finished: its result is stored anyway",
+                task_result.id,
+            )
+
+    def execute(self, task_result: TaskResult) -> TaskResult:
+        """Run an acquired task: the SUCCESSFUL or FAILED TaskResult, with the signals threadmill sends."""
+        task_started.send(type(self), task_result=task_result)
+        task = task_result.task
+        try:
+            args = list(task_result.args)
+            if task.takes_context:
+                args = [TaskContext(task_result=task_result), *args]
+            if iscoroutinefunction(task.func):
+                value = asyncio.run(task.func(*args, **task_result.kwargs))
+            else:
+                value = task.func(*args, **task_result.kwargs)
+            return_value = normalize_json(value)
+        except Exception as exception:
+            task_result = dataclasses.replace(
+                task_result,
+                status=TaskResultStatus.FAILED,
+                errors=[*task_result.errors, _task_error(exception)],
+                finished_at=timezone.now(),
+            )
+            logger.exception("vtrr: task %s failed", task_result.id)
+            task_finished.send(type(self), task_result=task_result)
+            return task_result
+        task_result = dataclasses.replace(
+            task_result, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now()
+        )
+        object.__setattr__(task_result, "_return_value", return_value)
+        task_finished.send(type(self), task_result=task_result)
+        return task_result
+
+    # Inspection.
+    def peek(
+        self,
+        queue_name: str = DEFAULT_TASK_QUEUE_NAME,
+        *,
+        status: TaskResultStatus,
+        count: int = 1,
+    ) -> Generator[TaskResult]:
+        """Up to `count` (0: all) tasks of a queue in one status.
+
+        READY: in the order they would be served (VTRR.INSPECT of `queue`,
+        then the held items of paused or capped partitions): O(N) in the
+        queued tasks, a diagnostic. RUNNING: by lease expiry (VTRR.INSPECT of
+        `inflight`, O(running)). SUCCESSFUL, FAILED: oldest first, within
+        `result_ttl`. Deferred tasks are not READY (telemetry counts them).
+        """
+        self._check_queue(queue_name)
+        vtrr_queue = self.queue(queue_name)
+        stop = count - 1 if count > 0 else -1
+        match status:
+            case TaskResultStatus.READY:
+                ids = _members(vtrr_queue.inspect("queue"))
+                if count <= 0 or len(ids) < count:
+                    held = list(vtrr_queue.inspect("held_at") or [])
+                    pairs = sorted(
+                        (int(held[i + 1]), decode(held[i])) for i in range(0, len(held), 2)
+                    )
+                    ids += [item_id for _, item_id in pairs]
+            case TaskResultStatus.RUNNING:
+                ids = _members(vtrr_queue.inspect("inflight"))
+            case TaskResultStatus.SUCCESSFUL | TaskResultStatus.FAILED:
+                key = self._finished_key(queue_name, status)
+                ids = [_text(member) for member in self.client.zrange(key, 0, stop)]
+            case _:
+                raise ValueError(f"unknown status {status!r}")
+        if count > 0:
+            ids = ids[:count]
+        if not ids:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for item_id in ids:
+            pipe.get(self._record_key(queue_name, item_id))
+        for data in self._execute(pipe):
+            if data:
+                yield self.deserialize_task_result(_text(data))
+
+    def telemetry(
+        self, *, interval: datetime.timedelta = datetime.timedelta(seconds=60)
+    ) -> BackendTelemetry:
+        """Counts from VTRR.STATS (queued → ready, inflight → running, delayed → deferred)
+        and the result sets; ingress and egress over `interval` from the time-scored sets."""
+        now_ms = time.time() * 1000
+        window = f"({now_ms - interval.total_seconds() * 1000}"
+        retention = f"({now_ms - self.result_ttl_ms}"
+        queues: dict[str, QueueStats] = {}
+        for queue_name in sorted(self.queues):
+            stats = self.queue(queue_name).stats()
+            successful = self._key(queue_name, "successful")
+            failed = self._key(queue_name, "failed")
+            ingress = self._key(queue_name, "ingress")
+            pipe = self.client.pipeline(transaction=False)
+            for key in (successful, failed, ingress):
+                pipe.zremrangebyscore(key, "-inf", retention)
+            pipe.zcard(successful)
+            pipe.zcard(failed)
+            pipe.zcount(ingress, window, "+inf")
+            pipe.zcount(successful, window, "+inf")
+            pipe.zcount(failed, window, "+inf")
+            _, _, _, done, dead, came, went_ok, went_failed = (int(n) for n in self._execute(pipe))
+            queues[queue_name] = QueueStats(
+                counts=QueueCounts(
+                    ready=stats.queued,
+                    running=stats.inflight,
+                    deferred=stats.delayed,
+                    successful=done,
+                    failed=dead,
+                ),
+                rates=QueueRates(interval=interval, ingress=came, egress=went_ok + went_failed),
+            )
+        return BackendTelemetry(queues=queues)
+
+    def close(self) -> None:
+        """Stop this process's lease renewals and close the Redis connections."""
+        with self._lock:
+            heartbeats = list(self._heartbeats.values()) if self._pid == os.getpid() else []
+            self._heartbeats = {}
+        for heartbeat in heartbeats:
+            heartbeat.stop()
+        self.client.close()

@@ -1,0 +1,404 @@
+"""ShardedQueue against a real 3-master Redis Cluster (the `cluster` fixture).
+
+The fairness test measures what the cluster serves under the weighted
+rotation against the bound docs/scaling.md derives for it (bound 1 plus the
+spread bound 4, M = 1 worker), and shows that plain rotation over the same
+data breaks that bound, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import redis
+from redis.crc import key_slot
+from servers import Cluster
+
+import vtrr
+from vtrr import Item
+from vtrr.sharded import ShardedLease, ShardedQueue, shard_of, unwrap, wrap
+
+LEASE_MS = 60_000
+
+
+@pytest.fixture
+def rc(cluster: Cluster) -> Iterator[redis.RedisCluster]:
+    client = cluster.client()
+    yield client
+    client.close()
+
+
+def owner_port(rc: redis.RedisCluster, queue: str) -> int:
+    """The port of the master owning a sub-queue's slot (`{x:0}` hashes `x:0`)."""
+    slot = key_slot(queue.encode())
+    return int(rc.nodes_manager.get_node_from_slot(slot).port)
+
+
+def spread_name(rc: redis.RedisCluster, k: int) -> str:
+    """A fresh name whose k sub-queues use every master (or k of them)."""
+    masters = len(rc.get_primaries())
+    prefix = "sq" + uuid.uuid4().hex[:8]
+    for n in itertools.count():
+        name = f"{prefix}-{n}"
+        owners = {owner_port(rc, f"{{{name}:{i}}}") for i in range(k)}
+        if len(owners) == min(k, masters):
+            return name
+    raise AssertionError("unreachable")
+
+
+def drain(sq: ShardedQueue) -> list[ShardedLease]:
+    leases = []
+    while (lease := sq.lease(LEASE_MS)) is not None:
+        leases.append(lease)
+        assert sq.ack(lease) == 1
+    return leases
+
+
+# 1. The hash, and where the sub-queues land.
+
+
+def test_hash_assignment_matches_scaling_md() -> None:
+    def counts(p: int, k: int) -> list[int]:
+        per = [0] * k
+        for t in range(p):
+            per[shard_of(f"tenant-{t}", k)] += 1
+        return per
+
+    # docs/scaling.md and src/core/tests/sharding.rs: the same function.
+    assert counts(64, 4) == [14, 22, 9, 19]
+    assert counts(8, 2) == [3, 5]
+    assert counts(256, 8) == [31, 35, 30, 35, 35, 30, 28, 32]
+    assert shard_of(b"tenant-0", 4) == shard_of("tenant-0", 4)
+
+
+def test_sub_queues_are_hash_tags_on_every_master(rc: redis.RedisCluster, cluster: Cluster) -> None:
+    name = spread_name(rc, 4)
+    sq = ShardedQueue(rc, name, shards=4)
+    assert [q.name for q in sq.sub_queues] == [f"{{{name}:{i}}}" for i in range(4)]
+    placed = {}
+    for i, queue in enumerate(sq.sub_queues):
+        server_slot = int(rc.execute_command("CLUSTER KEYSLOT", f"vtrr:{queue.name}:queue"))
+        assert server_slot == key_slot(f"{name}:{i}".encode())
+        placed[queue.name] = (server_slot, owner_port(rc, queue.name))
+    ports = [node.port for node in cluster.nodes]
+    assert {port for _, port in placed.values()} == set(ports), placed
+
+    # The items really are on the owning master: ask it directly.
+    items = [Item(f"tenant-{t}", f"id-{t}", b"x") for t in range(64)]
+    assert sq.enqueue_many(items) == 64
+    for i, queue in enumerate(sq.sub_queues):
+        node = next(n for n in cluster.nodes if n.port == placed[queue.name][1])
+        direct = vtrr.Queue(node.client(), queue.name)  # a plain client: no redirection
+        assert direct.stats().queued == [14, 22, 9, 19][i]
+    assert sq.stats().queued == 64
+    assert len(drain(sq)) == 64
+
+
+def test_names_with_braces_are_refused(rc: redis.RedisCluster) -> None:
+    with pytest.raises(ValueError, match="braces"):
+        ShardedQueue(rc, "{files}", shards=4)
+    with pytest.raises(ValueError):
+        ShardedQueue(rc, "files", shards=0)
+
+
+def test_envelope() -> None:
+    assert unwrap(wrap(b"\x00\x1fbinary\xff", 7)) == (7, b"\x00\x1fbinary\xff", True)
+    assert unwrap(wrap("text é", 1)) == (1, "text é".encode(), True)
+    assert unwrap(wrap(b"", 1_000_000_000)) == (1_000_000_000, b"", True)
+    # Not written by a ShardedQueue: whole, weight 1.
+    for foreign in (b"plain", b"\x1fvtrr:", b"\x1fvtrr:x\x1fy", b"\x1fvtrr:0\x1fy"):
+        assert unwrap(foreign) == (1, foreign, False)
+
+
+# 2. Round trip.
+
+
+def test_round_trip_every_item_exactly_once(rc: redis.RedisCluster) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 6), shards=6)
+    items = [
+        Item(f"tenant-{t}", f"job-{t}-{j}", f"payload {t} {j}".encode() + b"\x00\xff", 1 + j % 3)
+        for t in range(40)
+        for j in range(5)
+    ]
+    assert sq.enqueue_many(items) == 200
+    assert sq.enqueue_many(items[:10]) == 0, "ids already queued are skipped"
+    assert not sq.enqueue("tenant-0", "job-0-0", b"again")
+    stats = sq.stats()
+    assert stats.queued == 200 and len(stats.shards) == 6
+    assert [s.queued for s in stats.shards] == [
+        sum(1 for it in items if sq.shard_of(it.partition) == i) for i in range(6)
+    ]
+
+    expected = {it.id: it for it in items}
+    leased = drain(sq)
+    assert sorted(lease.id for lease in leased) == sorted(expected)
+    for lease in leased:
+        item = expected[lease.id]
+        assert (lease.payload, lease.weight) == (item.payload, item.weight)
+        assert lease.shard == sq.shard_of(item.partition)
+        assert (lease.timeouts, lease.nacks) == (0, 0)
+    assert sq.lease(LEASE_MS) is None
+    assert sq.stats().queued == 0 and sq.stats().inflight == 0
+    assert sq.check() == []
+    for queue in sq.sub_queues:
+        assert queue.check() == []
+
+
+def test_enqueue_many_checks_every_item_before_sending(rc: redis.RedisCluster) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)
+    items = [Item(f"tenant-{t}", f"j{t}", b"x") for t in range(10)]
+    with pytest.raises(ValueError, match="weight"):
+        sq.enqueue_many([*items, Item("tenant-x", "bad", b"x", 0)])
+    assert sq.stats().queued == 0
+
+
+def test_lease_routes_renew_nack_dead_revive_cancel(rc: redis.RedisCluster) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)
+    sq.set_policy(max_nacks=5)
+    assert {p.max_nacks for p in sq.policies()} == {5}
+    for t in range(9):
+        assert sq.enqueue(f"tenant-{t}", f"job-{t}", f"p{t}", weight=2)
+    first = sq.lease(LEASE_MS)
+    assert first is not None and first.weight == 2
+    assert sq.renew(first, LEASE_MS)
+    assert sq.nack(first)
+    assert not sq.renew(first, LEASE_MS), "the nacked lease is stale"
+
+    seen: dict[str, ShardedLease] = {}
+    while (lease := sq.lease(LEASE_MS)) is not None:
+        seen[lease.id] = lease
+    assert len(seen) == 9 and seen[first.id].nacks == 1
+    dead_id = "job-4"
+    assert sq.nack(seen.pop(dead_id), dead=True)
+    assert sq.ack(*seen.values()) == 8, "one ACK per sub-queue, the leases grouped"
+
+    [dead] = sq.dead()
+    assert (dead.id, dead.payload, dead.partition, dead.reason) == (
+        dead_id,
+        b"p4",
+        "tenant-4",
+        "nack",
+    )
+    assert sq.revive(dead_id, partition="tenant-4") == 1
+    assert sq.stats().queued == 1
+    # The same id in another sub-queue's partition is a different item there.
+    other = next(
+        f"other-{n}"
+        for n in itertools.count()
+        if sq.shard_of(f"other-{n}") != sq.shard_of("tenant-4")
+    )
+    assert sq.enqueue(other, dead_id, b"twin")
+    assert sq.cancel(dead_id, partition="tenant-4") == 1
+    assert sq.stats().queued == 1
+    assert sq.cancel(dead_id) == 1, "without a partition: every sub-queue"
+    assert sq.stats().queued == 0
+    assert sq.check() == []
+
+
+def test_blocking_lease_sees_an_item_in_any_sub_queue(
+    rc: redis.RedisCluster, cluster: Cluster
+) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3, block_slice_ms=100)
+    started = time.monotonic()
+    assert sq.lease(LEASE_MS, block_ms=300) is None
+    assert time.monotonic() - started >= 0.29
+
+    # An item for the last sub-queue the worker's turn reaches.
+    partition = next(f"late-{n}" for n in itertools.count() if sq.shard_of(f"late-{n}") == 2)
+    producer = ShardedQueue(cluster.client(), sq.name, shards=3)
+    timer = threading.Timer(0.2, lambda: producer.enqueue(partition, "late", b"here", 3))
+    timer.start()
+    try:
+        lease = sq.lease(LEASE_MS, block_ms=5_000)
+    finally:
+        timer.join()
+    assert lease is not None
+    assert (lease.id, lease.payload, lease.shard, lease.weight) == ("late", b"here", 2, 3)
+    assert sq.ack(lease) == 1
+
+
+# 3. The simulated bound against what the cluster serves.
+
+DEPTH = 3  # items kept queued per partition: every partition always backlogged
+
+
+@dataclass
+class Served:
+    per_shard: list[int]
+    same_excess: int
+    """Largest gap - bound 1 over pairs in one sub-queue."""
+    across_gap: int
+    across_bound: float
+    """Bound 1 + spread bound of the pair with the largest gap."""
+    across_excess: float
+    """Largest gap - (bound 1 + spread bound) over pairs in different sub-queues."""
+
+
+def serve(rc: redis.RedisCluster, p: int, k: int, mixed: bool, leases: int, plain: bool) -> Served:
+    """One worker, equal backlogs, every lease acked at once (the simulation's setting)."""
+    sq = ShardedQueue(rc, spread_name(rc, k), shards=k)
+    names = [f"tenant-{t}" for t in range(p)]
+    shard = [sq.shard_of(n) for n in names]
+    max_weight = [1 << (t % 4) if mixed else 1 for t in range(p)]
+    enqueued = [0] * p
+    used = [0] * p  # w_f: the largest weight enqueued
+
+    def items(t: int, count: int) -> list[Item]:
+        out = []
+        for _ in range(count):
+            n = enqueued[t]
+            weight = max_weight[t] - (n * 5 % max_weight[t])  # 1..=w_f, the largest first
+            enqueued[t] += 1
+            used[t] = max(used[t], weight)
+            out.append(Item(names[t], f"{t}#{n}", str(t), weight))
+        return out
+
+    assert sq.enqueue_many([it for t in range(p) for it in items(t, DEPTH)]) == p * DEPTH
+
+    # Running W_f - W_g (f < g) and its range, since the start (all backlogged).
+    diff = [[0] * p for _ in range(p)]
+    low = [[0] * p for _ in range(p)]
+    high = [[0] * p for _ in range(p)]
+    cursor = 0
+    for _ in range(leases):
+        if plain:  # (a): each lease from the next sub-queue in turn
+            lease = None
+            for step in range(k):
+                i = (cursor + step) % k
+                raw = sq.sub_queues[i].lease(LEASE_MS)
+                if raw is not None:
+                    cursor = (i + 1) % k
+                    weight, payload, _ = unwrap(raw.payload)
+                    lease = ShardedLease(
+                        raw.id, payload, raw.token, raw.timeouts, raw.nacks, i, weight
+                    )
+                    break
+        else:  # (b): the weighted rotation
+            lease = sq.lease(LEASE_MS)
+        assert lease is not None, "a standing backlog is never empty"
+        f = int(lease.payload)
+        assert lease.shard == shard[f]
+        for g in range(p):
+            if g == f:
+                continue
+            a, b, sign = (f, g, 1) if f < g else (g, f, -1)
+            diff[a][b] += sign * lease.weight
+            low[a][b] = min(low[a][b], diff[a][b])
+            high[a][b] = max(high[a][b], diff[a][b])
+        assert sq.ack(lease) == 1
+        assert sq.enqueue_many(items(f, 1)) == 1
+
+    per_shard = [shard.count(i) for i in range(k)]
+    largest = [max((used[t] for t in range(p) if shard[t] == i), default=0) for i in range(k)]
+    mean = [
+        sum(used[t] for t in range(p) if shard[t] == i) / max(per_shard[i], 1) for i in range(k)
+    ]
+    m = 1  # workers
+    result = Served(per_shard, -(10**9), 0, 0.0, -float(10**9))
+    for f, g in itertools.combinations(range(p), 2):
+        gap = high[f][g] - low[f][g]
+        bound1 = used[f] + used[g]
+        i, j = shard[f], shard[g]
+        if i == j:
+            result.same_excess = max(result.same_excess, gap - bound1)
+            continue
+        # docs/scaling.md, bound 4: spread ≤ M·(w_i/n_i + w_j/n_j) + ā_i + ā_j.
+        spread = m * (largest[i] / per_shard[i] + largest[j] / per_shard[j]) + mean[i] + mean[j]
+        if gap > result.across_gap:
+            result.across_gap, result.across_bound = gap, bound1 + spread
+        result.across_excess = max(result.across_excess, gap - (bound1 + spread))
+    assert sq.check() == []
+    return result
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["weights-1", "weights-1-8"])
+def test_weighted_rotation_keeps_the_simulated_bound(rc: redis.RedisCluster, mixed: bool) -> None:
+    p, k, leases = 64, 4, 2400 if mixed else 1200
+    weighted = serve(rc, p, k, mixed, leases, plain=False)
+    plain = serve(rc, p, k, mixed, leases, plain=True)
+    print(
+        f"\nP {p}, K {k} {weighted.per_shard}, weights {'1-8' if mixed else '1'}, L {leases}, M 1:"
+        f"\n  weighted: across worst gap {weighted.across_gap} (its bound {weighted.across_bound:.2f}),"
+        f" worst excess over bound {weighted.across_excess:.2f}, same-sub-queue excess {weighted.same_excess}"
+        f"\n  plain:    across worst gap {plain.across_gap} (its bound {plain.across_bound:.2f}),"
+        f" worst excess over bound {plain.across_excess:.2f}, same-sub-queue excess {plain.same_excess}"
+    )
+    assert weighted.per_shard == [14, 22, 9, 19]
+    # Bound 1 within a sub-queue, whatever the rotation.
+    assert weighted.same_excess <= 0 and plain.same_excess <= 0
+    # Across sub-queues: bound 1 + bound 4 holds for the weighted rotation...
+    assert weighted.across_excess <= 0, weighted
+    # ...and plain rotation on the same data breaks it.
+    assert plain.across_excess > 0, plain
+
+
+# 4. Tenant controls go to the partition's sub-queue.
+
+
+def test_pause_and_limit_route_to_the_partitions_sub_queue(rc: redis.RedisCluster) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)
+    paused, capped = "tenant-3", "tenant-4"
+    assert (sq.shard_of(paused), sq.shard_of(capped)) == (0, 1)
+    assert sq.pause(paused)
+    sq.set_limit(capped, concurrency=1)
+    home = sq.shard_of(paused)
+    assert sq.sub_queues[home].limit(paused).paused
+    for i, queue in enumerate(sq.sub_queues):
+        if i != home:
+            assert not queue.limit(paused).paused, "only its own sub-queue holds the pause"
+    assert sq.limit(capped).concurrency == 1
+
+    items = [Item(f"tenant-{t}", f"j{t}-{n}", b"x") for t in range(12) for n in range(3)]
+    assert sq.enqueue_many(items) == 36
+    out = []
+    while (lease := sq.lease(LEASE_MS)) is not None:
+        out.append(lease)
+    partitions = [lease.id.split("-")[0] for lease in out]
+    assert "j3" not in partitions, "the paused tenant's items are not leased"
+    assert partitions.count("j4") == 1, "the capped tenant: one lease at a time"
+    assert len(out) == 36 - 3 - 2
+    view = sq.partition(paused)
+    assert view.paused and view.queued == 3
+    assert sq.stats().paused_partitions == 1 and sq.stats().capped_partitions == 1
+
+    assert sq.ack(*out) == len(out)
+    assert sq.resume(paused)
+    rest = drain(sq)
+    assert sorted(lease.id for lease in rest) == ["j3-0", "j3-1", "j3-2", "j4-1", "j4-2"]
+    assert sq.check() == []
+
+
+def test_a_sub_queue_back_from_empty_rejoins_at_the_lowest_busy_charge(
+    rc: redis.RedisCluster,
+) -> None:
+    """After one sub-queue was empty for a while, it gets no burst when it returns."""
+    sq = ShardedQueue(rc, spread_name(rc, 2), shards=2, read_every=1)
+    a = next(f"a-{n}" for n in itertools.count() if sq.shard_of(f"a-{n}") == 0)
+    b = next(f"b-{n}" for n in itertools.count() if sq.shard_of(f"b-{n}") == 1)
+    sq.enqueue_many([Item(a, f"a{n}", b"a") for n in range(60)])
+    for _ in range(40):  # only sub-queue 0 busy: its charge climbs to 40
+        lease = sq.lease(LEASE_MS)
+        assert lease is not None and lease.shard == 0
+        sq.ack(lease)
+    sq.enqueue_many([Item(b, f"b{n}", b"b") for n in range(20)])
+    shards = []
+    for _ in range(20):
+        lease = sq.lease(LEASE_MS)
+        assert lease is not None
+        shards.append(lease.shard)
+        sq.ack(lease)
+    # Without the rule sub-queue 1 (charge 0) would take all 20 in a row.
+    assert 8 <= shards.count(1) <= 12, shards
+
+
+def test_works_on_one_plain_server_too(client: redis.Redis) -> None:
+    sq = ShardedQueue(client, "one-" + uuid.uuid4().hex[:8], shards=4)
+    assert sq.enqueue_many([Item(f"tenant-{t}", f"i{t}", b"p") for t in range(16)]) == 16
+    assert len(drain(sq)) == 16
+    assert isinstance(sq.sub_queues[0], vtrr.Queue)
