@@ -11,8 +11,13 @@ GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 # (make test runs all of them on both, on Redis 7.0).
 NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease --test faults \
                         --test replication --test cluster --test blocking
+# The Python package: make test runs its whole suite on both layouts; the
+# matrix runs these files (the client, the worker, the cluster's sharded
+# queue and one framework's end-to-end run) on the keys layout.
+PYTHON_VENV := python/.venv
+PYTHON_MATRIX_TESTS := tests/test_client.py tests/test_worker.py tests/test_sharded.py tests/test_celery.py
 
-.PHONY: help deps build release lint unit integration test test-matrix fuzz soak bench bench-instructions bench-baseline run clean mutants
+.PHONY: help deps build release lint unit integration test test-matrix python-env python-lint python-test fuzz soak bench bench-instructions bench-baseline run clean mutants
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -45,19 +50,31 @@ unit: deps ## Unit and property tests of the core (no server)
 integration: build release ## Integration suites against real redis-server processes (the instruction-count gate needs the release module)
 	cargo test --tests --test '*'
 
-test: deps lint build release ## Everything CI runs: lint, unit, property and integration tests (on both layouts), the instruction-count gate
+test: deps lint build release python-env ## Everything CI runs: lint, unit, property and integration tests (on both layouts), the instruction-count gate, the Python package's suite
 	cargo test --lib --tests
 	VTRR_LAYOUT=native cargo test --test '*' -- --skip $(GATE_TEST)
+	$(MAKE) --no-print-directory python-lint python-test
 
-test-matrix: build ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/): all on the keys layout, a representative set on the native one
+python-env: ## A Python 3.12+ virtualenv in python/.venv with the package (editable) and its test tools
+	bash scripts/python-env.sh
+
+python-lint: python-env ## The Python package: ruff (lint and format) and mypy --strict
+	cd python && .venv/bin/ruff check src tests && .venv/bin/ruff format --check src tests && .venv/bin/mypy
+
+python-test: build python-env ## The Python package's pytest suite against real servers, on both layouts (VTRR_REDIS_SERVER as for cargo)
+	cd python && .venv/bin/pytest -q
+	cd python && VTRR_LAYOUT=native .venv/bin/pytest -q
+
+test-matrix: build python-env ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/): all on the keys layout, a representative set on the native one, and a representative set of the Python suite
 	bash scripts/fetch-servers.sh
 	@set -e; summary=""; for server in .servers/bin/*; do \
 	  name=$$(basename $$server); echo "=== $$name: $$($$server --version)"; \
 	  if { VTRR_REDIS_SERVER=$$PWD/$$server cargo test --test '*' -- --skip $(GATE_TEST) && \
-	       VTRR_LAYOUT=native VTRR_REDIS_SERVER=$$PWD/$$server cargo test $(NATIVE_MATRIX_SUITES); } 2>&1 \
-	       | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked'; \
+	       VTRR_LAYOUT=native VTRR_REDIS_SERVER=$$PWD/$$server cargo test $(NATIVE_MATRIX_SUITES) && \
+	       (cd python && VTRR_REDIS_SERVER=$$OLDPWD/$$server .venv/bin/pytest -q $(PYTHON_MATRIX_TESTS)); } 2>&1 \
+	       | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked|^[0-9]+ (passed|failed)'; \
 	     [ $${PIPESTATUS[0]} -eq 0 ]; then result=pass; else result=FAIL; fi; \
-	  passed=$$(awk '/^test result:/ {p += $$4} END {print p+0}' .servers/$$name.log); \
+	  passed=$$(awk '/^test result:/ {p += $$4} /^[0-9]+ (passed|failed)/ {for (i = 2; i <= NF; i++) if ($$i ~ /^passed/) p += $$(i-1)} END {print p+0}' .servers/$$name.log); \
 	  summary="$$summary\n| $$name | $$result ($$passed tests) |"; \
 	done; printf "| server | integration suite |\n|---|---|$$summary\n"; \
 	! grep -q FAILED .servers/*.log
