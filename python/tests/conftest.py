@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
-
 from servers import Cluster, Server
 
 import vtrr

@@ -9,6 +9,7 @@ as they do for the Rust suites.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -37,17 +38,32 @@ def layout() -> str:
     return value
 
 
-def free_port() -> int:
+def _bindable(port: int) -> bool:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too, as a cluster node needs."""
+    while True:
+        port = random.randint(20_000, 55_000)
+        if _bindable(port) and _bindable(port + 10_000):
+            return port
 
 
 class Server:
     """One redis-server on a free loopback port, its own directory, the module loaded."""
 
     def __init__(
-        self, module_args: tuple[str, ...] = (), extra: tuple[str, ...] = (), *, with_module: bool = True
+        self,
+        module_args: tuple[str, ...] = (),
+        extra: tuple[str, ...] = (),
+        *,
+        with_module: bool = True,
     ) -> None:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="vtrr-py-"))
@@ -61,7 +77,9 @@ class Server:
             args += ["--loadmodule", module_path(), *module_args]
             if "default-layout" not in module_args:
                 args += ["default-layout", layout()]
-        self.process = subprocess.Popen([*args, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [*args, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -99,7 +117,14 @@ class Cluster:
     """`masters` masters on loopback sharing the slots evenly, met by hand."""
 
     def __init__(self, masters: int = 3, module_args: tuple[str, ...] = ()) -> None:
-        extra = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+        extra = (
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        )
         self.nodes: list[Server] = []
         try:
             for _ in range(masters):

@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 
-import vtrr
 from servers import Server, free_port
+
+import vtrr
 from vtrr import Item
 
 
@@ -38,7 +39,9 @@ def test_partitions_lists_every_partition(server: Server, queue: vtrr.Queue) -> 
     assert rows["alice"][1] == "2" and rows["bob"][6] == "True"
     as_json = json.loads(vtrr_cli(server.url, "partitions", queue.name, "--json").stdout)
     assert {row["partition"]: row["queued"] for row in as_json} == {"alice": 2, "bob": 1}
-    one = json.loads(vtrr_cli(server.url, "partitions", queue.name, "--partition", "bob", "--json").stdout)
+    one = json.loads(
+        vtrr_cli(server.url, "partitions", queue.name, "--partition", "bob", "--json").stdout
+    )
     assert one[0]["paused"] is True
 
 
@@ -49,7 +52,9 @@ def test_dead_and_revive(server: Server, queue: vtrr.Queue) -> None:
     table = vtrr_cli(server.url, "dead", queue.name).stdout.splitlines()
     assert table[1].split()[:3] == ["job-1", "tenant", "1"] and "nack" in table[1]
     [row] = json.loads(vtrr_cli(server.url, "dead", queue.name, "--json").stdout)
-    assert row["payload"] == {"base64": "/yBiaW5hcnk="}, "a payload that is not UTF-8 comes out as base64"
+    assert row["payload"] == {"base64": "/yBiaW5hcnk="}, (
+        "a payload that is not UTF-8 comes out as base64"
+    )
     revived = vtrr_cli(server.url, "revive", queue.name, "job-1", "nope")
     assert revived.returncode == 1 and revived.stdout.strip() == "revived 1 of 2"
     assert queue.stats().queued == 1

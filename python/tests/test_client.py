@@ -9,9 +9,9 @@ import time
 import pytest
 import redis
 import redis.asyncio
+from servers import Server, layout
 
 import vtrr
-from servers import Server, layout
 from vtrr import Item
 
 
@@ -97,14 +97,22 @@ def test_policy_limits_pause_and_the_partition_view(queue: vtrr.Queue) -> None:
     leased = queue.lease_many(1000, 3)
     assert sorted(lease.id for lease in leased) == ["t1", "u1"], "t is capped at 1 lease"
     view = queue.partition("t")
-    assert (view.queued, view.held, view.leased, view.concurrency_in_force, view.share) == (1, 1, 1, 1, 2)
+    assert (view.queued, view.held, view.leased, view.concurrency_in_force, view.share) == (
+        1,
+        1,
+        1,
+        1,
+        2,
+    )
     assert queue.pause("u") and not queue.pause("u")
     queue.enqueue("u", "u2", b"")
     queue.ack(*leased)
     assert [lease.id for lease in queue.lease_many(1000, 5)] == ["t2"], "u is paused"
     assert queue.resume("u") and not queue.resume("u")
     assert queue.stats().paused_partitions == 0
-    assert queue.partition("never-seen") == vtrr.PartitionView("never-seen", 0, 0, 0, 0, 0, False, 1, None, 5, None)
+    assert queue.partition("never-seen") == vtrr.PartitionView(
+        "never-seen", 0, 0, 0, 0, 0, False, 1, None, 5, None
+    )
 
 
 def test_partitions_iterates_every_partition_in_bounded_steps(queue: vtrr.Queue) -> None:
@@ -128,7 +136,9 @@ def test_recount_inspect_and_convert(queue: vtrr.Queue) -> None:
 
 
 def test_bad_arguments_raise_and_change_nothing(queue: vtrr.Queue, client: redis.Redis) -> None:
-    with pytest.raises(vtrr.InvalidArgument, match="weight must be an integer between 1 and 1000000000"):
+    with pytest.raises(
+        vtrr.InvalidArgument, match="weight must be an integer between 1 and 1000000000"
+    ):
         queue.enqueue_many([Item("p", "ok", b""), Item("p", "bad", b"", weight=0)])
     with pytest.raises(vtrr.InvalidArgument, match="id must not be empty"):
         queue.enqueue("p", "", b"")

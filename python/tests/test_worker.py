@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,9 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
+from servers import Server
 
 import vtrr
-from servers import Server
 from vtrr import Backoff, Hooks, Item, Job, Worker
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +42,9 @@ def run_in_thread(worker: Worker) -> threading.Thread:
     return thread
 
 
-def test_every_item_runs_once_across_concurrent_handlers(queue: vtrr.Queue, client: redis.Redis) -> None:
+def test_every_item_runs_once_across_concurrent_handlers(
+    queue: vtrr.Queue, client: redis.Redis
+) -> None:
     queue.enqueue_many(Item(f"p{i % 7}", f"item-{i}", b"x") for i in range(200))
     seen: list[str] = []
     lock = threading.Lock()
@@ -58,7 +62,9 @@ def test_every_item_runs_once_across_concurrent_handlers(queue: vtrr.Queue, clie
 
 def test_one_worker_serves_partitions_in_turn(queue: vtrr.Queue) -> None:
     queue.enqueue_many(Item("heavy", f"h{i}", b"x") for i in range(30))
-    queue.enqueue_many(Item(light, f"{light}-{i}", b"x") for light in ("l1", "l2") for i in range(3))
+    queue.enqueue_many(
+        Item(light, f"{light}-{i}", b"x") for light in ("l1", "l2") for i in range(3)
+    )
     order: list[str] = []
     Worker(queue, lambda job: order.append(job.id), block_ms=100, exit_when_idle=True).run()
     assert len(order) == 36
@@ -66,7 +72,9 @@ def test_one_worker_serves_partitions_in_turn(queue: vtrr.Queue) -> None:
     assert max(light_positions) <= 12, order
 
 
-def test_a_failing_handler_is_nacked_with_backoff_until_the_policy_dead_letters_it(queue: vtrr.Queue) -> None:
+def test_a_failing_handler_is_nacked_with_backoff_until_the_policy_dead_letters_it(
+    queue: vtrr.Queue,
+) -> None:
     queue.set_policy(max_nacks=3)
     queue.enqueue("p", "bad", b"x")
     attempts: list[tuple[float, int]] = []
@@ -85,8 +93,10 @@ def test_a_failing_handler_is_nacked_with_backoff_until_the_policy_dead_letters_
     worker.stop()
     thread.join(5)
     assert [nacks for _, nacks in attempts] == [0, 1, 2, 3]
-    assert failures == [40, 80, 160, 320], "the 4th failure passes MAX-NACKS 3: the queue dead-letters it"
-    gaps = [later - earlier for (earlier, _), (later, _) in zip(attempts, attempts[1:], strict=False)]
+    assert failures == [40, 80, 160, 320], (
+        "the 4th failure passes MAX-NACKS 3: the queue dead-letters it"
+    )
+    gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(attempts)]
     for gap, delay in zip(gaps, (0.040, 0.080, 0.160), strict=True):
         assert gap >= delay, f"retried after {gap:.3f} s, before its {delay} s backoff"
     [dead] = queue.dead()
@@ -95,8 +105,6 @@ def test_a_failing_handler_is_nacked_with_backoff_until_the_policy_dead_letters_
 
 def test_backoff_doubles_caps_and_jitters() -> None:
     backoff = Backoff(base_ms=100, max_ms=1_000, jitter=0.5)
-    import random
-
     rng = random.Random(7)
     for nacks, full in ((0, 100), (1, 200), (3, 800), (4, 1_000), (40, 1_000)):
         draws = {backoff.delay_ms(nacks, rng) for _ in range(50)}
@@ -120,7 +128,9 @@ def test_retry_and_dead_letter_from_the_handler(queue: vtrr.Queue) -> None:
 
     worker = Worker(queue, handler, block_ms=50)
     thread = run_in_thread(worker)
-    wait_for(lambda: ("retry-me", 1) in runs and queue.stats().dead == 1, what="retry and dead letter")
+    wait_for(
+        lambda: ("retry-me", 1) in runs and queue.stats().dead == 1, what="retry and dead letter"
+    )
     worker.stop()
     thread.join(5)
     assert [dead.reason for dead in queue.dead()] == ["nack"]
@@ -160,7 +170,9 @@ def test_a_lost_lease_is_reported_and_never_acked(queue: vtrr.Queue) -> None:
     assert (stats.queued, stats.inflight, stats.dead) == (0, 0, 0)
 
 
-def test_an_async_handler_runs_as_tasks_over_an_async_queue(server: Server, queue_name: str) -> None:
+def test_an_async_handler_runs_as_tasks_over_an_async_queue(
+    server: Server, queue_name: str
+) -> None:
     async def scenario() -> list[str]:
         client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
         queue = vtrr.AsyncQueue(client, queue_name)
@@ -205,7 +217,9 @@ def spawn_worker(server: Server) -> Iterator[object]:
         process.wait()
 
 
-def test_sigterm_lets_a_running_handler_finish_and_ack(queue: vtrr.Queue, client: redis.Redis, spawn_worker) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_lets_a_running_handler_finish_and_ack(
+    queue: vtrr.Queue, client: redis.Redis, spawn_worker
+) -> None:  # type: ignore[no-untyped-def]
     queue.enqueue("p", "finishing", b"sleep:0.8")
     process = spawn_worker(queue.name, "--grace-seconds", "10")
     wait_for(lambda: queue.stats().inflight == 1, what="the lease")
@@ -216,7 +230,9 @@ def test_sigterm_lets_a_running_handler_finish_and_ack(queue: vtrr.Queue, client
     assert (stats.queued, stats.inflight) == (0, 0)
 
 
-def test_sigterm_past_the_grace_gives_the_item_back(queue: vtrr.Queue, client: redis.Redis, spawn_worker) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_past_the_grace_gives_the_item_back(
+    queue: vtrr.Queue, client: redis.Redis, spawn_worker
+) -> None:  # type: ignore[no-untyped-def]
     queue.enqueue("p", "too-long", b"sleep:30")
     queue.enqueue("p", "next", b"x")
     process = spawn_worker(queue.name, "--grace-seconds", "0.3", "--lease-ms", "60000")
@@ -226,16 +242,22 @@ def test_sigterm_past_the_grace_gives_the_item_back(queue: vtrr.Queue, client: r
     assert process.wait(10) == 0
     assert time.monotonic() - started < 5, "shutdown waits the grace, not the task"
     stats = queue.stats()
-    assert (stats.queued, stats.inflight) == (2, 0), "given back by NACK at once, not after the 60 s lease"
+    assert (stats.queued, stats.inflight) == (2, 0), (
+        "given back by NACK at once, not after the 60 s lease"
+    )
     leases = {lease.id: lease.nacks for lease in queue.lease_many(1000, 2)}
     assert leases == {"too-long": 1, "next": 0}, "rescored like a reclaim, with one nack counted"
 
 
-def test_a_worker_killed_mid_task_loses_nothing(queue: vtrr.Queue, client: redis.Redis, spawn_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_killed_mid_task_loses_nothing(
+    queue: vtrr.Queue, client: redis.Redis, spawn_worker
+) -> None:  # type: ignore[no-untyped-def]
     queue.enqueue("p", "crasher", b"crash")
     first = spawn_worker(queue.name, "--lease-ms", "500")
     assert first.wait(10) == 17, "the handler killed its process mid-task"
     assert queue.stats().inflight == 1
     second = spawn_worker(queue.name, "--lease-ms", "500", "--exit-when-idle", "--block-ms", "2000")
     assert second.wait(15) == 0
-    assert done_list(client, queue.name) == ["crasher:1:0"], "reclaimed by the timer, run again, once"
+    assert done_list(client, queue.name) == ["crasher:1:0"], (
+        "reclaimed by the timer, run again, once"
+    )

@@ -16,6 +16,7 @@ from .errors import (
     VTRRError,
     WrongType,
 )
+from .sharded import ShardedLease, ShardedQueue, ShardedStats, shard_of
 from .types import DeadItem, Item, Lease, PartitionSettings, PartitionView, Policy, Stats
 from .worker import Backoff, DeadLetter, Heartbeat, Hooks, Job, Retry, Worker
 
@@ -39,9 +40,13 @@ __all__ = [
     "Queue",
     "Retry",
     "SerializationError",
+    "ShardedLease",
+    "ShardedQueue",
+    "ShardedStats",
     "SlotMoving",
     "Stats",
     "VTRRError",
     "Worker",
     "WrongType",
+    "shard_of",
 ]

@@ -290,9 +290,10 @@ class ShardedQueue:
 
     def _sweep(self, lease_ms: int) -> ShardedLease | None:
         """One non-blocking lease from the lowest-charged non-empty sub-queue."""
-        if self._since_read >= self.read_every:
+        fresh = self._since_read >= self.read_every
+        if fresh:
             self._read_counts()
-        for attempt in range(2):
+        for attempt in range(1 if fresh else 2):
             order = sorted(
                 (i for i in range(self.shards) if self._backlogged[i]),
                 key=lambda i: self._charge[i],
@@ -302,8 +303,8 @@ class ShardedQueue:
                 if reply is not None:
                     return self._leased(i, reply)
                 self._backlogged[i] = 0  # empty: skipped until the next read
-            if attempt == 0:
-                self._read_counts()
+            if attempt == 0 and not fresh:
+                self._read_counts()  # the counts were old: read them again, try once more
         return None
 
     def lease(self, lease_ms: int, *, block_ms: int | None = None) -> ShardedLease | None:
