@@ -32,12 +32,12 @@ import traceback
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from inspect import iscoroutinefunction
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, cast
 
 import redis
 import redis.exceptions
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus
+from django.tasks import DEFAULT_TASK_QUEUE_NAME, Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
@@ -56,9 +56,7 @@ from .. import commands
 from ..client import Queue
 from ..errors import SerializationError, translate
 from ..types import Item, Lease, decode
-
-if TYPE_CHECKING:
-    from ..worker import Heartbeat
+from ..worker import Heartbeat
 
 logger = logging.getLogger("vtrr.django")
 
@@ -96,11 +94,6 @@ def vtrr_queue_name(prefix: str, queue_name: str) -> str:
     return "{" + prefix + ":" + queue_name + "}"
 
 
-class _Tracker(Protocol):
-    def track(self, lease: Lease) -> threading.Event: ...
-    def untrack(self, lease: Lease) -> None: ...
-
-
 @dataclasses.dataclass(slots=True)
 class _Held:
     """A lease this process holds for a running task."""
@@ -111,7 +104,9 @@ class _Held:
     lost: threading.Event
 
 
-def _duration(options: Mapping[str, Any], key: str, default: datetime.timedelta) -> datetime.timedelta:
+def _duration(
+    options: Mapping[str, Any], key: str, default: datetime.timedelta
+) -> datetime.timedelta:
     value = options.get(key, default)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = datetime.timedelta(seconds=value)
@@ -192,10 +187,14 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             )
         url = options.get("url") or params.get("REDIS_URL")
         if not url:
-            raise ImproperlyConfigured(f"VTRRBackend {alias!r} needs OPTIONS['url'] (a redis:// URL)")
+            raise ImproperlyConfigured(
+                f"VTRRBackend {alias!r} needs OPTIONS['url'] (a redis:// URL)"
+            )
         self.url: str = url
         self.client: redis.Redis | redis.RedisCluster = (
-            redis.RedisCluster.from_url(url) if options.get("cluster") else redis.Redis.from_url(url)
+            redis.RedisCluster.from_url(url)
+            if options.get("cluster")
+            else redis.Redis.from_url(url)
         )
         self.prefix: str = str(options.get("prefix", f"django:{alias}"))
         self.lease_ttl = _duration(options, "lease_ttl", datetime.timedelta(hours=1))
@@ -222,7 +221,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         with self._lock:
             found = self._vtrr_queues.get(queue_name)
             if found is None:
-                found = self._vtrr_queues[queue_name] = Queue(self.client, self.vtrr_name(queue_name))
+                found = self._vtrr_queues[queue_name] = Queue(
+                    self.client, self.vtrr_name(queue_name)
+                )
             return found
 
     def _key(self, queue_name: str, suffix: str) -> str:
@@ -254,12 +255,32 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         """The clock of the server holding the queue (TIME), in Unix ms."""
         client = cast(Any, self.client)
         if isinstance(self.client, redis.RedisCluster):
-            node = self.client.get_node_from_key(f"vtrr:{self.vtrr_name(queue_name)}:queue")
+            node = client.get_node_from_key(f"vtrr:{self.vtrr_name(queue_name)}:queue")
             reply = client.execute_command("TIME", target_nodes=node)
         else:
             reply = client.execute_command("TIME")
         seconds, micros = reply
         return int(seconds) * 1000 + int(micros) // 1000
+
+    @classmethod
+    def deserialize_task_result(cls, data: str) -> TaskResult:
+        """threadmill's, with `takes_context` restored.
+
+        threadmill 0.3.1 rebuilds the Task without it (always False), so a
+        `@task(takes_context=True)` function would be called without its
+        context: it is taken from the task as the code defines it now.
+        """
+        result = super().deserialize_task_result(data)
+        task = result.task
+        try:
+            defined = import_string(task.module_path)
+        except ImportError:
+            return result
+        if isinstance(defined, Task) and defined.takes_context != task.takes_context:
+            object.__setattr__(
+                result, "task", dataclasses.replace(task, takes_context=defined.takes_context)
+            )
+        return result
 
     # Django's task backend API.
     def enqueue(
@@ -293,8 +314,14 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         if not isinstance(partition, str) or not partition:
             raise InvalidTask(f"the partition of a task must be a non-empty str, not {partition!r}")
         weight = self.weight_func(task, task_result.args, task_result.kwargs)
-        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= _MAX_WEIGHT:
-            raise InvalidTask(f"the weight of a task must be an int from 1 to {_MAX_WEIGHT}, not {weight!r}")
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int)
+            or not 1 <= weight <= _MAX_WEIGHT
+        ):
+            raise InvalidTask(
+                f"the weight of a task must be an int from 1 to {_MAX_WEIGHT}, not {weight!r}"
+            )
 
         queue_name = task.queue_name
         name = self.vtrr_name(queue_name)
@@ -309,7 +336,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             )
             if delay_ms > _MAX_DELAY_MS:
                 raise InvalidTask("run_after must be at most ten years away")
-        command = commands.defer(name, delay_ms, [item]) if delay_ms else commands.enqueue(name, [item])
+        command = (
+            commands.defer(name, delay_ms, [item]) if delay_ms else commands.enqueue(name, [item])
+        )
         enqueued_ms = enqueued_at.timestamp() * 1000
         ingress = self._key(queue_name, "ingress")
         pipe = self.client.pipeline(transaction=True)
@@ -369,7 +398,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                 watched = names[turn % len(names)]
                 turn += 1
                 wait = remaining if len(names) == 1 else min(remaining, _BLOCK_SLICE_SECONDS)
-                if (found := self._lease_one(watched, max(1, int(wait * 1000)), worker)) is not None:
+                if (
+                    found := self._lease_one(watched, max(1, int(wait * 1000)), worker)
+                ) is not None:
                     return found
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
                 # A lease granted while the reply was lost expires and comes back.
@@ -420,7 +451,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                         try:
                             previous = self.deserialize_task_result(_text(data))
                         except Exception:
-                            logger.exception("vtrr: record of task %s unreadable: rewritten", ready.id)
+                            logger.exception(
+                                "vtrr: record of task %s unreadable: rewritten", ready.id
+                            )
                     if previous.status in _FINISHED:
                         pipe.unwatch()
                         return None
@@ -444,10 +477,8 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                 except redis.exceptions.WatchError:
                     continue
 
-    def _heartbeat(self, queue_name: str) -> _Tracker:
+    def _heartbeat(self, queue_name: str) -> Heartbeat:
         """The queue's Heartbeat in this process (started on first use, again after a fork)."""
-        from ..worker import Heartbeat
-
         with self._lock:
             if self._pid != os.getpid():
                 # A forked child (threadmill's worker processes): the parent's
@@ -463,7 +494,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                 heartbeat = Heartbeat(vtrr_queue, self.lease_ms)
                 heartbeat.start()
                 self._heartbeats[queue_name] = heartbeat
-            return cast(_Tracker, heartbeat)
+            return heartbeat
 
     def acknowledge(self, task_result: TaskResult) -> None:
         """Store the finished result and ACK its lease, in one MULTI, if the lease is still this run's.
@@ -508,7 +539,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         finished_ms = (task_result.finished_at or timezone.now()).timestamp() * 1000
         finished = self._finished_key(queue_name, task_result.status)
         pipe = self.client.pipeline(transaction=True)
-        pipe.execute_command(*commands.ack(held.queue.name, [(held.lease.id, held.lease.token)]).args)
+        pipe.execute_command(
+            *commands.ack(held.queue.name, [(held.lease.id, held.lease.token)]).args
+        )
         pipe.set(self._record_key(queue_name, task_result.id), serialized, px=self.result_ttl_ms)
         pipe.zadd(finished, {task_result.id: finished_ms})
         pipe.zremrangebyscore(finished, "-inf", f"({finished_ms - self.result_ttl_ms}")
@@ -581,7 +614,8 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                 ids = _members(vtrr_queue.inspect("inflight"))
             case TaskResultStatus.SUCCESSFUL | TaskResultStatus.FAILED:
                 key = self._finished_key(queue_name, status)
-                ids = [_text(member) for member in self.client.zrange(key, 0, stop)]
+                members = cast(list[bytes], self.client.zrange(key, 0, stop))
+                ids = [_text(member) for member in members]
             case _:
                 raise ValueError(f"unknown status {status!r}")
         if count > 0:

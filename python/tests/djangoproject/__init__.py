@@ -1,0 +1,1 @@
+"""A real Django project for tests/test_django.py: its settings, tasks and manage.py."""
