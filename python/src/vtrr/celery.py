@@ -28,11 +28,18 @@ How a run goes (the Celery task registered under the function's name is the
    retry run renews it (fenced) and acks when done. If the lease was lost
    meanwhile (a countdown longer than `lease_seconds`), the item belongs to
    a newer delivery and the retry run is dropped.
-6. After every trigger run, if items are waiting, one more trigger is sent
-   (vtrr-queue's chain). Expired leases come back by the server's timer, and
-   that chain wakes a worker for them while any trigger is running; on an
-   otherwise idle queue only `reclaim_and_dispatch()` (Celery Beat with
-   `reclaim_interval`, or any scheduler) or the next `.queue()` does.
+6. After every trigger run, if more items wait than triggers do in the
+   broker, one more trigger is sent (vtrr-queue's chain). Expired leases
+   come back by the server's timer, and that chain wakes a worker for them
+   while any trigger runs; on an otherwise idle queue (or once a dead
+   worker took its prefetched triggers with it) only
+   `reclaim_and_dispatch()` (Celery Beat with `reclaim_interval`, or any
+   scheduler) or the next `.queue()` does.
+7. An item whose payload is not vtrr-queue's JSON, or names another task,
+   is dead-lettered (`VTRR.NACK ... DEAD`: `VTRR.DEAD` lists it,
+   `VTRR.REVIVE` brings it back) rather than dropped. A start trigger of
+   vtrr-queue 0.1.0 (`is_start`, sent before its items land) that finds the
+   queue empty gets the one delayed second chance 0.1.0's workers give it.
 """
 
 from __future__ import annotations
@@ -569,9 +576,14 @@ class VTRRQueue:
         return self.queue.enqueue_many(items)
 
     def _leasable(self) -> int:
-        """Items a LEASE could serve now: queued, minus those held by tenant controls."""
+        """Items a LEASE could serve now.
+
+        Queued ones, minus those held back by tenant controls (a paused or
+        capped partition), plus expired leases the timer has not reclaimed
+        yet (a LEASE reclaims them first).
+        """
         stats = self.queue.stats()
-        return max(0, stats.queued - stats.held)
+        return max(0, stats.queued - stats.held + stats.expired)
 
     def _lease_next(self, expected: str | None) -> _Delivery | None:
         while True:
@@ -657,7 +669,10 @@ class VTRRQueue:
         heartbeat = self._get_heartbeat() if lease is not None else None
         if heartbeat is not None and lease is not None:
             delivery.lost = heartbeat.track(lease)
+        # Explicit `headers`: Celery's Context otherwise turns unknown fields
+        # (ours) into custom headers, which a retry message would carry.
         task.push_request(
+            headers=dict(task.request.headers or {}),
             vtrr_delivery=delivery,
             vtrr_task_id=None if lease is None else lease.id,
             vtrr_timeouts=0 if lease is None else lease.timeouts,
@@ -785,9 +800,14 @@ class VTRRQueue:
         return max(0, to_schedule)
 
     def _schedule_next(self, trigger: Any) -> None:
-        """One more trigger if an item is waiting (vtrr-queue's chain: one ended, one sent)."""
+        """One more trigger if items wait: vtrr-queue's chain (a run ended, one is sent).
+
+        Not when the triggers already in the broker outnumber the waiting
+        items: each of those leases one of them anyway.
+        """
         try:
-            if self._leasable() > 0:
+            waiting = self._leasable()
+            if waiting > 0 and waiting > self._get_workers_scheduled():
                 trigger.apply_async(queue=self.celery_queue)
         except Exception:
             logger.exception("vtrr %s: could not schedule the next trigger", self.name)
