@@ -12,10 +12,11 @@ GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease --test faults \
                         --test replication --test cluster --test blocking
 # The Python package: make test runs its whole suite on both layouts; the
-# matrix runs these files (the client, the worker, the cluster's sharded
-# queue and one framework's end-to-end run) on the keys layout.
-PYTHON_VENV := python/.venv
-PYTHON_MATRIX_TESTS := tests/test_client.py tests/test_worker.py tests/test_sharded.py tests/test_celery.py
+# matrix runs the files that talk to the server most directly (client,
+# worker, CLI, cluster, sharded queue) on the keys layout. Its tests mostly
+# wait on servers and worker processes, so three run at once.
+PYTEST := .venv/bin/pytest -q -n 3
+PYTHON_MATRIX_TESTS := tests/test_client.py tests/test_worker.py tests/test_cli.py tests/test_cluster.py tests/test_sharded.py
 
 .PHONY: help deps build release lint unit integration test test-matrix python-env python-lint python-test fuzz soak bench bench-instructions bench-baseline run clean mutants
 
@@ -62,8 +63,8 @@ python-lint: python-env ## The Python package: ruff (lint and format) and mypy -
 	cd python && .venv/bin/ruff check src tests && .venv/bin/ruff format --check src tests && .venv/bin/mypy
 
 python-test: build python-env ## The Python package's pytest suite against real servers, on both layouts (VTRR_REDIS_SERVER as for cargo)
-	cd python && .venv/bin/pytest -q
-	cd python && VTRR_LAYOUT=native .venv/bin/pytest -q
+	cd python && $(PYTEST)
+	cd python && VTRR_LAYOUT=native $(PYTEST)
 
 test-matrix: build python-env ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/): all on the keys layout, a representative set on the native one, and a representative set of the Python suite
 	bash scripts/fetch-servers.sh
@@ -71,7 +72,7 @@ test-matrix: build python-env ## Integration suites on Redis 7.4, Redis 8.2, Val
 	  name=$$(basename $$server); echo "=== $$name: $$($$server --version)"; \
 	  if { VTRR_REDIS_SERVER=$$PWD/$$server cargo test --test '*' -- --skip $(GATE_TEST) && \
 	       VTRR_LAYOUT=native VTRR_REDIS_SERVER=$$PWD/$$server cargo test $(NATIVE_MATRIX_SUITES) && \
-	       (cd python && VTRR_REDIS_SERVER=$$OLDPWD/$$server .venv/bin/pytest -q $(PYTHON_MATRIX_TESTS)); } 2>&1 \
+	       (cd python && VTRR_REDIS_SERVER=$$OLDPWD/$$server $(PYTEST) $(PYTHON_MATRIX_TESTS)); } 2>&1 \
 	       | tee .servers/$$name.log | grep -E '^test result|FAILED|panicked|^[0-9]+ (passed|failed)'; \
 	     [ $${PIPESTATUS[0]} -eq 0 ]; then result=pass; else result=FAIL; fi; \
 	  passed=$$(awk '/^test result:/ {p += $$4} /^[0-9]+ (passed|failed)/ {for (i = 2; i <= NF; i++) if ($$i ~ /^passed/) p += $$(i-1)} END {print p+0}' .servers/$$name.log); \
