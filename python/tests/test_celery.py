@@ -85,7 +85,10 @@ class Setup:
             "-l", "INFO", "--logfile", str(log), "-n", f"w{uuid.uuid4().hex[:6]}@%h",
         ]  # fmt: skip
         if beat:
-            command += ["-B", "-s", str(tmp / "beat-schedule")]
+            # The in-memory scheduler: the default keeps its schedule in a
+            # dbm file, which sqlite-backed dbm (Python 3.13) refused under
+            # load here ("locking protocol"); a test needs no persistence.
+            command += ["-B", "--scheduler", "celery.beat:Scheduler"]
         process = subprocess.Popen(
             command,
             cwd=TESTS,

@@ -47,10 +47,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Concatenate, Final, TypedDict, overload
 
@@ -363,18 +361,6 @@ class VTRRTask[**P, R]:
         return Item(partition_key, task_id, payload, weight)
 
 
-_instances: weakref.WeakSet[VTRRQueue] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # A forked child (Celery's prefork pool) has no heartbeat thread: start its own.
-    for instance in list(_instances):
-        instance._forget_heartbeat()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class VTRRQueue:
     """vtrr-queue 0.2's `VTRRQueue` over the vtrr module's commands.
 
@@ -424,10 +410,8 @@ class VTRRQueue:
         self._celery_app = celery_app
         self._task: VTRRTask[..., Any] | None = None
         self._lock = threading.Lock()
-        self._heartbeat: Heartbeat | None = None
-        self._heartbeat_pid = 0
+        self._heartbeat = Heartbeat(self.queue, self.lease_ms)
         self._broker: redis.Redis | None = self._connect_broker()
-        _instances.add(self)
         if reclaim_interval is not None:
             self._register_reclaim_task()
             conf = celery_app.conf
@@ -666,7 +650,7 @@ class VTRRQueue:
         delivery: _Delivery,
     ) -> Any:
         lease = delivery.lease
-        heartbeat = self._get_heartbeat() if lease is not None else None
+        heartbeat = self._heartbeat if lease is not None else None
         if heartbeat is not None and lease is not None:
             delivery.lost = heartbeat.track(lease)
         # Explicit `headers`: Celery's Context otherwise turns unknown fields
@@ -720,20 +704,6 @@ class VTRRQueue:
         except Exception:
             # The result stands; an unacked lease expires and is reclaimed.
             logger.exception("vtrr %s: settling %s failed", self.name, lease.id)
-
-    def _get_heartbeat(self) -> Heartbeat:
-        with self._lock:
-            pid = os.getpid()
-            if self._heartbeat is None or self._heartbeat_pid != pid:
-                self._heartbeat = Heartbeat(self.queue, self.lease_ms)
-                self._heartbeat_pid = pid
-                self._heartbeat.start()
-            return self._heartbeat
-
-    def _forget_heartbeat(self) -> None:
-        self._lock = threading.Lock()
-        self._heartbeat = None
-        self._heartbeat_pid = 0
 
     # ------------------------------------------------------------------
     # Internal: worker scheduling

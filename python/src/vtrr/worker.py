@@ -23,10 +23,12 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import os
 import random
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any, Self
@@ -122,11 +124,20 @@ class Hooks:
 
 
 class Heartbeat:
-    """Renews the leases it tracks about every third of `lease_ms`, in one thread."""
+    """Renews the leases it tracks about every third of `lease_ms`, in one thread.
+
+    Fork-safe: a forked child (Celery's prefork pool, threadmill's worker
+    processes) starts with nothing tracked and its own thread on first use;
+    the parent's leases stay the parent's.
+    """
 
     def __init__(self, queue: Queue, lease_ms: int) -> None:
         self.queue = queue
         self.lease_ms = lease_ms
+        self._reset()
+        _heartbeats.add(self)
+
+    def _reset(self) -> None:
         self._tracked: dict[tuple[str, str], tuple[Fenced, threading.Event]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -137,11 +148,7 @@ class Heartbeat:
         lost = threading.Event()
         with self._lock:
             self._tracked[(lease.id, lease.token)] = (lease, lost)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="vtrr-heartbeat", daemon=True
-                )
-                self._thread.start()
+            self._start_locked()
         return lost
 
     def untrack(self, lease: Fenced) -> None:
@@ -150,11 +157,12 @@ class Heartbeat:
 
     def start(self) -> None:
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="vtrr-heartbeat", daemon=True
-                )
-                self._thread.start()
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is None and not self._stopping.is_set():
+            self._thread = threading.Thread(target=self._run, name="vtrr-heartbeat", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -190,6 +198,19 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stopping.wait(self.lease_ms / 3000):
             self.renew_all()
+
+
+_heartbeats: weakref.WeakSet[Heartbeat] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread survives a fork: the heartbeat threads (and any
+    # lock one of them held) are gone, and the leases are the parent's.
+    for heartbeat in list(_heartbeats):
+        heartbeat._reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _call_hook(hook: Callable[..., None] | None, *args: Any) -> None:

@@ -24,7 +24,6 @@ import dataclasses
 import datetime
 import logging
 import math
-import os
 import queue as queue_module
 import threading
 import time
@@ -206,7 +205,6 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         self.partition_func: PartitionFunc = _function(options, "partition", default_partition)
         self.weight_func: WeightFunc = _function(options, "weight", default_weight)
         self._lock = threading.Lock()
-        self._pid = os.getpid()
         self._held: dict[str, _Held] = {}
         self._heartbeats: dict[str, Heartbeat] = {}
         self._vtrr_queues: dict[str, Queue] = {}
@@ -478,22 +476,12 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                     continue
 
     def _heartbeat(self, queue_name: str) -> Heartbeat:
-        """The queue's Heartbeat in this process (started on first use, again after a fork)."""
+        """The queue's Heartbeat (fork-safe: a forked worker process renews its own leases)."""
+        vtrr_queue = self.queue(queue_name)
         with self._lock:
-            if self._pid != os.getpid():
-                # A forked child (threadmill's worker processes): the parent's
-                # renewal threads did not come along.
-                self._pid = os.getpid()
-                self._heartbeats = {}
-                self._held = {}
             heartbeat = self._heartbeats.get(queue_name)
             if heartbeat is None:
-                vtrr_queue = self._vtrr_queues.get(queue_name) or Queue(
-                    self.client, self.vtrr_name(queue_name)
-                )
-                heartbeat = Heartbeat(vtrr_queue, self.lease_ms)
-                heartbeat.start()
-                self._heartbeats[queue_name] = heartbeat
+                heartbeat = self._heartbeats[queue_name] = Heartbeat(vtrr_queue, self.lease_ms)
             return heartbeat
 
     def acknowledge(self, task_result: TaskResult) -> None:
@@ -667,7 +655,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
     def close(self) -> None:
         """Stop this process's lease renewals and close the Redis connections."""
         with self._lock:
-            heartbeats = list(self._heartbeats.values()) if self._pid == os.getpid() else []
+            heartbeats = list(self._heartbeats.values())
             self._heartbeats = {}
         for heartbeat in heartbeats:
             heartbeat.stop()
