@@ -19,6 +19,21 @@ def owner_of(cluster: Cluster, slot: int) -> int:
     raise AssertionError(f"no owner for slot {slot}")
 
 
+def start_moving(cluster: Cluster, queue_name: str) -> tuple[int, int, int]:
+    """Marks the queue's slot MIGRATING on its owner, IMPORTING on the next node: (slot, source, target)."""
+    slot = int(cluster.client().cluster_keyslot(queue_name))
+    source = owner_of(cluster, slot)
+    target = (source + 1) % len(cluster.nodes)
+    src, dst = cluster.nodes[source].client(), cluster.nodes[target].client()
+    dst.execute_command(
+        "CLUSTER", "SETSLOT", slot, "IMPORTING", src.execute_command("CLUSTER", "MYID")
+    )
+    src.execute_command(
+        "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.execute_command("CLUSTER", "MYID")
+    )
+    return slot, source, target
+
+
 def test_a_queue_is_routed_by_its_hash_tag(cluster: Cluster, queue_name: str) -> None:
     queue = vtrr.Queue(cluster.client(), queue_name)
     queue.enqueue_many(Item(f"p{i % 5}", f"i{i}", b"x") for i in range(50))
@@ -31,13 +46,9 @@ def test_commands_wait_out_a_live_slot_move(cluster: Cluster, queue_name: str) -
     client = cluster.client()
     queue = vtrr.Queue(client, queue_name)
     queue.enqueue_many(Item("p", f"i{i}", b"x") for i in range(10))
-    slot = int(client.cluster_keyslot(queue_name))
-    source = owner_of(cluster, slot)
-    target = (source + 1) % len(cluster.nodes)
-    src, dst = cluster.nodes[source].client(), cluster.nodes[target].client()
-    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
-    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    slot, source, target = start_moving(cluster, queue_name)
+    src = cluster.nodes[source].client()
+    dst_id = cluster.nodes[target].client().execute_command("CLUSTER", "MYID")
     moved = threading.Event()
 
     def finish_the_move() -> None:
@@ -70,13 +81,7 @@ def test_a_slot_that_never_settles_raises_slot_moving(cluster: Cluster, queue_na
     client = cluster.client()
     queue = vtrr.Queue(client, queue_name, retry_seconds=0.5)
     queue.enqueue("p", "i", b"x")
-    slot = int(client.cluster_keyslot(queue_name))
-    source = owner_of(cluster, slot)
-    target = (source + 1) % len(cluster.nodes)
-    src, dst = cluster.nodes[source].client(), cluster.nodes[target].client()
-    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
-    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    slot, source, target = start_moving(cluster, queue_name)
     try:
         started = time.monotonic()
         try:
@@ -87,6 +92,6 @@ def test_a_slot_that_never_settles_raises_slot_moving(cluster: Cluster, queue_na
             raise AssertionError("a command on a half-moved queue was served")
         assert time.monotonic() - started >= 0.5
     finally:
-        for node in (src, dst):
-            node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+        for index in (source, target):
+            cluster.nodes[index].client().execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
     assert queue.stats().queued == 1, "nothing was lost while the slot was stuck"
