@@ -6,16 +6,20 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from servers import Server, free_port
 
 import vtrr
 from vtrr import Item
 
+# The console script pip installed beside the interpreter: the entry point users run.
+VTRR = str(Path(sys.executable).parent / "vtrr")
+
 
 def vtrr_cli(server_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "vtrr.cli", "--url", server_url, *args],
+        [VTRR, "--url", server_url, *args],
         capture_output=True, text=True, timeout=30, env={**os.environ},
     )  # fmt: skip
 

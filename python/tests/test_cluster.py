@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
+import redis.asyncio
 from servers import Cluster
 
 import vtrr
@@ -40,6 +42,19 @@ def test_a_queue_is_routed_by_its_hash_tag(cluster: Cluster, queue_name: str) ->
     leases = queue.lease_many(1000, 50)
     assert len(leases) == 50 and queue.ack(*leases) == 50
     assert queue.check() == []
+
+
+def test_an_async_queue_over_an_async_cluster_client(cluster: Cluster, queue_name: str) -> None:
+    async def scenario() -> None:
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        queue = vtrr.AsyncQueue(client, queue_name)
+        assert await queue.enqueue_many(Item(f"p{i % 3}", f"i{i}", b"x") for i in range(9)) == 9
+        leases = await queue.lease_many(1000, 9)
+        assert len(leases) == 9 and await queue.ack(*leases) == 9
+        assert await queue.check() == []
+        await client.aclose()
+
+    asyncio.run(scenario())
 
 
 def test_commands_wait_out_a_live_slot_move(cluster: Cluster, queue_name: str) -> None:
