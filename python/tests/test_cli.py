@@ -20,7 +20,7 @@ VTRR = str(Path(sys.executable).parent / "vtrr")
 def vtrr_cli(server_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [VTRR, "--url", server_url, *args],
-        capture_output=True, text=True, timeout=30, env={**os.environ},
+        capture_output=True, text=True, timeout=30, env={**os.environ}, cwd=Path(__file__).parent,
     )  # fmt: skip
 
 
@@ -70,5 +70,8 @@ def test_errors_are_one_line_and_a_nonzero_exit(server: Server) -> None:
     assert unreachable.returncode == 2 and unreachable.stderr.startswith("vtrr: cannot reach")
     refused = vtrr_cli(server.url, "dead", "q", "--count", "0")
     assert refused.returncode == 2 and "COUNT must be a positive integer" in refused.stderr
+    bad_option = vtrr_cli(server.url, "worker", "jobs:record", "--queue", "q", "--concurrency", "0")
+    assert bad_option.returncode == 2
+    assert bad_option.stderr == "vtrr worker: concurrency must be an integer between 1 and 100000\n"
     bad_handler = vtrr_cli(server.url, "worker", "no_such_module:run", "--queue", "q")
     assert bad_handler.returncode != 0 and "cannot load 'no_such_module:run'" in bad_handler.stderr

@@ -402,6 +402,20 @@ def test_a_sub_queue_back_from_empty_rejoins_at_the_lowest_busy_charge(
     assert 8 <= shards.count(1) <= 12, shards
 
 
+def test_after_every_sub_queue_was_empty_they_start_level(rc: redis.RedisCluster) -> None:
+    """No sub-queue stayed busy through an idle moment: none keeps a charge from before it."""
+    sq = ShardedQueue(rc, spread_name(rc, 2), shards=2, read_every=1)
+    a = next(f"a-{n}" for n in itertools.count() if sq.shard_of(f"a-{n}") == 0)
+    b = next(f"b-{n}" for n in itertools.count() if sq.shard_of(f"b-{n}") == 1)
+    sq.enqueue_many([Item(a, f"a{n}", b"a") for n in range(40)])
+    assert len(drain(sq)) == 40  # sub-queue 0's charge climbs to 40, then all is empty
+    sq.enqueue_many([Item(a, f"a2-{n}", b"a") for n in range(20)])
+    sq.enqueue_many([Item(b, f"b{n}", b"b") for n in range(20)])
+    shards = [lease.shard for lease in drain(sq)[:20]]
+    # With the old charges kept, sub-queue 1 (charge 0) would take all 20 in a row.
+    assert 8 <= shards.count(1) <= 12, shards
+
+
 def test_works_on_one_plain_server_too(client: redis.Redis) -> None:
     sq = ShardedQueue(client, "one-" + uuid.uuid4().hex[:8], shards=4)
     assert sq.enqueue_many([Item(f"tenant-{t}", f"i{t}", b"p") for t in range(16)]) == 16

@@ -62,6 +62,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from .client import Queue
 from .errors import SerializationError
+from .limits import MAX_WEIGHT, check_int
 from .types import Item, Lease
 from .worker import Heartbeat
 
@@ -94,7 +95,6 @@ task is always bound.
 """
 
 _TASK_KEYS: Final = frozenset({"weight", "args", "kwargs", "id"})
-_MAX_WEIGHT: Final = 1_000_000_000
 _START_RETRY_COUNTDOWN: Final = 3
 """vtrr-queue's second chance for a start trigger that found the queue empty."""
 _RETRY_KEY: Final = "vtrr_lease"
@@ -349,11 +349,10 @@ class VTRRTask[**P, R]:
         task_id = str(uuid.uuid4()) if raw_id is None else str(raw_id)
         if not task_id:
             raise ValueError(f"tasks[{index}]: id must not be empty")
-        weight = spec.get("weight", 1)
-        if isinstance(weight, bool) or not isinstance(weight, int):
-            raise TypeError(f"tasks[{index}]: weight must be an int, not {type(weight).__name__}")
-        if not 1 <= weight <= _MAX_WEIGHT:
-            raise ValueError(f"tasks[{index}]: weight must be between 1 and {_MAX_WEIGHT}")
+        try:
+            weight = check_int("weight", spec.get("weight", 1), 1, MAX_WEIGHT)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"tasks[{index}]: {error}") from None
         try:
             payload = encode_payload(self.name, spec.get("args", []), spec.get("kwargs"))
         except SerializationError as error:

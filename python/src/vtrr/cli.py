@@ -127,16 +127,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     sys.path.insert(0, os.getcwd())
     handler = _handler(args.handler)
-    worker = Worker(
-        Queue(_client(args), args.queue),
-        handler,
-        concurrency=args.concurrency,
-        lease_ms=args.lease_ms,
-        block_ms=args.block_ms,
-        backoff=Backoff(base_ms=args.backoff_ms, max_ms=max(args.backoff_ms, args.backoff_max_ms)),
-        grace_seconds=args.grace_seconds,
-        exit_when_idle=args.exit_when_idle,
-    )
+    try:
+        worker = Worker(
+            Queue(_client(args), args.queue),
+            handler,
+            concurrency=args.concurrency,
+            lease_ms=args.lease_ms,
+            block_ms=args.block_ms,
+            backoff=Backoff(
+                base_ms=args.backoff_ms, max_ms=max(args.backoff_ms, args.backoff_max_ms)
+            ),
+            grace_seconds=args.grace_seconds,
+            exit_when_idle=args.exit_when_idle,
+        )
+    except (TypeError, ValueError) as error:
+        print(f"vtrr worker: {error}", file=sys.stderr)
+        return 2
     worker.run()
     return 0
 

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, cast
 
+from .limits import check_item
 from .types import (
     DeadItem,
     Item,
@@ -61,16 +62,10 @@ def _fields(reply: Any) -> dict[str, Any]:
     return {decode(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
 
 
-def _weight(weight: int) -> int:
-    if isinstance(weight, bool) or not isinstance(weight, int):
-        raise TypeError(f"weight must be an int, not {type(weight).__name__}")
-    return weight
-
-
 def _item_args(items: Iterable[Item]) -> list[Arg]:
     args: list[Arg] = []
-    for item in items:
-        args += [encode(item.partition), encode(item.id), _weight(item.weight), item.payload]
+    for item in map(check_item, items):
+        args += [encode(item.partition), encode(item.id), item.weight, item.payload]
     return args
 
 

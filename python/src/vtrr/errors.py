@@ -13,8 +13,8 @@ class VTRRError(Exception):
     """Base class of every error this package raises."""
 
 
-class InvalidArgument(VTRRError):
-    """The server refused an argument (`ERR ...`): nothing was changed."""
+class InvalidArgument(VTRRError, ValueError):
+    """An argument was refused (`ERR ...` from the server, or the same check made before sending): nothing was changed."""
 
 
 class WrongType(VTRRError):

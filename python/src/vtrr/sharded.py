@@ -46,6 +46,7 @@ import redis
 
 from .client import Queue
 from .commands import Limit
+from .limits import MAX_WEIGHT, check_item
 from .types import (
     DeadItem,
     Item,
@@ -61,7 +62,6 @@ from .types import (
 _M64 = (1 << 64) - 1
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
-_MAX_WEIGHT = 1_000_000_000
 
 _MAGIC = b"\x1fvtrr:"
 _SEP = b"\x1f"
@@ -84,7 +84,7 @@ def shard_of(partition: str | bytes, shards: int) -> int:
 
 def wrap(payload: bytes | str, weight: int) -> bytes:
     """The payload as a sharded queue stores it: `\\x1fvtrr:<weight>\\x1f` + payload."""
-    body = payload.encode() if isinstance(payload, str) else bytes(payload)
+    body = payload.encode() if isinstance(payload, str) else payload
     return _MAGIC + str(weight).encode() + _SEP + body
 
 
@@ -98,7 +98,7 @@ def unwrap(stored: bytes) -> tuple[int, bytes, bool]:
     if stored.startswith(_MAGIC):
         end = stored.find(_SEP, len(_MAGIC))
         digits = stored[len(_MAGIC) : end]
-        if end > 0 and digits.isdigit() and 1 <= int(digits) <= _MAX_WEIGHT:
+        if end > 0 and digits.isdigit() and 1 <= int(digits) <= MAX_WEIGHT:
             return int(digits), stored[end + 1 :], True
     return 1, stored, False
 
@@ -149,19 +149,6 @@ class ShardedStats:
 def _earliest(values: Iterable[int | None]) -> int | None:
     present = [v for v in values if v is not None]
     return min(present) if present else None
-
-
-def _check_item(item: Item) -> None:
-    """Refuse what the server would refuse, before any sub-queue is written."""
-    if not item.partition:
-        raise ValueError("partition must not be empty")
-    if not item.id:
-        raise ValueError("id must not be empty")
-    weight = item.weight
-    if isinstance(weight, bool) or not isinstance(weight, int):
-        raise TypeError(f"weight must be an int, not {type(weight).__name__}")
-    if not 1 <= weight <= _MAX_WEIGHT:
-        raise ValueError(f"weight must be an integer between 1 and {_MAX_WEIGHT}")
 
 
 class ShardedQueue:
@@ -228,7 +215,7 @@ class ShardedQueue:
     def _split(self, items: Iterable[Item]) -> dict[int, list[Item]]:
         groups: dict[int, list[Item]] = {}
         for item in items:
-            _check_item(item)
+            check_item(item)
             wrapped = dataclasses.replace(item, payload=wrap(item.payload, item.weight))
             groups.setdefault(self.shard_of(item.partition), []).append(wrapped)
         if not groups:
@@ -277,6 +264,10 @@ class ShardedQueue:
             for i in range(self.shards):
                 if counts[i] and not self._backlogged[i]:
                     self._charge[i] = max(self._charge[i], floor)
+        else:
+            # Nothing stayed busy: every sub-queue starts level, none carrying
+            # credit or debt from before the idle time.
+            self._charge = [0.0] * self.shards
         self._backlogged = counts
         self._since_read = 0
 

@@ -34,6 +34,7 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 from .client import AsyncQueue, Fenced, Queue
+from .limits import MAX_BLOCK_MS, MAX_MS, check_int
 from .types import Lease
 
 logger = logging.getLogger("vtrr.worker")
@@ -43,6 +44,8 @@ class Retry(Exception):
     """Raised by a handler: NACK the item, due again after `delay_ms` (None: the backoff)."""
 
     def __init__(self, delay_ms: int | None = None) -> None:
+        if delay_ms is not None:
+            check_int("delay_ms", delay_ms, 0, MAX_MS)
         super().__init__(f"retry after {delay_ms} ms" if delay_ms is not None else "retry")
         self.delay_ms = delay_ms
 
@@ -64,8 +67,10 @@ class Backoff:
     jitter: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.base_ms < 0 or self.max_ms < self.base_ms or not 0.0 <= self.jitter <= 1.0:
-            raise ValueError("Backoff needs 0 <= base_ms <= max_ms and 0 <= jitter <= 1")
+        check_int("max_ms", self.max_ms, 0, MAX_MS)
+        check_int("base_ms", self.base_ms, 0, self.max_ms)
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("jitter must be between 0 and 1")
 
     def delay_ms(self, nacks: int, rng: random.Random | None = None) -> int:
         """The delay for an item already nacked `nacks` times."""
@@ -138,22 +143,33 @@ class Heartbeat:
         _heartbeats.add(self)
 
     def _reset(self) -> None:
-        self._tracked: dict[tuple[str, str], tuple[Fenced, threading.Event]] = {}
+        # Keyed by lease; counted, because one lease can be tracked twice at
+        # once (a Celery retry run in the process of the run it retries).
+        self._tracked: dict[tuple[str, str], tuple[Fenced, threading.Event, int]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def track(self, lease: Fenced) -> threading.Event:
         """Renew `lease` from now on; the event is set if a RENEW finds it lost."""
-        lost = threading.Event()
+        key = (lease.id, lease.token)
         with self._lock:
-            self._tracked[(lease.id, lease.token)] = (lease, lost)
+            _, lost, count = self._tracked.get(key, (lease, threading.Event(), 0))
+            self._tracked[key] = (lease, lost, count + 1)
             self._start_locked()
         return lost
 
     def untrack(self, lease: Fenced) -> None:
+        """Stop renewing `lease` (once every `track` of it is matched by an `untrack`)."""
+        key = (lease.id, lease.token)
         with self._lock:
-            self._tracked.pop((lease.id, lease.token), None)
+            found = self._tracked.get(key)
+            if found is None:
+                return
+            if found[2] > 1:
+                self._tracked[key] = (found[0], found[1], found[2] - 1)
+            else:
+                del self._tracked[key]
 
     def start(self) -> None:
         with self._lock:
@@ -184,7 +200,7 @@ class Heartbeat:
     def renew_all(self) -> None:
         """One pass: renew every tracked lease; mark and drop the lost ones."""
         with self._lock:
-            tracked = list(self._tracked.values())
+            tracked = [(lease, lost) for lease, lost, _ in self._tracked.values()]
         for lease, lost in tracked:
             try:
                 renewed = self.queue.renew(lease, self.lease_ms)
@@ -193,7 +209,8 @@ class Heartbeat:
                 continue
             if not renewed:
                 lost.set()
-                self.untrack(lease)
+                with self._lock:
+                    self._tracked.pop((lease.id, lease.token), None)
 
     def _run(self) -> None:
         while not self._stopping.wait(self.lease_ms / 3000):
@@ -267,10 +284,12 @@ class Worker:
         hooks: Hooks | None = None,
         exit_when_idle: bool = False,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if lease_ms < 3:
-            raise ValueError("lease_ms must be at least 3 (it is renewed every third)")
+        check_int("concurrency", concurrency, 1, 100_000)
+        check_int("lease_ms", lease_ms, 3, MAX_MS)  # renewed every third
+        # Positive: between two waits a handler thread sees stop() (BLOCK 0 waits forever).
+        check_int("block_ms", block_ms, 1, MAX_BLOCK_MS)
+        if grace_seconds < 0:
+            raise ValueError("grace_seconds must not be negative")
         self.is_async = inspect.iscoroutinefunction(handler)
         if self.is_async and not isinstance(queue, AsyncQueue):
             raise TypeError("a coroutine handler needs a vtrr.AsyncQueue (over redis.asyncio)")
@@ -289,6 +308,8 @@ class Worker:
         self.exit_when_idle = exit_when_idle
         self.stopping = threading.Event()
         self._running: dict[tuple[str, str], Job] = {}
+        self._closed = False
+        """Set once shutdown gave back what was running: a lease that arrives later goes back too."""
         self._lock = threading.Lock()
 
     def stop(self) -> None:
@@ -342,7 +363,7 @@ class Worker:
             deadline = time.monotonic() + self.grace_seconds
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
-            self._give_back(self.queue)
+            self._give_back(self.queue, self._abandoned())
         finally:
             heartbeat.stop()
 
@@ -361,7 +382,10 @@ class Worker:
                     return
                 continue
             job = Job(lease, self.queue.name, lost=heartbeat.track(lease))
-            self._started(job)
+            if not self._started(job):
+                heartbeat.untrack(lease)
+                self._give_back(self.queue, [job])
+                return
             error: BaseException | None = None
             try:
                 handler(job)
@@ -383,7 +407,7 @@ class Worker:
             _, pending = await asyncio.wait(tasks, timeout=self.grace_seconds)
             for task in pending:
                 task.cancel()
-            await self._give_back_async()
+            await self._give_back_async(self._abandoned())
         finally:
             renewing.cancel()
 
@@ -402,7 +426,9 @@ class Worker:
                     return
                 continue
             job = Job(lease, self.queue.name)
-            self._started(job)
+            if not self._started(job):
+                await self._give_back_async([job])
+                return
             error: BaseException | None = None
             try:
                 await handler(job)
@@ -427,10 +453,14 @@ class Worker:
                     job.lost.set()
 
     # Shared bookkeeping: one place decides what a handler's end means.
-    def _started(self, job: Job) -> None:
+    def _started(self, job: Job) -> bool:
+        """Record a leased job; False (give it back unrun) once shutdown has closed the worker."""
         with self._lock:
+            if self._closed:
+                return False
             self._running[(job.id, job.token)] = job
         _call_hook(self.hooks.leased, job)
+        return True
 
     def _snapshot(self) -> list[Job]:
         with self._lock:
@@ -500,16 +530,16 @@ class Worker:
         logger.warning("lease of %s was lost: not acked", job.id)
         _call_hook(self.hooks.lost, job)
 
-    def _give_back(self, queue: Queue) -> None:
-        for job in self._abandoned():
+    def _give_back(self, queue: Queue, jobs: list[Job]) -> None:
+        for job in jobs:
             try:
                 queue.nack(job.lease)
             except Exception:
                 logger.exception("giving back %s failed; its lease will expire", job.id)
 
-    async def _give_back_async(self) -> None:
+    async def _give_back_async(self, jobs: list[Job]) -> None:
         assert isinstance(self.queue, AsyncQueue)
-        for job in self._abandoned():
+        for job in jobs:
             try:
                 await self.queue.nack(job.lease)
             except Exception:
@@ -518,6 +548,7 @@ class Worker:
     def _abandoned(self) -> list[Job]:
         """The jobs still running when the grace ended: marked cancelled, no longer ours."""
         with self._lock:
+            self._closed = True
             jobs = list(self._running.values())
             self._running.clear()
         for job in jobs:

@@ -54,6 +54,7 @@ from threadmill.backends.base import (
 from .. import commands
 from ..client import Queue
 from ..errors import SerializationError, translate
+from ..limits import MAX_MS, MAX_WEIGHT, check_int
 from ..types import Item, Lease, decode
 from ..worker import Heartbeat
 
@@ -64,8 +65,6 @@ DEFAULT_PARTITION = "default"
 
 PARTITION_KWARG = "partition_key"
 
-_MAX_DELAY_MS = 315_360_000_000  # VTRR.DEFER's bound: ten years
-_MAX_WEIGHT = 1_000_000_000
 _BLOCK_SLICE_SECONDS = 0.25  # how long one blocking LEASE watches one of several queues
 _FINISHED = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})
 
@@ -200,7 +199,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         self.result_ttl = _duration(options, "result_ttl", datetime.timedelta(days=1))
         self.lease_ms = _ms(self.lease_ttl)
         self.result_ttl_ms = _ms(self.result_ttl)
-        if self.lease_ms > _MAX_DELAY_MS:
+        if self.lease_ms > MAX_MS:
             raise ImproperlyConfigured("VTRRBackend option 'lease_ttl' must be at most ten years")
         self.partition_func: PartitionFunc = _function(options, "partition", default_partition)
         self.weight_func: WeightFunc = _function(options, "weight", default_weight)
@@ -312,14 +311,10 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         if not isinstance(partition, str) or not partition:
             raise InvalidTask(f"the partition of a task must be a non-empty str, not {partition!r}")
         weight = self.weight_func(task, task_result.args, task_result.kwargs)
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, int)
-            or not 1 <= weight <= _MAX_WEIGHT
-        ):
-            raise InvalidTask(
-                f"the weight of a task must be an int from 1 to {_MAX_WEIGHT}, not {weight!r}"
-            )
+        try:
+            check_int("the weight of a task", weight, 1, MAX_WEIGHT)
+        except (TypeError, ValueError) as error:
+            raise InvalidTask(f"{error}: {weight!r}") from None
 
         queue_name = task.queue_name
         name = self.vtrr_name(queue_name)
@@ -332,7 +327,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             delay_ms = max(
                 0, math.ceil(task.run_after.timestamp() * 1000) - self._server_now_ms(queue_name)
             )
-            if delay_ms > _MAX_DELAY_MS:
+            if delay_ms > MAX_MS:
                 raise InvalidTask("run_after must be at most ten years away")
         command = (
             commands.defer(name, delay_ms, [item]) if delay_ms else commands.enqueue(name, [item])
