@@ -421,3 +421,29 @@ def test_works_on_one_plain_server_too(client: redis.Redis) -> None:
     assert sq.enqueue_many([Item(f"tenant-{t}", f"i{t}", b"p") for t in range(16)]) == 16
     assert len(drain(sq)) == 16
     assert isinstance(sq.sub_queues[0], vtrr.Queue)
+
+
+def test_a_worker_runs_a_sharded_queue_by_changing_its_constructor(rc: redis.RedisCluster) -> None:
+    """vtrr.Worker over a ShardedQueue: three handler threads, every item once, light tenants early."""
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)
+    heavy = "tenant-heavy"
+    lights = [
+        t for t in (f"tenant-{n}" for n in range(100)) if sq.shard_of(t) != sq.shard_of(heavy)
+    ][:2]
+    sq.enqueue_many([Item(heavy, f"h{n}", b"h") for n in range(30)])
+    sq.enqueue_many([Item(light, f"{light}-{n}", b"l") for light in lights for n in range(3)])
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def handler(job: vtrr.Job) -> None:
+        assert isinstance(job.lease, ShardedLease) and job.payload in (b"h", b"l")
+        with lock:
+            done.append(job.id)
+
+    vtrr.Worker(sq, handler, concurrency=3, block_ms=200, exit_when_idle=True).run()
+    assert sorted(done) == sorted(
+        [f"h{n}" for n in range(30)] + [f"{t}-{n}" for t in lights for n in range(3)]
+    )
+    light_positions = [n for n, item in enumerate(done, 1) if not item.startswith("h")]
+    assert max(light_positions) <= 12, done
+    assert sq.stats().inflight == 0 and sq.check() == []

@@ -7,6 +7,7 @@ spreads one tenant population over sub-queues on a Redis Cluster;
 """
 
 from .client import AsyncQueue, Fenced, Queue
+from .commands import Limit
 from .errors import (
     InvalidArgument,
     ModuleNotLoaded,
@@ -32,6 +33,7 @@ __all__ = [
     "Item",
     "Job",
     "Lease",
+    "Limit",
     "ModuleNotLoaded",
     "NoPermission",
     "PartitionSettings",

@@ -34,8 +34,6 @@ class Command[T]:
 
     args: tuple[Arg, ...]
     parse: Callable[[Any], T]
-    blocking_ms: int | None = None
-    """BLOCK's timeout (0: forever): the socket must wait at least this long."""
 
 
 def _int(reply: Any) -> int:
@@ -104,7 +102,7 @@ def _lease_args(name: str, lease_ms: int, block_ms: int | None) -> tuple[Arg, ..
 
 
 def lease(name: str, lease_ms: int, block_ms: int | None = None) -> Command[Lease | None]:
-    return Command((*_lease_args(name, lease_ms, block_ms), "WITHCOUNTERS"), _lease_one, block_ms)
+    return Command((*_lease_args(name, lease_ms, block_ms), "WITHCOUNTERS"), _lease_one)
 
 
 def lease_many(
@@ -113,7 +111,6 @@ def lease_many(
     return Command(
         (*_lease_args(name, lease_ms, block_ms), "COUNT", count, "WITHCOUNTERS"),
         _lease_many,
-        block_ms,
     )
 
 

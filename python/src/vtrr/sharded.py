@@ -28,17 +28,19 @@ returned `ShardedLease` carries the caller's own payload and remembers its
 sub-queue, so `ack`, `renew` and `nack` go back to the right one.
 
 **Threads.** A `ShardedQueue`'s rotation (charges, counts) is one worker's
-state and is not locked: call `lease` from one thread per instance. Run one
-instance per worker thread or process (they may share a client when the
-client may be shared); the fairness bound grows with the number of workers
-(M in docs/scaling.md). The producer and control methods keep no state of
-their own and are as thread-safe as the client.
+state, behind a lock: the threads of one `vtrr.Worker` share it (leases
+are chosen one at a time; a blocking wait holds no lock), and count as one
+worker in the fairness bound. Separate instances (processes) are separate
+workers: the bound grows with their number (M in docs/scaling.md). The
+producer and control methods keep no state of their own and are as
+thread-safe as the client.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
+import threading
 import time
 from collections.abc import Iterable, Iterator
 
@@ -194,7 +196,8 @@ class ShardedQueue:
         self.sub_queues: tuple[Queue, ...] = tuple(
             Queue(client, f"{{{name}:{i}}}", retry_seconds=retry_seconds) for i in range(shards)
         )
-        # The weighted rotation: this worker's state.
+        # The weighted rotation: this worker's state (re-entrant: a sweep records its lease).
+        self._rotation = threading.RLock()
         self._charge = [0.0] * shards
         self._backlogged = [0] * shards
         self._since_read = read_every  # read before the first lease
@@ -309,20 +312,23 @@ class ShardedQueue:
         """
         deadline = None if not block_ms else time.monotonic() + block_ms / 1000
         while True:
-            leased = self._sweep(lease_ms)
-            if leased is not None or block_ms is None:
-                return leased
+            with self._rotation:
+                leased = self._sweep(lease_ms)
+                if leased is not None or block_ms is None:
+                    return leased
+                i, self._turn = self._turn, (self._turn + 1) % self.shards
             wait_ms = self.block_slice_ms
             if deadline is not None:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     return None
                 wait_ms = min(wait_ms, left_ms)
-            i, self._turn = self._turn, (self._turn + 1) % self.shards
+            # The wait itself holds no lock: other threads lease meanwhile.
             reply = self.sub_queues[i].lease(lease_ms, block_ms=wait_ms)
-            self._since_read = self.read_every  # read the counts again next time
-            if reply is not None:
-                return self._leased(i, reply)
+            with self._rotation:
+                self._since_read = self.read_every  # read the counts again next time
+                if reply is not None:
+                    return self._leased(i, reply)
 
     def ack(self, *leases: ShardedLease) -> int:
         """Fenced ACK, one call per sub-queue concerned: how many were still current."""

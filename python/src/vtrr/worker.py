@@ -31,13 +31,44 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType, TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
-from .client import AsyncQueue, Fenced, Queue
+from .client import AsyncQueue, Fenced
 from .limits import MAX_BLOCK_MS, MAX_MS, check_int
-from .types import Lease
 
 logger = logging.getLogger("vtrr.worker")
+
+
+class Leased(Fenced, Protocol):
+    """A leased item: a `vtrr.Lease`, or a `vtrr.ShardedLease`."""
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def timeouts(self) -> int: ...
+
+    @property
+    def nacks(self) -> int: ...
+
+
+class Renewing(Protocol):
+    """What a Heartbeat needs of a queue."""
+
+    def renew(self, lease: Any, lease_ms: int) -> bool: ...
+
+
+class LeaseQueue(Renewing, Protocol):
+    """What a threaded Worker needs of a queue: a `vtrr.Queue` or a `vtrr.ShardedQueue`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def lease(self, lease_ms: int, *, block_ms: int | None = None) -> Leased | None: ...
+
+    def ack(self, *leases: Any) -> int: ...
+
+    def nack(self, lease: Any, *, delay_ms: int | None = None, dead: bool = False) -> bool: ...
 
 
 class Retry(Exception):
@@ -83,7 +114,7 @@ class Backoff:
 class Job:
     """One leased item as a handler sees it."""
 
-    lease: Lease
+    lease: Leased
     queue_name: str
     lost: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set when the lease was lost (RENEW replied 0): stop; the result will not be acked."""
@@ -136,7 +167,7 @@ class Heartbeat:
     the parent's leases stay the parent's.
     """
 
-    def __init__(self, queue: Queue, lease_ms: int) -> None:
+    def __init__(self, queue: Renewing, lease_ms: int) -> None:
         self.queue = queue
         self.lease_ms = lease_ms
         self._reset()
@@ -266,14 +297,16 @@ AsyncHandler = Callable[[Job], Awaitable[object]]
 class Worker:
     """Runs `handler(job)` on the items of `queue`, `concurrency` at a time.
 
-    A plain function runs in `concurrency` threads over a `Queue`; a
-    coroutine function runs as that many asyncio tasks over an `AsyncQueue`
+    A plain function runs in `concurrency` threads over a `Queue` (or a
+    `ShardedQueue`: the same worker across sub-queues, by its weighted
+    rotation); a coroutine function runs as that many asyncio tasks over an
+    `AsyncQueue`
     (`run()` starts the event loop; `await run_async()` inside one).
     """
 
     def __init__(
         self,
-        queue: Queue | AsyncQueue,
+        queue: LeaseQueue | AsyncQueue,
         handler: Handler | AsyncHandler,
         *,
         concurrency: int = 1,
@@ -293,7 +326,7 @@ class Worker:
         self.is_async = inspect.iscoroutinefunction(handler)
         if self.is_async and not isinstance(queue, AsyncQueue):
             raise TypeError("a coroutine handler needs a vtrr.AsyncQueue (over redis.asyncio)")
-        if not self.is_async and not isinstance(queue, Queue):
+        if not self.is_async and isinstance(queue, AsyncQueue):
             raise TypeError(
                 "a plain handler needs a vtrr.Queue (an AsyncQueue needs an async def handler)"
             )
@@ -347,7 +380,7 @@ class Worker:
 
     # Threads.
     def _run_threads(self) -> None:
-        assert isinstance(self.queue, Queue)
+        assert not isinstance(self.queue, AsyncQueue)
         heartbeat = Heartbeat(self.queue, self.lease_ms)
         threads = [
             threading.Thread(
@@ -368,7 +401,7 @@ class Worker:
             heartbeat.stop()
 
     def _thread_loop(self, heartbeat: Heartbeat) -> None:
-        assert isinstance(self.queue, Queue)
+        assert not isinstance(self.queue, AsyncQueue)
         handler: Handler = self.handler
         while not self.stopping.is_set():
             try:
@@ -471,7 +504,7 @@ class Worker:
         with self._lock:
             return self._running.pop((job.id, job.token), None) is not None
 
-    def _finish(self, job: Job, error: BaseException | None, queue: Queue) -> None:
+    def _finish(self, job: Job, error: BaseException | None, queue: LeaseQueue) -> None:
         if not self._settled(job):
             return
         outcome = _outcome(error, job, self.backoff)
@@ -530,7 +563,7 @@ class Worker:
         logger.warning("lease of %s was lost: not acked", job.id)
         _call_hook(self.hooks.lost, job)
 
-    def _give_back(self, queue: Queue, jobs: list[Job]) -> None:
+    def _give_back(self, queue: LeaseQueue, jobs: list[Job]) -> None:
         for job in jobs:
             try:
                 queue.nack(job.lease)
