@@ -325,3 +325,18 @@ def test_a_worker_killed_mid_task_loses_nothing(
     assert done_list(client, queue.name) == ["crasher:1:0"], (
         "reclaimed by the timer, run again, once"
     )
+
+
+def test_a_lease_whose_thread_died_is_no_longer_renewed(queue: vtrr.Queue) -> None:
+    """A framework thread killed before it settled its lease: the item comes back, as after a crash."""
+    queue.enqueue("p", "orphan", b"x")
+    lease = queue.lease(400)
+    assert lease is not None
+    heartbeat = vtrr.Heartbeat(queue, 400)
+    holder = threading.Thread(target=heartbeat.track, args=(lease,))  # tracks, then ends
+    holder.start()
+    holder.join()
+    again = queue.lease(60_000, block_ms=3000)  # the timer reclaims it once it expires
+    heartbeat.stop()
+    assert again is not None and (again.id, again.timeouts) == ("orphan", 1)
+    assert queue.ack(again) == 1

@@ -162,6 +162,12 @@ class Hooks:
 class Heartbeat:
     """Renews the leases it tracks about every third of `lease_ms`, in one thread.
 
+    A lease is renewed while the thread that tracked it lives: a thread that
+    ends without `untrack` (killed by an error its framework did not catch)
+    lets its lease expire, so the queue's timer reclaims the item, as if that
+    worker had crashed, instead of keeping it leased for as long as the
+    process lives.
+
     Fork-safe: a forked child (Celery's prefork pool, threadmill's worker
     processes) starts with nothing tracked and its own thread on first use;
     the parent's leases stay the parent's.
@@ -174,31 +180,37 @@ class Heartbeat:
         _heartbeats.add(self)
 
     def _reset(self) -> None:
-        # Keyed by lease; counted, because one lease can be tracked twice at
-        # once (a Celery retry run in the process of the run it retries).
-        self._tracked: dict[tuple[str, str], tuple[Fenced, threading.Event, int]] = {}
+        # Keyed by lease, with every thread that tracks it: one lease can be
+        # tracked twice at once (a Celery retry run in the process of the run
+        # it retries); it is renewed until the last of them lets go.
+        self._tracked: dict[
+            tuple[str, str], tuple[Fenced, threading.Event, list[threading.Thread]]
+        ] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def track(self, lease: Fenced) -> threading.Event:
-        """Renew `lease` from now on; the event is set if a RENEW finds it lost."""
+        """Renew `lease` while this thread lives; the event is set if a RENEW finds it lost."""
         key = (lease.id, lease.token)
         with self._lock:
-            _, lost, count = self._tracked.get(key, (lease, threading.Event(), 0))
-            self._tracked[key] = (lease, lost, count + 1)
+            _, lost, owners = self._tracked.get(key, (lease, threading.Event(), []))
+            self._tracked[key] = (lease, lost, [*owners, threading.current_thread()])
             self._start_locked()
         return lost
 
     def untrack(self, lease: Fenced) -> None:
-        """Stop renewing `lease` (once every `track` of it is matched by an `untrack`)."""
+        """This thread stops holding `lease`; renewals stop once no thread holds it."""
         key = (lease.id, lease.token)
         with self._lock:
             found = self._tracked.get(key)
             if found is None:
                 return
-            if found[2] > 1:
-                self._tracked[key] = (found[0], found[1], found[2] - 1)
+            owners = list(found[2])
+            me = threading.current_thread()
+            owners.remove(me if me in owners else owners[0])
+            if owners:
+                self._tracked[key] = (found[0], found[1], owners)
             else:
                 del self._tracked[key]
 
@@ -231,6 +243,14 @@ class Heartbeat:
     def renew_all(self) -> None:
         """One pass: renew every tracked lease; mark and drop the lost ones."""
         with self._lock:
+            for key, (lease, _, owners) in list(self._tracked.items()):
+                if not any(owner.is_alive() for owner in owners):
+                    logger.warning(
+                        "the thread holding the lease of %s ended without settling it: "
+                        "it is no longer renewed and will be reclaimed when it expires",
+                        lease.id,
+                    )
+                    del self._tracked[key]
             tracked = [(lease, lost) for lease, lost, _ in self._tracked.values()]
         for lease, lost in tracked:
             try:
