@@ -339,7 +339,12 @@ def test_peek_and_telemetry_follow_every_state(project: Project, tasks: ModuleTy
 
     # SIGTERM: the running task finishes and is acknowledged; nothing new is taken.
     worker.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    wait_for(
+        lambda: "SIGTERM: finishing the running tasks" in project.logs(),
+        10,
+        "the worker to take the signal",
+        project.logs,
+    )
     project.client.rpush(gate_key, "go")
     assert worker.wait(15) == 0, project.logs()
     assert status(project, held.id) == TaskResultStatus.SUCCESSFUL
