@@ -23,7 +23,11 @@ use crate::config::{self, Layout};
 
 /// The layout of queue `queue` as a call on it would find it.
 pub fn layout_of(ctx: &Context, queue: &[u8]) -> Layout {
-    let probe = QueueKeyOpen::open(ctx, queue, false);
+    layout_at(ctx, queue, &QueueKeyOpen::open(ctx, queue, false))
+}
+
+/// The layout `probe` (the queue's `vtrr:<name>:queue`, opened) tells.
+fn layout_at(ctx: &Context, queue: &[u8], probe: &QueueKeyOpen) -> Layout {
     // SAFETY: the key is open (or NULL, read as empty).
     match unsafe { found_at(probe.key) } {
         Found::Native => Layout::native,
@@ -119,29 +123,16 @@ impl<'ctx> QueueStore<'ctx> {
         records_effects: bool,
     ) -> Result<Self, OpenError> {
         let probe = QueueKeyOpen::open(ctx, queue, scope.writes);
-        // SAFETY: the key is open.
-        let layout = match unsafe { found_at(probe.key) } {
-            Found::Native => Layout::native,
-            Found::KeysLayout | Found::Other => Layout::keys,
-            Found::Nothing => layout_of_new(ctx, queue),
-        };
-        Ok(match layout {
-            Layout::keys => QueueStore::Keys(RedisStore::open_with(
-                ctx,
-                queue,
-                scope,
-                caller,
-                records_effects,
-                Some(probe),
-            )?),
-            Layout::native => QueueStore::Native(NativeStore::open_with(
-                ctx,
-                queue,
-                scope,
-                caller,
-                Some(probe),
-            )?),
-        })
+        let layout = layout_at(ctx, queue, &probe);
+        Self::open_in(
+            layout,
+            ctx,
+            queue,
+            scope,
+            caller,
+            records_effects,
+            Some(probe),
+        )
     }
 
     /// Opens queue `queue` in `layout` (VTRR.CONVERT opens both).
@@ -153,6 +144,19 @@ impl<'ctx> QueueStore<'ctx> {
         caller: Caller,
         records_effects: bool,
     ) -> Result<Self, OpenError> {
+        Self::open_in(layout, ctx, queue, scope, caller, records_effects, None)
+    }
+
+    /// The store of `layout`, reusing `probe` (the queue key, already open) if given.
+    fn open_in(
+        layout: Layout,
+        ctx: &'ctx Context,
+        queue: &[u8],
+        scope: Scope,
+        caller: Caller,
+        records_effects: bool,
+        probe: Option<QueueKeyOpen>,
+    ) -> Result<Self, OpenError> {
         Ok(match layout {
             Layout::keys => QueueStore::Keys(RedisStore::open_with(
                 ctx,
@@ -160,10 +164,10 @@ impl<'ctx> QueueStore<'ctx> {
                 scope,
                 caller,
                 records_effects,
-                None,
+                probe,
             )?),
             Layout::native => {
-                QueueStore::Native(NativeStore::open_with(ctx, queue, scope, caller, None)?)
+                QueueStore::Native(NativeStore::open_with(ctx, queue, scope, caller, probe)?)
             }
         })
     }

@@ -23,13 +23,13 @@ use redis_module::{raw, Context};
 use super::acl::AclUser;
 use super::api::api;
 use super::blocking::signal_ready;
-use super::cluster::{self, Actor};
 use super::effects::replicate_load;
 use super::encoding::{self, DecodeError, ENCODING_VERSION};
 use super::key_names::names_of;
 use super::layout::QueueKeyOpen;
 use super::memory::MemoryStore;
-use super::redis::{Access, Caller, OpenError};
+use super::redis::{check_caller, Access, Caller, OpenError};
+use super::server::notify_module_event;
 use super::strings::OwnedString;
 use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
 
@@ -292,15 +292,7 @@ impl<'ctx> NativeStore<'ctx> {
 
     /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
     pub fn notify(&self, event: &CStr) {
-        // SAFETY: live context, NUL-terminated event name, valid key name.
-        unsafe {
-            api!(RedisModule_NotifyKeyspaceEvent)(
-                self.ctx.ctx,
-                raw::REDISMODULE_NOTIFY_MODULE as c_int,
-                event.as_ptr(),
-                self.name.0,
-            )
-        };
+        notify_module_event(self.ctx, &self.name, event);
     }
 
     /// Takes the whole queue out of its key (VTRR.CONVERT), leaving the
@@ -345,26 +337,6 @@ impl Drop for NativeStore<'_> {
             unsafe { api!(RedisModule_CloseKey)(self.key) };
         }
     }
-}
-
-/// The cluster check of every open: a client or the timer acts only where
-/// the queue's slot is not moving (the timer's reads only refresh its
-/// index, so they may).
-pub(super) fn check_caller(
-    ctx: &Context,
-    queue: &[u8],
-    caller: Caller,
-    access: Access,
-) -> Result<(), OpenError> {
-    let actor = match (caller, access) {
-        (Caller::Client, _) => Some(Actor::Client),
-        (Caller::Server, Access::Write) => Some(Actor::Timer),
-        (Caller::Server, Access::Read) => None,
-    };
-    if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
-        return Err(OpenError::SlotMoving);
-    }
-    Ok(())
 }
 
 impl Store for NativeStore<'_> {

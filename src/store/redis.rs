@@ -24,6 +24,7 @@ pub use super::effects::ApplyArgs;
 use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
 use super::key_names::names_of;
 use super::layout::QueueKeyOpen;
+use super::server::notify_module_event;
 use super::strings::{bytes_of, take_string, OwnedString};
 use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
 
@@ -116,15 +117,7 @@ impl<'ctx> RedisStore<'ctx> {
         } else {
             Access::Read
         };
-        let actor = match (caller, access) {
-            (Caller::Client, _) => Some(Actor::Client),
-            (Caller::Server, Access::Write) => Some(Actor::Timer),
-            // The timer's reads only refresh its index.
-            (Caller::Server, Access::Read) => None,
-        };
-        if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
-            return Err(OpenError::SlotMoving);
-        }
+        check_caller(ctx, queue, caller, access)?;
         let (names, queue_name) = names_of(queue, scope.keys);
         check_permissions(ctx, &names, caller, access)?;
         let mut store = RedisStore {
@@ -302,15 +295,7 @@ impl<'ctx> RedisStore<'ctx> {
 
     /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
     pub fn notify(&self, event: &CStr) {
-        // SAFETY: live context, NUL-terminated event name, valid key name.
-        unsafe {
-            api!(RedisModule_NotifyKeyspaceEvent)(
-                self.ctx.ctx,
-                raw::REDISMODULE_NOTIFY_MODULE as c_int,
-                event.as_ptr(),
-                self.queue_name.0,
-            )
-        };
+        notify_module_event(self.ctx, &self.queue_name, event);
     }
 
     /// Notes a write to `which`, and records it as an effect (`args`, made
@@ -390,6 +375,26 @@ impl<'ctx> RedisStore<'ctx> {
             .call(command, &argv[..])
             .map_err(|e| call_error(command, slot, e.to_string()))
     }
+}
+
+/// The cluster check of every open: a client or the timer acts only where
+/// the queue's slot is not moving (the timer's reads only refresh its
+/// index, so they may).
+pub(super) fn check_caller(
+    ctx: &Context,
+    queue: &[u8],
+    caller: Caller,
+    access: Access,
+) -> Result<(), OpenError> {
+    let actor = match (caller, access) {
+        (Caller::Client, _) => Some(Actor::Client),
+        (Caller::Server, Access::Write) => Some(Actor::Timer),
+        (Caller::Server, Access::Read) => None,
+    };
+    if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
+        return Err(OpenError::SlotMoving);
+    }
+    Ok(())
 }
 
 /// The calling client's ACL user may access every key of `names` as

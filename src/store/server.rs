@@ -2,6 +2,7 @@
 //! and the server events the module follows.
 
 use std::cell::RefCell;
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::sync::OnceLock;
 
@@ -10,6 +11,7 @@ use rand::{Rng as _, SeedableRng as _};
 use redis_module::{raw, Context, ContextFlags};
 
 use super::api::api;
+use super::strings::OwnedString;
 
 /// Server time in Unix milliseconds. Read once per command.
 pub fn now_ms() -> i64 {
@@ -158,4 +160,17 @@ pub fn log_warning(ctx: &Context, message: &str) {
     } else {
         ctx.log_warning(message);
     }
+}
+
+/// Fires the module keyspace event `event` on `key`.
+pub fn notify_module_event(ctx: &Context, key: &OwnedString, event: &CStr) {
+    // SAFETY: live context, NUL-terminated event name, valid key name.
+    unsafe {
+        api!(RedisModule_NotifyKeyspaceEvent)(
+            ctx.ctx,
+            raw::REDISMODULE_NOTIFY_MODULE as c_int,
+            event.as_ptr(),
+            key.0,
+        )
+    };
 }
