@@ -64,12 +64,8 @@ pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
 
 /// `vtrr:<name>:<suffix>` of a sorted set: (member, score) in order.
 pub fn key_zrange(con: &mut redis::Connection, name: &str, suffix: &str) -> Vec<(Vec<u8>, f64)> {
-    let flat: Vec<Vec<u8>> = redis::cmd("VTRR.INSPECT")
-        .arg(name)
-        .arg(suffix)
-        .query(con)
-        .unwrap();
-    flat.chunks_exact(2)
+    inspect_flat(con, name, suffix)
+        .chunks_exact(2)
         .map(|pair| {
             let score = String::from_utf8_lossy(&pair[1]).parse().unwrap();
             (pair[0].clone(), score)
@@ -96,12 +92,8 @@ pub fn key_hgetall(
     name: &str,
     suffix: &str,
 ) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
-    let flat: Vec<Vec<u8>> = redis::cmd("VTRR.INSPECT")
-        .arg(name)
-        .arg(suffix)
-        .query(con)
-        .unwrap();
-    flat.chunks_exact(2)
+    inspect_flat(con, name, suffix)
+        .chunks_exact(2)
         .map(|pair| (pair[0].clone(), pair[1].clone()))
         .collect()
 }
@@ -132,12 +124,16 @@ pub fn key_exists(con: &mut redis::Connection, name: &str, suffix: &str) -> bool
     if suffix == "current_virtual_time" {
         return key_current_virtual_time(con, name).is_some();
     }
-    let flat: Vec<Vec<u8>> = redis::cmd("VTRR.INSPECT")
+    !inspect_flat(con, name, suffix).is_empty()
+}
+
+/// VTRR.INSPECT of a sorted set or hash: its flat member/score or field/value array.
+fn inspect_flat(con: &mut redis::Connection, name: &str, suffix: &str) -> Vec<Vec<u8>> {
+    redis::cmd("VTRR.INSPECT")
         .arg(name)
         .arg(suffix)
         .query(con)
-        .unwrap();
-    !flat.is_empty()
+        .unwrap()
 }
 
 /// Runs `write` on queue `name`'s keys as another client of the keys layout
