@@ -478,3 +478,32 @@ def test_on_a_cluster(cluster: Cluster, project: Project, tasks: ModuleType) -> 
         assert (counts.ready, counts.successful) == (0, 2)
     finally:
         backend.close()
+
+
+def test_partition_and_weight_options_are_dotted_paths(project: Project, tasks: ModuleType) -> None:
+    from django.tasks.exceptions import InvalidTask
+
+    from vtrr.django import VTRRBackend
+
+    prefix = f"django:o{uuid.uuid4().hex[:8]}"
+    options = {
+        "url": project.server.url,
+        "prefix": prefix,
+        "partition": "djangoproject.tasks.tenant_of",
+        "weight": "djangoproject.tasks.cost_of",
+    }
+    backend = VTRRBackend("default", {"QUEUES": ["default"], "OPTIONS": options})
+    try:
+        backend.enqueue(tasks.add, (3, 4), {})
+        backend.enqueue(tasks.add, (2, 1), {})
+        queue = backend.queue("default")
+        odd, even = queue.partition("t1"), queue.partition("t0")
+        assert (odd.queued, even.queued) == (1, 1)
+        assert (odd.virtual_time, even.virtual_time) == (1 + 4, 1 + 1), (
+            "each item's weight is cost_of"
+        )
+        with pytest.raises(InvalidTask, match="partition"):
+            backend.enqueue(tasks.record, (7,), {"raw": True})  # tenant_of gives an int
+        assert queue.stats().queued == 2, "a refused task enqueues nothing"
+    finally:
+        backend.close()

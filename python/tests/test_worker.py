@@ -53,8 +53,14 @@ def test_every_item_runs_once_across_concurrent_handlers(
         with lock:
             seen.append(job.id)
 
-    Worker(queue, handler, concurrency=4, block_ms=100, exit_when_idle=True).run()
+    leased: list[str] = []
+    succeeded: list[float] = []
+    hooks = Hooks(
+        leased=lambda job: leased.append(job.id), succeeded=lambda job, s: succeeded.append(s)
+    )
+    Worker(queue, handler, concurrency=4, block_ms=100, exit_when_idle=True, hooks=hooks).run()
     assert sorted(seen) == sorted(f"item-{i}" for i in range(200))
+    assert sorted(leased) == sorted(seen) and len(succeeded) == 200 and min(succeeded) >= 0
     stats = queue.stats()
     assert (stats.queued, stats.inflight) == (0, 0)
     assert queue.check() == []

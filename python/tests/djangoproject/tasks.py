@@ -68,3 +68,13 @@ def hang_first_attempt(context: TaskContext, label: str) -> dict[str, Any]:
     if attempt == 1:
         time.sleep(60)
     return {"attempt": attempt, "workers": context.task_result.worker_ids}
+
+
+def tenant_of(task: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """A `partition` option: the tenant from the first argument (an int is refused)."""
+    return args[0] if kwargs.get("raw") else f"t{args[0] % 2}"
+
+
+def cost_of(task: Any, args: list[Any], kwargs: dict[str, Any]) -> int:
+    """A `weight` option: the second argument."""
+    return int(args[1])
