@@ -186,3 +186,15 @@ def test_async_queue_speaks_the_same_commands(server: Server, queue_name: str) -
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_replies_read_the_same_under_resp2_and_resp3(server: Server, queue_name: str) -> None:
+    """redis-py 8 speaks RESP3 by default (maps); RESP2 clients get flat arrays: one parser reads both."""
+    seen = []
+    for protocol in (2, 3):
+        queue = vtrr.Queue(server.client(protocol=protocol), f"{queue_name}{protocol}")
+        queue.enqueue("p", "i", b"x")
+        queue.set_limit("p", share=2)
+        seen.append((queue.stats().queued, queue.policy(), queue.limit("p"), queue.partition("p")))
+    assert seen[0] == seen[1]
+    assert seen[0][2].share == 2
