@@ -649,9 +649,8 @@ class VTRRQueue:
         delivery: _Delivery,
     ) -> Any:
         lease = delivery.lease
-        heartbeat = self._heartbeat if lease is not None else None
-        if heartbeat is not None and lease is not None:
-            delivery.lost = heartbeat.track(lease)
+        if lease is not None:
+            delivery.lost = self._heartbeat.track(lease)
         # Explicit `headers`: Celery's Context otherwise turns unknown fields
         # (ours) into custom headers, which a retry message would carry.
         task.push_request(
@@ -675,10 +674,10 @@ class VTRRQueue:
             # shutdown): settle stays False: no ACK, the lease expires and the
             # timer reclaims the item (one more timeout).
             task.pop_request()
-            if heartbeat is not None and lease is not None:
-                heartbeat.untrack(lease)
-            if lease is not None and settle:
-                self._settle(delivery, lease)
+            if lease is not None:
+                self._heartbeat.untrack(lease)
+                if settle:
+                    self._settle(delivery, lease)
 
     def _settle(self, delivery: _Delivery, lease: Lease) -> None:
         try:

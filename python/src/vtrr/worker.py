@@ -290,6 +290,11 @@ def _call_hook(hook: Callable[..., None] | None, *args: Any) -> None:
         logger.exception("worker hook %r failed", hook)
 
 
+def _settling_failed(job: Job) -> None:
+    # The lease stays with this worker until it expires; the timer then reclaims the item.
+    logger.exception("settling %s failed; its lease will expire and be reclaimed", job.id)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Outcome:
     """What to tell the queue once a handler is done."""
@@ -524,12 +529,18 @@ class Worker:
         with self._lock:
             return self._running.pop((job.id, job.token), None) is not None
 
-    def _finish(self, job: Job, error: BaseException | None, queue: LeaseQueue) -> None:
+    def _plan(self, job: Job, error: BaseException | None) -> _Outcome | None:
+        """What to tell the queue about a finished handler; None when nothing (given back, or lost)."""
         if not self._settled(job):
-            return
-        outcome = _outcome(error, job, self.backoff)
+            return None
         if job.lost.is_set():
             self._report_lost(job)
+            return None
+        return _outcome(error, job, self.backoff)
+
+    def _finish(self, job: Job, error: BaseException | None, queue: LeaseQueue) -> None:
+        outcome = self._plan(job, error)
+        if outcome is None:
             return
         try:
             if outcome.ack:
@@ -537,18 +548,14 @@ class Worker:
             else:
                 done = queue.nack(job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead)
         except Exception:
-            # The lease stays with us until it expires; the timer then reclaims the item.
-            logger.exception("settling %s failed; its lease will expire and be reclaimed", job.id)
+            _settling_failed(job)
             return
         self._report(job, outcome, done)
 
     async def _finish_async(self, job: Job, error: BaseException | None) -> None:
         assert isinstance(self.queue, AsyncQueue)
-        if not self._settled(job):
-            return
-        outcome = _outcome(error, job, self.backoff)
-        if job.lost.is_set():
-            self._report_lost(job)
+        outcome = self._plan(job, error)
+        if outcome is None:
             return
         try:
             if outcome.ack:
@@ -558,7 +565,7 @@ class Worker:
                     job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead
                 )
         except Exception:
-            logger.exception("settling %s failed; its lease will expire and be reclaimed", job.id)
+            _settling_failed(job)
             return
         self._report(job, outcome, done)
 
