@@ -11,7 +11,7 @@ GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 # (make test runs all of them on both, on Redis 7.0). Replication on the
 # native layout, the slowest of them (about a minute), runs on the newest
 # Redis and the newest Valkey.
-NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease --test faults \
+NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease --test faults --test hostile \
                         --test cluster --test blocking
 NATIVE_REPLICATION_SERVERS := redis-8.2 valkey-9
 # The Python package: make test runs its whole suite on both layouts; the
@@ -105,7 +105,7 @@ bench-baseline: release ## Rewrites the instruction-count gate's baseline (tiny 
 	status=$$?; rm -rf $$counts; exit $$status
 
 fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
-	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test faults random_arguments -- --nocapture
+	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test hostile random_arguments -- --nocapture
 
 soak: build ## Cluster soak: the queue's slot moved ROUNDS times each way under traffic (ROUNDS=20; SERVER=path for another server)
 	VTRR_SOAK_ROUNDS=$${ROUNDS:-20} VTRR_REDIS_SERVER=$${SERVER:-redis-server} cargo test --test cluster -- --nocapture

@@ -11,9 +11,12 @@ use crate::limits::{
 use crate::store::native::LoadError;
 use crate::store::redis::OpenError;
 use crate::store::KeyKind;
+use crate::text::{printable_line, Quoted};
 
+/// The one constructor of an error reply: its message made printable
+/// ASCII (client text in it is [`Quoted`] already).
 fn err(message: String) -> RedisError {
-    RedisError::String(message)
+    RedisError::String(printable_line(message))
 }
 
 pub fn syntax() -> RedisError {
@@ -97,12 +100,12 @@ pub fn open(error: &OpenError) -> RedisError {
             };
             err(format!(
                 "WRONGTYPE Operation against a key holding the wrong kind of value: {} must be {expected}",
-                String::from_utf8_lossy(key)
+                Quoted(key)
             ))
         }
         OpenError::NoPermission { key } => err(format!(
             "NOPERM this user has no permissions to access the key {} of this queue",
-            String::from_utf8_lossy(key)
+            Quoted(key)
         )),
         // Cluster clients retry TRYAGAIN; by then the slot has an owner.
         OpenError::SlotMoving => {
@@ -118,9 +121,10 @@ pub fn internal_command(command: &str) -> RedisError {
     ))
 }
 
-pub fn apply_version(version: &str) -> RedisError {
+pub fn apply_version(version: &[u8]) -> RedisError {
     err(format!(
-        "ERR VTRR.APPLY version {version} is not one this module reads ({}): upgrade the module on this server (replicas before their master)",
+        "ERR VTRR.APPLY version {} is not one this module reads ({}): upgrade the module on this server (replicas before their master)",
+        Quoted(version),
         crate::replay::VERSION
     ))
 }
@@ -137,12 +141,12 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
     match error {
         CoreError::CurrentVirtualTimeNotInteger => err(format!(
             "ERR vtrr:{}:current_virtual_time is not an integer",
-            String::from_utf8_lossy(queue)
+            Quoted(queue)
         )),
         CoreError::Store(refused) => err(format!(
             "ERR {} {} failed: {}",
             refused.command,
-            String::from_utf8_lossy(&refused.key),
+            Quoted(&refused.key),
             refused.reply
         )),
     }
@@ -150,7 +154,7 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
 
 /// `VTRR.LOAD` refused a chunk: nothing was changed.
 pub fn load_refused(key: &[u8], why: &LoadError) -> RedisError {
-    let key = String::from_utf8_lossy(key);
+    let key = Quoted(key);
     match why {
         LoadError::WrongType => err(format!(
             "WRONGTYPE VTRR.LOAD: key {key} holds another type than a native vtrr queue"
@@ -165,7 +169,16 @@ pub fn load_refused(key: &[u8], why: &LoadError) -> RedisError {
 pub fn unknown_layout(given: &[u8]) -> RedisError {
     err(format!(
         "ERR layout must be NATIVE or KEYS, not '{}'",
-        String::from_utf8_lossy(given)
+        Quoted(given)
+    ))
+}
+
+/// `VTRR.CONVERT <name> KEYS` of a native queue beside which another
+/// client wrote a key of the keys layout.
+pub fn convert_key_taken(key: &[u8]) -> RedisError {
+    err(format!(
+        "ERR VTRR.CONVERT: key {} exists beside the native queue; delete or rename it before converting to KEYS",
+        Quoted(key)
     ))
 }
 
@@ -173,6 +186,57 @@ pub fn unknown_layout(given: &[u8]) -> RedisError {
 pub fn unknown_key(given: &[u8]) -> RedisError {
     err(format!(
         "ERR key must be one of a queue's key suffixes (queue, inflight, task, ...), not '{}'",
-        String::from_utf8_lossy(given)
+        Quoted(given)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Every error reply is built by `err`: no other file constructs a
+    /// `RedisError` from text (clippy.toml bans the crate's log and raw
+    /// reply calls the same way).
+    #[test]
+    fn only_this_file_builds_error_text() {
+        fn scan(dir: &Path, found: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    scan(&path, found);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("error.rs")
+                {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for marker in ["RedisError::String", "RedisError::Str(", "StaticError"] {
+                        if text.contains(marker) {
+                            found.push(format!("{} uses {marker}", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+        let mut found = Vec::new();
+        scan(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut found,
+        );
+        assert!(found.is_empty(), "{found:#?}");
+    }
+
+    #[test]
+    fn client_text_in_an_error_is_quoted_and_printable() {
+        let cases: &[(&[u8], &str)] = &[
+            ("Ā".as_bytes(), "\\xc4\\x80"),
+            (b"%s%n\r\n\x00", "%s%n\\r\\n\\x00"),
+        ];
+        for (given, quoted) in cases {
+            let super::RedisError::String(message) = super::unknown_layout(given) else {
+                panic!("not a text error");
+            };
+            assert_eq!(
+                message,
+                format!("ERR layout must be NATIVE or KEYS, not '{quoted}'")
+            );
+        }
+    }
 }

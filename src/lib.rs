@@ -15,6 +15,7 @@ pub mod limits;
 pub mod ops;
 pub mod replay;
 pub mod store;
+pub mod text;
 pub mod timer;
 
 use redis_module::configuration::ConfigurationFlags;
@@ -33,26 +34,38 @@ use store::native::QUEUE_TYPE;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(missing) = store::api::check() {
-        ctx.log_warning(&format!("vtrr: this server lacks {missing}; not loading"));
+        store::server::log_warning(
+            ctx,
+            &format!("vtrr: this server lacks {missing}; not loading"),
+        );
         return Status::Err;
     }
     store::cluster::set_module_options(ctx);
     for command in COMMANDS {
         if let Err(e) = command_info::set(ctx, &command.info) {
-            ctx.log_warning(&format!("vtrr: {e}"));
+            store::server::log_warning(ctx, &format!("vtrr: {e}"));
             return Status::Err;
         }
     }
     if !store::server::subscribe_to_swapdb(ctx, timer::on_swapdb) {
-        ctx.log_warning("vtrr: could not subscribe to SWAPDB events; not loading");
+        store::server::log_warning(
+            ctx,
+            "vtrr: could not subscribe to SWAPDB events; not loading",
+        );
         return Status::Err;
     }
     if !store::server::subscribe_to_flush(ctx, timer::on_flush) {
-        ctx.log_warning("vtrr: could not subscribe to FLUSHDB events; not loading");
+        store::server::log_warning(
+            ctx,
+            "vtrr: could not subscribe to FLUSHDB events; not loading",
+        );
         return Status::Err;
     }
     if !store::cluster::follow_migrations(ctx) {
-        ctx.log_warning("vtrr: could not register the slot-migration filter; not loading");
+        store::server::log_warning(
+            ctx,
+            "vtrr: could not register the slot-migration filter; not loading",
+        );
         return Status::Err;
     }
     timer::request_rebuild();
@@ -101,6 +114,12 @@ macro_rules! register {
         /// Every command, for the metadata `init` sets.
         const COMMANDS: &[&Command] = &[$(&$command),*];
 
+        // The crate's registration code logs its own fixed load-time
+        // messages through the log calls the module itself may not use.
+        #[allow(clippy::disallowed_methods)]
+        mod registration {
+            use super::*;
+
         redis_module! {
     name: "vtrr",
     version: 1,
@@ -128,6 +147,7 @@ macro_rules! register {
         module_args_as_configuration: true,
     ]
 }
+        }
     };
 }
 

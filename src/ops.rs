@@ -23,7 +23,7 @@ use crate::core::{
 };
 use crate::replay::{Apply, Operation};
 use crate::store::keys;
-use crate::store::layout::{layout_of, QueueStore};
+use crate::store::layout::{keys_layout_key_beside, layout_of, QueueStore};
 use crate::store::memory::MemoryStore;
 use crate::store::native::load_chunk;
 use crate::store::redis::{
@@ -32,6 +32,7 @@ use crate::store::redis::{
 use crate::store::server::log_warning;
 use crate::store::server::{new_token, now_ms, selected_db};
 use crate::store::QueueKey;
+use crate::text::Quoted;
 use crate::timer::index::with_index;
 use crate::{config, error, info};
 
@@ -192,7 +193,7 @@ fn lease_drawing(
     if diverged || replayed.is_some_and(|mut left| left.next().is_some()) {
         log_warning(ctx, &format!(
             "vtrr: replaying a LEASE of queue {} leased {} items where the master leased another number: this server's copy differs from its master's",
-            String::from_utf8_lossy(queue),
+            Quoted(queue),
             outcome.leased.len()
         ));
     }
@@ -447,48 +448,100 @@ pub fn convert(ctx: &Context, queue: &[u8], to: Layout) -> Result<bool, RedisErr
     if from == to {
         return Ok(false);
     }
-    let refused = |e: OpenError| error::open(&e);
-    may_write_every_key(ctx, queue).map_err(refused)?;
-    let open = |layout| {
-        QueueStore::open_as(
-            layout,
-            ctx,
-            queue,
-            CoreOp::Convert.into(),
-            Caller::Client,
-            false,
-        )
-        .map_err(refused)
-    };
-    let mut source = open(from)?;
-    let mut moved = match &mut source {
-        QueueStore::Native(native) => native.take(),
-        QueueStore::Keys(keys) => {
-            let mut moved = MemoryStore::new();
-            core::convert::copy_queue(keys, &mut moved).map_err(|e| error::core(&e, queue))?;
-            if !moved.is_empty() {
-                core::convert::clear_queue(keys);
-                keys.signal_modified();
-            }
-            moved
+    may_write_every_key(ctx, queue).map_err(|e| error::open(&e))?;
+    // The target is checked before anything is taken: a key of the keys
+    // layout beside a native queue is another client's, not to merge into.
+    if to == Layout::keys {
+        if let Some(key) = keys_layout_key_beside(ctx, queue) {
+            return Err(error::convert_key_taken(&key));
         }
-    };
-    drop(source);
+    }
+    let moved = take_queue(ctx, queue, from)?;
     if moved.is_empty() {
         return Ok(false);
     }
-    let mut target = open(to)?;
-    match &mut target {
-        QueueStore::Native(native) => native.install(moved),
-        QueueStore::Keys(keys) => {
-            core::convert::copy_queue(&mut moved, keys).map_err(|e| error::core(&e, queue))?
+    let mut target = match put_queue(ctx, queue, to, moved) {
+        Ok(target) => target,
+        // Whatever refused the target, the queue goes back where it was:
+        // nothing changed, so nothing is propagated.
+        Err((refused, moved)) => {
+            if let Err((_, lost)) = put_queue(ctx, queue, from, moved) {
+                log_warning(
+                    ctx,
+                    &format!(
+                        "vtrr: VTRR.CONVERT of queue {} failed and could not put back its {} entries",
+                        Quoted(queue),
+                        lost.entries()
+                    ),
+                );
+            }
+            return Err(refused);
         }
-    }
+    };
     target.commit(c"vtrr.convert", || Propagate::Verbatim);
     drop(target);
     let db = selected_db(ctx);
     with_index(|index| index.recheck.insert((db, queue.to_vec())));
     Ok(true)
+}
+
+/// Opens `queue` in `layout` for VTRR.CONVERT.
+fn open_for_convert<'ctx>(
+    ctx: &'ctx Context,
+    queue: &[u8],
+    layout: Layout,
+) -> Result<QueueStore<'ctx>, RedisError> {
+    QueueStore::open_as(
+        layout,
+        ctx,
+        queue,
+        CoreOp::Convert.into(),
+        Caller::Client,
+        false,
+    )
+    .map_err(|e| error::open(&e))
+}
+
+/// Takes the whole queue out of `layout`, leaving its keys deleted.
+fn take_queue(ctx: &Context, queue: &[u8], layout: Layout) -> Result<MemoryStore, RedisError> {
+    Ok(match open_for_convert(ctx, queue, layout)? {
+        QueueStore::Native(mut native) => native.take(),
+        QueueStore::Keys(mut keys) => {
+            let mut moved = MemoryStore::new();
+            core::convert::copy_queue(&mut keys, &mut moved).map_err(|e| error::core(&e, queue))?;
+            if !moved.is_empty() {
+                core::convert::clear_queue(&mut keys);
+                keys.signal_modified();
+            }
+            moved
+        }
+    })
+}
+
+/// Puts `moved` into `layout` (empty), returning the store to commit; on
+/// failure, the refusal and the queue, with nothing left written.
+// The queue travels by value (a move of its root, once per CONVERT).
+#[allow(clippy::result_large_err)]
+fn put_queue<'ctx>(
+    ctx: &'ctx Context,
+    queue: &[u8],
+    layout: Layout,
+    mut moved: MemoryStore,
+) -> Result<QueueStore<'ctx>, (RedisError, MemoryStore)> {
+    let mut target = match open_for_convert(ctx, queue, layout) {
+        Ok(target) => target,
+        Err(refused) => return Err((refused, moved)),
+    };
+    match &mut target {
+        QueueStore::Native(native) => native.install(moved),
+        QueueStore::Keys(keys) => {
+            if let Err(e) = core::convert::copy_queue(&mut moved, keys) {
+                core::convert::clear_queue(keys);
+                return Err((error::core(&e, queue), moved));
+            }
+        }
+    }
+    Ok(target)
 }
 
 /// `VTRR.LOAD`: adds a chunk of a native queue's encoding to the key (a
@@ -818,7 +871,7 @@ impl<'a> Call<'a> {
         if anomalies.is_empty() {
             return;
         }
-        let queue = String::from_utf8_lossy(self.queue);
+        let queue = Quoted(self.queue);
         for anomaly in anomalies {
             log_warning(self.ctx, &format!("vtrr: queue {queue}: {anomaly}"));
         }

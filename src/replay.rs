@@ -65,7 +65,7 @@ pub struct Apply<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParseError {
     /// Written by a newer module.
-    UnknownVersion(String),
+    UnknownVersion(Vec<u8>),
     Malformed(&'static str),
 }
 
@@ -149,9 +149,7 @@ impl Apply<'_> {
             return Err(ParseError::Malformed("too few arguments"));
         };
         if *version != VERSION.as_bytes() {
-            return Err(ParseError::UnknownVersion(
-                String::from_utf8_lossy(version).into_owned(),
-            ));
+            return Err(ParseError::UnknownVersion(version.to_vec()));
         }
         let now_ms = integer(now_ms)?;
         let count = |raw: &[u8]| -> Result<usize, ParseError> {
@@ -219,6 +217,30 @@ fn integer(raw: &[u8]) -> Result<i64, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a master's stream (or a forged AOF) carries, the reader
+        /// answers: an operation or a refusal, never a panic.
+        #[test]
+        fn any_arguments_are_read_or_refused(
+            words in proptest::collection::vec(
+                prop_oneof![
+                    proptest::collection::vec(any::<u8>(), 0..12),
+                    Just(VERSION.as_bytes().to_vec()),
+                    prop::sample::select(vec![
+                        b"LEASE".to_vec(), b"RECLAIM".to_vec(), b"DUE".to_vec(),
+                        b"NACK".to_vec(), b"ENQUEUE".to_vec(), b"0".to_vec(),
+                        b"-1".to_vec(), b"9223372036854775808".to_vec(),
+                    ]),
+                ],
+                0..10,
+            )
+        ) {
+            let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+            let _ = Apply::parse(&refs);
+        }
+    }
 
     fn round_trip(apply: Apply<'_>) {
         let args = apply.to_args(b"{q}");
@@ -292,7 +314,7 @@ mod tests {
         }
         assert_eq!(
             parse(&["2", "DUE", "1", "16"]),
-            Err(ParseError::UnknownVersion("2".into()))
+            Err(ParseError::UnknownVersion(b"2".to_vec()))
         );
         for words in [
             &["1"][..],

@@ -1168,8 +1168,8 @@ fn a_queued_item_whose_payload_is_missing_is_dead_lettered_not_served() {
 }
 
 /// Ids, partitions and queue names are binary: a warning that names one
-/// holding a NUL byte is logged with `\0` (the log call takes C strings; an
-/// unescaped NUL made it panic and abort the server).
+/// holding a NUL byte is logged with `\x00` (the log call takes C strings;
+/// an unescaped NUL made it panic and abort the server).
 #[test]
 fn a_warning_naming_an_id_with_a_nul_byte_is_logged_escaped() {
     let server = quiet_server();
@@ -1184,7 +1184,7 @@ fn a_warning_naming_an_id_with_a_nul_byte_is_logged_escaped() {
     });
     assert_eq!(removed, 1);
     assert_eq!(lease(&mut con, "q\0x", 60_000), None);
-    let warning = "vtrr: queue q\\0x: item a\\0b had no payload";
+    let warning = r"vtrr: queue q\x00x: item a\x00b had no payload";
     wait_until(Duration::from_secs(2), "the warning is logged", || {
         server.log().contains(warning)
     });

@@ -582,3 +582,151 @@ fn a_replica_loading_diskless_gets_the_native_queue() {
         "the replica did not load diskless:\n{log}"
     );
 }
+
+/// VTRR.CONVERT checks the target before it takes anything: with a key of
+/// the wrong type planted at any key of the keys layout, a move either way
+/// is an error and the queue stays whole where it was (once, a native
+/// queue converted onto a stray key was deleted). A stray key of the
+/// right type beside a native queue is another client's: not merged.
+#[test]
+fn convert_refused_by_a_planted_key_leaves_the_queue_whole_either_way() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "0", "default-layout", "keys"])
+        .spawn();
+    let mut con = server.connect();
+    queue_in_every_state(&mut con, "q");
+    let planted = |con: &mut Connection, suffix: &str| {
+        let key = format!("vtrr:q:{suffix}");
+        let _: () = command(&["DEL", &key]).query(con).unwrap();
+        // A string where the layout has hashes and sorted sets (and a
+        // hash where `current_virtual_time` is a string).
+        if suffix == "current_virtual_time" {
+            let _: () = command(&["HSET", &key, "garbage", "x"]).query(con).unwrap();
+        } else {
+            let _: () = command(&["SET", &key, "garbage"]).query(con).unwrap();
+        }
+    };
+    for suffix in ALL_SUFFIXES {
+        // Keys to native: the wrong-type key is part of the source.
+        let _: () = command(&["FLUSHALL"]).query(&mut con).unwrap();
+        queue_in_every_state(&mut con, "q");
+        planted(&mut con, suffix);
+        let before = contents_all(&mut con);
+        let error = error_of(command(&["VTRR.CONVERT", "q", "NATIVE"]).query(&mut con));
+        assert!(error.starts_with("WRONGTYPE"), "{suffix}: {error}");
+        assert_eq!(
+            contents_all(&mut con),
+            before,
+            "{suffix}: keys to native changed keys"
+        );
+
+        // Native to keys: the wrong-type key sits beside the native queue.
+        if suffix == "queue" {
+            continue;
+        }
+        let _: () = command(&["FLUSHALL"]).query(&mut con).unwrap();
+        let token = queue_in_every_state(&mut con, "q");
+        assert_eq!(convert(&mut con, "q", "NATIVE"), 1);
+        let stats_before: Vec<Value> = command(&["VTRR.STATS", "q"]).query(&mut con).unwrap();
+        planted(&mut con, suffix);
+        let before = contents_all(&mut con);
+        let error = error_of(command(&["VTRR.CONVERT", "q", "KEYS"]).query(&mut con));
+        assert_eq!(
+            error,
+            format!("ERR VTRR.CONVERT: key vtrr:q:{suffix} exists beside the native queue; delete or rename it before converting to KEYS"),
+        );
+        assert_eq!(
+            contents_all(&mut con),
+            before,
+            "{suffix}: native to keys changed keys"
+        );
+        assert_eq!(layout_of(&mut con, "q"), "native");
+        let _: () = command(&["DEL", &format!("vtrr:q:{suffix}")])
+            .query(&mut con)
+            .unwrap();
+        let stats: Vec<Value> = command(&["VTRR.STATS", "q"]).query(&mut con).unwrap();
+        assert_eq!(stats, stats_before, "{suffix}: the queue is whole");
+        assert_eq!(
+            ack(&mut con, "q", b"a", &token),
+            1,
+            "{suffix}: its lease still acks"
+        );
+        assert_invariants(&mut con, "q");
+    }
+    // A stray key of the right type is refused the same way.
+    let _: () = command(&["FLUSHALL"]).query(&mut con).unwrap();
+    queue_in_every_state(&mut con, "q");
+    assert_eq!(convert(&mut con, "q", "NATIVE"), 1);
+    let _: () = command(&["HSET", "vtrr:q:task", "stray", "x"])
+        .query(&mut con)
+        .unwrap();
+    let before = contents_all(&mut con);
+    let error = error_of(command(&["VTRR.CONVERT", "q", "KEYS"]).query(&mut con));
+    assert!(error.contains("vtrr:q:task exists beside"), "{error}");
+    assert_eq!(contents_all(&mut con), before);
+}
+
+/// No queue is empty (the call that empties one deletes its key), so a
+/// DUMP payload of an empty native queue is forged: RESTORE refuses it
+/// rather than make a key an AOF rewrite would drop.
+#[test]
+fn restore_refuses_an_empty_native_queue() {
+    let server = native_server(&[], &[]);
+    let mut con = server.connect();
+    enqueue_one(&mut con, "q", "p", "a", "A");
+    let dump: Vec<u8> = redis::cmd("DUMP")
+        .arg("vtrr:q:queue")
+        .query(&mut con)
+        .unwrap();
+    let body = &dump[..dump.len() - 8];
+    let version = &body[body.len() - 2..];
+    // The value's type (a byte) and module id (0x81 and 8 bytes), then at
+    // once the empty chunk that ends the chunks (a string opcode, length
+    // 0) and the module EOF.
+    let empty = [&body[..10], &[5, 0, 0], version].concat();
+    let restored = redis::cmd("RESTORE")
+        .arg("vtrr:empty:queue")
+        .arg(0)
+        .arg(sealed(&empty))
+        .query::<()>(&mut con);
+    let error = restored.expect_err("an empty native queue restored");
+    assert!(error.to_string().contains("Bad data format"), "{error}");
+    assert!(!exists(&mut con, "vtrr:empty:queue"));
+    // The same payload with the queue's own chunk restores: the forgery
+    // is only the emptiness.
+    let _: () = redis::cmd("RESTORE")
+        .arg("vtrr:copy:queue")
+        .arg(0)
+        .arg(&dump)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(stat(&mut con, "copy", "queued"), 1);
+}
+
+/// `VTRR.LOAD` of a chunk with no entries makes no key, as RESTORE of an
+/// empty queue is refused: an AOF carrying one (only a forged one can)
+/// loads without it, and the queues beside it come back whole.
+#[test]
+fn an_aof_load_of_an_empty_chunk_makes_no_queue() {
+    let mut server = native_server(&[], &["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.connect();
+    enqueue_one(&mut con, "q", "p", "a", "A");
+    server.stop(false);
+    let aof_dir = server.dir.join("appendonlydir");
+    let incr = std::fs::read_dir(&aof_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.to_string_lossy().ends_with(".incr.aof"))
+        .expect("an incremental AOF file");
+    let mut aof = std::fs::OpenOptions::new().append(true).open(incr).unwrap();
+    std::io::Write::write_all(
+        &mut aof,
+        b"*3\r\n$9\r\nVTRR.LOAD\r\n$12\r\nvtrr:e:queue\r\n$0\r\n\r\n",
+    )
+    .unwrap();
+    drop(aof);
+    server.restart();
+    let mut con = server.connect();
+    assert!(!exists(&mut con, "vtrr:e:queue"), "an empty queue was made");
+    assert_eq!(stat(&mut con, "q", "queued"), 1);
+}

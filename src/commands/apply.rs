@@ -9,6 +9,7 @@ use crate::replay::{Apply, Operation, ParseError};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
 use crate::store::server::from_master_or_aof;
 use crate::store::server::log_warning;
+use crate::text::Quoted;
 use crate::{error, ops};
 
 pub const APPLY: Command = Command {
@@ -40,10 +41,7 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         // A replica's or an AOF load's error reaches no client: say it here.
         log_warning(
             ctx,
-            &format!(
-                "vtrr: not applied to queue {}: {refused}",
-                String::from_utf8_lossy(queue),
-            ),
+            &format!("vtrr: not applied to queue {}: {refused}", Quoted(queue),),
         );
         refused
     })?;

@@ -6,12 +6,12 @@ use redis_module::{RedisError, RedisString};
 use crate::{error, limits};
 
 /// Parses a decimal integer the way Redis does: optional `-`, digits, no
-/// `+`, no spaces, no leading zeros, no overflow.
+/// `+`, no spaces, no leading zeros, no `-0`, no overflow.
 pub fn parse_i64(raw: &[u8]) -> Option<i64> {
     let digits = raw.strip_prefix(b"-").unwrap_or(raw);
     if digits.is_empty()
         || !digits.iter().all(u8::is_ascii_digit)
-        || (digits.len() > 1 && digits[0] == b'0')
+        || (digits[0] == b'0' && (digits.len() > 1 || digits.len() < raw.len()))
     {
         return None;
     }
@@ -75,6 +75,26 @@ pub fn positive(raw: &RedisString, option: &str) -> Result<i64, RedisError> {
 #[cfg(test)]
 mod tests {
     use super::parse_i64;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes: the integer Redis would read, or none (the reference:
+        /// an i64 whose canonical decimal form is exactly the bytes).
+        #[test]
+        fn any_bytes_parse_as_redis_reads_them(raw in proptest::collection::vec(any::<u8>(), 0..24)) {
+            let reference = std::str::from_utf8(&raw)
+                .ok()
+                .and_then(|text| text.parse::<i64>().ok())
+                .filter(|n| n.to_string().as_bytes() == raw.as_slice());
+            prop_assert_eq!(parse_i64(&raw), reference);
+        }
+
+        /// Every i64 reads back from its decimal form.
+        #[test]
+        fn every_integer_reads_back(n in any::<i64>()) {
+            prop_assert_eq!(parse_i64(n.to_string().as_bytes()), Some(n));
+        }
+    }
 
     #[test]
     fn integers_follow_redis_rules() {
@@ -88,6 +108,8 @@ mod tests {
             b" 1",
             b"1 ",
             b"01",
+            b"-0",
+            b"-01",
             b"1.0",
             b"1e3",
             b"9223372036854775808",

@@ -2,6 +2,7 @@
 //! others and importing none of them.
 
 use crate::store::StoreError;
+use crate::text::Quoted;
 
 /// Why a core operation refused to run. Nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +45,7 @@ pub enum Anomaly {
 /// The sentence the operations layer logs (after `vtrr: queue <name>: `).
 impl std::fmt::Display for Anomaly {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = String::from_utf8_lossy;
+        let text = Quoted;
         match self {
             Anomaly::MetaUnreadable { id } => write!(
                 f,

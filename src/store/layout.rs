@@ -42,19 +42,22 @@ fn layout_at(ctx: &Context, queue: &[u8], probe: &QueueKeyOpen) -> Layout {
 fn layout_of_new(ctx: &Context, queue: &[u8]) -> Layout {
     match config::default_layout() {
         Layout::keys => Layout::keys,
-        Layout::native => {
-            let (names, _) = names_of(queue, &QueueKey::ALL[1..]);
-            let exists = |name: &OwnedString| {
-                // SAFETY: live context and valid name.
-                unsafe { api!(RedisModule_KeyExists)(ctx.ctx, name.0) != 0 }
-            };
-            if names.iter().flatten().any(exists) {
-                Layout::keys
-            } else {
-                Layout::native
-            }
-        }
+        Layout::native if keys_layout_key_beside(ctx, queue).is_some() => Layout::keys,
+        Layout::native => Layout::native,
     }
+}
+
+/// The name of the first key of the keys layout other than
+/// `vtrr:<name>:queue` that exists: where a native queue has one, it is
+/// another client's, and the keys layout cannot take the queue over it.
+pub fn keys_layout_key_beside(ctx: &Context, queue: &[u8]) -> Option<Vec<u8>> {
+    let (names, _) = names_of(queue, &QueueKey::ALL[1..]);
+    let exists = |name: &&OwnedString| {
+        // SAFETY: live context and valid name.
+        unsafe { api!(RedisModule_KeyExists)(ctx.ctx, name.0) != 0 }
+    };
+    let found = names.iter().flatten().find(exists)?;
+    Some(found.bytes().to_vec())
 }
 
 /// `vtrr:<name>:queue`, open: the key that tells a queue's layout, handed

@@ -492,7 +492,24 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             return ptr::null_mut();
         }
     }
+    // No queue is ever empty (the call that empties one deletes it), so an
+    // empty encoding is forged: RESTORE refuses it rather than make a key
+    // that an AOF rewrite would drop. An RDB being loaded may hold one an
+    // older module made; it loads, and the queue's next write deletes it.
+    // SAFETY: valid IO handle.
+    if queue.is_empty() && !unsafe { loading(rdb) } {
+        return ptr::null_mut();
+    }
     Box::into_raw(Box::new(queue)).cast()
+}
+
+/// Whether the server is loading a dataset (an RDB or AOF at start-up, a
+/// replica's full sync, DEBUG RELOAD) rather than serving RESTORE.
+unsafe fn loading(rdb: *mut raw::RedisModuleIO) -> bool {
+    // SAFETY: valid IO handle; the context it gives lives for the callback.
+    let flags =
+        unsafe { api!(RedisModule_GetContextFlags)(api!(RedisModule_GetContextFromIO)(rdb)) };
+    flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0
 }
 
 /// `VTRR.LOAD <key> <chunk>` per chunk: a rewritten AOF (and Valkey's
@@ -595,6 +612,12 @@ pub fn load_chunk(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), LoadErr
             Found::Nothing => {
                 let mut queue = MemoryStore::new();
                 encoding::add_chunk(&mut queue, chunk).map_err(LoadError::Undecodable)?;
+                if queue.is_empty() {
+                    // As RESTORE: no empty queue is made (see `rdb_load`).
+                    return Err(LoadError::Undecodable(DecodeError(
+                        "a chunk with no entries makes no queue",
+                    )));
+                }
                 let boxed = Box::into_raw(Box::new(queue));
                 // SAFETY: key open for writing and empty; it owns the value
                 // from here.

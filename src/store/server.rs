@@ -2,7 +2,7 @@
 //! and the server events the module follows.
 
 use std::cell::RefCell;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::raw::{c_int, c_void};
 use std::sync::OnceLock;
 
@@ -12,6 +12,7 @@ use redis_module::{raw, Context, ContextFlags};
 
 use super::api::api;
 use super::strings::OwnedString;
+use crate::text::printable_line;
 
 /// Server time in Unix milliseconds. Read once per command.
 pub fn now_ms() -> i64 {
@@ -150,16 +151,17 @@ unsafe extern "C" fn on_swapdb(
     }
 }
 
-/// Logs `message` at warning level. Messages name ids, partitions and queue
-/// names, which clients choose and may contain NUL bytes, which the log
-/// call cannot take (the crate's `log` unwraps a `CString`): they are
-/// written as `\0`.
+/// Logs `message` at warning level: the one way the module logs. Messages
+/// name queues, partitions and ids, which clients choose, so the line is
+/// made printable ASCII (no NUL for the C string) and passed as the
+/// argument of a fixed `"%s"` format, never as the format itself (the
+/// crate's `Context::log*` would, and a `%` in a queue name would read the
+/// server's stack).
 pub fn log_warning(ctx: &Context, message: &str) {
-    if message.contains('\0') {
-        ctx.log_warning(&message.replace('\0', "\\0"));
-    } else {
-        ctx.log_warning(message);
-    }
+    let line = CString::new(printable_line(message.to_owned())).unwrap_or_default();
+    // SAFETY: live context; NUL-terminated level and format; the format
+    // takes exactly the one C string passed.
+    unsafe { api!(RedisModule_Log)(ctx.ctx, c"warning".as_ptr(), c"%s".as_ptr(), line.as_ptr()) };
 }
 
 /// Fires the module keyspace event `event` on `key`.

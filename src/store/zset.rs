@@ -4,6 +4,7 @@
 //! allocated once, and a lookup by (score, member) borrows the caller's
 //! bytes instead of copying them.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 
@@ -113,9 +114,13 @@ impl Zset {
                 false
             }
             None => {
-                let key: Box<[u8]> = member.into();
-                let stored = MemberRef(&*key);
-                self.by_member.insert(key, score);
+                // The order points at the map's own key, taken after the
+                // insert: the Box's bytes, borrowed from where they live.
+                let inserted = match self.by_member.entry(member.into()) {
+                    Entry::Vacant(vacant) => vacant.insert_entry(score),
+                    Entry::Occupied(_) => unreachable!("not a member: looked up above"),
+                };
+                let stored = MemberRef(&**inserted.key());
                 self.ordered.insert((Score(score), stored));
                 true
             }

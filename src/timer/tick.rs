@@ -19,6 +19,7 @@ use crate::ops;
 use crate::store::cluster;
 use crate::store::server::log_warning;
 use crate::store::server::{now_ms, select_db, selected_db, writes_paused};
+use crate::text::Quoted;
 use crate::{config, info};
 
 /// How soon the next run comes while work is left.
@@ -113,11 +114,7 @@ fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
                     // one warning per `RETRY_BROKEN_MS`.
                     log_warning(
                         ctx,
-                        &format!(
-                            "vtrr: timer skipped queue {}: {}",
-                            String::from_utf8_lossy(&queue),
-                            error
-                        ),
+                        &format!("vtrr: timer skipped queue {}: {}", Quoted(&queue), error),
                     );
                     let retry_ms = config::reclaim_interval_ms().max(RETRY_BROKEN_MS);
                     Some(now.saturating_add(retry_ms))
