@@ -81,6 +81,11 @@ pub fn cursor() -> RedisError {
     err("ERR invalid cursor".into())
 }
 
+/// `VTRR.LEASE ... ACK` without whole (id, token) pairs after it.
+pub fn ack_pairs() -> RedisError {
+    err("ERR ACK must be followed by one or more <id> <token> pairs, and be the last option".into())
+}
+
 pub fn exclusive(first: &str, second: &str) -> RedisError {
     err(format!("ERR {first} and {second} cannot be combined"))
 }

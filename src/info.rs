@@ -12,6 +12,8 @@ pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
 pub static DEFERRED: AtomicU64 = AtomicU64::new(0);
 pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
 pub static NACKED: AtomicU64 = AtomicU64::new(0);
+/// Leases given back unrun by NACK ... RELEASE (not counted as nacked).
+pub static RELEASED: AtomicU64 = AtomicU64::new(0);
 pub static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
 pub static REVIVED: AtomicU64 = AtomicU64::new(0);
 pub static CANCELLED: AtomicU64 = AtomicU64::new(0);
@@ -43,6 +45,7 @@ pub fn section(ctx: &InfoContext) -> RedisResult<()> {
         .field("items_deferred", get(&DEFERRED))?
         .field("items_promoted", get(&PROMOTED))?
         .field("items_nacked", get(&NACKED))?
+        .field("items_released", get(&RELEASED))?
         .field("items_dead_lettered", get(&DEAD_LETTERED))?
         .field("items_revived", get(&REVIVED))?
         .field("items_cancelled", get(&CANCELLED))?

@@ -107,18 +107,41 @@ pub fn defer(
     Ok(outcome.added)
 }
 
-/// `VTRR.LEASE` (and a blocked lease's turn): acts on due items, then leases
-/// up to `count` items now; empty when nothing is queued.
+/// What `VTRR.LEASE` did: for each (id, token) pair it settled first,
+/// whether that lease was current and its item is done; then the leases.
+pub struct Granted {
+    pub acked: Vec<bool>,
+    pub leased: Vec<Leased>,
+}
+
+/// What a `VTRR.LEASE` asks for, whenever it runs.
+#[derive(Clone, Copy)]
+pub struct LeaseAsk {
+    pub lease_ms: i64,
+    pub count: usize,
+    /// How many due items (expired leases, due delayed items) it acts on
+    /// first.
+    pub due_limit: usize,
+    pub with_counters: bool,
+}
+
+/// `VTRR.LEASE` (and a blocked lease's turn): finishes the leases of
+/// `acks` (as `VTRR.ACK`), acts on due items, then leases up to
+/// `ask.count` items now; no leases when nothing is queued.
 pub fn lease(
     ctx: &Context,
     queue: &[u8],
     at: &Moment,
-    lease_ms: i64,
-    count: usize,
-    due_limit: usize,
-    with_counters: bool,
-) -> Result<Vec<Leased>, RedisError> {
+    ask: &LeaseAsk,
+    acks: &[(&[u8], &[u8])],
+) -> Result<Granted, RedisError> {
     let now_ms = at.now_ms;
+    let LeaseAsk {
+        lease_ms,
+        count,
+        due_limit,
+        with_counters,
+    } = *ask;
     let request = LeaseRequest {
         now_ms,
         lease_ms,
@@ -126,7 +149,7 @@ pub fn lease(
         due_limit,
         with_counters,
     };
-    let tokens_used = |outcome: &LeaseOutcome| {
+    let tokens_used = |(acked, outcome): &(Vec<bool>, LeaseOutcome)| {
         let tokens = outcome.leased.iter().map(|l| l.token.as_slice()).collect();
         let operation = Operation::Lease {
             lease_ms,
@@ -134,14 +157,26 @@ pub fn lease(
             due_limit,
             tokens,
         };
-        apply(queue, now_ms, operation)
+        let mut args = apply(queue, now_ms, operation);
+        if acked.contains(&true) {
+            let took = acks.iter().zip(acked).filter(|(_, &took)| took);
+            args.ack_first(queue, took.map(|(&(id, token), _)| (id, token)));
+        }
+        args
     };
-    let outcome = Call::client(ctx, queue).applied(
+    let (acked, outcome) = Call::client(ctx, queue).applied(
         CoreOp::Lease,
         tokens_used,
-        |store, _| lease_drawing(ctx, queue, store, &request, at.replayed_tokens),
-        |outcome| {
-            let mut done = if outcome.leased.is_empty() {
+        |store, anomalies| {
+            let acked = core::ack_each(store, acks, anomalies);
+            let outcome = lease_drawing(ctx, queue, store, &request, at.replayed_tokens)?;
+            Ok((acked, outcome))
+        },
+        |(acked, outcome)| {
+            let acked = acked.iter().filter(|&&took| took).count() as u64;
+            let mut done = if outcome.leased.is_empty() && acked > 0 {
+                Done::new(c"vtrr.ack").due(&outcome.due)
+            } else if outcome.leased.is_empty() {
                 Done::new(due_event(&outcome.due))
             } else {
                 // What the first step put back in the queue beyond the items
@@ -164,11 +199,18 @@ pub fn lease(
                 // unbounded.)
                 done = done.watch(now_ms);
             }
+            if acked > 0 && !outcome.leased.is_empty() {
+                done.before.insert(0, c"vtrr.ack");
+            }
             done.due(&outcome.due)
                 .count(&info::LEASED, outcome.leased.len() as u64)
+                .count(&info::ACKED, acked)
         },
     )?;
-    Ok(outcome.leased)
+    Ok(Granted {
+        acked,
+        leased: outcome.leased,
+    })
 }
 
 /// `core::lease` with fresh tokens, or with the master's when replaying
@@ -264,6 +306,7 @@ pub fn nack(
             let done = Done::new(c"vtrr.nack");
             match nacked {
                 None => done,
+                Some(Nacked::Requeued) if how == Nack::Release => done.count(&info::RELEASED, 1),
                 Some(Nacked::Requeued) => done.count(&info::NACKED, 1),
                 Some(Nacked::Delayed { due_ms }) => done.count(&info::NACKED, 1).watch(*due_ms),
                 Some(Nacked::Dead(_)) => done

@@ -116,6 +116,7 @@ impl Apply<'_> {
                 match how {
                     Nack::Requeue => emit(b"REQUEUE"),
                     Nack::Dead => emit(b"DEAD"),
+                    Nack::Release => emit(b"RELEASE"),
                     Nack::Delay { ms } => emit(digits.format(*ms).as_bytes()),
                 }
             }
@@ -177,6 +178,7 @@ impl Apply<'_> {
                 how: match how.to_ascii_uppercase().as_slice() {
                     b"REQUEUE" => Nack::Requeue,
                     b"DEAD" => Nack::Dead,
+                    b"RELEASE" => Nack::Release,
                     _ => Nack::Delay { ms: integer(how)? },
                 },
             },
@@ -284,6 +286,11 @@ mod tests {
                 id: b"x",
                 token: b"t",
                 how: Nack::Dead,
+            },
+            Operation::Nack {
+                id: b"x",
+                token: b"t",
+                how: Nack::Release,
             },
             Operation::Nack {
                 id: b"x",

@@ -83,6 +83,13 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
             if rng.chance(30) {
                 words.push("WITHCOUNTERS".into());
             }
+            // Settling a lease in the same call (ACK is the last option).
+            if rng.chance(40) {
+                if let Some((id, pair)) = leased(rng) {
+                    words.extend(["ACK".into(), id.clone(), "{t}".into()]);
+                    token_of = Some((id, pair));
+                }
+            }
         }
         8 | 9 => {
             if let Some((id, pair)) = leased(rng) {
@@ -102,10 +109,14 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
         11 => {
             if let Some((id, pair)) = leased(rng) {
                 words.extend(["VTRR.NACK".into(), "{q}".into(), id.clone(), "{t}".into()]);
-                match rng.below(4) {
+                match rng.below(5) {
                     0 => words.extend(["DELAY".into(), pick(rng, &["1", "60000"]).into()]),
                     1 => words.push("DEAD".into()),
+                    2 => words.push("RELEASE".into()),
                     _ => {}
+                }
+                if rng.chance(50) {
+                    words.push("WITHSTATE".into());
                 }
                 token_of = Some((id, pair));
             }

@@ -184,3 +184,167 @@ fn a_lease_that_also_reclaimed_tells_dispatchers_so() {
         ["vtrr.enqueue", "vtrr.lease", "vtrr.reclaim", "vtrr.lease"]
     );
 }
+
+/// `VTRR.LEASE ... ACK <id> <token> ...`: one call finishes the leases given
+/// (fenced like ACK) and leases the next items; the reply tells, pair by
+/// pair, which acks took: a lost lease among them is reported, not an
+/// error for the others.
+#[test]
+fn lease_with_ack_settles_then_leases_in_one_call() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    enqueue_items(
+        &mut con,
+        "q",
+        &[
+            ("p", "a", 1, b"A"),
+            ("p", "b", 1, b"B"),
+            ("p", "c", 1, b"C"),
+        ],
+    );
+    let (a, _, a_token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let (b, _, b_token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(ack(&mut con, "q", &b, &b_token), 1, "b is done already");
+    let (acked, leases): (Vec<i64>, Vec<Lease>) = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("COUNT")
+        .arg(5)
+        .arg("ACK")
+        .arg(&a)
+        .arg(&a_token)
+        .arg(&b)
+        .arg(&b_token)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        acked,
+        [1, 0],
+        "a's ack took; b's lease was no longer current"
+    );
+    assert_eq!(ids(&leases), ["c"]);
+    assert_eq!(stat(&mut con, "q", "inflight"), 1, "only c is leased");
+    assert_eq!(vtrr_info(&mut con)["vtrr_items_acked"], 2);
+
+    // Without COUNT the lease part is one lease or nil, as plain LEASE.
+    let (c, _, c_token, _) = &leases[0];
+    let (acked, lease): (Vec<i64>, Option<Lease>) = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("ACK")
+        .arg(c)
+        .arg(c_token)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!((acked, lease), (vec![1], None));
+    assert_eq!(
+        stat(&mut con, "q", "inflight"),
+        0,
+        "c is done: nothing left"
+    );
+    assert_invariants(&mut con, "q");
+}
+
+/// The acks of a blocking call take at once; only the leasing waits, and
+/// the reply that ends the wait (an item, or the timeout) carries them.
+#[test]
+fn a_blocked_lease_with_ack_has_acked_before_it_waits() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    enqueue_one(&mut con, "q", "p", "a", "A");
+    let (a, _, a_token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let url = server.url();
+    let (id, token) = (a.clone(), a_token.clone());
+    let waiter = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let reply: (Vec<i64>, Option<Lease>) = redis::cmd("VTRR.LEASE")
+            .arg("q")
+            .arg(60_000)
+            .arg("BLOCK")
+            .arg(0)
+            .arg("ACK")
+            .arg(&id)
+            .arg(&token)
+            .query(&mut con)
+            .unwrap();
+        reply
+    });
+    wait_blocked(&mut con, 1);
+    assert_eq!(stat(&mut con, "q", "inflight"), 0, "acked while blocked");
+    enqueue_one(&mut con, "q", "p", "b", "B");
+    let (acked, lease) = waiter.join().unwrap();
+    assert_eq!(acked, [1]);
+    assert_eq!(lease.unwrap().0, b"b");
+
+    // A timed-out wait replies the acks too (here a stale token's 0).
+    let (acked, lease): (Vec<i64>, Option<Lease>) = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("BLOCK")
+        .arg(50)
+        .arg("ACK")
+        .arg(&a)
+        .arg(&a_token)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!((acked, lease), (vec![0], None));
+}
+
+/// A slot an ack frees in a capped partition goes to the lease in the
+/// same call: settling comes first.
+#[test]
+fn an_ack_in_a_lease_frees_its_slot_for_that_lease() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    let _: Value = command(&["VTRR.LIMIT", "q", "p", "CONCURRENCY", "1"])
+        .query(&mut con)
+        .unwrap();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    let (a, _, a_token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(lease(&mut con, "q", 60_000), None, "b waits for a's slot");
+    let (acked, lease): (Vec<i64>, Option<Lease>) = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("ACK")
+        .arg(&a)
+        .arg(&a_token)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(acked, [1]);
+    assert_eq!(lease.unwrap().0, b"b");
+    assert_invariants(&mut con, "q");
+}
+
+/// Every pair is checked before anything is written: a malformed ACK is an
+/// error and acks nothing.
+#[test]
+fn lease_with_malformed_acks_is_refused_and_changes_nothing() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    let (a, _, a_token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let a = String::from_utf8(a).unwrap();
+    let pairs =
+        "ERR ACK must be followed by one or more <id> <token> pairs, and be the last option";
+    let mut refusals = Refusals::default();
+    refusals.case(&["VTRR.LEASE", "q", "1000", "ACK"], pairs);
+    refusals.case(&["VTRR.LEASE", "q", "1000", "ACK", &a], pairs);
+    refusals.case(
+        &["VTRR.LEASE", "q", "1000", "ACK", &a, &a_token, "b"],
+        pairs,
+    );
+    refusals.case(
+        &["VTRR.LEASE", "q", "1000", "ACK", &a, &a_token, "", "t"],
+        "ERR id must not be empty",
+    );
+    refusals.case(
+        &["VTRR.LEASE", "q", "0", "ACK", &a, &a_token],
+        "ERR lease-ms must be an integer between 1 and 315360000000",
+    );
+    refusals.assert_refused(&mut con, "q");
+    assert_eq!(
+        ack(&mut con, "q", a.as_bytes(), &a_token),
+        1,
+        "a's lease was untouched"
+    );
+}

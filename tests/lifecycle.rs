@@ -1563,3 +1563,97 @@ fn the_lua_scripts_still_drive_a_queue_holding_delayed_and_dead_items() {
     assert_eq!(state(&mut con, "q", "later"), "delayed");
     recount_and_assert_invariants(&mut con, "q");
 }
+
+/// `VTRR.NACK <name> <id> <token> <state>`, with WITHSTATE: where the item
+/// went. A caller learns the truth: the policy may have dead-lettered an
+/// item it asked to requeue or delay.
+fn nack_state(
+    con: &mut redis::Connection,
+    queue: &str,
+    id: &[u8],
+    token: &str,
+    options: &[&str],
+) -> Option<String> {
+    redis::cmd("VTRR.NACK")
+        .arg(queue)
+        .arg(id)
+        .arg(token)
+        .arg(options)
+        .arg("WITHSTATE")
+        .query(con)
+        .unwrap()
+}
+
+#[test]
+fn nack_withstate_tells_where_the_item_went() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    set_policy(&mut con, "q", &["MAX-NACKS", "1"]);
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    let (a, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(
+        nack_state(&mut con, "q", &a, &token, &[]).as_deref(),
+        Some("queued")
+    );
+    assert_eq!(
+        nack_state(&mut con, "q", &a, &token, &[]),
+        None,
+        "a stale token: nil"
+    );
+    let (b, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(b, b"b");
+    assert_eq!(
+        nack_state(&mut con, "q", &b, &token, &["DELAY", "60000"]).as_deref(),
+        Some("delayed")
+    );
+    // a's second nack passes MAX-NACKS 1: asked to requeue, it is dead.
+    let (a2, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(a2, a);
+    assert_eq!(
+        nack_state(&mut con, "q", &a, &token, &[]).as_deref(),
+        Some("dead")
+    );
+    assert_eq!(stat(&mut con, "q", "dead"), 1);
+    // Without WITHSTATE the reply is still 1 or 0.
+    let mut con2 = server.connect();
+    enqueue_one(&mut con2, "q", "p", "c", "C");
+    let (c, _, token, _) = lease(&mut con2, "q", 60_000).unwrap();
+    assert_eq!(nack(&mut con2, "q", &c, &token, &["DEAD"]), 1);
+    assert_eq!(nack(&mut con2, "q", &c, &token, &["DEAD"]), 0);
+}
+
+/// NACK ... RELEASE gives an item back unrun (a worker shutting down):
+/// requeued at once, and no nack is counted, so MAX-NACKS never buries an
+/// item for being given back at deploys.
+#[test]
+fn nack_release_requeues_without_counting_a_nack() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    set_policy(&mut con, "q", &["MAX-NACKS", "0"]);
+    enqueue_one(&mut con, "q", "p", "a", "A");
+    for _ in 0..3 {
+        let (a, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+        assert_eq!(
+            nack_state(&mut con, "q", &a, &token, &["RELEASE"]).as_deref(),
+            Some("queued")
+        );
+    }
+    let (_, _, _, _, nacks) = lease_with_counters(&mut con, "q", 60_000).unwrap();
+    assert_eq!(nacks, 0, "three releases counted no nack");
+    assert_eq!(stat(&mut con, "q", "dead"), 0);
+    let info = vtrr_info(&mut con);
+    assert_eq!(
+        (info["vtrr_items_released"], info["vtrr_items_nacked"]),
+        (3, 0)
+    );
+    let mut refusals = Refusals::default();
+    refusals.case(
+        &["VTRR.NACK", "q", "a", "t", "RELEASE", "DELAY", "5"],
+        "ERR DELAY and RELEASE cannot be combined",
+    );
+    refusals.case(
+        &["VTRR.NACK", "q", "a", "t", "DEAD", "RELEASE"],
+        "ERR DEAD and RELEASE cannot be combined",
+    );
+    refusals.assert_refused(&mut con, "q");
+}

@@ -321,6 +321,16 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 if rng.chance(50) {
                     cmd.arg("WITHCOUNTERS");
                 }
+                // Settling leases in the same call (replicated as the ACK
+                // then the lease).
+                if !leases.is_empty() && rng.chance(40) {
+                    cmd.arg("ACK");
+                    for _ in 0..1 + rng.below(2).min(leases.len() as u64 - 1) {
+                        let (id, token) =
+                            leases.swap_remove(rng.below(leases.len() as u64) as usize);
+                        cmd.arg(id).arg(token);
+                    }
+                }
                 let reply: Value = cmd.query(con).unwrap();
                 leases.extend(leases_in(&reply));
             }
@@ -328,8 +338,11 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 let (id, token) = leases.swap_remove(rng.below(leases.len() as u64) as usize);
                 let mut nack = redis::cmd("VTRR.NACK");
                 nack.arg(queue).arg(&id).arg(&token);
-                match rng.below(6) {
+                match rng.below(7) {
                     0 | 1 => {}
+                    6 => {
+                        nack.arg("RELEASE");
+                    }
                     2 => {
                         nack.arg("DELAY").arg(1 + rng.below(30));
                     }

@@ -55,7 +55,13 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             tokens,
         } => {
             let leasing = ops::Moment::replayed(now_ms, &tokens);
-            ops::lease(ctx, queue, &leasing, lease_ms, count, due_limit, false)?;
+            let ask = ops::LeaseAsk {
+                lease_ms,
+                count,
+                due_limit,
+                with_counters: false,
+            };
+            ops::lease(ctx, queue, &leasing, &ask, &[])?;
         }
         Operation::Renew {
             id,

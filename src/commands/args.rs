@@ -65,6 +65,13 @@ impl<'a> Options<'a> {
     pub fn value(&mut self) -> Result<&'a RedisString, RedisError> {
         self.rest.next().ok_or_else(error::syntax)
     }
+
+    /// Every argument left: the values of an option that takes the rest.
+    pub fn rest(&mut self) -> &'a [RedisString] {
+        let rest = self.rest.as_slice();
+        self.rest = [].iter();
+        rest
+    }
 }
 
 /// A positive count for `option` (COUNT, LIMIT).

@@ -3,7 +3,7 @@
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, id, queue_name, Command};
-use crate::core::{Leased, Nack};
+use crate::core::{Leased, Nack, Nacked};
 use crate::store::blocking::{block_on_key, Waiter};
 use crate::store::command_info::{CommandInfo, KEY_WRITE};
 use crate::store::keys::{key_name, QueueKey};
@@ -14,8 +14,8 @@ pub const LEASE: Command = Command {
         name: "vtrr.lease",
         flags: "write fast",
         arity: -3,
-        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; BLOCK waits for one",
-        complexity: "O(log N) per item leased, plus at most vtrr.reclaim-batch due items",
+        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; ACK first finishes leases; BLOCK waits for one",
+        complexity: "O(log N) per item leased and per pair acked, plus at most vtrr.reclaim-batch due items",
         key_flags: KEY_WRITE,
     },
     handler: lease,
@@ -38,7 +38,7 @@ pub const NACK: Command = Command {
         name: "vtrr.nack",
         flags: "write fast",
         arity: -4,
-        summary: "Gives a leased item back whose lease token is current: requeued, delayed, or dead-lettered",
+        summary: "Gives a leased item back whose lease token is current: requeued, delayed, dead-lettered, or released uncounted",
         complexity: "O(log N)",
         key_flags: KEY_WRITE,
     },
@@ -66,19 +66,26 @@ struct LeaseArgs {
     count: Option<usize>,
     /// WITHCOUNTERS: each lease reply carries the nack count too.
     with_counters: bool,
+    /// With ACK: whether each pair finished its item, replied first.
+    acked: Option<Vec<bool>>,
 }
 
-/// Parses `VTRR.LEASE`; the second value is the BLOCK timeout, if any.
-fn parse_lease(
+/// The (id, token) pairs of a `VTRR.LEASE ... ACK`.
+type AckPairs<'a> = Vec<(&'a [u8], &'a [u8])>;
+
+/// Parses `VTRR.LEASE`; then the BLOCK timeout, if any, and the pairs
+/// ACK names.
+fn parse_lease<'a>(
     ctx: &Context,
-    argv: &[RedisString],
-) -> Result<(LeaseArgs, Option<i64>), RedisError> {
+    argv: &'a [RedisString],
+) -> Result<(LeaseArgs, Option<i64>, AckPairs<'a>), RedisError> {
     check_arity(argv, &LEASE)?;
     let queue = queue_name(ctx, &argv[1])?.to_vec();
     let lease_ms = args::lease_ms(&argv[2])?;
     let mut count = None;
     let mut block = None;
     let mut with_counters = false;
+    let mut acks = None;
     let mut options = args::Options::new(&argv[3..]);
     while let Some(name) = options.next_name() {
         match name.as_str() {
@@ -96,6 +103,13 @@ fn parse_lease(
                 )?)
             }
             "WITHCOUNTERS" => with_counters = true,
+            "ACK" => {
+                let pairs = options.rest();
+                if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+                    return Err(error::ack_pairs());
+                }
+                acks = Some(id_token_pairs(pairs)?);
+            }
             _ => return Err(error::syntax()),
         }
     }
@@ -105,9 +119,18 @@ fn parse_lease(
             lease_ms,
             count,
             with_counters,
+            acked: None,
         },
         block,
+        acks.unwrap_or_default(),
     ))
+}
+
+/// `<id> <token> ...` as pairs, every id checked.
+fn id_token_pairs(argv: &[RedisString]) -> Result<AckPairs<'_>, RedisError> {
+    argv.chunks_exact(2)
+        .map(|pair| Ok((id(&pair[0])?, pair[1].as_slice())))
+        .collect()
 }
 
 fn lease_reply(leased: Leased) -> RedisValue {
@@ -125,47 +148,66 @@ fn lease_reply(leased: Leased) -> RedisValue {
 
 /// The reply for no lease: nil, or an empty array with COUNT.
 fn nothing(request: &LeaseArgs) -> RedisValue {
-    match request.count {
-        Some(_) => RedisValue::Array(Vec::new()),
-        None => RedisValue::Null,
-    }
+    reply(request, Vec::new())
 }
 
-/// Reclaims, then leases now; an empty vector when nothing is queued.
-fn grant(ctx: &Context, request: &LeaseArgs) -> Result<Vec<Leased>, RedisError> {
-    ops::lease(
-        ctx,
-        &request.queue,
-        &ops::Moment::now(),
-        request.lease_ms,
-        request.count.unwrap_or(1),
-        config::reclaim_batch(),
-        request.with_counters,
-    )
+/// Finishes the leases of `acks`, reclaims, then leases now: whether each
+/// ack took, and no leases when nothing is queued.
+fn grant(
+    ctx: &Context,
+    request: &LeaseArgs,
+    acks: &[(&[u8], &[u8])],
+) -> Result<ops::Granted, RedisError> {
+    let ask = ops::LeaseAsk {
+        lease_ms: request.lease_ms,
+        count: request.count.unwrap_or(1),
+        due_limit: config::reclaim_batch(),
+        with_counters: request.with_counters,
+    };
+    ops::lease(ctx, &request.queue, &ops::Moment::now(), &ask, acks)
 }
 
+/// The leases (one or nil without COUNT, an array with it), after what
+/// each ack did when ACK was given: `[[1, 0, ...], leases]`.
 fn reply(request: &LeaseArgs, leased: Vec<Leased>) -> RedisValue {
     let mut leased = leased.into_iter().map(lease_reply);
-    match request.count {
+    let leases = match request.count {
         Some(_) => RedisValue::Array(leased.collect()),
         None => leased.next().unwrap_or(RedisValue::Null),
+    };
+    match &request.acked {
+        None => leases,
+        Some(acked) => RedisValue::Array(vec![
+            RedisValue::Array(
+                acked
+                    .iter()
+                    .map(|&took| RedisValue::Integer(i64::from(took)))
+                    .collect(),
+            ),
+            leases,
+        ]),
     }
 }
 
 /// A blocked client's turn: the queue was written. The lease is granted now,
-/// so its expiry counts from the moment it is served.
+/// so its expiry counts from the moment it is served (its acks were done
+/// when it blocked).
 fn serve_blocked(ctx: &Context, request: &LeaseArgs) -> Option<RedisResult> {
-    match grant(ctx, request) {
+    match grant(ctx, request, &[]) {
         Err(error) => Some(Err(error)),
-        Ok(leased) if leased.is_empty() => None,
-        Ok(leased) => Some(Ok(reply(request, leased))),
+        Ok(granted) if granted.leased.is_empty() => None,
+        Ok(granted) => Some(Ok(reply(request, granted.leased))),
     }
 }
 
-/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS]
+/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS] [ACK <id> <token> ...]
 fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    let (request, block) = parse_lease(ctx, &argv)?;
-    let leased = grant(ctx, &request)?;
+    let (mut request, block, acks) = parse_lease(ctx, &argv)?;
+    let granted = grant(ctx, &request, &acks)?;
+    if !acks.is_empty() {
+        request.acked = Some(granted.acked);
+    }
+    let leased = granted.leased;
     // Inside MULTI or a script BLOCK acts as the non-blocking form, as
     // Redis's own blocking commands do.
     let may_block = !ctx
@@ -197,10 +239,7 @@ fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let queue = queue_name(ctx, &argv[1])?;
-    let pairs = argv[2..]
-        .chunks_exact(2)
-        .map(|pair| Ok((id(&pair[0])?, pair[1].as_slice())))
-        .collect::<Result<Vec<_>, RedisError>>()?;
+    let pairs = id_token_pairs(&argv[2..])?;
     let acked = ops::ack(ctx, queue, &pairs)?;
     Ok(RedisValue::Integer(acked as i64))
 }
@@ -222,13 +261,15 @@ fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(i64::from(renewed)))
 }
 
-/// VTRR.NACK <name> <id> <token> [DELAY <ms>] [DEAD]
+/// VTRR.NACK <name> <id> <token> [DELAY <ms> | DEAD | RELEASE] [WITHSTATE]
 fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &NACK)?;
     let queue = queue_name(ctx, &argv[1])?;
     let id = id(&argv[2])?;
     let mut delay = None;
     let mut dead = false;
+    let mut release = false;
+    let mut with_state = false;
     let mut options = args::Options::new(&argv[4..]);
     while let Some(name) = options.next_name() {
         match name.as_str() {
@@ -242,15 +283,27 @@ fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 )?)
             }
             "DEAD" => dead = true,
+            "RELEASE" => release = true,
+            "WITHSTATE" => with_state = true,
             _ => return Err(error::syntax()),
         }
     }
-    let how = match (delay, dead) {
-        (Some(_), true) => return Err(error::exclusive("DELAY", "DEAD")),
-        (Some(ms), false) => Nack::Delay { ms },
-        (None, true) => Nack::Dead,
-        (None, false) => Nack::Requeue,
+    let how = match (delay, dead, release) {
+        (Some(_), true, _) => return Err(error::exclusive("DELAY", "DEAD")),
+        (Some(_), _, true) => return Err(error::exclusive("DELAY", "RELEASE")),
+        (_, true, true) => return Err(error::exclusive("DEAD", "RELEASE")),
+        (Some(ms), false, false) => Nack::Delay { ms },
+        (None, true, false) => Nack::Dead,
+        (None, false, true) => Nack::Release,
+        (None, false, false) => Nack::Requeue,
     };
     let nacked = ops::nack(ctx, queue, &ops::Moment::now(), id, argv[3].as_slice(), how)?;
-    Ok(RedisValue::Integer(i64::from(nacked.is_some())))
+    Ok(match (nacked, with_state) {
+        (nacked, false) => RedisValue::Integer(i64::from(nacked.is_some())),
+        (None, true) => RedisValue::Null,
+        // What the item became: the policy may have dead-lettered it.
+        (Some(Nacked::Requeued), true) => RedisValue::SimpleStringStatic("queued"),
+        (Some(Nacked::Delayed { .. }), true) => RedisValue::SimpleStringStatic("delayed"),
+        (Some(Nacked::Dead(_)), true) => RedisValue::SimpleStringStatic("dead"),
+    })
 }

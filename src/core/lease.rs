@@ -138,12 +138,27 @@ pub fn lease(
 }
 
 /// `VTRR.ACK`: finishes each (id, token) pair whose token is current. The
-/// slot each frees lets its partition's next held item into `queue`.
+/// slot each frees lets its partition's next held item into `queue`. The
+/// number finished.
 pub fn ack(store: &mut impl Store, pairs: &[(&[u8], &[u8])], anomalies: &mut Vec<Anomaly>) -> u64 {
-    let mut acked = 0;
+    let acked = ack_each(store, pairs, anomalies);
+    acked.iter().filter(|&&took| took).count() as u64
+}
+
+/// [`ack`], telling for each pair, in order, whether it finished its item
+/// (`VTRR.LEASE ... ACK` replies it: a lost lease among the acks is
+/// reported, not an error).
+pub fn ack_each(
+    store: &mut impl Store,
+    pairs: &[(&[u8], &[u8])],
+    anomalies: &mut Vec<Anomaly>,
+) -> Vec<bool> {
+    let mut acked = Vec::with_capacity(pairs.len());
     let mut default_cap = None;
     for (id, token) in pairs {
-        if !leased::holds(store, id, token) {
+        let took = leased::holds(store, id, token);
+        acked.push(took);
+        if !took {
             continue;
         }
         let default_cap = *default_cap.get_or_insert_with(|| read_default_cap(store, anomalies));
@@ -153,7 +168,6 @@ pub fn ack(store: &mut impl Store, pairs: &[(&[u8], &[u8])], anomalies: &mut Vec
         admission::close(store, partition);
         leased::end(store, id);
         meta::forget(store, id);
-        acked += 1;
     }
     acked
 }

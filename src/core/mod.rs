@@ -54,7 +54,7 @@ pub use dead::{
 pub use delay::defer;
 pub use due::{next_due, run_due};
 pub use enqueue::{enqueue, EnqueueOutcome};
-pub use lease::{ack, lease, renew, LeaseOutcome, LeaseRequest};
+pub use lease::{ack, ack_each, lease, renew, LeaseOutcome, LeaseRequest};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
 pub use reclaim::reclaim;

@@ -20,6 +20,10 @@ pub enum Nack {
     Delay { ms: i64 },
     /// Straight to the dead-letter set (a poison job).
     Dead,
+    /// Back in the queue at once without counting a nack: the worker gives
+    /// the item back unrun (it is shutting down), which is no failure, so
+    /// MAX-NACKS never buries an item for being released.
+    Release,
 }
 
 /// Where a nacked item went.
@@ -31,9 +35,9 @@ pub enum Nacked {
 }
 
 /// `VTRR.NACK`: None when `token` is not the item's current lease token
-/// (nothing changed). Otherwise the lease ends, `nacks[id]` counts one more,
-/// and the item goes where `nack` asks, unless that count passes the
-/// policy's MAX-NACKS: then it is dead-lettered.
+/// (nothing changed). Otherwise the lease ends, `nacks[id]` counts one more
+/// (but for a release), and the item goes where `nack` asks, unless that
+/// count passes the policy's MAX-NACKS: then it is dead-lettered.
 pub fn nack(
     store: &mut impl Store,
     id: &[u8],
@@ -47,9 +51,11 @@ pub fn nack(
     }
     let at = read_placing(store, anomalies)?;
     let payload = leased::take(store, id);
-    let nacks = counters::increment(store, HashKey::Nacks, id, anomalies);
-    let policy = read_policy(store, anomalies);
-    let past_policy = policy.max_nacks.is_some_and(|max| nacks > max);
+    let past_policy = nack != Nack::Release && {
+        let nacks = counters::increment(store, HashKey::Nacks, id, anomalies);
+        let policy = read_policy(store, anomalies);
+        policy.max_nacks.is_some_and(|max| nacks > max)
+    };
     let nacked = match nack {
         _ if payload.is_none() => Nacked::Dead(Reason::PayloadMissing),
         Nack::Dead => Nacked::Dead(Reason::Nacked),
@@ -57,7 +63,7 @@ pub fn nack(
         Nack::Delay { ms } if ms > 0 => Nacked::Delayed {
             due_ms: now_ms.saturating_add(ms),
         },
-        Nack::Delay { .. } | Nack::Requeue => Nacked::Requeued,
+        Nack::Delay { .. } | Nack::Requeue | Nack::Release => Nacked::Requeued,
     };
     let meta = meta::read(store, id);
     let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);

@@ -105,26 +105,51 @@ pub fn replicate_verbatim(ctx: &Context) {
 }
 
 /// The arguments of one `VTRR.APPLY`, each copied once, straight into the
-/// string the server propagates.
+/// string the server propagates; and those of the `VTRR.ACK` that goes
+/// first, when the call settled leases before it leased (`VTRR.LEASE ...
+/// ACK`: an ACK is deterministic, so replicas redo it as itself).
 #[derive(Default)]
-pub struct ApplyArgs(SmallVec<[OwnedString; 12]>);
+pub struct ApplyArgs {
+    args: SmallVec<[OwnedString; 12]>,
+    ack_first: Vec<OwnedString>,
+}
 
 impl ApplyArgs {
     pub fn push(&mut self, arg: &[u8]) {
-        self.0.push(OwnedString::new(arg));
+        self.args.push(OwnedString::new(arg));
+    }
+
+    /// `VTRR.ACK <queue> <id> <token> ...` of `pairs`, propagated first.
+    pub fn ack_first<'a>(
+        &mut self,
+        queue: &[u8],
+        pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) {
+        self.ack_first.push(OwnedString::new(queue));
+        for (id, token) in pairs {
+            self.ack_first.push(OwnedString::new(id));
+            self.ack_first.push(OwnedString::new(token));
+        }
     }
 }
 
-/// Propagates `VTRR.APPLY <args...>`.
+/// Propagates `VTRR.APPLY <args...>`, after its `VTRR.ACK` if it has one
+/// (the server wraps the two in MULTI/EXEC).
 pub fn replicate_apply(ctx: &Context, args: &ApplyArgs) {
-    let mut argv: SmallVec<[*mut raw::RedisModuleString; 12]> =
-        args.0.iter().map(|s| s.0).collect();
+    if !args.ack_first.is_empty() {
+        replicate(ctx, c"VTRR.ACK", &args.ack_first);
+    }
+    replicate(ctx, c"VTRR.APPLY", &args.args);
+}
+
+fn replicate(ctx: &Context, command: &CStr, args: &[OwnedString]) {
+    let mut argv: SmallVec<[*mut raw::RedisModuleString; 12]> = args.iter().map(|s| s.0).collect();
     // SAFETY: live context; "v" takes an array of valid strings and its
     // length, and Redis takes its own reference to each.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx.ctx,
-            c"VTRR.APPLY".as_ptr(),
+            command.as_ptr(),
             c"v".as_ptr(),
             argv.as_mut_ptr(),
             argv.len(),

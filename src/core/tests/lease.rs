@@ -108,3 +108,22 @@ fn renew_moves_the_expiry_only_with_the_current_token() {
     assert!(renew(&mut store, b"a1", b"token-1", 50, 1000));
     assert_eq!(store.zscore(ZsetKey::Inflight, b"a1"), Some(1050.0));
 }
+
+#[test]
+fn ack_each_tells_which_pairs_finished_their_item() {
+    let mut store = MemoryStore::new();
+    enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
+    let leased = lease_at(&mut store, 0, 100, 2, 1000).unwrap().leased;
+    let (a1, a2) = (&leased[0], &leased[1]);
+    let acked = ack_each(
+        &mut store,
+        &[(&a1.id, &a1.token), (&a2.id, b"stale"), (&a1.id, &a1.token)],
+        &mut Vec::new(),
+    );
+    assert_eq!(
+        acked,
+        [true, false, false],
+        "the second ack of a1 finds it done"
+    );
+    assert_eq!(store.zcard(ZsetKey::Inflight), 1);
+}

@@ -133,3 +133,17 @@ fn a_nacked_item_without_a_payload_is_reported_dead_whatever_was_asked() {
         assert!(store.zset_entries(ZsetKey::Delayed).is_empty());
     }
 }
+
+#[test]
+fn a_release_requeues_without_counting_a_nack_or_meeting_the_policy() {
+    let mut store = MemoryStore::new();
+    apply_policy(&mut store, &[PolicyChange::MaxNacks(Some(0))]);
+    let token = leased_one(&mut store);
+    assert_eq!(
+        nack_now(&mut store, &token, Nack::Release),
+        Some(Nacked::Requeued)
+    );
+    assert_eq!(store.hget(HashKey::Nacks, b"a"), None, "no nack counted");
+    assert_eq!(store.zcard(ZsetKey::Dead), 0, "MAX-NACKS 0 buried nothing");
+    assert!(store.zscore(ZsetKey::Queue, b"a").is_some());
+}
