@@ -29,6 +29,36 @@ def test_enqueue_lease_ack_round_trip(queue: vtrr.Queue) -> None:
     assert queue.check() == []
 
 
+def test_ack_and_lease_settles_and_leases_in_one_call(queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("p", f"i{n}", b"") for n in range(4)])
+    first, second = queue.lease_many(30_000, 2)
+    assert queue.ack(second) == 1
+    got = queue.ack_and_lease([first, second], 30_000, 5)
+    assert got.acked == (True, False), "second was acked already: reported, not an error"
+    assert [lease.id for lease in got.leases] == ["i2", "i3"]
+    assert queue.stats().inflight == 2
+    with pytest.raises(ValueError):
+        queue.ack_and_lease([], 30_000, 1)
+
+
+def test_nack_tells_where_the_item_went_and_release_counts_no_nack(queue: vtrr.Queue) -> None:
+    queue.set_policy(max_nacks=0)
+    queue.enqueue("p", "a", b"")
+    lease = queue.lease(30_000)
+    assert lease is not None
+    assert queue.release(lease)
+    assert not queue.release(lease), "a released lease is no longer current"
+    again = queue.lease(30_000)
+    assert again is not None and again.nacks == 0, "a release counts no nack"
+    assert queue.nack(again, delay_ms=10) is vtrr.NackOutcome.DEAD, "MAX-NACKS 0 buries it"
+    assert queue.nack(again) is None
+    queue.set_policy(max_nacks="NONE")
+    queue.enqueue("p", "b", b"")
+    lease = queue.lease(30_000)
+    assert lease is not None
+    assert queue.nack(lease, delay_ms=60_000) is vtrr.NackOutcome.DELAYED
+
+
 def test_partitions_are_served_in_turn_by_weight(queue: vtrr.Queue) -> None:
     queue.enqueue_many([Item("light", f"l{i}", b"") for i in range(4)])
     queue.enqueue_many([Item("heavy", f"h{i}", b"", weight=3) for i in range(2)])
@@ -179,7 +209,10 @@ def test_async_queue_speaks_the_same_commands(server: Server, queue_name: str) -
         assert [lease.id for lease in leases] == ["a", "b"]
         assert await queue.renew(leases[0], 5000)
         assert sorted([view.partition async for view in queue.partitions()]) == ["p", "q"]
-        assert await queue.ack(*leases) == 2
+        assert await queue.release(leases[1])
+        got = await queue.ack_and_lease(leases, 1000, 1)
+        assert (got.acked, [lease.id for lease in got.leases]) == ((True, False), ["b"])
+        assert await queue.nack(got.leases[0]) is vtrr.NackOutcome.QUEUED
         assert (await queue.stats()).inflight == 0
         with pytest.raises(vtrr.InvalidArgument):
             await queue.enqueue("p", "", b"")
@@ -193,8 +226,13 @@ def test_replies_read_the_same_under_resp2_and_resp3(server: Server, queue_name:
     seen = []
     for protocol in (2, 3):
         queue = vtrr.Queue(server.client(protocol=protocol), f"{queue_name}{protocol}")
-        queue.enqueue("p", "i", b"x")
+        queue.enqueue_many([Item("p", "i", b"x"), Item("p", "j", b"y")])
         queue.set_limit("p", share=2)
         seen.append((queue.stats().queued, queue.policy(), queue.limit("p"), queue.partition("p")))
+        lease = queue.lease(1000)
+        assert lease is not None
+        got = queue.ack_and_lease([lease], 1000, 2)
+        assert (got.acked, [each.id for each in got.leases]) == ((True,), ["j"])
+        assert queue.nack(got.leases[0], delay_ms=60_000) is vtrr.NackOutcome.DELAYED
     assert seen[0] == seen[1]
     assert seen[0][2].share == 2

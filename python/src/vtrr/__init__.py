@@ -18,10 +18,21 @@ from .errors import (
     WrongType,
 )
 from .sharded import ShardedLease, ShardedQueue, ShardedStats, shard_of
-from .types import DeadItem, Item, Lease, PartitionSettings, PartitionView, Policy, Stats
+from .types import (
+    AckedLeases,
+    DeadItem,
+    Item,
+    Lease,
+    NackOutcome,
+    PartitionSettings,
+    PartitionView,
+    Policy,
+    Stats,
+)
 from .worker import Backoff, DeadLetter, Heartbeat, Hooks, Job, Retry, Worker
 
 __all__ = [
+    "AckedLeases",
     "AsyncQueue",
     "Backoff",
     "DeadItem",
@@ -35,6 +46,7 @@ __all__ = [
     "Lease",
     "Limit",
     "ModuleNotLoaded",
+    "NackOutcome",
     "NoPermission",
     "PartitionSettings",
     "PartitionView",

@@ -22,10 +22,12 @@ from . import commands
 from .commands import Command, Limit
 from .errors import SlotMoving, translate
 from .types import (
+    AckedLeases,
     DeadItem,
     Item,
     Layout,
     Lease,
+    NackOutcome,
     PartitionSettings,
     PartitionView,
     Policy,
@@ -114,9 +116,32 @@ class Queue:
         """Fenced re-lease for `lease_ms` from now; False when the lease is lost."""
         return self.run(commands.renew(self.name, lease.id, lease.token, lease_ms))
 
-    def nack(self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False) -> bool:
-        """Give a leased item back: at once, after `delay_ms`, or to the dead letters."""
+    def ack_and_lease(
+        self,
+        done: Iterable[Fenced],
+        lease_ms: int,
+        count: int,
+        *,
+        block_ms: int | None = None,
+    ) -> AckedLeases:
+        """ACK the `done` leases and lease up to `count` items, in one round trip."""
+        pairs = [(lease.id, lease.token) for lease in done]
+        return self.run(commands.ack_and_lease(self.name, pairs, lease_ms, count, block_ms))
+
+    def nack(
+        self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False
+    ) -> NackOutcome | None:
+        """Give a leased item back: at once, after `delay_ms`, or to the dead letters.
+
+        Where it went (the queue's MAX-NACKS may dead-letter it), or None when
+        the lease was no longer current.
+        """
         return self.run(commands.nack(self.name, lease.id, lease.token, delay_ms, dead))
+
+    def release(self, lease: Fenced) -> bool:
+        """Give a leased item back unrun: requeued at once, no nack counted."""
+        outcome = self.run(commands.nack(self.name, lease.id, lease.token, release=True))
+        return outcome is not None
 
     def reclaim(self, limit: int | None = None) -> int:
         """Take expired leases back now (the module's timer does it anyway)."""
@@ -263,8 +288,25 @@ class AsyncQueue:
     async def renew(self, lease: Fenced, lease_ms: int) -> bool:
         return await self.run(commands.renew(self.name, lease.id, lease.token, lease_ms))
 
-    async def nack(self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False) -> bool:
+    async def ack_and_lease(
+        self,
+        done: Iterable[Fenced],
+        lease_ms: int,
+        count: int,
+        *,
+        block_ms: int | None = None,
+    ) -> AckedLeases:
+        pairs = [(lease.id, lease.token) for lease in done]
+        return await self.run(commands.ack_and_lease(self.name, pairs, lease_ms, count, block_ms))
+
+    async def nack(
+        self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False
+    ) -> NackOutcome | None:
         return await self.run(commands.nack(self.name, lease.id, lease.token, delay_ms, dead))
+
+    async def release(self, lease: Fenced) -> bool:
+        outcome = await self.run(commands.nack(self.name, lease.id, lease.token, release=True))
+        return outcome is not None
 
     async def reclaim(self, limit: int | None = None) -> int:
         return await self.run(commands.reclaim(self.name, limit))

@@ -13,10 +13,12 @@ from typing import Any, Literal, cast
 
 from .limits import check_item
 from .types import (
+    AckedLeases,
     DeadItem,
     Item,
     Layout,
     Lease,
+    NackOutcome,
     PartitionSettings,
     PartitionView,
     Policy,
@@ -114,28 +116,63 @@ def lease_many(
     )
 
 
-def ack(name: str, leases: Iterable[tuple[str, str]]) -> Command[int]:
+def _pairs(leases: Iterable[tuple[str, str]]) -> list[Arg]:
     pairs: list[Arg] = []
     for item_id, token in leases:
         pairs += [encode(item_id), token]
     if not pairs:
         raise ValueError("ack needs at least one lease")
-    return Command(("VTRR.ACK", name, *pairs), _int)
+    return pairs
+
+
+def ack(name: str, leases: Iterable[tuple[str, str]]) -> Command[int]:
+    return Command(("VTRR.ACK", name, *_pairs(leases)), _int)
+
+
+def _acked_leases(reply: Any) -> AckedLeases:
+    acked, leases = reply
+    return AckedLeases(tuple(int(took) == 1 for took in acked), _lease_many(leases))
+
+
+def ack_and_lease(
+    name: str,
+    leases: Iterable[tuple[str, str]],
+    lease_ms: int,
+    count: int,
+    block_ms: int | None = None,
+) -> Command[AckedLeases]:
+    """`VTRR.LEASE ... ACK`: the acks at once, then up to `count` leases."""
+    pairs = _pairs(leases)
+    return Command(
+        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, "WITHCOUNTERS", "ACK", *pairs),
+        _acked_leases,
+    )
 
 
 def renew(name: str, item_id: str, token: str, lease_ms: int) -> Command[bool]:
     return Command(("VTRR.RENEW", name, encode(item_id), token, lease_ms), _bool)
 
 
+def _nack_outcome(reply: Any) -> NackOutcome | None:
+    return None if reply is None else NackOutcome(decode(reply))
+
+
 def nack(
-    name: str, item_id: str, token: str, delay_ms: int | None = None, dead: bool = False
-) -> Command[bool]:
+    name: str,
+    item_id: str,
+    token: str,
+    delay_ms: int | None = None,
+    dead: bool = False,
+    release: bool = False,
+) -> Command[NackOutcome | None]:
     args: tuple[Arg, ...] = ("VTRR.NACK", name, encode(item_id), token)
     if delay_ms is not None:
         args += ("DELAY", delay_ms)
     if dead:
         args += ("DEAD",)
-    return Command(args, _bool)
+    if release:
+        args += ("RELEASE",)
+    return Command((*args, "WITHSTATE"), _nack_outcome)
 
 
 def reclaim(name: str, limit: int | None = None) -> Command[int]:

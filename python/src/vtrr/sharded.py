@@ -54,6 +54,7 @@ from .types import (
     Item,
     Layout,
     Lease,
+    NackOutcome,
     PartitionSettings,
     PartitionView,
     Policy,
@@ -343,9 +344,15 @@ class ShardedQueue:
         """Fenced re-lease for `lease_ms` from now, in the lease's sub-queue."""
         return self.sub_queues[lease.shard].renew(lease, lease_ms)
 
-    def nack(self, lease: ShardedLease, *, delay_ms: int | None = None, dead: bool = False) -> bool:
+    def nack(
+        self, lease: ShardedLease, *, delay_ms: int | None = None, dead: bool = False
+    ) -> NackOutcome | None:
         """Give a leased item back to its sub-queue: at once, after `delay_ms`, or dead."""
         return self.sub_queues[lease.shard].nack(lease, delay_ms=delay_ms, dead=dead)
+
+    def release(self, lease: ShardedLease) -> bool:
+        """Give a leased item back unrun to its sub-queue, no nack counted."""
+        return self.sub_queues[lease.shard].release(lease)
 
     def reclaim(self, limit: int | None = None) -> int:
         """Take expired leases back now in every sub-queue (`limit` per sub-queue)."""

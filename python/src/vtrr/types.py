@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Literal
 
 Layout = Literal["keys", "native"]
@@ -39,6 +40,27 @@ class Lease:
     """How many times this item's lease expired before (0 on first delivery)."""
     nacks: int
     """How many times a worker nacked it."""
+
+
+class NackOutcome(enum.StrEnum):
+    """Where a nacked item went (`VTRR.NACK ... WITHSTATE`).
+
+    `DEAD` also when the queue's MAX-NACKS dead-lettered an item the worker
+    asked to requeue or delay.
+    """
+
+    QUEUED = "queued"
+    DELAYED = "delayed"
+    DEAD = "dead"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AckedLeases:
+    """`VTRR.LEASE ... ACK`: which acks took (in the order given), then the leases."""
+
+    acked: tuple[bool, ...]
+    """Per lease given: True when it was current and its item is done."""
+    leases: list[Lease]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

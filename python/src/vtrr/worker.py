@@ -12,8 +12,12 @@
   `DeadLetter` sends the item to the dead letters). Giving up is the queue's
   POLICY (`MAX-NACKS`, `MAX-TIMEOUTS`), not the worker's.
 - `stop()` (SIGTERM/SIGINT in `run()`): no new leases; running handlers get
-  `grace_seconds` to finish, then their items go back by NACK (at once, so
-  another worker takes them) and `cancelled` is set on their jobs.
+  `grace_seconds` to finish, then their items go back by `NACK ... RELEASE`
+  (at once, so another worker takes them, and uncounted: a deploy is no
+  failure, so it never brings an item nearer MAX-NACKS) and `cancelled` is
+  set on their jobs.
+- A NACK reports where the item went: one the queue's MAX-NACKS
+  dead-lettered is logged and reported as dead, not as a retry.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any, Protocol, Self
 
 from .client import AsyncQueue, Fenced
 from .limits import MAX_BLOCK_MS, MAX_MS, check_int
+from .types import NackOutcome
 
 logger = logging.getLogger("vtrr.worker")
 
@@ -68,7 +73,11 @@ class LeaseQueue(Renewing, Protocol):
 
     def ack(self, *leases: Any) -> int: ...
 
-    def nack(self, lease: Any, *, delay_ms: int | None = None, dead: bool = False) -> bool: ...
+    def nack(
+        self, lease: Any, *, delay_ms: int | None = None, dead: bool = False
+    ) -> NackOutcome | None: ...
+
+    def release(self, lease: Any) -> bool: ...
 
 
 class Retry(Exception):
@@ -155,7 +164,8 @@ class Hooks:
     succeeded: Callable[[Job, float], None] | None = None
     """The job and the handler's run time in seconds."""
     failed: Callable[[Job, BaseException, int | None], None] | None = None
-    """The job, the error, and the retry delay in ms (None: sent to the dead letters)."""
+    """The job, the error, and the retry delay in ms (None: dead-lettered, by the
+    handler's `DeadLetter` or by the queue's MAX-NACKS)."""
     lost: Callable[[Job], None] | None = None
 
 
@@ -542,49 +552,51 @@ class Worker:
         outcome = self._plan(job, error)
         if outcome is None:
             return
+        settled: bool | NackOutcome | None
         try:
             if outcome.ack:
-                done = queue.ack(job.lease) == 1
+                settled = queue.ack(job.lease) == 1
             else:
-                done = queue.nack(job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead)
+                settled = queue.nack(job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead)
         except Exception:
             _settling_failed(job)
             return
-        self._report(job, outcome, done)
+        self._report(job, outcome, settled)
 
     async def _finish_async(self, job: Job, error: BaseException | None) -> None:
         assert isinstance(self.queue, AsyncQueue)
         outcome = self._plan(job, error)
         if outcome is None:
             return
+        settled: bool | NackOutcome | None
         try:
             if outcome.ack:
-                done = await self.queue.ack(job.lease) == 1
+                settled = await self.queue.ack(job.lease) == 1
             else:
-                done = await self.queue.nack(
+                settled = await self.queue.nack(
                     job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead
                 )
         except Exception:
             _settling_failed(job)
             return
-        self._report(job, outcome, done)
+        self._report(job, outcome, settled)
 
-    def _report(self, job: Job, outcome: _Outcome, done: bool) -> None:
-        if not done:
+    def _report(self, job: Job, outcome: _Outcome, settled: bool | NackOutcome | None) -> None:
+        """`settled`: ACK's True, or where NACK sent the item; falsy when the lease was lost."""
+        if not settled:
             job.lost.set()
             self._report_lost(job)
         elif outcome.error is None:
             _call_hook(self.hooks.succeeded, job, time.monotonic() - job.started)
+        elif settled is NackOutcome.DEAD:
+            why = "dead-lettered" if outcome.dead else "dead-lettered by the queue's MAX-NACKS"
+            logger.warning("%s failed (%r): %s", job.id, outcome.error, why)
+            _call_hook(self.hooks.failed, job, outcome.error, None)
         else:
             logger.warning(
-                "%s failed (%r): %s",
-                job.id,
-                outcome.error,
-                "dead-lettered" if outcome.dead else f"retry in {outcome.delay_ms} ms",
+                "%s failed (%r): retry in %s ms", job.id, outcome.error, outcome.delay_ms
             )
-            _call_hook(
-                self.hooks.failed, job, outcome.error, None if outcome.dead else outcome.delay_ms
-            )
+            _call_hook(self.hooks.failed, job, outcome.error, outcome.delay_ms)
 
     def _report_lost(self, job: Job) -> None:
         logger.warning("lease of %s was lost: not acked", job.id)
@@ -593,7 +605,7 @@ class Worker:
     def _give_back(self, queue: LeaseQueue, jobs: list[Job]) -> None:
         for job in jobs:
             try:
-                queue.nack(job.lease)
+                queue.release(job.lease)
             except Exception:
                 logger.exception("giving back %s failed; its lease will expire", job.id)
 
@@ -601,7 +613,7 @@ class Worker:
         assert isinstance(self.queue, AsyncQueue)
         for job in jobs:
             try:
-                await self.queue.nack(job.lease)
+                await self.queue.release(job.lease)
             except Exception:
                 logger.exception("giving back %s failed; its lease will expire", job.id)
 
