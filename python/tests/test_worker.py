@@ -344,3 +344,101 @@ def test_a_lease_whose_thread_died_is_no_longer_renewed(queue: vtrr.Queue) -> No
     heartbeat.stop()
     assert again is not None and (again.id, again.timeouts) == ("orphan", 1)
     assert queue.ack(again) == 1
+
+
+def test_one_dispatcher_serves_more_handlers_than_the_pool_has_connections(
+    server: Server, queue_name: str
+) -> None:
+    """Handlers never talk to the server: a pool of 2 serves 8 handlers, renewals included."""
+    client = redis.Redis(host="127.0.0.1", port=server.port, max_connections=2)
+    queue = vtrr.Queue(client, queue_name)
+    queue.enqueue_many(Item("p", f"slow-{i}", b"x") for i in range(4))
+    runs: list[str] = []
+
+    def handler(job: Job) -> None:
+        time.sleep(1.0)  # longer than the lease: only renewals keep it
+        runs.append(job.id)
+
+    Worker(queue, handler, concurrency=8, lease_ms=300, block_ms=50, exit_when_idle=True).run()
+    assert sorted(runs) == [f"slow-{i}" for i in range(4)], "each ran once, never reclaimed"
+    assert queue.stats().expired == 0
+
+
+def test_a_handler_that_exits_or_is_cancelled_fails_its_job_not_the_worker(
+    queue: vtrr.Queue, server: Server, queue_name: str
+) -> None:
+    queue.enqueue_many([Item("p", "exits", b""), Item("p", "fine", b"")])
+    seen: list[tuple[str, int]] = []
+
+    def handler(job: Job) -> None:
+        seen.append((job.id, job.nacks))
+        if job.id == "exits" and job.nacks == 0:
+            sys.exit(3)
+
+    Worker(queue, handler, block_ms=50, backoff=Backoff(base_ms=0), exit_when_idle=True).run()
+    assert sorted(seen) == [("exits", 0), ("exits", 1), ("fine", 0)], "retried, not the end"
+
+    async def scenario() -> list[tuple[str, int]]:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        async_queue = vtrr.AsyncQueue(client, queue_name + "async")
+        await async_queue.enqueue_many([Item("p", "cancels", b""), Item("p", "fine", b"")])
+        ran: list[tuple[str, int]] = []
+
+        async def handler(job: Job) -> None:
+            ran.append((job.id, job.nacks))
+            if job.id == "cancels" and job.nacks == 0:
+                raise asyncio.CancelledError
+
+        await Worker(
+            async_queue, handler, block_ms=50, backoff=Backoff(base_ms=0), exit_when_idle=True
+        ).run_async()
+        assert (await async_queue.stats()).inflight == 0
+        await client.aclose()
+        return ran
+
+    assert sorted(asyncio.run(scenario())) == [("cancels", 0), ("cancels", 1), ("fine", 0)]
+
+
+def test_a_permanent_error_stops_the_worker_and_an_unreachable_server_is_logged_once(
+    make_server, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    bare = make_server(with_module=False)
+    worker = Worker(vtrr.Queue(bare.client(), "q"), lambda job: None, block_ms=50)
+    with pytest.raises(vtrr.ModuleNotLoaded):
+        worker.run()
+
+    port = bare.port
+    bare.stop()
+    unreachable = Worker(
+        vtrr.Queue(redis.Redis(host="127.0.0.1", port=port), "q"), lambda job: None, block_ms=50
+    )
+    thread = run_in_thread(unreachable)
+    with caplog.at_level("WARNING", logger="vtrr.worker"):
+        time.sleep(1.5)
+        unreachable.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+    errors = [record for record in caplog.records if record.levelname == "ERROR"]
+    assert len(errors) == 1, [record.getMessage() for record in errors]
+
+
+def test_shutdown_gives_back_unrun_by_release_at_every_deploy(queue: vtrr.Queue) -> None:
+    """Cut off by shutdown again and again, a job is never dead-lettered for it."""
+    queue.set_policy(max_nacks=0)
+    queue.enqueue("p", "long", b"")
+    started = threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        job.cancelled.wait(5)
+
+    for _ in range(3):
+        started.clear()
+        worker = Worker(queue, handler, block_ms=50, grace_seconds=0.1)
+        thread = run_in_thread(worker)
+        assert started.wait(5)
+        worker.stop()
+        thread.join(5)
+    assert queue.stats().dead == 0
+    lease = queue.lease(1000)
+    assert lease is not None and lease.nacks == 0

@@ -6,7 +6,7 @@ spreads one tenant population over sub-queues on a Redis Cluster;
 `vtrr.celery` and `vtrr.django` plug the queue into those frameworks.
 """
 
-from .client import AsyncQueue, Fenced, Queue
+from .client import AsyncQueue, Queue
 from .commands import Limit
 from .errors import (
     InvalidArgument,
@@ -17,10 +17,12 @@ from .errors import (
     VTRRError,
     WrongType,
 )
+from .heartbeat import Heartbeat
 from .sharded import ShardedLease, ShardedQueue, ShardedStats, shard_of
 from .types import (
     AckedLeases,
     DeadItem,
+    Fenced,
     Item,
     Lease,
     NackOutcome,
@@ -29,7 +31,7 @@ from .types import (
     Policy,
     Stats,
 )
-from .worker import Backoff, DeadLetter, Heartbeat, Hooks, Job, Retry, Worker
+from .worker import Backoff, DeadLetter, Hooks, Job, Retry, Worker
 
 __all__ = [
     "AckedLeases",

@@ -16,7 +16,7 @@ How a run goes (the Celery task registered under the function's name is the
 2. It calls the function with the bound task as `self`; `self.request`
    carries `vtrr_timeouts`, `vtrr_nacks`, `vtrr_task_id` and
    `vtrr_lease_lost` (a `threading.Event`, set when the lease was lost).
-3. While it runs, a `vtrr.worker.Heartbeat` renews the lease about every
+3. While it runs, a `vtrr.heartbeat.Heartbeat` renews the lease about every
    third of `lease_seconds`, so a task may run longer than its lease.
 4. Return or `Exception`: `VTRR.ACK` (vtrr-queue's semantics: a failed
    task is not redelivered). `SystemExit` and other `BaseException`s
@@ -62,9 +62,9 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from .client import Queue
 from .errors import SerializationError
+from .heartbeat import Heartbeat
 from .limits import MAX_WEIGHT, check_int
 from .types import Item, Lease
-from .worker import Heartbeat
 
 logger = logging.getLogger("vtrr.celery")
 

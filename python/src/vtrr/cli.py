@@ -143,7 +143,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as error:
         print(f"vtrr worker: {error}", file=sys.stderr)
         return 2
-    worker.run()
+    try:
+        worker.run()
+    except VTRRError as error:
+        # A permanent error (module not loaded, wrong type, no permission):
+        # one line and a failed exit, not a retry loop.
+        print(f"vtrr worker: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

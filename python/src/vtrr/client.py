@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import redis
 import redis.asyncio
 import redis.exceptions
 
-from . import commands
+from . import commands, exchange
 from .commands import Command, Limit
 from .errors import SlotMoving, translate
 from .types import (
     AckedLeases,
     DeadItem,
+    Fenced,
     Item,
     Layout,
     Lease,
@@ -35,19 +36,24 @@ from .types import (
 )
 
 _RETRY_PAUSE_SECONDS = 0.05
+
 # Errors a slot move answers with: TRYAGAIN, and a cluster client's own
 # "gave up following redirections".
 _MOVING = (redis.exceptions.TryAgainError, redis.exceptions.ClusterError)
 
 
-class Fenced(Protocol):
-    """A lease's identity: ACK, RENEW and NACK need its id and token."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def token(self) -> str: ...
+def _parsed(name: str, batch: list[Command[Any]], replies: list[Any]) -> list[Any]:
+    """A pipeline's replies parsed; its first error raised as the client raises it."""
+    values = []
+    for command, reply in zip(batch, replies, strict=True):
+        if isinstance(reply, _MOVING):
+            raise SlotMoving(f"{name}: {reply}") from reply
+        if isinstance(reply, redis.exceptions.ResponseError):
+            raise translate(reply) from reply
+        if isinstance(reply, Exception):
+            raise reply
+        values.append(command.parse(reply))
+    return values
 
 
 class Queue:
@@ -83,6 +89,17 @@ class Queue:
             except redis.exceptions.ResponseError as error:
                 raise translate(error) from error
             return command.parse(reply)
+
+    def exchange(self, sent: exchange.Exchange) -> exchange.Exchanged:
+        """A worker's round trip (`vtrr.exchange`): its commands pipelined, read as one."""
+        batch = exchange.commands_of(self.name, sent)
+        if len(batch) == 1:
+            return exchange.read(sent, [self.run(batch[0])])
+        pipe = cast(Any, self.client).pipeline(transaction=False)
+        for command in batch:
+            pipe.execute_command(*command.args)
+        replies = pipe.execute(raise_on_error=False)
+        return exchange.read(sent, _parsed(self.name, batch, replies))
 
     # Adding items.
     def enqueue(self, partition: str, item_id: str, payload: bytes | str, weight: int = 1) -> bool:
@@ -257,6 +274,16 @@ class AsyncQueue:
             except redis.exceptions.ResponseError as error:
                 raise translate(error) from error
             return command.parse(reply)
+
+    async def exchange(self, sent: exchange.Exchange) -> exchange.Exchanged:
+        batch = exchange.commands_of(self.name, sent)
+        if len(batch) == 1:
+            return exchange.read(sent, [await self.run(batch[0])])
+        pipe = cast(Any, self.client).pipeline(transaction=False)
+        for command in batch:
+            pipe.execute_command(*command.args)
+        replies = await pipe.execute(raise_on_error=False)
+        return exchange.read(sent, _parsed(self.name, batch, replies))
 
     async def enqueue(
         self, partition: str, item_id: str, payload: bytes | str, weight: int = 1

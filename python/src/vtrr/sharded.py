@@ -48,6 +48,7 @@ import redis
 
 from .client import Queue
 from .commands import Limit
+from .exchange import Exchange, Exchanged
 from .limits import MAX_WEIGHT, check_item
 from .types import (
     DeadItem,
@@ -353,6 +354,41 @@ class ShardedQueue:
     def release(self, lease: ShardedLease) -> bool:
         """Give a leased item back unrun to its sub-queue, no nack counted."""
         return self.sub_queues[lease.shard].release(lease)
+
+    def exchange(self, sent: Exchange) -> Exchanged:
+        """A worker's round trip (`vtrr.exchange`) over the sub-queues.
+
+        Each lease is settled and renewed in its own sub-queue, then the
+        rotation leases up to `sent.count` items: a call per lease and per
+        sub-queue visited, not one round trip (the sub-queues live on
+        different nodes).
+        """
+        leases: dict[tuple[str, str], ShardedLease] = {}
+
+        def own(lease: object) -> ShardedLease:
+            if not isinstance(lease, ShardedLease):
+                raise TypeError(f"a ShardedQueue settles ShardedLeases, not {lease!r}")
+            return lease
+
+        nacked: list[NackOutcome | None] = []
+        for give in sent.nacks:
+            lease = own(give.lease)
+            if give.release:
+                nacked.append(NackOutcome.QUEUED if self.release(lease) else None)
+            else:
+                nacked.append(self.nack(lease, delay_ms=give.delay_ms, dead=give.dead))
+        renewed = tuple(self.renew(own(lease), sent.lease_ms) for lease in sent.renews)
+        acked = tuple(self.ack(own(lease)) == 1 for lease in sent.acks)
+        while len(leases) < sent.count:
+            got = self.lease(sent.lease_ms)
+            if got is None:
+                break
+            leases[(got.id, got.token)] = got
+        if not leases and sent.count and sent.block_ms is not None:
+            got = self.lease(sent.lease_ms, block_ms=sent.block_ms)
+            if got is not None:
+                leases[(got.id, got.token)] = got
+        return Exchanged(acked, tuple(nacked), renewed, list(leases.values()))  # type: ignore[arg-type]
 
     def reclaim(self, limit: int | None = None) -> int:
         """Take expired leases back now in every sub-queue (`limit` per sub-queue)."""

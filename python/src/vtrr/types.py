@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Literal
+from typing import Literal, Protocol
 
 Layout = Literal["keys", "native"]
 
@@ -27,6 +27,16 @@ class Item:
     id: str
     payload: bytes | str
     weight: int = 1
+
+
+class Fenced(Protocol):
+    """A lease's identity: ACK, RENEW and NACK need its id and token."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

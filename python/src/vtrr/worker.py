@@ -1,23 +1,33 @@
 """`Worker`: leases items and runs a handler on each, the way a job system must.
 
-- Blocking leases (`VTRR.LEASE ... BLOCK ... WITHCOUNTERS`), `concurrency`
-  handlers at once: threads for a plain function, asyncio tasks for a
-  coroutine function (over an `AsyncQueue`).
-- While a handler runs its lease is renewed about every third of the lease
-  (`Heartbeat`); a RENEW that replies 0 means the lease is lost (the item was
-  cancelled, or its lease expired and went to another worker): the job's
-  `lost` flag is set for the handler to see, and it is never acked.
-- A handler that returns: ACK. One that raises: NACK with an exponential
-  backoff and jitter from the item's nack count (`Retry` sets the delay,
-  `DeadLetter` sends the item to the dead letters). Giving up is the queue's
-  POLICY (`MAX-NACKS`, `MAX-TIMEOUTS`), not the worker's.
+One dispatcher per process owns the queue's connection; handlers only run
+jobs. Each round trip of the dispatcher (`vtrr.exchange`) does everything
+due at once: the NACKs of failed jobs (`WITHSTATE`: where each item went),
+the RENEWs of every running lease when a third of the lease has passed, and
+one `VTRR.LEASE ... COUNT <free slots> ACK <succeeded jobs>` that finishes
+the jobs that returned and leases the next ones. Under load a round trip
+settles and refills several handlers; a worker with nothing running waits
+in the server (`BLOCK`) rather than polling it.
+
+- `concurrency` handlers at once: threads for a plain function, asyncio
+  tasks for a coroutine function (over an `AsyncQueue`); the same
+  dispatcher decides for both (`_Dispatch`), only its I/O differs.
+- A RENEW that replies 0 means the lease is lost (the item was cancelled,
+  or its lease expired and went to another worker): the job's `lost` flag
+  is set for the handler to see, and it is never acked.
+- A handler that returns: ACK. One that raises (anything, `SystemExit` and
+  a task's `CancelledError` included: a handler never ends the worker):
+  NACK with an exponential backoff and jitter from the item's nack count
+  (`Retry` sets the delay, `DeadLetter` sends the item to the dead letters).
+  Giving up is the queue's POLICY (`MAX-NACKS`, `MAX-TIMEOUTS`), and a NACK
+  the policy turned into a death is reported as one.
 - `stop()` (SIGTERM/SIGINT in `run()`): no new leases; running handlers get
   `grace_seconds` to finish, then their items go back by `NACK ... RELEASE`
-  (at once, so another worker takes them, and uncounted: a deploy is no
-  failure, so it never brings an item nearer MAX-NACKS) and `cancelled` is
-  set on their jobs.
-- A NACK reports where the item went: one the queue's MAX-NACKS
-  dead-lettered is logged and reported as dead, not as a retry.
+  (at once, and uncounted: a deploy is no failure) and `cancelled` is set
+  on their jobs.
+- A server that cannot be reached is retried with a capped backoff, logged
+  once per change of state; a permanent error (the module not loaded, a
+  key of the wrong type, no permission) stops the worker with that error.
 """
 
 from __future__ import annotations
@@ -27,21 +37,32 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import os
+import queue as queue_module
 import random
 import signal
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterator
-from types import FrameType, TracebackType
-from typing import Any, Protocol, Self
+from types import FrameType
+from typing import Any, Protocol
 
-from .client import AsyncQueue, Fenced
+import redis.exceptions
+
+from .client import AsyncQueue
+from .errors import InvalidArgument, ModuleNotLoaded, NoPermission, WrongType
+from .exchange import Exchange, Exchanged, GiveBack
 from .limits import MAX_BLOCK_MS, MAX_MS, check_int
-from .types import NackOutcome
+from .types import Fenced, NackOutcome
 
 logger = logging.getLogger("vtrr.worker")
+
+# While handlers run and the queue looked empty, the dispatcher asks again
+# this often (a finished job's settling asks at once, with a lease).
+IDLE_POLL_SECONDS = 0.05
+# The longest the dispatcher sleeps between looks at stop() and the clock.
+LONGEST_NAP_SECONDS = 0.1
+# Errors no retry can mend: the worker stops with them.
+PERMANENT = (ModuleNotLoaded, NoPermission, WrongType, InvalidArgument)
 
 
 class Leased(Fenced, Protocol):
@@ -57,27 +78,13 @@ class Leased(Fenced, Protocol):
     def nacks(self) -> int: ...
 
 
-class Renewing(Protocol):
-    """What a Heartbeat needs of a queue."""
-
-    def renew(self, lease: Any, lease_ms: int) -> bool: ...
-
-
-class LeaseQueue(Renewing, Protocol):
+class Exchanging(Protocol):
     """What a threaded Worker needs of a queue: a `vtrr.Queue` or a `vtrr.ShardedQueue`."""
 
     @property
     def name(self) -> str: ...
 
-    def lease(self, lease_ms: int, *, block_ms: int | None = None) -> Leased | None: ...
-
-    def ack(self, *leases: Any) -> int: ...
-
-    def nack(
-        self, lease: Any, *, delay_ms: int | None = None, dead: bool = False
-    ) -> NackOutcome | None: ...
-
-    def release(self, lease: Any) -> bool: ...
+    def exchange(self, sent: Exchange) -> Exchanged: ...
 
 
 class Retry(Exception):
@@ -158,7 +165,7 @@ class Job:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Hooks:
-    """Callbacks for logging and metrics; each runs in the handler's thread or task."""
+    """Callbacks for logging and metrics; each runs in the dispatcher, so keep them quick."""
 
     leased: Callable[[Job], None] | None = None
     succeeded: Callable[[Job, float], None] | None = None
@@ -169,128 +176,6 @@ class Hooks:
     lost: Callable[[Job], None] | None = None
 
 
-class Heartbeat:
-    """Renews the leases it tracks about every third of `lease_ms`, in one thread.
-
-    A lease is renewed while the thread that tracked it lives: a thread that
-    ends without `untrack` (killed by an error its framework did not catch)
-    lets its lease expire, so the queue's timer reclaims the item, as if that
-    worker had crashed, instead of keeping it leased for as long as the
-    process lives.
-
-    Fork-safe: a forked child (Celery's prefork pool, threadmill's worker
-    processes) starts with nothing tracked and its own thread on first use;
-    the parent's leases stay the parent's.
-    """
-
-    def __init__(self, queue: Renewing, lease_ms: int) -> None:
-        self.queue = queue
-        self.lease_ms = lease_ms
-        self._reset()
-        _heartbeats.add(self)
-
-    def _reset(self) -> None:
-        # Keyed by lease, with every thread that tracks it: one lease can be
-        # tracked twice at once (a Celery retry run in the process of the run
-        # it retries); it is renewed until the last of them lets go.
-        self._tracked: dict[
-            tuple[str, str], tuple[Fenced, threading.Event, list[threading.Thread]]
-        ] = {}
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def track(self, lease: Fenced) -> threading.Event:
-        """Renew `lease` while this thread lives; the event is set if a RENEW finds it lost."""
-        key = (lease.id, lease.token)
-        with self._lock:
-            _, lost, owners = self._tracked.get(key, (lease, threading.Event(), []))
-            self._tracked[key] = (lease, lost, [*owners, threading.current_thread()])
-            self._start_locked()
-        return lost
-
-    def untrack(self, lease: Fenced) -> None:
-        """This thread stops holding `lease`; renewals stop once no thread holds it."""
-        key = (lease.id, lease.token)
-        with self._lock:
-            found = self._tracked.get(key)
-            if found is None:
-                return
-            owners = list(found[2])
-            me = threading.current_thread()
-            owners.remove(me if me in owners else owners[0])
-            if owners:
-                self._tracked[key] = (found[0], found[1], owners)
-            else:
-                del self._tracked[key]
-
-    def start(self) -> None:
-        with self._lock:
-            self._start_locked()
-
-    def _start_locked(self) -> None:
-        if self._thread is None and not self._stopping.is_set():
-            self._thread = threading.Thread(target=self._run, name="vtrr-heartbeat", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def renew_all(self) -> None:
-        """One pass: renew every tracked lease; mark and drop the lost ones."""
-        with self._lock:
-            for key, (lease, _, owners) in list(self._tracked.items()):
-                if not any(owner.is_alive() for owner in owners):
-                    logger.warning(
-                        "the thread holding the lease of %s ended without settling it: "
-                        "it is no longer renewed and will be reclaimed when it expires",
-                        lease.id,
-                    )
-                    del self._tracked[key]
-            tracked = [(lease, lost) for lease, lost, _ in self._tracked.values()]
-        for lease, lost in tracked:
-            try:
-                renewed = self.queue.renew(lease, self.lease_ms)
-            except Exception:  # a failed RENEW is retried next pass; the lease may still be ours
-                logger.exception("RENEW of %s failed", lease.id)
-                continue
-            if not renewed:
-                lost.set()
-                with self._lock:
-                    self._tracked.pop((lease.id, lease.token), None)
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self.lease_ms / 3000):
-            self.renew_all()
-
-
-_heartbeats: weakref.WeakSet[Heartbeat] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # Only the forking thread survives a fork: the heartbeat threads (and any
-    # lock one of them held) are gone, and the leases are the parent's.
-    for heartbeat in list(_heartbeats):
-        heartbeat._reset()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def _call_hook(hook: Callable[..., None] | None, *args: Any) -> None:
     if hook is None:
         return
@@ -298,11 +183,6 @@ def _call_hook(hook: Callable[..., None] | None, *args: Any) -> None:
         hook(*args)
     except Exception:  # a broken metrics hook must not lose an item
         logger.exception("worker hook %r failed", hook)
-
-
-def _settling_failed(job: Job) -> None:
-    # The lease stays with this worker until it expires; the timer then reclaims the item.
-    logger.exception("settling %s failed; its lease will expire and be reclaimed", job.id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -325,6 +205,165 @@ def _outcome(error: BaseException | None, job: Job, backoff: Backoff) -> _Outcom
     return _Outcome(ack=False, delay_ms=backoff.delay_ms(job.nacks), error=error)
 
 
+def _key(lease: Fenced) -> tuple[str, str]:
+    return (lease.id, lease.token)
+
+
+class _Dispatch:
+    """The dispatcher's state and decisions, without I/O: what the next round
+    trip sends (`plan`), what its replies mean (`absorb`), how long to wait
+    until something is due (`nap`). The threaded and the asyncio loops of
+    `Worker` only carry them out.
+    """
+
+    def __init__(self, worker: Worker, wake: Callable[[], None]) -> None:
+        self.worker = worker
+        self.wake = wake
+        self.running: dict[tuple[str, str], Job] = {}
+        # Finished handlers, from their threads or tasks.
+        self._finished: list[tuple[Job, BaseException | None]] = []
+        self._lock = threading.Lock()
+        # Outcomes decided and not yet confirmed by the server (a failed
+        # round trip sends them again).
+        self._settling: list[tuple[Job, _Outcome]] = []
+        self._next_renew = 0.0
+        self._idle_until = 0.0
+        self.closed = False
+
+    def finished(self, job: Job, error: BaseException | None) -> None:
+        """A handler ended (any thread): its outcome goes in the next round trip."""
+        with self._lock:
+            if self.closed:
+                return
+            self._finished.append((job, error))
+        self.wake()
+
+    def _free(self) -> int:
+        return self.worker.concurrency - len(self.running) + len(self._settling)
+
+    def plan(self, now: float, leasing: bool) -> Exchange | None:
+        """The next round trip, or None when nothing is due."""
+        with self._lock:
+            finished, self._finished = self._finished, []
+        for job, error in finished:
+            if job.lost.is_set():
+                self.running.pop(_key(job.lease), None)
+                self._report_lost(job)
+            else:
+                self._settling.append((job, _outcome(error, job, self.worker.backoff)))
+        acks = tuple(job.lease for job, outcome in self._settling if outcome.ack)
+        nacks = tuple(
+            GiveBack(job.lease, outcome.delay_ms, outcome.dead)
+            for job, outcome in self._settling
+            if not outcome.ack
+        )
+        renews: tuple[Fenced, ...] = ()
+        if now >= self._next_renew:
+            settling = {_key(job.lease) for job, _ in self._settling}
+            renews = tuple(job.lease for key, job in self.running.items() if key not in settling)
+            self._next_renew = now + self.worker.lease_ms / 3000
+        # Nothing running: wait in the server. Else ask again only with
+        # something to settle, or once the queue may have filled.
+        may_ask = not self.running or self._settling or now >= self._idle_until
+        count = max(0, self._free()) if leasing and may_ask else 0
+        block_ms = self.worker.block_ms if count and not self.running else None
+        sent = Exchange(self.worker.lease_ms, acks, nacks, renews, count, block_ms)
+        return None if sent.is_empty() else sent
+
+    def absorb(self, sent: Exchange, got: Exchanged, now: float) -> list[Job]:
+        """Reads a round trip's replies; the jobs it leased, to start."""
+        acked, nacked = iter(got.acked), iter(got.nacked)
+        for job, outcome in self._settling:
+            self.running.pop(_key(job.lease), None)
+            self._report(job, outcome, next(acked) if outcome.ack else next(nacked))
+        self._settling = []
+        for lease, renewed in zip(sent.renews, got.renewed, strict=True):
+            holder = self.running.get(_key(lease))
+            if not renewed and holder is not None:
+                holder.lost.set()
+        if sent.count and len(got.leases) < sent.count:
+            self._idle_until = now + IDLE_POLL_SECONDS
+        jobs = [Job(lease, self.worker.queue.name) for lease in got.leases]
+        for job in jobs:
+            self.running[_key(job.lease)] = job
+            _call_hook(self.worker.hooks.leased, job)
+        return jobs
+
+    def failed(self, now: float) -> None:
+        """A round trip raised: settle again next time, renew at once."""
+        self._next_renew = now
+
+    def nap(self, now: float, leasing: bool) -> float:
+        """How long to wait for a finished handler before planning again."""
+        due = [self._next_renew - now] if self.running else []
+        if leasing and self._free() > 0 and self.running:
+            due.append(self._idle_until - now)
+        return max(0.0, min([*due, LONGEST_NAP_SECONDS]))
+
+    def close(self) -> Exchange | None:
+        """Shutdown's last round trip: settle what finished, give the rest back unrun."""
+        plan = self.plan(time.monotonic(), leasing=False)
+        with self._lock:
+            self.closed = True
+        settling = {_key(job.lease) for job, _ in self._settling}
+        abandoned = [job for key, job in self.running.items() if key not in settling]
+        for job in abandoned:
+            logger.warning("grace period over: %s goes back to the queue", job.id)
+            job.cancelled.set()
+            del self.running[_key(job.lease)]
+        releases = tuple(GiveBack(job.lease, release=True) for job in abandoned)
+        if plan is None and not releases:
+            return None
+        base = plan or Exchange(self.worker.lease_ms)
+        return dataclasses.replace(base, nacks=base.nacks + releases, renews=())
+
+    def _report(self, job: Job, outcome: _Outcome, settled: bool | NackOutcome | None) -> None:
+        """`settled`: ACK's True, or where NACK sent the item; falsy when the lease was lost."""
+        took = time.monotonic() - job.started
+        if not settled:
+            job.lost.set()
+            self._report_lost(job)
+        elif outcome.error is None:
+            logger.info("%s done in %.3f s", job.id, took)
+            _call_hook(self.worker.hooks.succeeded, job, took)
+        elif settled is NackOutcome.DEAD:
+            why = "dead-lettered" if outcome.dead else "dead-lettered by the queue's MAX-NACKS"
+            logger.warning("%s failed after %.3f s (%r): %s", job.id, took, outcome.error, why)
+            _call_hook(self.worker.hooks.failed, job, outcome.error, None)
+        else:
+            logger.warning(
+                "%s failed after %.3f s (%r): retry in %s ms",
+                job.id,
+                took,
+                outcome.error,
+                outcome.delay_ms,
+            )
+            _call_hook(self.worker.hooks.failed, job, outcome.error, outcome.delay_ms)
+
+    def _report_lost(self, job: Job) -> None:
+        logger.warning("lease of %s was lost: not acked", job.id)
+        _call_hook(self.worker.hooks.lost, job)
+
+
+class _Reachability:
+    """A server that cannot be reached: a capped backoff, and one log line per change."""
+
+    def __init__(self, queue_name: str) -> None:
+        self.queue_name = queue_name
+        self.pause = 0.0
+
+    def failed(self, error: Exception) -> float:
+        if self.pause == 0.0:
+            logger.error("queue %s: %s; retrying with backoff", self.queue_name, error)
+        self.pause = min(5.0, max(0.1, self.pause * 2))
+        return self.pause
+
+    def ok(self) -> None:
+        if self.pause:
+            logger.warning("queue %s: reachable again", self.queue_name)
+            self.pause = 0.0
+
+
 Handler = Callable[[Job], object]
 AsyncHandler = Callable[[Job], Awaitable[object]]
 
@@ -335,13 +374,13 @@ class Worker:
     A plain function runs in `concurrency` threads over a `Queue` (or a
     `ShardedQueue`: the same worker across sub-queues, by its weighted
     rotation); a coroutine function runs as that many asyncio tasks over an
-    `AsyncQueue`
-    (`run()` starts the event loop; `await run_async()` inside one).
+    `AsyncQueue` (`run()` starts the event loop; `await run_async()` inside
+    one). Either way one dispatcher talks to the server.
     """
 
     def __init__(
         self,
-        queue: LeaseQueue | AsyncQueue,
+        queue: Exchanging | AsyncQueue,
         handler: Handler | AsyncHandler,
         *,
         concurrency: int = 1,
@@ -354,7 +393,7 @@ class Worker:
     ) -> None:
         check_int("concurrency", concurrency, 1, 100_000)
         check_int("lease_ms", lease_ms, 3, MAX_MS)  # renewed every third
-        # Positive: between two waits a handler thread sees stop() (BLOCK 0 waits forever).
+        # Positive: between two waits the dispatcher sees stop() (BLOCK 0 waits forever).
         check_int("block_ms", block_ms, 1, MAX_BLOCK_MS)
         if grace_seconds < 0:
             raise ValueError("grace_seconds must not be negative")
@@ -375,10 +414,6 @@ class Worker:
         self.hooks = hooks or Hooks()
         self.exit_when_idle = exit_when_idle
         self.stopping = threading.Event()
-        self._running: dict[tuple[str, str], Job] = {}
-        self._closed = False
-        """Set once shutdown gave back what was running: a lease that arrives later goes back too."""
-        self._lock = threading.Lock()
 
     def stop(self) -> None:
         """Stop leasing; `run()` returns once the running handlers finish (or the grace ends)."""
@@ -407,223 +442,143 @@ class Worker:
 
     def run(self) -> None:
         """Work until `stop()`, SIGTERM or SIGINT (or, with `exit_when_idle`, an empty queue)."""
+        logger.info(
+            "vtrr worker: queue %s, %s, concurrency %d, lease %d ms",
+            self.queue.name,
+            "asyncio tasks" if self.is_async else "threads",
+            self.concurrency,
+            self.lease_ms,
+        )
         with self._signals():
             if self.is_async:
                 asyncio.run(self.run_async())
             else:
                 self._run_threads()
 
+    def _done(self, now: float, deadline: float | None, dispatch: _Dispatch) -> bool:
+        """Whether the loop ends now: stopping, and nothing runs or the grace is over."""
+        return deadline is not None and (not dispatch.running or now >= deadline)
+
     # Threads.
     def _run_threads(self) -> None:
-        assert not isinstance(self.queue, AsyncQueue)
-        heartbeat = Heartbeat(self.queue, self.lease_ms)
-        threads = [
+        queue = self.queue
+        assert not isinstance(queue, AsyncQueue)
+        woken = threading.Event()
+        dispatch = _Dispatch(self, woken.set)
+        jobs: queue_module.SimpleQueue[Job | None] = queue_module.SimpleQueue()
+        for i in range(self.concurrency):
             threading.Thread(
-                target=self._thread_loop, args=(heartbeat,), name=f"vtrr-worker-{i}", daemon=True
-            )
-            for i in range(self.concurrency)
-        ]
-        for thread in threads:
-            thread.start()
+                target=self._handler_thread, args=(jobs, dispatch), name=f"vtrr-worker-{i}",
+                daemon=True,
+            ).start()  # fmt: skip
+        reach = _Reachability(queue.name)
+        deadline: float | None = None
         try:
-            while any(thread.is_alive() for thread in threads) and not self.stopping.wait(0.1):
-                pass
-            deadline = time.monotonic() + self.grace_seconds
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            self._give_back(self.queue, self._abandoned())
+            while True:
+                now = time.monotonic()
+                if self.stopping.is_set() and deadline is None:
+                    deadline = now + self.grace_seconds
+                if self._done(now, deadline, dispatch):
+                    break
+                leasing = deadline is None
+                woken.clear()
+                sent = dispatch.plan(now, leasing)
+                if sent is None:
+                    woken.wait(dispatch.nap(now, leasing))
+                    continue
+                try:
+                    got = queue.exchange(sent)
+                except PERMANENT:
+                    raise
+                except (redis.exceptions.RedisError, OSError) as error:
+                    dispatch.failed(now)
+                    self.stopping.wait(reach.failed(error))
+                    continue
+                reach.ok()
+                for job in dispatch.absorb(sent, got, time.monotonic()):
+                    jobs.put(job)
+                if self._idle(sent, got, dispatch):
+                    break
         finally:
-            heartbeat.stop()
+            last = dispatch.close()
+            if last is not None:
+                try:
+                    dispatch.absorb(last, queue.exchange(last), time.monotonic())
+                except Exception:
+                    logger.exception("the last round trip failed; its leases will expire")
+            for _ in range(self.concurrency):
+                jobs.put(None)
 
-    def _thread_loop(self, heartbeat: Heartbeat) -> None:
-        assert not isinstance(self.queue, AsyncQueue)
+    def _handler_thread(
+        self, jobs: queue_module.SimpleQueue[Job | None], dispatch: _Dispatch
+    ) -> None:
         handler: Handler = self.handler
-        while not self.stopping.is_set():
-            try:
-                lease = self.queue.lease(self.lease_ms, block_ms=self.block_ms)
-            except Exception:
-                logger.exception("LEASE from %s failed; retrying in 1 s", self.queue.name)
-                self.stopping.wait(1.0)
-                continue
-            if lease is None:
-                if self.exit_when_idle:
-                    return
-                continue
-            job = Job(lease, self.queue.name, lost=heartbeat.track(lease))
-            if not self._started(job):
-                heartbeat.untrack(lease)
-                self._give_back(self.queue, [job])
-                return
+        while (job := jobs.get()) is not None:
             error: BaseException | None = None
             try:
                 handler(job)
-            except Exception as raised:
+            except BaseException as raised:  # SystemExit included: a handler never ends the worker
                 error = raised
-            finally:
-                heartbeat.untrack(lease)
-            self._finish(job, error, self.queue)
+            dispatch.finished(job, error)
+
+    def _idle(self, sent: Exchange, got: Exchanged, dispatch: _Dispatch) -> bool:
+        """With `exit_when_idle`: a lease found nothing while nothing runs."""
+        return self.exit_when_idle and sent.count > 0 and not got.leases and not dispatch.running
 
     # Asyncio tasks.
     async def run_async(self) -> None:
         """The asyncio form of `run()` (no signal handlers: the caller's loop owns those)."""
-        assert isinstance(self.queue, AsyncQueue)
-        renewing = asyncio.create_task(self._renew_async())
-        tasks = [asyncio.create_task(self._task_loop()) for _ in range(self.concurrency)]
+        queue = self.queue
+        assert isinstance(queue, AsyncQueue)
+        woken = asyncio.Event()
+        dispatch = _Dispatch(self, woken.set)
+        tasks: set[asyncio.Task[None]] = set()
+        reach = _Reachability(queue.name)
+        deadline: float | None = None
         try:
-            while not all(task.done() for task in tasks) and not self.stopping.is_set():
-                await asyncio.sleep(0.1)
-            _, pending = await asyncio.wait(tasks, timeout=self.grace_seconds)
-            for task in pending:
-                task.cancel()
-            await self._give_back_async(self._abandoned())
-        finally:
-            renewing.cancel()
-
-    async def _task_loop(self) -> None:
-        assert isinstance(self.queue, AsyncQueue)
-        handler: AsyncHandler = self.handler  # type: ignore[assignment]
-        while not self.stopping.is_set():
-            try:
-                lease = await self.queue.lease(self.lease_ms, block_ms=self.block_ms)
-            except Exception:
-                logger.exception("LEASE from %s failed; retrying in 1 s", self.queue.name)
-                await asyncio.sleep(1.0)
-                continue
-            if lease is None:
-                if self.exit_when_idle:
-                    return
-                continue
-            job = Job(lease, self.queue.name)
-            if not self._started(job):
-                await self._give_back_async([job])
-                return
-            error: BaseException | None = None
-            try:
-                await handler(job)
-            except asyncio.CancelledError:
-                # Shutdown's grace ended: _give_back_async nacks it.
-                raise
-            except Exception as raised:
-                error = raised
-            await self._finish_async(job, error)
-
-    async def _renew_async(self) -> None:
-        assert isinstance(self.queue, AsyncQueue)
-        while True:
-            await asyncio.sleep(self.lease_ms / 3000)
-            for job in self._snapshot():
-                try:
-                    renewed = await self.queue.renew(job.lease, self.lease_ms)
-                except Exception:
-                    logger.exception("RENEW of %s failed", job.id)
+            while True:
+                now = time.monotonic()
+                if self.stopping.is_set() and deadline is None:
+                    deadline = now + self.grace_seconds
+                if self._done(now, deadline, dispatch):
+                    break
+                leasing = deadline is None
+                woken.clear()
+                sent = dispatch.plan(now, leasing)
+                if sent is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), dispatch.nap(now, leasing))
                     continue
-                if not renewed:
-                    job.lost.set()
+                try:
+                    got = await queue.exchange(sent)
+                except PERMANENT:
+                    raise
+                except (redis.exceptions.RedisError, OSError) as error:
+                    dispatch.failed(now)
+                    await asyncio.sleep(reach.failed(error))
+                    continue
+                reach.ok()
+                for job in dispatch.absorb(sent, got, time.monotonic()):
+                    task = asyncio.create_task(self._handler_task(job, dispatch))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if self._idle(sent, got, dispatch):
+                    break
+        finally:
+            last = dispatch.close()
+            for task in tasks:
+                task.cancel()
+            if last is not None:
+                try:
+                    dispatch.absorb(last, await queue.exchange(last), time.monotonic())
+                except Exception:
+                    logger.exception("the last round trip failed; its leases will expire")
 
-    # Shared bookkeeping: one place decides what a handler's end means.
-    def _started(self, job: Job) -> bool:
-        """Record a leased job; False (give it back unrun) once shutdown has closed the worker."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._running[(job.id, job.token)] = job
-        _call_hook(self.hooks.leased, job)
-        return True
-
-    def _snapshot(self) -> list[Job]:
-        with self._lock:
-            return list(self._running.values())
-
-    def _settled(self, job: Job) -> bool:
-        """Take the job out of the running set; False if shutdown already gave it back."""
-        with self._lock:
-            return self._running.pop((job.id, job.token), None) is not None
-
-    def _plan(self, job: Job, error: BaseException | None) -> _Outcome | None:
-        """What to tell the queue about a finished handler; None when nothing (given back, or lost)."""
-        if not self._settled(job):
-            return None
-        if job.lost.is_set():
-            self._report_lost(job)
-            return None
-        return _outcome(error, job, self.backoff)
-
-    def _finish(self, job: Job, error: BaseException | None, queue: LeaseQueue) -> None:
-        outcome = self._plan(job, error)
-        if outcome is None:
-            return
-        settled: bool | NackOutcome | None
+    async def _handler_task(self, job: Job, dispatch: _Dispatch) -> None:
+        handler: AsyncHandler = self.handler  # type: ignore[assignment]
+        error: BaseException | None = None
         try:
-            if outcome.ack:
-                settled = queue.ack(job.lease) == 1
-            else:
-                settled = queue.nack(job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead)
-        except Exception:
-            _settling_failed(job)
-            return
-        self._report(job, outcome, settled)
-
-    async def _finish_async(self, job: Job, error: BaseException | None) -> None:
-        assert isinstance(self.queue, AsyncQueue)
-        outcome = self._plan(job, error)
-        if outcome is None:
-            return
-        settled: bool | NackOutcome | None
-        try:
-            if outcome.ack:
-                settled = await self.queue.ack(job.lease) == 1
-            else:
-                settled = await self.queue.nack(
-                    job.lease, delay_ms=outcome.delay_ms, dead=outcome.dead
-                )
-        except Exception:
-            _settling_failed(job)
-            return
-        self._report(job, outcome, settled)
-
-    def _report(self, job: Job, outcome: _Outcome, settled: bool | NackOutcome | None) -> None:
-        """`settled`: ACK's True, or where NACK sent the item; falsy when the lease was lost."""
-        if not settled:
-            job.lost.set()
-            self._report_lost(job)
-        elif outcome.error is None:
-            _call_hook(self.hooks.succeeded, job, time.monotonic() - job.started)
-        elif settled is NackOutcome.DEAD:
-            why = "dead-lettered" if outcome.dead else "dead-lettered by the queue's MAX-NACKS"
-            logger.warning("%s failed (%r): %s", job.id, outcome.error, why)
-            _call_hook(self.hooks.failed, job, outcome.error, None)
-        else:
-            logger.warning(
-                "%s failed (%r): retry in %s ms", job.id, outcome.error, outcome.delay_ms
-            )
-            _call_hook(self.hooks.failed, job, outcome.error, outcome.delay_ms)
-
-    def _report_lost(self, job: Job) -> None:
-        logger.warning("lease of %s was lost: not acked", job.id)
-        _call_hook(self.hooks.lost, job)
-
-    def _give_back(self, queue: LeaseQueue, jobs: list[Job]) -> None:
-        for job in jobs:
-            try:
-                queue.release(job.lease)
-            except Exception:
-                logger.exception("giving back %s failed; its lease will expire", job.id)
-
-    async def _give_back_async(self, jobs: list[Job]) -> None:
-        assert isinstance(self.queue, AsyncQueue)
-        for job in jobs:
-            try:
-                await self.queue.release(job.lease)
-            except Exception:
-                logger.exception("giving back %s failed; its lease will expire", job.id)
-
-    def _abandoned(self) -> list[Job]:
-        """The jobs still running when the grace ended: marked cancelled, no longer ours."""
-        with self._lock:
-            self._closed = True
-            jobs = list(self._running.values())
-            self._running.clear()
-        for job in jobs:
-            logger.warning("grace period over: %s goes back to the queue", job.id)
-            job.cancelled.set()
-        return jobs
+            await handler(job)
+        except BaseException as raised:  # CancelledError too: the job is settled either way
+            error = raised
+        dispatch.finished(job, error)

@@ -54,9 +54,9 @@ from threadmill.backends.base import (
 from .. import commands
 from ..client import Queue
 from ..errors import SerializationError, translate
+from ..heartbeat import Heartbeat
 from ..limits import MAX_MS, MAX_WEIGHT, check_int
 from ..types import Item, Lease, decode
-from ..worker import Heartbeat
 
 logger = logging.getLogger("vtrr.django")
 

@@ -1,0 +1,91 @@
+"""One round trip of a worker: settle what finished, renew what runs, lease what fits.
+
+A worker's dispatcher sends an `Exchange` and reads an `Exchanged`: its
+NACKs (`WITHSTATE`) and RENEWs pipelined, then one `VTRR.LEASE ... COUNT n
+ACK ...` that finishes the succeeded leases and leases the next items. The
+commands and how their replies combine are here, once; `Queue`,
+`AsyncQueue` and `ShardedQueue` only send them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from . import commands
+from .commands import Command
+from .types import Fenced, Lease, NackOutcome
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GiveBack:
+    """A lease to NACK: after `delay_ms`, dead, or released uncounted (shutdown)."""
+
+    lease: Fenced
+    delay_ms: int | None = None
+    dead: bool = False
+    release: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Exchange:
+    """What one round trip asks: leases to ACK, NACK and RENEW, and `count` new leases."""
+
+    lease_ms: int
+    acks: tuple[Fenced, ...] = ()
+    nacks: tuple[GiveBack, ...] = ()
+    renews: tuple[Fenced, ...] = ()
+    count: int = 0
+    block_ms: int | None = None
+    """Wait for an item up to this long (0: forever), only when it leases."""
+
+    def is_empty(self) -> bool:
+        return not (self.acks or self.nacks or self.renews or self.count)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Exchanged:
+    """What came back, in the order asked."""
+
+    acked: tuple[bool, ...]
+    nacked: tuple[NackOutcome | None, ...]
+    """Where each NACK sent its item; None when its lease was no longer current."""
+    renewed: tuple[bool, ...]
+    leases: list[Lease]
+
+
+def commands_of(name: str, exchange: Exchange) -> list[Command[Any]]:
+    """The commands of `exchange`, in the order `read` expects their replies."""
+    sent: list[Command[Any]] = [
+        commands.nack(name, give.lease.id, give.lease.token, give.delay_ms, give.dead, give.release)
+        for give in exchange.nacks
+    ]
+    sent += [
+        commands.renew(name, lease.id, lease.token, exchange.lease_ms) for lease in exchange.renews
+    ]
+    pairs = [(lease.id, lease.token) for lease in exchange.acks]
+    if exchange.count and pairs:
+        sent.append(
+            commands.ack_and_lease(
+                name, pairs, exchange.lease_ms, exchange.count, exchange.block_ms
+            )
+        )
+    elif exchange.count:
+        sent.append(commands.lease_many(name, exchange.lease_ms, exchange.count, exchange.block_ms))
+    else:
+        # Nothing to lease: one ACK per pair, each telling whether it took.
+        sent += [commands.ack(name, [pair]) for pair in pairs]
+    return sent
+
+
+def read(exchange: Exchange, values: list[Any]) -> Exchanged:
+    """The parsed replies of `commands_of(exchange)` as one `Exchanged`."""
+    nacks, renews = len(exchange.nacks), len(exchange.renews)
+    nacked = tuple(values[:nacks])
+    renewed = tuple(bool(value) for value in values[nacks : nacks + renews])
+    rest = values[nacks + renews :]
+    if exchange.count and exchange.acks:
+        return Exchanged(rest[0].acked, nacked, renewed, rest[0].leases)
+    if exchange.count:
+        return Exchanged((), nacked, renewed, rest[0])
+    return Exchanged(tuple(value == 1 for value in rest), nacked, renewed, [])
