@@ -24,3 +24,9 @@ def record(job: vtrr.Job) -> None:
     if body.startswith("sleep:"):
         time.sleep(float(body.split(":", 1)[1]))
     _client.rpush(f"done:{job.queue_name}", f"{job.id}:{job.timeouts}:{job.nacks}")
+
+
+def record_pid(job: vtrr.Job) -> None:
+    """Runs a little while, then notes `<id>:<pid>` (which process ran it) in `done:<queue>`."""
+    time.sleep(0.01)
+    _client.rpush(f"done:{job.queue_name}", f"{job.id}:{os.getpid()}")

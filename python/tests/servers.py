@@ -77,8 +77,12 @@ class Server:
             args += ["--loadmodule", module_path(), *module_args]
             if "default-layout" not in module_args:
                 args += ["default-layout", layout()]
+        self._args = [*args, *extra]
+        self._launch()
+
+    def _launch(self) -> None:
         self.process = subprocess.Popen(
-            [*args, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + 30
         while True:
@@ -105,6 +109,12 @@ class Server:
             return (self.dir / "redis.log").read_text()
         except OSError:
             return ""
+
+    def kill_and_restart(self) -> None:
+        """SIGKILL, then start again on the same port and directory (it loads its AOF or RDB)."""
+        self.process.kill()
+        self.process.wait()
+        self._launch()
 
     def stop(self) -> None:
         if self.process.poll() is None:
