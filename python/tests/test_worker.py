@@ -414,7 +414,9 @@ def test_a_permanent_error_stops_the_worker_and_an_unreachable_server_is_logged_
     )
     thread = run_in_thread(unreachable)
     with caplog.at_level("WARNING", logger="vtrr.worker"):
-        time.sleep(1.5)
+        wait_for(lambda: any(r.levelname == "ERROR" for r in caplog.records), timeout=20,
+                 what="the first error line")  # fmt: skip
+        time.sleep(1.5)  # more failed round trips, no more lines
         unreachable.stop()
         thread.join(10)
     assert not thread.is_alive()

@@ -86,6 +86,8 @@ class Exchanging(Protocol):
 
     def exchange(self, sent: Exchange) -> Exchanged: ...
 
+    def stats(self) -> Any: ...
+
 
 class Retry(Exception):
     """Raised by a handler: NACK the item, due again after `delay_ms` (None: the backoff)."""
@@ -442,18 +444,26 @@ class Worker:
 
     def run(self) -> None:
         """Work until `stop()`, SIGTERM or SIGINT (or, with `exit_when_idle`, an empty queue)."""
-        logger.info(
-            "vtrr worker: queue %s, %s, concurrency %d, lease %d ms",
-            self.queue.name,
-            "asyncio tasks" if self.is_async else "threads",
-            self.concurrency,
-            self.lease_ms,
-        )
         with self._signals():
             if self.is_async:
                 asyncio.run(self.run_async())
             else:
                 self._run_threads()
+
+    def _banner(self, stats: Any) -> None:
+        """The start-up line: where, which queue and layout, how many at once."""
+        client = getattr(self.queue, "client", None)
+        options = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        server = f"{options.get('host', '?')}:{options.get('port', '?')}/{options.get('db', 0)}"
+        logger.info(
+            "vtrr worker: queue %s (layout %s) on %s, concurrency %d (%s), lease %d ms",
+            self.queue.name,
+            getattr(stats, "layout", "unknown" if stats is None else "per sub-queue"),
+            server if options else type(client).__name__,
+            self.concurrency,
+            "asyncio tasks" if self.is_async else "threads",
+            self.lease_ms,
+        )
 
     def _done(self, now: float, deadline: float | None, dispatch: _Dispatch) -> bool:
         """Whether the loop ends now: stopping, and nothing runs or the grace is over."""
@@ -473,6 +483,15 @@ class Worker:
             ).start()  # fmt: skip
         reach = _Reachability(queue.name)
         deadline: float | None = None
+        # A server without the module says so here, at once; one that cannot be
+        # reached yet is the loop's to retry.
+        try:
+            stats = queue.stats()
+        except PERMANENT:
+            raise
+        except (redis.exceptions.RedisError, OSError):
+            stats = None
+        self._banner(stats)
         try:
             while True:
                 now = time.monotonic()
@@ -535,6 +554,13 @@ class Worker:
         tasks: set[asyncio.Task[None]] = set()
         reach = _Reachability(queue.name)
         deadline: float | None = None
+        try:
+            stats = await queue.stats()
+        except PERMANENT:
+            raise
+        except (redis.exceptions.RedisError, OSError):
+            stats = None
+        self._banner(stats)
         try:
             while True:
                 now = time.monotonic()
