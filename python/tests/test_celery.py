@@ -142,7 +142,7 @@ class Setup:
         self.wait(drained, "the queue to drain", timeout)
 
     def triggers_in_broker(self) -> int:
-        return self.vtrr._get_workers_scheduled()
+        return self.vtrr.triggers.waiting()
 
 
 @pytest.fixture
