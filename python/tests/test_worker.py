@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
+import redis.backoff
+import redis.retry
 from servers import Server
 
 import vtrr
@@ -409,9 +411,9 @@ def test_a_permanent_error_stops_the_worker_and_an_unreachable_server_is_logged_
 
     port = bare.port
     bare.stop()
-    unreachable = Worker(
-        vtrr.Queue(redis.Redis(host="127.0.0.1", port=port), "q"), lambda job: None, block_ms=50
-    )
+    no_retries = redis.retry.Retry(redis.backoff.NoBackoff(), 0)  # redis-py's own would take 10 s
+    client = redis.Redis(host="127.0.0.1", port=port, retry=no_retries)
+    unreachable = Worker(vtrr.Queue(client, "q"), lambda job: None, block_ms=50)
     thread = run_in_thread(unreachable)
     with caplog.at_level("WARNING", logger="vtrr.worker"):
         wait_for(lambda: any(r.levelname == "ERROR" for r in caplog.records), timeout=20,
