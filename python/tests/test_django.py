@@ -507,3 +507,146 @@ def test_partition_and_weight_options_are_dotted_paths(project: Project, tasks: 
         assert queue.stats().queued == 2, "a refused task enqueues nothing"
     finally:
         backend.close()
+
+
+def small_backend(project: Project, **options: Any) -> Any:
+    """A VTRRBackend of its own (own prefix) on the test server, with these options."""
+    from vtrr.django import VTRRBackend
+
+    prefix = f"django:s{uuid.uuid4().hex[:8]}"
+    return VTRRBackend(
+        "default",
+        {
+            "QUEUES": ["default"],
+            "OPTIONS": {"url": project.server.url, "prefix": prefix, **options},
+        },
+    )
+
+
+def test_a_late_acknowledge_of_an_expired_lease_is_a_no_op(
+    project: Project, tasks: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thread A's lease expires and thread B of the same process leases the task again.
+
+    A's acknowledge must neither ACK B's lease nor record A's run over B's;
+    B's acknowledge must record B's run, and raise nothing (it would end
+    threadmill's worker thread).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.tasks import TaskResultStatus
+
+    from vtrr.heartbeat import Heartbeat
+
+    backend = small_backend(project, lease_ttl=0.5)
+    try:
+        enqueued = backend.enqueue(tasks.add, (1, 2), {})
+        with monkeypatch.context() as patch:
+            # Nothing renews A's lease: a process stopped longer than its lease.
+            patch.setattr(Heartbeat, "track", lambda self, lease: threading.Event())
+            running_a = backend.acquire(timeout=datetime.timedelta(seconds=5), worker="A")
+        with ThreadPoolExecutor(1) as thread_b:
+            running_b = thread_b.submit(
+                backend.acquire, timeout=datetime.timedelta(seconds=10), worker="B"
+            ).result()
+            assert running_b.id == running_a.id == enqueued.id
+            assert running_b.worker_ids == ["A", "B"]
+
+            backend.acknowledge(backend.execute(running_a))  # A, late
+            assert backend.queue("default").stats().inflight == 1, "B's lease is not ACKed"
+            record = backend.get_result(enqueued.id)
+            assert (record.status, record.worker_ids) == (TaskResultStatus.RUNNING, ["A", "B"])
+
+            thread_b.submit(lambda: backend.acknowledge(backend.execute(running_b))).result()
+        result = backend.get_result(enqueued.id)
+        assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 3)
+        assert result.worker_ids == ["A", "B"], "B's run is the one recorded"
+        stats = backend.queue("default").stats()
+        assert (stats.queued, stats.inflight) == (0, 0)
+    finally:
+        backend.close()
+
+
+def test_partition_key_without_a_parameter_to_take_it_is_refused(
+    project: Project, tasks: ModuleType
+) -> None:
+    """The function is called with `partition_key`: refused at enqueue, not when it runs."""
+    from django.tasks import TaskResultStatus
+    from django.tasks.exceptions import InvalidTask
+
+    with pytest.raises(
+        InvalidTask, match=r"djangoproject\.tasks\.add .*add `partition_key: str \| None = None`"
+    ):
+        tasks.add.enqueue(1, 2, partition_key="t1")
+    assert project.client.keys("*" + project.prefix + "*") == [], "nothing written"
+    tasks.add.enqueue(1, 2)  # without it: the default partition
+
+    noted = tasks.note.enqueue("n", partition_key="t1")  # **meta takes it
+    assert project.queue().partition("t1").queued == 1
+    backend = project.backend
+    for _ in range(2):
+        backend.acknowledge(backend.execute(backend.acquire(timeout=datetime.timedelta(seconds=5))))
+    result = backend.get_result(noted.id)
+    assert (result.status, result.return_value) == (
+        TaskResultStatus.SUCCESSFUL,
+        {"partition_key": "t1"},
+    )
+
+
+def test_a_record_expires_only_after_its_task_finished(project: Project, tasks: ModuleType) -> None:
+    """Queued, deferred or running longer than lease_ttl + result_ttl, a task keeps its record."""
+    from django.tasks import TaskResultStatus
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.utils import timezone
+
+    backend = small_backend(project, lease_ttl=1, result_ttl=0.5)
+
+    def ttl_ms(result_id: str) -> int:
+        return int(project.client.pttl(backend.vtrr_name("default") + ":result:" + result_id))
+
+    try:
+        queued = backend.enqueue(tasks.add, (1, 1), {})
+        run_after = timezone.now() + datetime.timedelta(hours=1)
+        deferred = backend.enqueue(tasks.add.using(run_after=run_after), (2, 2), {})
+        time.sleep(1.8)  # past lease_ttl + result_ttl
+        assert backend.get_result(queued.id).status == TaskResultStatus.READY
+        assert backend.get_result(deferred.id).status == TaskResultStatus.READY
+        ready = backend.peek("default", status=TaskResultStatus.READY, count=0)
+        assert [r.id for r in ready] == [queued.id]
+        assert (ttl_ms(queued.id), ttl_ms(deferred.id)) == (-1, -1), "no TTL while queued"
+
+        running = backend.acquire(timeout=datetime.timedelta(seconds=5), worker="w")
+        assert running.id == queued.id and ttl_ms(queued.id) == -1, "no TTL while leased"
+        backend.acknowledge(backend.execute(running))
+        assert 0 < ttl_ms(queued.id) <= 500, "result_ttl once finished"
+        wait_for(
+            lambda: (
+                not project.client.exists(backend.vtrr_name("default") + ":result:" + queued.id)
+            ),
+            5,
+            "the finished record to expire",
+            project.logs,
+        )
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(queued.id)
+        assert ttl_ms(deferred.id) == -1
+    finally:
+        backend.close()
+
+
+def test_a_task_that_cannot_load_is_dead_lettered_and_its_record_expires(
+    project: Project,
+) -> None:
+    import queue
+
+    backend = small_backend(project, result_ttl=60)
+    try:
+        record_key = backend.vtrr_name("default") + ":result:bad"
+        project.client.set(record_key, "not a TaskResult")
+        backend.queue("default").enqueue("p", "bad", b"not a TaskResult")
+        with pytest.raises(queue.Empty):
+            backend.acquire()
+        assert backend.queue("default").stats().dead == 1
+        assert 0 < int(project.client.pttl(record_key)) <= 60_000
+    finally:
+        backend.close()

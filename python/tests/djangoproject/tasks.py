@@ -26,6 +26,13 @@ def record(label: str, partition_key: str | None = None) -> str:
 
 
 @task
+def note(label: str, **meta: Any) -> dict[str, Any]:
+    """Note `label`; `partition_key` arrives in `meta`."""
+    _record(f"note:{label}")
+    return meta
+
+
+@task
 def add(a: int, b: int) -> int:
     _record(f"add:{a}+{b}")
     return a + b

@@ -7,7 +7,8 @@ them, with the same hash tag, so one MULTI can write both on a Redis Cluster:
 
 - `{...}:result:<id>`: the task's record, its serialised `TaskResult`
   (READY at enqueue, RUNNING at acquire, SUCCESSFUL/FAILED at acknowledge),
-  what `get_result` reads;
+  what `get_result` reads; it has no TTL until the task finishes, then
+  `result_ttl` (why: in `enqueue`);
 - `{...}:successful` and `{...}:failed`: sorted sets of finished ids by finish
   time (ms), trimmed to `result_ttl`, for `peek` and `telemetry`;
 - `{...}:ingress`: sorted set of enqueued ids by enqueue time (ms), trimmed to
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import inspect
 import logging
 import math
 import queue as queue_module
@@ -92,9 +94,42 @@ def vtrr_queue_name(prefix: str, queue_name: str) -> str:
     return "{" + prefix + ":" + queue_name + "}"
 
 
+def _takes_partition_key(func: Callable[..., Any]) -> bool:
+    """Whether `func` accepts a `partition_key` keyword: a parameter of that name, or `**kwargs`.
+
+    A signature that cannot be read counts as accepting it: only a call
+    certain to fail is refused.
+    """
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        parameter.kind is parameter.VAR_KEYWORD
+        or (parameter.name == PARTITION_KWARG and parameter.kind is not parameter.POSITIONAL_ONLY)
+        for parameter in parameters
+    )
+
+
+def _check_partition_kwarg(task: Any, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a `partition_key` keyword argument the task's function would not take.
+
+    The argument stays in the task's kwargs (`default_partition`), so the
+    function is called with it: without the parameter, the task would be
+    queued and only fail when it runs (TypeError, unexpected keyword).
+    """
+    if PARTITION_KWARG in kwargs and not _takes_partition_key(task.func):
+        raise InvalidTask(
+            f"task {task.module_path} is enqueued with a {PARTITION_KWARG!r} keyword argument, "
+            f"which it is called with, but its function takes no {PARTITION_KWARG!r} parameter: "
+            f"add `{PARTITION_KWARG}: str | None = None` (or **kwargs) to its parameters; "
+            "nothing was enqueued"
+        )
+
+
 @dataclasses.dataclass(slots=True)
 class _Held:
-    """A lease this process holds for a running task."""
+    """A lease one thread of this process holds for the task it runs."""
 
     queue_name: str
     queue: Queue
@@ -204,7 +239,11 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         self.partition_func: PartitionFunc = _function(options, "partition", default_partition)
         self.weight_func: WeightFunc = _function(options, "weight", default_weight)
         self._lock = threading.Lock()
-        self._held: dict[str, _Held] = {}
+        # Keyed by (task id, thread): the thread that acquired a task is the one
+        # that acknowledges it (threadmill's worker threads, vtrr_worker's). A
+        # task whose lease expired can be leased again by another thread of
+        # this process while the first still runs it: each finds its own lease.
+        self._held: dict[tuple[str, int], _Held] = {}
         self._heartbeats: dict[str, Heartbeat] = {}
         self._vtrr_queues: dict[str, Queue] = {}
 
@@ -285,6 +324,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
     ) -> TaskResult:
         """One VTRR.ENQUEUE (VTRR.DEFER with `run_after`) and the READY record, in one MULTI."""
         self.validate_task(task)
+        _check_partition_kwarg(task, kwargs or {})
         enqueued_at = timezone.now()
         try:
             task_result = TaskResult(
@@ -336,11 +376,15 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         ingress = self._key(queue_name, "ingress")
         pipe = self.client.pipeline(transaction=True)
         pipe.execute_command(*command.args)
-        pipe.set(
-            self._record_key(queue_name, task_result.id),
-            payload,
-            px=delay_ms + self.lease_ms + self.result_ttl_ms,
-        )
+        # No TTL while the task is queued, deferred or leased (the RUNNING SET
+        # drops any TTL too); acknowledge gives it `result_ttl`. How long a task
+        # waits or runs has no bound, so any TTL set before it finishes (or
+        # refreshed when it is leased) could expire while it still waits:
+        # get_result would lose a live task. This costs nothing per task; a
+        # record outlives its task only when the item leaves the queue behind
+        # the backend's back (VTRR.CANCEL, a max_timeouts dead letter). The
+        # backend's own dead letters (_lease_one) get `result_ttl`.
+        pipe.set(self._record_key(queue_name, task_result.id), payload)
         pipe.zadd(ingress, {task_result.id: enqueued_ms})
         pipe.zremrangebyscore(ingress, "-inf", f"({enqueued_ms - self.result_ttl_ms}")
         self._execute(pipe)
@@ -371,7 +415,8 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         LEASE ... BLOCK watches them in turn (the whole timeout for one
         queue, 0.25 s slices for several). Raises TimeoutError when nothing
         came within `timeout`; with no timeout (None, as threadmill's Redis
-        backend reads it) one try only, then queue.Empty.
+        backend reads it) one try only, then queue.Empty. The lease is this
+        thread's: `acknowledge` it from the same thread.
         """
         names = queue_names or tuple(sorted(self.queues))
         for queue_name in names:
@@ -418,6 +463,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                 "vtrr: task %s of %s cannot be loaded: dead-lettered", lease.id, vtrr_queue.name
             )
             vtrr_queue.nack(lease, dead=True)
+            self.client.pexpire(self._record_key(queue_name, lease.id), self.result_ttl_ms)
             return None
         running = self._mark_running(queue_name, ready, worker)
         if running is None:
@@ -428,7 +474,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             return None
         lost = self._heartbeat(queue_name).track(lease)
         with self._lock:
-            self._held[running.id] = _Held(queue_name, vtrr_queue, lease, lost)
+            self._held[running.id, threading.get_ident()] = _Held(
+                queue_name, vtrr_queue, lease, lost
+            )
         return running
 
     def _mark_running(self, queue_name: str, ready: TaskResult, worker: str) -> TaskResult | None:
@@ -460,11 +508,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                         errors=list(previous.errors),
                     )
                     pipe.multi()
-                    pipe.set(
-                        key,
-                        self.serialize_task_result(running),
-                        px=self.lease_ms + self.result_ttl_ms,
-                    )
+                    # No TTL while leased (enqueue says why): SET drops any TTL the
+                    # record had (one an earlier version of this backend wrote).
+                    pipe.set(key, self.serialize_task_result(running))
                     pipe.execute()
                     return running
                 except redis.exceptions.WatchError:
@@ -487,16 +533,20 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         dropped, a newer run's is never overwritten. It succeeds otherwise
         and gives the MULTI a whole lease to land in. FAILED is final too
         (Django's tasks have no retries): ACKed like SUCCESSFUL.
+
+        The lease is the one this thread acquired: when another thread of
+        this process leased the task again after this thread's lease
+        expired, this call is a no-op and that thread's call records its run.
         """
         if task_result.status not in _FINISHED:
             raise ValueError(
                 f"acknowledge needs a SUCCESSFUL or FAILED TaskResult, not {task_result.status}"
             )
         with self._lock:
-            held = self._held.pop(task_result.id, None)
+            held = self._held.pop((task_result.id, threading.get_ident()), None)
         if held is None:
             raise ValueError(
-                f"task {task_result.id} was not acquired by this backend in this process: "
+                f"task {task_result.id} was not acquired by this backend in this thread: "
                 "no lease to acknowledge"
             )
         self._heartbeat(held.queue_name).untrack(held.lease)
