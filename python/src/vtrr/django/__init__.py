@@ -23,14 +23,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backend import DEFAULT_PARTITION, VTRRBackend, default_partition, default_weight
+    from .backend import VTRRBackend
+    from .options import DEFAULT_PARTITION, default_partition, default_weight
 
 __all__ = ["DEFAULT_PARTITION", "VTRRBackend", "default_partition", "default_weight"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name == "VTRRBackend":
         from . import backend
 
-        return getattr(backend, name)
+        return backend.VTRRBackend
+    if name in __all__:
+        from . import options
+
+        return getattr(options, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

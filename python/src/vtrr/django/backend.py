@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import inspect
 import logging
 import math
 import queue as queue_module
@@ -31,7 +30,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from inspect import iscoroutinefunction
 from typing import Any, cast
 
@@ -47,9 +46,6 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 from threadmill.backends.base import (
     BackendTelemetry,
-    QueueCounts,
-    QueueRates,
-    QueueStats,
     ThreadmillTaskBackend,
 )
 
@@ -59,72 +55,23 @@ from ..errors import SerializationError, translate
 from ..heartbeat import Heartbeat
 from ..limits import MAX_MS, MAX_WEIGHT, check_int
 from ..types import Item, Lease, decode
+from . import telemetry
+from .options import (
+    PartitionFunc,
+    WeightFunc,
+    check_partition_kwarg,
+    default_partition,
+    default_weight,
+    duration,
+    function,
+    ms,
+    vtrr_queue_name,
+)
 
 logger = logging.getLogger("vtrr.django")
 
-DEFAULT_PARTITION = "default"
-"""The partition of a task enqueued without a `partition_key` keyword argument."""
-
-PARTITION_KWARG = "partition_key"
-
 _BLOCK_SLICE_SECONDS = 0.25  # how long one blocking LEASE watches one of several queues
 _FINISHED = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})
-
-type PartitionFunc = Callable[[Any, Sequence[Any], Mapping[str, Any]], str]
-type WeightFunc = Callable[[Any, Sequence[Any], Mapping[str, Any]], int]
-
-
-def default_partition(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    """The `partition_key` keyword argument (as text) when given, else `DEFAULT_PARTITION`.
-
-    The argument stays in the task's kwargs: the function receives it, so the
-    same call works on any other task backend.
-    """
-    value = kwargs.get(PARTITION_KWARG)
-    return DEFAULT_PARTITION if value is None else str(value)
-
-
-def default_weight(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
-    """Every task costs 1."""
-    return 1
-
-
-def vtrr_queue_name(prefix: str, queue_name: str) -> str:
-    """The vtrr queue of a Django queue: its whole name is the hash tag."""
-    return "{" + prefix + ":" + queue_name + "}"
-
-
-def _takes_partition_key(func: Callable[..., Any]) -> bool:
-    """Whether `func` accepts a `partition_key` keyword: a parameter of that name, or `**kwargs`.
-
-    A signature that cannot be read counts as accepting it: only a call
-    certain to fail is refused.
-    """
-    try:
-        parameters = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(
-        parameter.kind is parameter.VAR_KEYWORD
-        or (parameter.name == PARTITION_KWARG and parameter.kind is not parameter.POSITIONAL_ONLY)
-        for parameter in parameters
-    )
-
-
-def _check_partition_kwarg(task: Any, kwargs: Mapping[str, Any]) -> None:
-    """Refuse a `partition_key` keyword argument the task's function would not take.
-
-    The argument stays in the task's kwargs (`default_partition`), so the
-    function is called with it: without the parameter, the task would be
-    queued and only fail when it runs (TypeError, unexpected keyword).
-    """
-    if PARTITION_KWARG in kwargs and not _takes_partition_key(task.func):
-        raise InvalidTask(
-            f"task {task.module_path} is enqueued with a {PARTITION_KWARG!r} keyword argument, "
-            f"which it is called with, but its function takes no {PARTITION_KWARG!r} parameter: "
-            f"add `{PARTITION_KWARG}: str | None = None` (or **kwargs) to its parameters; "
-            "nothing was enqueued"
-        )
 
 
 @dataclasses.dataclass(slots=True)
@@ -135,51 +82,6 @@ class _Held:
     queue: Queue
     lease: Lease
     lost: threading.Event
-
-
-def _duration(
-    options: Mapping[str, Any], key: str, default: datetime.timedelta
-) -> datetime.timedelta:
-    value = options.get(key, default)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = datetime.timedelta(seconds=value)
-    if not isinstance(value, datetime.timedelta) or value <= datetime.timedelta(0):
-        raise ImproperlyConfigured(
-            f"VTRRBackend option {key!r} must be a positive timedelta (or seconds), not {value!r}"
-        )
-    return value
-
-
-def _function[F](options: Mapping[str, Any], key: str, default: F) -> F:
-    value = options.get(key)
-    if value is None:
-        return default
-    if isinstance(value, str):
-        try:
-            value = import_string(value)
-        except ImportError as error:
-            raise ImproperlyConfigured(
-                f"VTRRBackend option {key!r}: cannot import {value!r}: {error}"
-            ) from error
-    if not callable(value):
-        raise ImproperlyConfigured(
-            f"VTRRBackend option {key!r} must be a callable or its dotted path, not {value!r}"
-        )
-    return cast(F, value)
-
-
-def _ms(value: datetime.timedelta) -> int:
-    return max(1, math.ceil(value.total_seconds() * 1000))
-
-
-def _text(data: bytes | str) -> str:
-    return data.decode() if isinstance(data, bytes) else data
-
-
-def _members(reply: Any) -> list[str]:
-    """The members of a flat member, score array (VTRR.INSPECT of a sorted set), in order."""
-    flat = list(reply or [])
-    return [decode(flat[i]) for i in range(0, len(flat), 2)]
 
 
 def _task_error(exception: BaseException) -> TaskError:
@@ -230,14 +132,14 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             else redis.Redis.from_url(url)
         )
         self.prefix: str = str(options.get("prefix", f"django:{alias}"))
-        self.lease_ttl = _duration(options, "lease_ttl", datetime.timedelta(hours=1))
-        self.result_ttl = _duration(options, "result_ttl", datetime.timedelta(days=1))
-        self.lease_ms = _ms(self.lease_ttl)
-        self.result_ttl_ms = _ms(self.result_ttl)
+        self.lease_ttl = duration(options, "lease_ttl", datetime.timedelta(hours=1))
+        self.result_ttl = duration(options, "result_ttl", datetime.timedelta(days=1))
+        self.lease_ms = ms(self.lease_ttl)
+        self.result_ttl_ms = ms(self.result_ttl)
         if self.lease_ms > MAX_MS:
             raise ImproperlyConfigured("VTRRBackend option 'lease_ttl' must be at most ten years")
-        self.partition_func: PartitionFunc = _function(options, "partition", default_partition)
-        self.weight_func: WeightFunc = _function(options, "weight", default_weight)
+        self.partition_func: PartitionFunc = function(options, "partition", default_partition)
+        self.weight_func: WeightFunc = function(options, "weight", default_weight)
         self._lock = threading.Lock()
         # Keyed by (task id, thread): the thread that acquired a task is the one
         # that acknowledges it (threadmill's worker threads, vtrr_worker's). A
@@ -324,7 +226,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
     ) -> TaskResult:
         """One VTRR.ENQUEUE (VTRR.DEFER with `run_after`) and the READY record, in one MULTI."""
         self.validate_task(task)
-        _check_partition_kwarg(task, kwargs or {})
+        check_partition_kwarg(task, kwargs or {})
         enqueued_at = timezone.now()
         try:
             task_result = TaskResult(
@@ -399,7 +301,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             pipe.get(self._record_key(queue_name, result_id))
         for data in self._execute(pipe):
             if data:
-                return self.deserialize_task_result(_text(data))
+                return self.deserialize_task_result(decode(data))
         raise TaskResultDoesNotExist(f"Task result {result_id!r} does not exist.")
 
     # threadmill's executor API.
@@ -455,7 +357,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         if lease is None:
             return None
         try:
-            ready = self.deserialize_task_result(_text(lease.payload))
+            ready = self.deserialize_task_result(decode(lease.payload))
         except Exception:
             # Its function is gone or the payload is not a TaskResult: it can
             # never run, so it goes to the dead letters (VTRR.DEAD shows it).
@@ -490,7 +392,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                     previous = ready
                     if data:
                         try:
-                            previous = self.deserialize_task_result(_text(data))
+                            previous = self.deserialize_task_result(decode(data))
                         except Exception:
                             logger.exception(
                                 "vtrr: record of task %s unreadable: rewritten", ready.id
@@ -615,7 +517,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         task_finished.send(type(self), task_result=task_result)
         return task_result
 
-    # Inspection.
+    # Inspection (threadmill's inspector): telemetry.py.
     def peek(
         self,
         queue_name: str = DEFAULT_TASK_QUEUE_NAME,
@@ -623,79 +525,14 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         status: TaskResultStatus,
         count: int = 1,
     ) -> Generator[TaskResult]:
-        """Up to `count` (0: all) tasks of a queue in one status.
-
-        READY: in the order they would be served (VTRR.INSPECT of `queue`,
-        then the held items of paused or capped partitions): O(N) in the
-        queued tasks, a diagnostic. RUNNING: by lease expiry (VTRR.INSPECT of
-        `inflight`, O(running)). SUCCESSFUL, FAILED: oldest first, within
-        `result_ttl`. Deferred tasks are not READY (telemetry counts them).
-        """
-        self._check_queue(queue_name)
-        vtrr_queue = self.queue(queue_name)
-        stop = count - 1 if count > 0 else -1
-        match status:
-            case TaskResultStatus.READY:
-                ids = _members(vtrr_queue.inspect("queue"))
-                if count <= 0 or len(ids) < count:
-                    held = list(vtrr_queue.inspect("held_at") or [])
-                    pairs = sorted(
-                        (int(held[i + 1]), decode(held[i])) for i in range(0, len(held), 2)
-                    )
-                    ids += [item_id for _, item_id in pairs]
-            case TaskResultStatus.RUNNING:
-                ids = _members(vtrr_queue.inspect("inflight"))
-            case TaskResultStatus.SUCCESSFUL | TaskResultStatus.FAILED:
-                key = self._finished_key(queue_name, status)
-                members = cast(list[bytes], self.client.zrange(key, 0, stop))
-                ids = [_text(member) for member in members]
-            case _:
-                raise ValueError(f"unknown status {status!r}")
-        if count > 0:
-            ids = ids[:count]
-        if not ids:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for item_id in ids:
-            pipe.get(self._record_key(queue_name, item_id))
-        for data in self._execute(pipe):
-            if data:
-                yield self.deserialize_task_result(_text(data))
+        """Up to `count` (0: all) tasks of a queue in one status (see `telemetry.peek`)."""
+        return telemetry.peek(self, queue_name, status=status, count=count)
 
     def telemetry(
         self, *, interval: datetime.timedelta = datetime.timedelta(seconds=60)
     ) -> BackendTelemetry:
-        """Counts from VTRR.STATS (queued → ready, inflight → running, delayed → deferred)
-        and the result sets; ingress and egress over `interval` from the time-scored sets."""
-        now_ms = time.time() * 1000
-        window = f"({now_ms - interval.total_seconds() * 1000}"
-        retention = f"({now_ms - self.result_ttl_ms}"
-        queues: dict[str, QueueStats] = {}
-        for queue_name in sorted(self.queues):
-            stats = self.queue(queue_name).stats()
-            successful = self._key(queue_name, "successful")
-            failed = self._key(queue_name, "failed")
-            ingress = self._key(queue_name, "ingress")
-            pipe = self.client.pipeline(transaction=False)
-            for key in (successful, failed, ingress):
-                pipe.zremrangebyscore(key, "-inf", retention)
-            pipe.zcard(successful)
-            pipe.zcard(failed)
-            pipe.zcount(ingress, window, "+inf")
-            pipe.zcount(successful, window, "+inf")
-            pipe.zcount(failed, window, "+inf")
-            _, _, _, done, dead, came, went_ok, went_failed = (int(n) for n in self._execute(pipe))
-            queues[queue_name] = QueueStats(
-                counts=QueueCounts(
-                    ready=stats.queued,
-                    running=stats.inflight,
-                    deferred=stats.delayed,
-                    successful=done,
-                    failed=dead,
-                ),
-                rates=QueueRates(interval=interval, ingress=came, egress=went_ok + went_failed),
-            )
-        return BackendTelemetry(queues=queues)
+        """Counts and rates per queue (see `telemetry.telemetry`)."""
+        return telemetry.telemetry(self, interval=interval)
 
     def close(self) -> None:
         """Stop this process's lease renewals and close the Redis connections."""
