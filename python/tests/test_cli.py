@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from servers import Server, free_port
+from redis.crc import key_slot
+from servers import Cluster, Server, free_port
 
 import vtrr
 from vtrr import Item
@@ -75,3 +77,189 @@ def test_errors_are_one_line_and_a_nonzero_exit(server: Server) -> None:
     assert bad_option.stderr == "vtrr worker: concurrency must be an integer between 1 and 100000\n"
     bad_handler = vtrr_cli(server.url, "worker", "no_such_module:run", "--queue", "q")
     assert bad_handler.returncode != 0 and "cannot load 'no_such_module:run'" in bad_handler.stderr
+
+
+# Options anywhere, and the verbs that steer a queue (#31).
+
+UNREACHABLE = f"redis://127.0.0.1:{free_port()}/0"
+
+
+def vtrr_run(
+    *args: str, stdin: bytes | int = b"", url_env: str = UNREACHABLE
+) -> subprocess.CompletedProcess[str]:
+    """`vtrr *args` as typed: no --url added; VTRR_URL names no server unless told."""
+    done = subprocess.run(
+        [VTRR, *args],
+        input=stdin if isinstance(stdin, bytes) else None,
+        stdin=stdin if isinstance(stdin, int) else None,
+        capture_output=True, timeout=30, env={**os.environ, "VTRR_URL": url_env},
+        cwd=Path(__file__).parent,
+    )  # fmt: skip
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], says: str) -> None:
+    assert done.returncode == 2, done
+    assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+
+
+def test_global_options_go_before_or_after_the_verb(server: Server, queue: vtrr.Queue) -> None:
+    queue.enqueue("a", "1", b"")
+    for args in (
+        ("stats", queue.name, "--url", server.url, "--json"),
+        ("stats", "--json", "--url", server.url, queue.name),
+        ("--json", "stats", queue.name, "--url", server.url),
+        ("--url", server.url, "--json", "stats", queue.name),
+        # After the verb overrides before it; an option not repeated keeps its value.
+        ("--url", UNREACHABLE, "--json", "stats", queue.name, "--url", server.url),
+    ):
+        done = vtrr_run(*args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert json.loads(done.stdout)["queued"] == 1, args
+    # Without --url anywhere, VTRR_URL (here no server) is the one used.
+    one_line_error(vtrr_run("stats", queue.name), f"cannot reach {UNREACHABLE}")
+    # The worker takes them after its verb too (VTRR_URL names no server here).
+    worker = vtrr_run("worker", "builtins:print", "--queue", queue.name, "--exit-when-idle",
+                      "--block-ms", "100", "--url", server.url)  # fmt: skip
+    assert worker.returncode == 0, worker.stderr
+    assert queue.stats().queued == 0 and queue.stats().inflight == 0, "the worker ran and acked it"
+
+
+def test_cluster_option_after_the_verb(cluster: Cluster) -> None:
+    client = cluster.client()
+    first = cluster.nodes[0]
+    # A queue whose slot another master owns: a plain client to the first node gets MOVED.
+    name = next(
+        f"{{c{n}}}"
+        for n in itertools.count()
+        if client.nodes_manager.get_node_from_slot(key_slot(f"c{n}".encode())).port != first.port
+    )
+    vtrr.Queue(client, name).enqueue("a", "1", b"")
+    client.close()
+    plain = vtrr_run("stats", name, "--url", first.url)
+    one_line_error(plain, "MOVED")
+    assert "add --cluster" in plain.stderr
+    routed = vtrr_run("stats", name, "--url", first.url, "--cluster", "--json")
+    assert routed.returncode == 0, routed.stderr
+    assert json.loads(routed.stdout)["queued"] == 1
+
+
+def test_pause_and_resume(server: Server, queue: vtrr.Queue) -> None:
+    name = queue.name
+    paused = vtrr_run("pause", name, "alice", "--url", server.url)
+    assert (paused.returncode, paused.stdout) == (0, "paused alice\n"), paused.stderr
+    assert queue.limit("alice").paused
+    again = vtrr_run("pause", name, "alice", "--url", server.url)
+    assert again.stdout == "alice was already paused\n"
+    resumed = vtrr_run("resume", name, "alice", "--url", server.url, "--json")
+    assert json.loads(resumed.stdout) == {"partition": "alice", "paused": False, "changed": True}
+    assert not queue.limit("alice").paused
+    assert vtrr_run("resume", name, "alice", "--url", server.url).stdout == "alice was not paused\n"
+    one_line_error(vtrr_run("pause", name, "", "--url", server.url), "partition must not be empty")
+
+
+def test_limit_shows_and_sets_a_partitions_settings(server: Server, queue: vtrr.Queue) -> None:
+    name = queue.name
+    shown = vtrr_run("limit", name, "alice", "--url", server.url)
+    assert shown.returncode == 0, shown.stderr
+    assert dict(line.split(None, 1) for line in shown.stdout.splitlines()) == {
+        "partition": "alice", "concurrency": "none", "paused": "False", "share": "1",
+    }  # fmt: skip
+    set_both = vtrr_run(
+        "limit", name, "alice", "--concurrency", "2", "--share", "3", "--url", server.url, "--json"
+    )
+    assert json.loads(set_both.stdout) == {
+        "partition": "alice", "concurrency": 2, "paused": False, "share": 3,
+    }  # fmt: skip
+    assert queue.limit("alice") == vtrr.PartitionSettings(concurrency=2, paused=False, share=3)
+    cleared = vtrr_run("limit", name, "alice", "--concurrency", "none", "--url", server.url)
+    assert "concurrency  none" in cleared.stdout and queue.limit("alice").concurrency is None
+    one_line_error(
+        vtrr_run("limit", name, "alice", "--concurrency", "0", "--url", server.url),
+        "CONCURRENCY must be an integer between 1 and 1000000000, or NONE",
+    )
+    bad = vtrr_run("limit", name, "alice", "--share", "x", "--url", server.url)
+    assert bad.returncode == 2 and "invalid int value: 'x'" in bad.stderr
+    bad = vtrr_run("limit", name, "alice", "--concurrency", "lots", "--url", server.url)
+    assert bad.returncode == 2 and "expected an integer or none, not 'lots'" in bad.stderr
+
+
+def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
+    name = queue.name
+    shown = json.loads(vtrr_run("policy", name, "--url", server.url, "--json").stdout)
+    assert shown == {"max_timeouts": None, "max_nacks": None, "default_concurrency": None}
+    table = vtrr_run("policy", name, "--max-nacks", "5", "--default-concurrency", "2",
+                     "--url", server.url)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert dict(line.split(None, 1) for line in table.stdout.splitlines()) == {
+        "max_timeouts": "none", "max_nacks": "5", "default_concurrency": "2",
+    }  # fmt: skip
+    assert queue.policy() == vtrr.Policy(max_timeouts=None, max_nacks=5, default_concurrency=2)
+    vtrr_run("policy", name, "--max-timeouts", "0", "--max-nacks", "none", "--url", server.url)
+    assert queue.policy() == vtrr.Policy(max_timeouts=0, max_nacks=None, default_concurrency=2)
+    one_line_error(
+        vtrr_run("policy", name, "--max-nacks", "-1", "--url", server.url),
+        "MAX-NACKS must be an integer between 0 and 1000000000, or NONE",
+    )
+
+
+def test_cancel(server: Server, queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("a", "1", b""), Item("a", "2", b""), Item("b", "3", b"")])
+    leased = queue.lease(60_000)
+    assert leased is not None
+    done = vtrr_run("cancel", queue.name, leased.id, "2", "nope", "--url", server.url)
+    assert (done.returncode, done.stdout) == (1, "cancelled 2 of 3\n"), "exit 1: some were absent"
+    assert not queue.renew(leased, 60_000), "a cancelled item's lease is gone"
+    left = queue.stats()
+    assert (left.queued, left.inflight) == (1, 0)
+    as_json = vtrr_run("cancel", queue.name, "3", "--url", server.url, "--json")
+    assert (as_json.returncode, json.loads(as_json.stdout)) == (0, {"cancelled": 1})
+
+
+def test_enqueue_from_an_option_a_file_or_stdin(
+    server: Server, queue: vtrr.Queue, tmp_path: Path
+) -> None:
+    name = queue.name
+    done = vtrr_run("enqueue", name, "alice", "j1", "--payload", '{"a": 1}', "--weight", "4",
+                    "--url", server.url)  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "enqueued j1 in alice\n"), done.stderr
+    binary = b"\x00\xff from a pipe"
+    piped = vtrr_run("enqueue", name, "bob", "j2", "--url", server.url, "--json", stdin=binary)
+    assert json.loads(piped.stdout) == {"id": "j2", "partition": "bob", "enqueued": True}
+    (tmp_path / "payload.bin").write_bytes(b"\x01file\xfe")
+    vtrr_run("enqueue", name, "carol", "j3", "--payload-file", str(tmp_path / "payload.bin"),
+             "--url", server.url)  # fmt: skip
+    leases = {lease.id: lease for lease in queue.lease_many(60_000, 10)}
+    assert {i: lease.payload for i, lease in leases.items()} == {
+        "j1": b'{"a": 1}', "j2": binary, "j3": b"\x01file\xfe",
+    }  # fmt: skip
+    assert queue.nack(leases["j1"], dead=True)
+    assert queue.dead()[0].weight == 4 and queue.dead()[0].partition == "alice"
+
+    again = vtrr_run("enqueue", name, "alice", "j1", "--payload", "x", "--url", server.url)
+    assert again.returncode == 1 and "already in the queue" in again.stdout
+    one_line_error(
+        vtrr_run(
+            "enqueue", name, "a", "j4", "--payload", "x", "--weight", "0", "--url", server.url
+        ),
+        "weight must be an integer between 1 and 1000000000",
+    )
+    missing = str(tmp_path / "missing")
+    one_line_error(
+        vtrr_run("enqueue", name, "a", "j4", "--payload-file", missing, "--url", server.url),
+        "vtrr enqueue: cannot read",
+    )
+    both = vtrr_run("enqueue", name, "a", "j4", "--payload", "x", "--payload-file", "f",
+                    "--url", server.url)  # fmt: skip
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    # A terminal on stdin is refused, not waited on.
+    primary, terminal = os.openpty()
+    try:
+        waiting = vtrr_run("enqueue", name, "a", "j4", "--url", server.url, stdin=terminal)
+    finally:
+        os.close(primary)
+        os.close(terminal)
+    one_line_error(waiting, "give --payload, --payload-file, or the payload on stdin")
+    assert queue.stats().queued == 0 and queue.stats().dead == 1

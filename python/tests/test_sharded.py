@@ -9,6 +9,8 @@ data breaks that bound, so the test can fail.
 from __future__ import annotations
 
 import itertools
+import logging
+import subprocess
 import threading
 import time
 import uuid
@@ -17,11 +19,15 @@ from dataclasses import dataclass
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from servers import Cluster, layout
+from redis.retry import Retry
+from servers import Cluster, free_port, layout
 
 import vtrr
 from vtrr import Item
+from vtrr.commands import Command
+from vtrr.exchange import Exchange
 from vtrr.sharded import ShardedLease, ShardedQueue, shard_of, unwrap, wrap
 
 LEASE_MS = 60_000
@@ -447,3 +453,173 @@ def test_a_worker_runs_a_sharded_queue_by_changing_its_constructor(rc: redis.Red
     light_positions = [n for n, item in enumerate(done, 1) if not item.startswith("h")]
     assert max(light_positions) <= 12, done
     assert sq.stats().inflight == 0 and sq.check() == []
+
+
+# 5. What a worker and an operator use beyond the rotation (#31).
+
+
+def test_lease_many_partitions_page_policy_recount_inspect(rc: redis.RedisCluster) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)
+    items = [Item(f"tenant-{t}", f"j{t}", b"x", 2) for t in range(12)]
+    assert sq.enqueue_many(items) == 12
+
+    # partitions_page: one sub-queue per step (COUNT 2 makes several steps of each), to cursor 0.
+    seen, cursor, steps = [], 0, 0
+    while True:
+        cursor, views = sq.partitions_page(cursor, count=2)
+        seen += [view.partition for view in views]
+        steps += 1
+        if cursor == 0:
+            break
+    assert sorted(set(seen)) == sorted(item.partition for item in items) and steps >= 3
+    with pytest.raises(vtrr.InvalidArgument):
+        sq.partitions_page(-1)
+
+    leases = sq.lease_many(LEASE_MS, 5)
+    assert len(leases) == 5 and all(lease.weight == 2 for lease in leases)
+    assert len(sq.lease_many(LEASE_MS, 100, block_ms=50)) == 7
+    assert sq.lease_many(LEASE_MS, 3, block_ms=50) == []
+    with pytest.raises(vtrr.InvalidArgument):
+        sq.lease_many(LEASE_MS, 0)
+
+    sq.set_policy(max_nacks=4)
+    assert sq.policy() == vtrr.Policy(max_timeouts=None, max_nacks=4, default_concurrency=None)
+    sq.sub_queues[1].set_policy(max_nacks=5)  # as a set_policy that stopped part-way leaves it
+    with pytest.raises(vtrr.VTRRError, match="policies differ"):
+        sq.policy()
+    assert sq.recount() == 0, "the module keeps the counts exact: nothing to rewrite"
+    assert len(sq.inspect("meta")) == 3
+    assert [len(q.inspect("meta") or ()) for q in sq.sub_queues] == [
+        len(each or ()) for each in sq.inspect("meta")
+    ]
+
+
+# 6. A sub-queue whose node is down (#31).
+
+
+def _sharded(raw: vtrr.Lease, shard: int) -> ShardedLease:
+    weight, payload, _ = unwrap(raw.payload)
+    return ShardedLease(raw.id, payload, raw.token, raw.timeouts, raw.nacks, shard, weight)
+
+
+def test_a_sub_queue_whose_node_is_down_is_skipped_then_tried_again(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kill one master (cluster-require-full-coverage no): the other sub-queues keep serving.
+
+    The killed master's sub-queue is tried again only after each back-off
+    (0.5 s, then doubled to at most 1 s), and serves again once its node is
+    back. A cluster of its own: the session's must stay whole.
+    """
+    cluster = Cluster(3, ("reclaim-interval-ms", "50"))
+    client = None
+    try:
+        for node in cluster.nodes:
+            node.client().config_set("cluster-require-full-coverage", "no")
+        client = cluster.client()
+        sq = ShardedQueue(
+            client, spread_name(client, 3), shards=3, down_seconds=0.5, down_max_seconds=1.0
+        )
+        down = 1  # the sub-queue whose master is killed
+        victim = next(
+            n for n in cluster.nodes if n.port == owner_port(client, sq.sub_queues[down].name)
+        )
+        tenants = {
+            i: [t for t in (f"tenant-{n}" for n in range(100)) if sq.shard_of(t) == i][:2]
+            for i in range(3)
+        }
+        sq.enqueue_many(
+            Item(tenant, f"{tenant}-{n}", b"x")
+            for i in range(3)
+            for tenant in tenants[i]
+            for n in range(5)
+        )
+        # One lease out in the sub-queue that goes down, one in a live one.
+        out_down = _sharded(sq.sub_queues[down].lease(LEASE_MS) or pytest.fail(), down)
+        out_live = _sharded(sq.sub_queues[0].lease(LEASE_MS) or pytest.fail(), 0)
+
+        # The probes the rotation sends to that sub-queue, timed.
+        probes: list[float] = []
+        probe = sq._probes[down]
+        sent = probe.run
+
+        def timed[T](command: Command[T]) -> T:
+            probes.append(time.monotonic())
+            return sent(command)
+
+        monkeypatch.setattr(probe, "run", timed)
+        caplog.set_level(logging.WARNING, logger="vtrr.sharded")
+        victim.process.kill()
+        victim.process.wait()
+
+        # A worker's round trip: its lease there is answered as lost, the rest goes on.
+        got = sq.exchange(
+            Exchange(LEASE_MS, acks=(out_down, out_live), renews=(out_down,), count=4)
+        )
+        assert (got.acked, got.renewed) == ((False, True), (False,))
+        marked = time.monotonic()  # the failed RENEW marked it down: a first back-off of 0.5 s
+        assert len(got.leases) == 4 and down not in {lease.shard for lease in got.leases}
+        rest = [*got.leases]
+        while (lease := sq.lease(LEASE_MS)) is not None:
+            rest.append(lease)
+        assert sorted(lease.id for lease in rest) == sorted(
+            f"{t}-{n}"
+            for i in (0, 2)
+            for t in tenants[i]
+            for n in range(5)
+            if f"{t}-{n}" != out_live.id
+        ), "every item of the live sub-queues, none lost to the dead one"
+        assert sq.ack(*rest) == len(rest)
+
+        # Waiting on an empty queue: the dead sub-queue is probed once per back-off.
+        deadline = time.monotonic() + 2.8
+        while time.monotonic() < deadline:
+            assert sq.lease(LEASE_MS, block_ms=200) is None
+        gaps = [b - a for a, b in itertools.pairwise([marked, *probes])]
+        print(f"\nprobes of the dead sub-queue {len(probes)}, gaps {[round(g, 2) for g in gaps]}")
+        assert 0.45 <= gaps[0] <= 0.9, gaps
+        assert len(gaps) >= 3 and all(0.95 <= gap <= 1.5 for gap in gaps[1:]), (
+            "doubled once, then held at down_max_seconds",
+            gaps,
+        )
+
+        # Back (empty: it kept nothing on disk): its items are leased again after a back-off.
+        victim.process = subprocess.Popen(
+            victim.process.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert sq.enqueue(tenants[down][0], "after", b"back")
+                break
+            except (redis.exceptions.RedisError, vtrr.SlotMoving):
+                assert time.monotonic() < deadline, "the node did not come back"
+                time.sleep(0.1)
+        deadline = time.monotonic() + 15
+        while (lease := sq.lease(LEASE_MS, block_ms=200)) is None:
+            assert time.monotonic() < deadline, "the sub-queue was not tried again"
+        assert (lease.id, lease.shard, lease.payload) == ("after", down, b"back")
+        assert sq.ack(lease) == 1
+        said = [r.getMessage() for r in caplog.records if r.name == "vtrr.sharded"]
+        name = sq.sub_queues[down].name
+        assert [m for m in said if m.startswith(f"{name}: cannot be reached")] == said[:1], said
+        assert said[-1] == f"{name}: reachable again" and len(said) == 2, said
+    finally:
+        if client is not None:
+            client.close()
+        cluster.stop()
+
+
+def test_with_every_sub_queue_down_lease_raises_for_the_callers_backoff() -> None:
+    """Skipping is for one sub-queue: with none reachable the caller is told (a Worker backs off)."""
+    unreachable = redis.Redis(host="127.0.0.1", port=free_port(), retry=Retry(NoBackoff(), 0))
+    sq = ShardedQueue(unreachable, "gone-" + uuid.uuid4().hex[:8], shards=2, down_seconds=5)
+    with pytest.raises(redis.exceptions.ConnectionError, match="no sub-queue can be reached"):
+        sq.lease(LEASE_MS)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        sq.exchange(Exchange(LEASE_MS, count=1, block_ms=100))
+    # Once something is settled the round trip returns, so it is not settled twice on a retry.
+    settled = sq.exchange(
+        Exchange(LEASE_MS, acks=(ShardedLease("i", b"", "t", 0, 0, 0, 1),), count=1, block_ms=100)
+    )
+    assert (settled.acked, settled.leases) == ((False,), [])

@@ -1,11 +1,17 @@
-"""`vtrr`: run a worker, or look at a queue, from the command line.
+"""`vtrr`: run a worker, look at a queue, or steer it, from the command line.
 
     vtrr worker myapp.jobs:handle --queue files --concurrency 8
     vtrr stats files            vtrr partitions files
     vtrr dead files --count 20  vtrr revive files job-17 job-18
+    vtrr pause files alice      vtrr resume files alice
+    vtrr limit files alice --concurrency 2 --share 3
+    vtrr policy files --max-nacks 5
+    vtrr cancel files job-17    vtrr enqueue files alice job-19 --payload '{"a": 1}'
 
 Tables for people, `--json` for scripts. The server comes from `--url` or
 `VTRR_URL` (default redis://127.0.0.1:6379/0); `--cluster` for a Redis Cluster.
+The options that are not a verb's own (`--url`, `--cluster`, `--json`) go
+before the verb or after it: an operator edits the end of a command line.
 """
 
 from __future__ import annotations
@@ -24,9 +30,14 @@ from typing import Any
 import redis
 
 from .client import Queue
+from .commands import Limit
 from .errors import VTRRError
-from .types import DeadItem, PartitionView
+from .types import DeadItem, PartitionView, encode
 from .worker import Backoff, Worker
+
+
+class _Refused(Exception):
+    """A verb's own one-line refusal (exit status 2)."""
 
 
 def _client(args: argparse.Namespace) -> redis.Redis | redis.RedisCluster:
@@ -78,14 +89,27 @@ def _emit(
         print(empty)
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
-    stats = dataclasses.asdict(Queue(_client(args), args.queue).stats())
+def _record(args: argparse.Namespace, record: dict[str, Any], missing: str = "-") -> None:
+    """One record: `key  value` lines for people (None as `missing`), an object for scripts."""
     if args.json:
-        print(json.dumps(stats, indent=2))
+        print(json.dumps({k: _printable(v) for k, v in record.items()}, indent=2))
     else:
-        width = max(len(k) for k in stats)
-        for key, value in stats.items():
-            print(f"{key.ljust(width)}  {'-' if value is None else value}")
+        width = max(len(k) for k in record)
+        for key, value in record.items():
+            print(f"{key.ljust(width)}  {missing if value is None else _printable(value)}")
+
+
+def _say(args: argparse.Namespace, record: dict[str, Any], line: str) -> None:
+    """What a verb did: a sentence for people, an object for scripts."""
+    print(json.dumps({k: _printable(v) for k, v in record.items()}) if args.json else line)
+
+
+def _queue(args: argparse.Namespace) -> Queue:
+    return Queue(_client(args), args.queue)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    _record(args, dataclasses.asdict(_queue(args).stats()))
     return 0
 
 
@@ -121,6 +145,77 @@ def cmd_revive(args: argparse.Namespace) -> int:
     return 0 if revived == len(args.ids) else 1
 
 
+def cmd_cancel(args: argparse.Namespace) -> int:
+    cancelled = _queue(args).cancel(*args.ids)
+    _say(args, {"cancelled": cancelled}, f"cancelled {cancelled} of {len(args.ids)}")
+    return 0 if cancelled == len(args.ids) else 1
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    changed = _queue(args).pause(args.partition)
+    line = f"paused {args.partition}" if changed else f"{args.partition} was already paused"
+    _say(args, {"partition": args.partition, "paused": True, "changed": changed}, line)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    changed = _queue(args).resume(args.partition)
+    line = f"resumed {args.partition}" if changed else f"{args.partition} was not paused"
+    _say(args, {"partition": args.partition, "paused": False, "changed": changed}, line)
+    return 0
+
+
+def cmd_limit(args: argparse.Namespace) -> int:
+    """Set what was given, then show the partition's settings as they now are."""
+    queue = _queue(args)
+    if args.concurrency is not None or args.share is not None:
+        queue.set_limit(args.partition, concurrency=args.concurrency, share=args.share)
+    settings = dataclasses.asdict(queue.limit(args.partition))
+    _record(args, {"partition": args.partition, **settings}, missing="none")
+    return 0
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    """Set what was given, then show the queue's policy as it now is."""
+    queue = _queue(args)
+    given = {
+        "max_timeouts": args.max_timeouts,
+        "max_nacks": args.max_nacks,
+        "default_concurrency": args.default_concurrency,
+    }
+    if any(value is not None for value in given.values()):
+        queue.set_policy(**given)
+    _record(args, dataclasses.asdict(queue.policy()), missing="none")
+    return 0
+
+
+def _payload(args: argparse.Namespace) -> bytes:
+    """The payload: `--payload` (as the bytes typed), `--payload-file`, or stdin when piped."""
+    if args.payload is not None:
+        return encode(args.payload)
+    if args.payload_file is not None:
+        try:
+            with open(args.payload_file, "rb") as file:
+                return file.read()
+        except OSError as error:
+            raise _Refused(f"vtrr enqueue: cannot read {args.payload_file}: {error}") from error
+    if sys.stdin is None or sys.stdin.isatty():
+        # Reading a terminal would wait for a payload nobody knows is expected.
+        raise _Refused("vtrr enqueue: give --payload, --payload-file, or the payload on stdin")
+    return sys.stdin.buffer.read()
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    added = _queue(args).enqueue(args.partition, args.id, _payload(args), weight=args.weight)
+    line = (
+        f"enqueued {args.id} in {args.partition}"
+        if added
+        else f"{args.id} is already in the queue (queued, leased, delayed or dead): skipped"
+    )
+    _say(args, {"id": args.id, "partition": args.partition, "enqueued": added}, line)
+    return 0 if added else 1
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -153,23 +248,60 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _limit(text: str) -> Limit:
+    """An option's value that is a count or `none` (the server's NONE: no limit)."""
+    if text.lower() == "none":
+        return "NONE"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or none, not {text!r}") from None
+
+
+def _global_options(parser: argparse.ArgumentParser, *, json_option: bool, top: bool) -> None:
+    """The options that are not a verb's own, on the top parser and again on each verb's.
+
+    The top parser holds the defaults; a verb's copy has none (SUPPRESS), so
+    an option after the verb overrides one before it, and an option not
+    given after the verb leaves the top's value alone (argparse copies a
+    verb's defaults over the top's).
+    """
+
+    def default(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--url",
+        default=default(os.environ.get("VTRR_URL", "redis://127.0.0.1:6379/0")),
+        help="the server (default: $VTRR_URL, else redis://127.0.0.1:6379/0)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        default=default(False),
+        help="the URL names a node of a Redis Cluster",
+    )
+    if json_option:
+        parser.add_argument(
+            "--json", action="store_true", default=default(False), help="machine-readable output"
+        )
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="vtrr", description="A fair queue with leases, native in Redis."
     )
-    top.add_argument("--url", default=os.environ.get("VTRR_URL", "redis://127.0.0.1:6379/0"))
-    top.add_argument(
-        "--cluster", action="store_true", help="the URL names a node of a Redis Cluster"
-    )
+    _global_options(top, json_option=True, top=True)
     sub = top.add_subparsers(dest="command", required=True)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         each = sub.add_parser(name, help=help)
+        _global_options(each, json_option=True, top=False)
         each.add_argument("queue", help="the queue's name")
-        each.add_argument("--json", action="store_true", help="machine-readable output")
         return each
 
     worker = sub.add_parser("worker", help="run module:function on every item")
+    _global_options(worker, json_option=False, top=False)
     worker.add_argument("handler", help="module:function, called with a vtrr.worker.Job")
     worker.add_argument("--queue", required=True)
     worker.add_argument("--concurrency", type=int, default=1)
@@ -195,6 +327,41 @@ def parser() -> argparse.ArgumentParser:
     revive = command("revive", "put dead items back in the queue")
     revive.add_argument("ids", nargs="+")
     revive.set_defaults(run=cmd_revive)
+    cancel = command("cancel", "delete items, whatever their state (a leased one's lease too)")
+    cancel.add_argument("ids", nargs="+")
+    cancel.set_defaults(run=cmd_cancel)
+    pause = command("pause", "stop leasing a partition's items")
+    pause.add_argument("partition")
+    pause.set_defaults(run=cmd_pause)
+    resume = command("resume", "lease a paused partition's items again")
+    resume.add_argument("partition")
+    resume.set_defaults(run=cmd_resume)
+    limit = command("limit", "a partition's cap and share: set what is given, then show them")
+    limit.add_argument("partition")
+    limit.add_argument(
+        "--concurrency",
+        type=_limit,
+        metavar="N|none",
+        help="at most N of its items leased at once; none: the queue's default",
+    )
+    limit.add_argument("--share", type=int, metavar="S", help="S times a share-1 partition's")
+    limit.set_defaults(run=cmd_limit)
+    policy = command("policy", "when items go dead, the default cap: set what is given, then show")
+    for option, meaning in (
+        ("--max-timeouts", "expired leases an item survives; none: any number"),
+        ("--max-nacks", "nacks an item survives; none: any number"),
+        ("--default-concurrency", "the cap of partitions without their own; none: no cap"),
+    ):
+        policy.add_argument(option, type=_limit, metavar="N|none", help=meaning)
+    policy.set_defaults(run=cmd_policy)
+    enqueue = command("enqueue", "add one item (skipped, exit 1, if its id is already there)")
+    enqueue.add_argument("partition")
+    enqueue.add_argument("id")
+    enqueue.add_argument("--weight", type=int, default=1, help="what the item costs its partition")
+    source = enqueue.add_mutually_exclusive_group()
+    source.add_argument("--payload", metavar="TEXT", help="the payload (default: stdin)")
+    source.add_argument("--payload-file", metavar="PATH", help="read the payload from a file")
+    enqueue.set_defaults(run=cmd_enqueue)
     return top
 
 
@@ -206,7 +373,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vtrr: cannot reach {args.url}: {error}", file=sys.stderr)
         return 2
     except VTRRError as error:
+        if isinstance(error.__cause__, redis.exceptions.MovedError):
+            # redis-py's message is only "<slot> <host:port>": say what it means.
+            print(
+                f"vtrr: MOVED {error}: the server is a node of a Redis Cluster; add --cluster",
+                file=sys.stderr,
+            )
+            return 2
         print(f"vtrr: {error}", file=sys.stderr)
+        return 2
+    except _Refused as error:
+        print(error, file=sys.stderr)
         return 2
 
 

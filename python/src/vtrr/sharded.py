@@ -27,6 +27,14 @@ payload is wrapped in a small envelope holding it (`wrap`/`unwrap`); the
 returned `ShardedLease` carries the caller's own payload and remembers its
 sub-queue, so `ack`, `renew` and `nack` go back to the right one.
 
+**A sub-queue that cannot be reached** (its node down, its slot not
+served, a slot move the rotation would wait for) is skipped for a back-off
+(`down_seconds`, doubling up to `down_max_seconds`) and tried again after
+it: the others keep serving. The rotation sends its calls without waiting
+out slot moves (`retry_seconds` 0: waiting on one sub-queue would stop
+leasing from all of them); `ack`, `renew`, `nack` and the control methods
+still wait and still raise, as a `Queue`'s do.
+
 **Threads.** A `ShardedQueue`'s rotation (charges, counts) is one worker's
 state, behind a lock: the threads of one `vtrr.Worker` share it (leases
 are chosen one at a time; a blocking wait holds no lock), and count as one
@@ -40,16 +48,20 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import redis
+import redis.exceptions
 
 from .client import Queue
 from .commands import Limit
-from .exchange import Exchange, Exchanged
-from .limits import MAX_WEIGHT, check_item
+from .errors import SlotMoving, VTRRError
+from .exchange import Exchange, Exchanged, GiveBack
+from .limits import MAX_WEIGHT, check_int, check_item
 from .types import (
     DeadItem,
     Item,
@@ -69,6 +81,20 @@ _FNV_PRIME = 0x100000001B3
 
 _MAGIC = b"\x1fvtrr:"
 _SEP = b"\x1f"
+
+logger = logging.getLogger("vtrr.sharded")
+
+# What a sub-queue that cannot be reached raises: its node refuses or times
+# out, the cluster does not serve its slot (CLUSTERDOWN, no owner), or its
+# slot is moving. Not the module's own errors (WRONGTYPE, NOPERM, ...):
+# those are mistakes a back-off would hide.
+_UNREACHABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.SlotNotCoveredError,
+    SlotMoving,
+)
 
 
 def shard_of(partition: str | bytes, shards: int) -> int:
@@ -164,7 +190,9 @@ class ShardedQueue:
     how many of this worker's leases between two reads of the sub-queues'
     backlogged partitions (VTRR.PARTITIONS, O(partitions) each).
     `block_slice_ms`: how long one blocking LEASE waits on one sub-queue
-    before the worker looks at all of them again.
+    before the worker looks at all of them again. `down_seconds`,
+    `down_max_seconds`: how long the rotation skips a sub-queue it could not
+    reach, doubled at each failed retry up to the maximum.
     """
 
     def __init__(
@@ -176,6 +204,8 @@ class ShardedQueue:
         read_every: int = 16,
         block_slice_ms: int = 100,
         retry_seconds: float = 30.0,
+        down_seconds: float = 1.0,
+        down_max_seconds: float = 30.0,
     ) -> None:
         if not name:
             raise ValueError("queue name must not be empty")
@@ -190,13 +220,22 @@ class ShardedQueue:
             raise ValueError("read_every must be at least 1")
         if block_slice_ms < 1:
             raise ValueError("block_slice_ms must be at least 1")
+        if not 0 < down_seconds <= down_max_seconds:
+            raise ValueError("down_seconds must be positive and at most down_max_seconds")
         self.client = client
         self.name = name
         self.shards = shards
         self.read_every = read_every
         self.block_slice_ms = block_slice_ms
+        self.down_seconds = down_seconds
+        self.down_max_seconds = down_max_seconds
         self.sub_queues: tuple[Queue, ...] = tuple(
             Queue(client, f"{{{name}:{i}}}", retry_seconds=retry_seconds) for i in range(shards)
+        )
+        # The same sub-queues for the rotation, which skips one whose slot
+        # moves instead of waiting for it.
+        self._probes: tuple[Queue, ...] = tuple(
+            Queue(client, queue.name, retry_seconds=0) for queue in self.sub_queues
         )
         # The weighted rotation: this worker's state (re-entrant: a sweep records its lease).
         self._rotation = threading.RLock()
@@ -204,6 +243,11 @@ class ShardedQueue:
         self._backlogged = [0] * shards
         self._since_read = read_every  # read before the first lease
         self._turn = 0  # the sub-queue the next blocking wait goes to
+        # Sub-queues that could not be reached: skipped until `_down_until`
+        # (monotonic seconds); `_down_for` is the back-off in force, 0 when up.
+        self._down_until = [0.0] * shards
+        self._down_for = [0.0] * shards
+        self._last_error: Exception | None = None
 
     def __repr__(self) -> str:
         return f"ShardedQueue({self.name!r}, shards={self.shards})"
@@ -250,17 +294,65 @@ class ShardedQueue:
             self.sub_queues[i].defer(delay_ms, group) for i, group in self._split(items).items()
         )
 
+    # Sub-queues that cannot be reached.
+    def _is_down(self, shard: int) -> bool:
+        """Whether the rotation skips `shard` now (its back-off has not run out)."""
+        return time.monotonic() < self._down_until[shard]
+
+    def _failed(self, shard: int, error: Exception) -> None:
+        """`shard` could not be reached: skip it for a back-off, doubled at each failed retry."""
+        with self._rotation:
+            first = self._down_for[shard] == 0.0
+            self._down_for[shard] = (
+                self.down_seconds
+                if first
+                else min(self.down_max_seconds, 2 * self._down_for[shard])
+            )
+            self._down_until[shard] = time.monotonic() + self._down_for[shard]
+            self._backlogged[shard] = 0
+            self._last_error = error
+        if first:  # one line when it goes, one when it comes back
+            logger.warning(
+                "%s: cannot be reached (%s); skipped, tried again in %.1f s",
+                self.sub_queues[shard].name,
+                error,
+                self._down_for[shard],
+            )
+
+    def _reached(self, shard: int) -> None:
+        if self._down_for[shard]:
+            with self._rotation:
+                self._down_for[shard] = self._down_until[shard] = 0.0
+            logger.warning("%s: reachable again", self.sub_queues[shard].name)
+
+    def _every_one_down(self) -> redis.exceptions.ConnectionError:
+        """What `lease` raises when no sub-queue can be reached: the caller's own back-off then."""
+        error = redis.exceptions.ConnectionError(
+            f"{self.name}: no sub-queue can be reached (the last error: {self._last_error})"
+        )
+        error.__cause__ = self._last_error
+        return error
+
     # Leases: the weighted rotation.
-    def _read_counts(self) -> None:
-        """n_i for every sub-queue: partitions with queued > 0, not paused, under their cap."""
-        counts = []
-        for queue in self.sub_queues:
-            names = set()
-            for view in queue.partitions(count=1000):
+    def _backlog_of(self, shard: int) -> int:
+        """n_i: partitions with queued > 0, not paused, under their cap; 0 if it is down."""
+        if self._is_down(shard):
+            return 0
+        names = set()
+        try:
+            for view in self._probes[shard].partitions(count=1000):
                 cap = view.concurrency_in_force
                 if view.queued > 0 and not view.paused and (cap is None or view.leased < cap):
                     names.add(view.partition)  # HSCAN may list one twice
-            counts.append(len(names))
+        except _UNREACHABLE as error:
+            self._failed(shard, error)
+            return 0
+        self._reached(shard)
+        return len(names)
+
+    def _read_counts(self) -> None:
+        """n_i for every sub-queue (0 for one that cannot be reached: it is skipped)."""
+        counts = [self._backlog_of(i) for i in range(self.shards)]
         # A sub-queue back from empty rejoins at the lowest charge of the busy
         # ones: no credit for the time it had nothing.
         busy = [self._charge[i] for i in range(self.shards) if self._backlogged[i] and counts[i]]
@@ -295,7 +387,12 @@ class ShardedQueue:
                 key=lambda i: self._charge[i],
             )
             for i in order:
-                reply = self.sub_queues[i].lease(lease_ms)
+                try:
+                    reply = self._probes[i].lease(lease_ms)
+                except _UNREACHABLE as error:
+                    self._failed(i, error)  # the others keep serving
+                    continue
+                self._reached(i)
                 if reply is not None:
                     return self._leased(i, reply)
                 self._backlogged[i] = 0  # empty: skipped until the next read
@@ -311,14 +408,28 @@ class ShardedQueue:
         most `block_slice_ms` on one sub-queue at a time, in turn, then a
         fresh look at all of them. An item enqueued meanwhile into another
         sub-queue is seen within about K slices.
+
+        A sub-queue that cannot be reached is skipped (see the module's
+        docstring); when none can be, this raises `redis.ConnectionError`,
+        so a `Worker` backs off and logs it as it does for a `Queue`.
         """
         deadline = None if not block_ms else time.monotonic() + block_ms / 1000
         while True:
             with self._rotation:
                 leased = self._sweep(lease_ms)
-                if leased is not None or block_ms is None:
+                if leased is not None:
                     return leased
-                i, self._turn = self._turn, (self._turn + 1) % self.shards
+                up = [
+                    (self._turn + step) % self.shards
+                    for step in range(self.shards)
+                    if not self._is_down((self._turn + step) % self.shards)
+                ]
+                if not up:
+                    raise self._every_one_down()
+                if block_ms is None:
+                    return None
+                i = up[0]
+                self._turn = (i + 1) % self.shards
             wait_ms = self.block_slice_ms
             if deadline is not None:
                 left_ms = int((deadline - time.monotonic()) * 1000)
@@ -326,11 +437,44 @@ class ShardedQueue:
                     return None
                 wait_ms = min(wait_ms, left_ms)
             # The wait itself holds no lock: other threads lease meanwhile.
-            reply = self.sub_queues[i].lease(lease_ms, block_ms=wait_ms)
+            try:
+                reply = self._probes[i].lease(lease_ms, block_ms=wait_ms)
+            except _UNREACHABLE as error:
+                self._failed(i, error)
+                continue
+            self._reached(i)
             with self._rotation:
                 self._since_read = self.read_every  # read the counts again next time
                 if reply is not None:
                     return self._leased(i, reply)
+
+    def lease_many(
+        self, lease_ms: int, count: int, *, block_ms: int | None = None
+    ) -> list[ShardedLease]:
+        """Up to `count` leases by the rotation, one at a time; `block_ms` as in `lease`.
+
+        It waits (up to `block_ms`) only when the first lease finds nothing.
+        """
+        check_int("count", count, 1, (1 << 63) - 1)  # as the server's COUNT
+        return self._lease_up_to(lease_ms, count, block_ms)
+
+    def _lease_up_to(self, lease_ms: int, count: int, block_ms: int | None) -> list[ShardedLease]:
+        leases: dict[tuple[str, str], ShardedLease] = {}
+        try:
+            while len(leases) < count:
+                got = self.lease(lease_ms)
+                if got is None:
+                    break
+                leases[(got.id, got.token)] = got
+        except _UNREACHABLE:
+            if not leases:
+                raise
+            return list(leases.values())  # leased already: the caller's, not left to expire
+        if not leases and count and block_ms is not None:
+            got = self.lease(lease_ms, block_ms=block_ms)
+            if got is not None:
+                leases[(got.id, got.token)] = got
+        return list(leases.values())
 
     def ack(self, *leases: ShardedLease) -> int:
         """Fenced ACK, one call per sub-queue concerned: how many were still current."""
@@ -362,33 +506,54 @@ class ShardedQueue:
         rotation leases up to `sent.count` items: a call per lease and per
         sub-queue visited, not one round trip (the sub-queues live on
         different nodes).
+
+        A lease whose sub-queue cannot be reached is answered as lost (ACK
+        and RENEW False, NACK None) and its sub-queue is skipped for its
+        back-off: the worker stops waiting on it, and the item comes back by
+        its lease's expiry if the node kept it. Raising instead would make
+        the worker send the whole round trip again, and so lease from no
+        sub-queue until that one came back. Once something was settled, a
+        failed leasing returns no leases rather than raise, so the settled
+        leases are not settled twice.
         """
-        leases: dict[tuple[str, str], ShardedLease] = {}
 
         def own(lease: object) -> ShardedLease:
             if not isinstance(lease, ShardedLease):
                 raise TypeError(f"a ShardedQueue settles ShardedLeases, not {lease!r}")
             return lease
 
-        nacked: list[NackOutcome | None] = []
-        for give in sent.nacks:
-            lease = own(give.lease)
+        def settle[T](lease: object, call: Callable[[ShardedLease], T], lost: T) -> T:
+            sharded = own(lease)
+            if self._is_down(sharded.shard):
+                return lost
+            try:
+                result = call(sharded)
+            except _UNREACHABLE as error:
+                self._failed(sharded.shard, error)
+                return lost
+            self._reached(sharded.shard)
+            return result
+
+        def give_back(give: GiveBack) -> Callable[[ShardedLease], NackOutcome | None]:
             if give.release:
-                nacked.append(NackOutcome.QUEUED if self.release(lease) else None)
-            else:
-                nacked.append(self.nack(lease, delay_ms=give.delay_ms, dead=give.dead))
-        renewed = tuple(self.renew(own(lease), sent.lease_ms) for lease in sent.renews)
-        acked = tuple(self.ack(own(lease)) == 1 for lease in sent.acks)
-        while len(leases) < sent.count:
-            got = self.lease(sent.lease_ms)
-            if got is None:
-                break
-            leases[(got.id, got.token)] = got
-        if not leases and sent.count and sent.block_ms is not None:
-            got = self.lease(sent.lease_ms, block_ms=sent.block_ms)
-            if got is not None:
-                leases[(got.id, got.token)] = got
-        return Exchanged(acked, tuple(nacked), renewed, list(leases.values()))  # type: ignore[arg-type]
+                return lambda lease: NackOutcome.QUEUED if self.release(lease) else None
+            return lambda lease: self.nack(lease, delay_ms=give.delay_ms, dead=give.dead)
+
+        nacked = tuple(settle(give.lease, give_back(give), None) for give in sent.nacks)
+        renewed = tuple(
+            settle(lease, lambda lease: self.renew(lease, sent.lease_ms), False)
+            for lease in sent.renews
+        )
+        acked = tuple(
+            settle(lease, lambda lease: self.ack(lease) == 1, False) for lease in sent.acks
+        )
+        try:
+            leases = self._lease_up_to(sent.lease_ms, sent.count, sent.block_ms)
+        except _UNREACHABLE:
+            if not (sent.acks or sent.nacks or sent.renews):
+                raise
+            leases = []
+        return Exchanged(acked, nacked, renewed, leases)  # type: ignore[arg-type]
 
     def reclaim(self, limit: int | None = None) -> int:
         """Take expired leases back now in every sub-queue (`limit` per sub-queue)."""
@@ -420,6 +585,21 @@ class ShardedQueue:
     def partition(self, partition: str) -> PartitionView:
         """One partition's counts and settings, from its sub-queue."""
         return self.queue_for(partition).partition(partition)
+
+    def partitions_page(
+        self, cursor: int = 0, count: int | None = None
+    ) -> tuple[int, list[PartitionView]]:
+        """One step of a scan over every sub-queue, sub-queue by sub-queue; go on until the cursor is 0.
+
+        The cursor is `sub-queue cursor * K + sub-queue index`: a step
+        scans one sub-queue, and a page may be empty where a sub-queue ends.
+        """
+        check_int("cursor", cursor, 0, (1 << 64) * self.shards - 1)  # HSCAN's are u64
+        sub_cursor, shard = divmod(cursor, self.shards)
+        after, views = self.sub_queues[shard].partitions_page(sub_cursor, count)
+        if after:
+            return after * self.shards + shard, views
+        return (shard + 1) % self.shards, views
 
     def partitions(self, count: int | None = None) -> Iterator[PartitionView]:
         """Every partition of every sub-queue, sub-queue by sub-queue, in bounded steps."""
@@ -461,6 +641,20 @@ class ShardedQueue:
         """Each sub-queue's policy (`set_policy` keeps them the same)."""
         return [queue.policy() for queue in self.sub_queues]
 
+    def policy(self) -> Policy:
+        """The policy of every sub-queue.
+
+        `VTRRError` when they differ (a `set_policy` that failed part-way):
+        a single answer would then be wrong for some tenants; `policies()`
+        shows each, and `set_policy` again sets them all.
+        """
+        each = self.policies()
+        if any(policy != each[0] for policy in each):
+            raise VTRRError(
+                f"{self.name}: the sub-queues' policies differ ({each}): set_policy sets every one"
+            )
+        return each[0]
+
     def set_policy(
         self,
         *,
@@ -495,6 +689,14 @@ class ShardedQueue:
     def resume(self, partition: str) -> bool:
         return self.queue_for(partition).resume(partition)
 
+    def recount(self) -> int:
+        """VTRR.RECOUNT in every sub-queue: how many partition records it changed in all."""
+        return sum(queue.recount() for queue in self.sub_queues)
+
     def convert(self, layout: Layout) -> int:
         """Move every sub-queue to `layout`; how many moved."""
         return sum(queue.convert(layout) for queue in self.sub_queues)
+
+    def inspect(self, key: str) -> list[Any]:
+        """VTRR.INSPECT of `key` in every sub-queue, in sub-queue order (a diagnostic)."""
+        return [queue.inspect(key) for queue in self.sub_queues]
