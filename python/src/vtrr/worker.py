@@ -144,6 +144,9 @@ class Job:
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     """Set when shutdown's grace period ended and the item went back to the queue."""
     started: float = dataclasses.field(default_factory=time.monotonic)
+    """When its handler started (time.monotonic())."""
+    ran_for: float = 0.0
+    """How long its handler ran, in seconds, once it returned or raised."""
 
     @property
     def id(self) -> str:
@@ -241,6 +244,7 @@ class _Dispatch:
 
     def finished(self, job: Job, error: BaseException | None) -> None:
         """A handler ended (any thread): its outcome goes in the next round trip."""
+        job.ran_for = time.monotonic() - job.started
         with self._lock:
             if self.closed:
                 return
@@ -261,6 +265,7 @@ class _Dispatch:
         with self._lock:
             finished, self._finished = self._finished, []
         for job, error in finished:
+            self._mean_run += (job.ran_for - self._mean_run) / 16
             if job.lost.is_set():
                 self.running.pop(_key(job.lease), None)
                 self._report_lost(job)
@@ -334,8 +339,7 @@ class _Dispatch:
 
     def _report(self, job: Job, outcome: _Outcome, settled: bool | NackOutcome | None) -> None:
         """`settled`: ACK's True, or where NACK sent the item; falsy when the lease was lost."""
-        took = time.monotonic() - job.started
-        self._mean_run += (took - self._mean_run) / 16
+        took = job.ran_for
         if not settled:
             job.lost.set()
             self._report_lost(job)
@@ -580,6 +584,7 @@ class Worker:
     ) -> None:
         handler: Handler = self.handler
         while (job := jobs.get()) is not None:
+            job.started = time.monotonic()
             error: BaseException | None = None
             try:
                 handler(job)
@@ -653,6 +658,7 @@ class Worker:
 
     async def _handler_task(self, job: Job, dispatch: _Dispatch) -> None:
         handler: AsyncHandler = self.handler  # type: ignore[assignment]
+        job.started = time.monotonic()
         error: BaseException | None = None
         try:
             await handler(job)
