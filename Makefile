@@ -21,10 +21,10 @@ NATIVE_REPLICATION_SERVERS := redis-8.2 valkey-9
 PYTEST := .venv/bin/pytest -q -n 3
 PYTHON_MATRIX_TESTS := tests/test_client.py tests/test_worker.py tests/test_cli.py tests/test_cluster.py tests/test_sharded.py
 
-.PHONY: help deps build release lint unit integration test test-matrix python-env python-lint python-test fuzz soak bench bench-instructions bench-baseline run clean mutants
+.PHONY: help deps build release lint unit integration test test-matrix python-env python-lint python-test fuzz soak bench bench-e2e bench-instructions bench-baseline run clean mutants
 
 help: ## Show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
 deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, valgrind, redis-py)
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -89,6 +89,9 @@ bench: release ## Module vs Lua vs Streams vs list, scaling, fairness, timer; wr
 	cargo build --release --example bench
 	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) VTRR_REDIS_SERVER=$$PWD/scripts/pinned-server.sh \
 	  taskset -c 1 target/release/examples/bench --out BENCHMARKS.md --plot docs/fairness.svg
+
+bench-e2e: release python-env ## One worker process draining a queue: vtrr.Worker (both layouts) vs BullMQ, Celery, RQ (installs them into bench/e2e/bullmq/node_modules and .bench/; E2E_JOBS, E2E_ROUNDS); writes docs/e2e.md
+	python/.venv/bin/python bench/e2e/run.py --out docs/e2e.md
 
 bench-instructions: release ## Instructions per operation, each system, counted by callgrind (exact, repeatable); writes docs/instructions.md
 	cargo build --release --example bench
