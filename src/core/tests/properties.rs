@@ -612,6 +612,17 @@ impl Simulation {
             .collect();
         if matches!(op, Op::Limit { .. } | Op::DefaultCap { .. }) {
             self.lowered.extend(over.iter().copied());
+            // A cap that stops a waiting partition makes it wait at its cap
+            // now, whether or not a pop happens before the cap moves again:
+            // its items keep their times (owed), as `observe_pop` marks.
+            for (partition, _) in self.waiting() {
+                if !self.paused.contains(&partition) && !self.servable(partition, &leased) {
+                    self.owed.insert(partition);
+                    let cap = self.cap_in_force(partition).unwrap_or(1);
+                    let owed = self.owed_caps.entry(partition).or_insert(cap);
+                    *owed = (*owed).max(cap);
+                }
+            }
         }
         self.lowered.retain(|p| over.contains(p));
         let problems = check::check(&mut self.store.scoped(CoreOp::Check)).unwrap();
