@@ -259,7 +259,10 @@ fn under_traffic(cluster: &Cluster, confirm: bool, during: impl FnOnce()) -> Led
         ..Ledger::default()
     }));
     let mut setup = ClusterClient::new(cluster, 0);
-    enqueue_batch(&mut setup, &ledger, "before-", 0, 3_000);
+    // A backlog the workers cannot drain while the slot moves: a drained
+    // keys-layout queue has fewer keys (no `queue`, `task`,
+    // `partition_virtual_time`), and the moves must meet all of them.
+    enqueue_batch(&mut setup, &ledger, "before-", 0, 20_000);
     let stop = Arc::new(AtomicBool::new(false));
     let produced = Arc::new(AtomicU64::new(0));
     let mut threads = Vec::new();
