@@ -48,7 +48,8 @@ redis_module::enum_configuration! {
     #[allow(non_camel_case_types)]
     #[derive(PartialEq, Eq, Debug)]
     pub enum Replication {
-        /// One command per call: ENQUEUE and ACK as sent, time-dependent
+        /// One command per call: ACK as sent, ENQUEUE (which starts a
+        /// partition's wait) and the time-dependent
         /// calls as `VTRR.APPLY` with the clock reading, limit and tokens
         /// they used. Replicas and AOF loading need the module.
         commands = 0,

@@ -5,7 +5,7 @@ use redis_module::RedisError;
 
 use crate::core::CoreError;
 use crate::limits::{
-    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
+    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT, MAX_TOP_OFFSET,
     MAX_POLICY_LIMIT, MAX_SHARE, MAX_WEIGHT,
 };
 use crate::store::native::LoadError;
@@ -75,6 +75,27 @@ pub fn partitions_count() -> RedisError {
     err(format!(
         "ERR COUNT must be an integer between 1 and {MAX_PARTITIONS_COUNT}"
     ))
+}
+
+pub fn top_count() -> RedisError {
+    err(format!(
+        "ERR TOP must be an integer between 1 and {MAX_PARTITIONS_COUNT}"
+    ))
+}
+
+pub fn top_offset() -> RedisError {
+    err(format!(
+        "ERR OFFSET must be an integer between 0 and {MAX_TOP_OFFSET}"
+    ))
+}
+
+pub fn rank() -> RedisError {
+    err("ERR BY must be one of queued, oldest, leased, dead".into())
+}
+
+/// An option given without the one it refines.
+pub fn needs(option: &str, needed: &str) -> RedisError {
+    err(format!("ERR {option} needs {needed}"))
 }
 
 pub fn cursor() -> RedisError {

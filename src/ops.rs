@@ -19,7 +19,7 @@ use crate::core::key_view::KeyView;
 use crate::core::partitions::Record;
 use crate::core::{
     self, check, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest, Leased,
-    LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Stats,
+    LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank, Stats,
 };
 use crate::replay::{Apply, Operation};
 use crate::store::keys;
@@ -62,9 +62,27 @@ impl<'a> Moment<'a> {
 
 /// `VTRR.ENQUEUE`: the number of items added.
 pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64, RedisError> {
-    let outcome = Call::client(ctx, queue).verbatim(
+    // The clock starts a partition's wait (its record's `waiting_since`):
+    // a call that started one propagates as a DEFER due at that reading;
+    // one that added only to lines already waiting, as sent.
+    let now_ms = now_ms();
+    let items_used = |outcome: &core::EnqueueOutcome| {
+        outcome.started_waits.then(|| {
+            let items = items.to_vec();
+            apply(
+                queue,
+                now_ms,
+                Operation::Defer {
+                    due_ms: now_ms,
+                    items,
+                },
+            )
+        })
+    };
+    let outcome = Call::client(ctx, queue).clocked(
         CoreOp::Enqueue,
-        |store, _| core::enqueue(store, items),
+        items_used,
+        |store, _| core::enqueue(store, now_ms, items),
         |outcome| {
             Done::new(c"vtrr.enqueue")
                 .count(&info::ENQUEUED, outcome.added)
@@ -343,7 +361,7 @@ pub fn run_due(
     let call = Call::server(ctx, queue);
     let due = call.run(
         CoreOp::RunDue,
-        Replicate::Apply(|_: &_| apply(queue, now_ms, Operation::Due { limit })),
+        Replicate::Apply(|_: &_| Some(apply(queue, now_ms, Operation::Due { limit }))),
         |store, _| core::run_due(store, now_ms, limit),
         |due| Done {
             // What it parked may have uncovered servable items.
@@ -421,7 +439,7 @@ pub fn partition_view(
     partition: &[u8],
 ) -> Result<PartitionView, RedisError> {
     Call::client(ctx, queue).read(CoreOp::PartitionView, |store, anomalies| {
-        Ok(core::partition_view(store, partition, anomalies))
+        Ok(core::partition_view(store, partition, now_ms(), anomalies))
     })
 }
 
@@ -433,7 +451,28 @@ pub fn partitions_page(
     count: usize,
 ) -> Result<(u64, Vec<PartitionView>), RedisError> {
     Call::client(ctx, queue).read(CoreOp::PartitionsPage, |store, anomalies| {
-        core::partitions_page(store, cursor, count, anomalies)
+        core::partitions_page(store, cursor, count, now_ms(), anomalies)
+    })
+}
+
+/// `VTRR.PARTITIONS ... TOP`: how many partitions `rank` holds, and a page
+/// of them, worst first.
+pub fn partitions_top(
+    ctx: &Context,
+    queue: &[u8],
+    rank: Rank,
+    offset: usize,
+    count: usize,
+) -> Result<(u64, Vec<PartitionView>), RedisError> {
+    Call::client(ctx, queue).read(CoreOp::PartitionsTop, |store, anomalies| {
+        Ok(core::partitions_top(
+            store,
+            rank,
+            offset,
+            count,
+            now_ms(),
+            anomalies,
+        ))
     })
 }
 
@@ -478,8 +517,8 @@ pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
 
 /// `VTRR.STATS`, and the queue's layout.
 pub fn stats(ctx: &Context, queue: &[u8]) -> Result<(Stats, Layout), RedisError> {
-    Call::client(ctx, queue).read(CoreOp::Stats, |store, _| {
-        Ok((core::stats(store, now_ms())?, store.layout()))
+    Call::client(ctx, queue).read(CoreOp::Stats, |store, anomalies| {
+        Ok((core::stats(store, now_ms(), anomalies)?, store.layout()))
     })
 }
 
@@ -728,7 +767,8 @@ enum Replicate<A> {
     /// the same, so the command as it was sent.
     Verbatim,
     /// Time-dependent: `VTRR.APPLY` with the call's moment and what it
-    /// used, made from its outcome only when it changed something.
+    /// used, made from its outcome only when it changed something; none
+    /// when the outcome shows the call read no clock (the command as sent).
     Apply(A),
     /// The rarer writes, which walk what they change (POLICY, LIMIT, PAUSE,
     /// RESUME, RECOUNT, REVIVE, CANCEL): their effects in either mode.
@@ -736,7 +776,7 @@ enum Replicate<A> {
 }
 
 /// The `A` of a call that propagates no `VTRR.APPLY`.
-type Unused<T> = fn(&T) -> ApplyArgs;
+type Unused<T> = fn(&T) -> Option<ApplyArgs>;
 
 /// `VTRR.APPLY` of `operation` on `queue` as run at `now_ms`.
 fn apply(queue: &[u8], now_ms: i64, operation: Operation<'_>) -> ApplyArgs {
@@ -797,6 +837,19 @@ impl<'a> Call<'a> {
         core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
         done: impl FnOnce(&T) -> Done<'_>,
     ) -> Result<T, RedisError> {
+        self.clocked(op, |value| Some(apply(value)), core, done)
+    }
+
+    /// A write that may read the clock ([`Replicate::Apply`]): `apply`
+    /// makes its `VTRR.APPLY` from its outcome, or none when the outcome
+    /// shows it read none (then it propagates as sent).
+    fn clocked<T>(
+        &self,
+        op: CoreOp,
+        apply: impl FnOnce(&T) -> Option<ApplyArgs>,
+        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
+        done: impl FnOnce(&T) -> Done<'_>,
+    ) -> Result<T, RedisError> {
         let replicate = Replicate::Apply(apply);
         self.run(op, replicate, core, done)
             .map_err(|e| self.error(e))
@@ -845,7 +898,7 @@ impl<'a> Call<'a> {
         done: impl FnOnce(&T) -> Done<'_>,
     ) -> Result<T, Refused>
     where
-        A: FnOnce(&T) -> ApplyArgs,
+        A: FnOnce(&T) -> Option<ApplyArgs>,
     {
         let effects = match (config::replication(), &replicate) {
             (Replication::effects, _) | (_, Replicate::Effects) => true,
@@ -865,7 +918,10 @@ impl<'a> Call<'a> {
             store.commit(done.event, || match replicate {
                 _ if effects => Propagate::Effects,
                 Replicate::Verbatim => Propagate::Verbatim,
-                Replicate::Apply(apply) => Propagate::Apply(apply(&value)),
+                Replicate::Apply(apply) => match apply(&value) {
+                    Some(args) => Propagate::Apply(args),
+                    None => Propagate::Verbatim,
+                },
                 Replicate::Effects => Propagate::Effects,
             });
             if done.signal_ready {

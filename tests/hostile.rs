@@ -242,6 +242,7 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
         vec!["VTRR.RESUME", q, "p"],
         vec!["VTRR.PARTITIONS", q, "CURSOR", "0", "COUNT", "10"],
         vec!["VTRR.PARTITIONS", q, "PARTITION", "p"],
+        vec!["VTRR.PARTITIONS", q, "TOP", "5", "BY", "oldest", "OFFSET", "1"],
         vec!["VTRR.RECOUNT", q],
         vec!["VTRR.CONVERT", q, "NATIVE"],
         vec!["VTRR.INSPECT", q, "queue"],
@@ -614,7 +615,15 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
             }
         }
         "VTRR.PAUSE" | "VTRR.RESUME" => args.push(one_of(rng, &["p", "q", ""])),
-        "VTRR.PARTITIONS" => match rng.below(4) {
+        "VTRR.PARTITIONS" => match rng.below(5) {
+            3 => args.extend([
+                b"TOP".to_vec(),
+                one_of(rng, &["1", "10", "0", "10001"]),
+                b"BY".to_vec(),
+                one_of(rng, &["queued", "oldest", "LEASED", "dead", "age"]),
+                b"OFFSET".to_vec(),
+                one_of(rng, &["0", "2", "100001", "-1"]),
+            ]),
             0 => args.extend([b"PARTITION".to_vec(), one_of(rng, &["p", "q", "none", ""])]),
             1 => args.extend([b"COUNT".to_vec(), one_of(rng, &["1", "10", "0"])]),
             2 => args.extend([

@@ -83,6 +83,18 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("paused_partitions", int(stats.paused_partitions)),
         ("capped_partitions", int(stats.capped_partitions)),
         (
+            "oldest_waiting_ms",
+            stats
+                .oldest_waiting_ms
+                .map_or(RedisValue::Null, RedisValue::Integer),
+        ),
+        ("enqueued_total", int(stats.totals.enqueued)),
+        ("leased_total", int(stats.totals.leased)),
+        ("acked_total", int(stats.totals.acked)),
+        ("nacked_total", int(stats.totals.nacked)),
+        ("dead_total", int(stats.totals.dead)),
+        ("expired_total", int(stats.totals.expired)),
+        (
             "layout",
             RedisValue::SimpleStringStatic(match layout {
                 Layout::keys => "keys",

@@ -7,7 +7,7 @@ use redis_module::redisvalue::RedisValueKey;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, queue_name, Command};
-use crate::core::{LimitChange, PartitionView};
+use crate::core::{LimitChange, PartitionView, Rank};
 use crate::store::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
 use crate::{error, limits, ops};
 
@@ -52,8 +52,8 @@ pub const PARTITIONS: Command = Command {
         name: "vtrr.partitions",
         flags: "readonly",
         arity: -2,
-        summary: "Lists partitions with their counts and settings, by cursor",
-        complexity: "O(1) per partition listed",
+        summary: "Lists partitions with their counts, totals and settings: by cursor, one, or ranked worst first (TOP)",
+        complexity: "O(1) per partition listed; TOP: O(log P + OFFSET + k)",
         key_flags: KEY_READ,
     },
     handler: partitions,
@@ -181,16 +181,30 @@ fn view(view: PartitionView) -> RedisValue {
         ("concurrency-in-force", cap(view.cap_in_force)),
         ("share", int(record.share)),
         ("paused", int(u64::from(record.paused))),
+        (
+            "waiting-ms",
+            view.waiting_ms.map_or(RedisValue::Null, RedisValue::Integer),
+        ),
+        ("enqueued-total", int(record.totals.enqueued)),
+        ("leased-total", int(record.totals.leased)),
+        ("acked-total", int(record.totals.acked)),
+        ("nacked-total", int(record.totals.nacked)),
+        ("dead-total", int(record.totals.dead)),
+        ("expired-total", int(record.totals.expired)),
     ])
 }
 
 /// VTRR.PARTITIONS <name> [CURSOR <c>] [COUNT <n>] | PARTITION <partition>
+/// | TOP <k> [BY queued|oldest|leased|dead] [OFFSET <o>]
 fn partitions(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &PARTITIONS)?;
     let queue = queue_name(ctx, &argv[1])?;
     let mut cursor = None;
     let mut count = None;
     let mut only = None;
+    let mut top = None;
+    let mut rank = None;
+    let mut offset = None;
     let mut options = args::Options::new(&argv[2..]);
     while let Some(option) = options.next_name() {
         match option.as_str() {
@@ -212,7 +226,47 @@ fn partitions(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 count = Some(n as usize);
             }
             "PARTITION" => only = Some(partition(options.value()?)?),
+            "TOP" => {
+                let raw = options.value()?.as_slice();
+                let k = args::int_in(raw, 1, limits::MAX_PARTITIONS_COUNT, error::top_count)?;
+                top = Some(k as usize);
+            }
+            "BY" => {
+                let raw = options.value()?.as_slice();
+                let by = Rank::ALL
+                    .into_iter()
+                    .find(|rank| rank.name().as_bytes().eq_ignore_ascii_case(raw));
+                rank = Some(by.ok_or_else(error::rank)?);
+            }
+            "OFFSET" => {
+                let raw = options.value()?.as_slice();
+                let o = args::int_in(raw, 0, limits::MAX_TOP_OFFSET, error::top_offset)?;
+                offset = Some(o as usize);
+            }
             _ => return Err(error::syntax()),
+        }
+    }
+    match top {
+        None if rank.is_some() => return Err(error::needs("BY", "TOP")),
+        None if offset.is_some() => return Err(error::needs("OFFSET", "TOP")),
+        None => {}
+        Some(k) => {
+            for (given, name) in [
+                (cursor.is_some(), "CURSOR"),
+                (count.is_some(), "COUNT"),
+                (only.is_some(), "PARTITION"),
+            ] {
+                if given {
+                    return Err(error::exclusive("TOP", name));
+                }
+            }
+            let rank = rank.unwrap_or(Rank::Queued);
+            let (ranked, views) =
+                ops::partitions_top(ctx, queue, rank, offset.unwrap_or(0), k)?;
+            return Ok(RedisValue::Array(vec![
+                int(ranked),
+                RedisValue::Array(views.into_iter().map(view).collect()),
+            ]));
         }
     }
     if let Some(name) = only {

@@ -32,6 +32,8 @@ pub enum CoreOp {
     Resume,
     PartitionView,
     PartitionsPage,
+    /// `VTRR.PARTITIONS ... TOP`: a ranking's page.
+    PartitionsTop,
     Recount,
     DeadItems,
     Revive,
@@ -62,6 +64,11 @@ const ENQUEUE: &[QueueKey] = &[
     QueueKey::Held,
     QueueKey::HeldAt,
     QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
     QueueKey::Policy,
 ];
 
@@ -78,6 +85,11 @@ const DEFER: &[QueueKey] = &[
     QueueKey::Held,
     QueueKey::HeldAt,
     QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
     QueueKey::Policy,
 ];
 
@@ -92,6 +104,11 @@ const ACK: &[QueueKey] = &[
     QueueKey::Held,
     QueueKey::HeldAt,
     QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
     QueueKey::Policy,
 ];
 
@@ -107,6 +124,11 @@ const CONTROL: &[QueueKey] = &[
     QueueKey::HeldAt,
     QueueKey::Parking,
     QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
     QueueKey::Policy,
     QueueKey::PartitionVirtualTime,
     QueueKey::CurrentVirtualTime,
@@ -114,6 +136,11 @@ const CONTROL: &[QueueKey] = &[
 
 const PARTITIONS: &[QueueKey] = &[
     QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
     QueueKey::PartitionVirtualTime,
     QueueKey::Policy,
 ];
@@ -135,6 +162,11 @@ const CANCEL: &[QueueKey] = &[
     QueueKey::Parking,
     QueueKey::CurrentVirtualTime,
     QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
     QueueKey::Policy,
     QueueKey::Queue,
     QueueKey::PartitionVirtualTime,
@@ -161,6 +193,9 @@ const STATS: &[QueueKey] = &[
     QueueKey::Dead,
     QueueKey::PartitionVirtualTime,
     QueueKey::CurrentVirtualTime,
+    QueueKey::RankWaiting,
+    QueueKey::Partitions,
+    QueueKey::Totals,
 ];
 
 const NEXT_DUE: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Delayed, QueueKey::Parking];
@@ -187,7 +222,7 @@ impl CoreOp {
             CoreOp::ReadPolicy | CoreOp::SetPolicy => &[QueueKey::Policy],
             CoreOp::SetDefaultCap | CoreOp::SetLimit | CoreOp::Pause | CoreOp::Resume => CONTROL,
             CoreOp::Limit => &[QueueKey::Partitions],
-            CoreOp::PartitionView | CoreOp::PartitionsPage => PARTITIONS,
+            CoreOp::PartitionView | CoreOp::PartitionsPage | CoreOp::PartitionsTop => PARTITIONS,
             CoreOp::DeadItems => DEAD,
             CoreOp::Cancel => CANCEL,
             CoreOp::Stats => STATS,
@@ -203,6 +238,7 @@ impl CoreOp {
                 | CoreOp::Limit
                 | CoreOp::PartitionView
                 | CoreOp::PartitionsPage
+                | CoreOp::PartitionsTop
                 | CoreOp::DeadItems
                 | CoreOp::Stats
                 | CoreOp::Check
@@ -242,6 +278,7 @@ impl CoreOp {
             CoreOp::Resume => "resume",
             CoreOp::PartitionView => "partition_view",
             CoreOp::PartitionsPage => "partitions_page",
+            CoreOp::PartitionsTop => "partitions_top",
             CoreOp::Recount => "recount",
             CoreOp::DeadItems => "dead_items",
             CoreOp::Revive => "revive",
@@ -296,7 +333,7 @@ mod tests {
             item(b"b", b"5"),
             item(b"c", b"6"),
         ];
-        enqueue(&mut store.scoped(CoreOp::Enqueue), &items).unwrap();
+        enqueue(&mut store.scoped(CoreOp::Enqueue), 0, &items).unwrap();
         let limits = [
             PolicyChange::MaxTimeouts(Some(0)),
             PolicyChange::MaxNacks(Some(1)),
@@ -408,17 +445,28 @@ mod tests {
         partition_view(
             &mut store.scoped(CoreOp::PartitionView),
             b"a",
+            0,
             &mut anomalies,
         );
         let (_, page) = partitions_page(
             &mut store.scoped(CoreOp::PartitionsPage),
             0,
             10,
+            0,
             &mut anomalies,
         )
         .unwrap();
         assert_eq!(page.len(), 2);
-        stats(&mut store.scoped(CoreOp::Stats), 60).unwrap();
+        let (ranked, top) = partitions_top(
+            &mut store.scoped(CoreOp::PartitionsTop),
+            Rank::Queued,
+            0,
+            10,
+            0,
+            &mut anomalies,
+        );
+        assert_eq!((ranked, top.len()), (2, 2));
+        stats(&mut store.scoped(CoreOp::Stats), 60, &mut anomalies).unwrap();
         let mut next_due = store.scoped(CoreOp::NextDue);
         assert!(next_due.zfirst(ZsetKey::Inflight).is_none());
         assert!(next_due.zfirst(ZsetKey::Delayed).is_none());

@@ -23,7 +23,8 @@
 
 use super::held;
 use super::meta::partition_of;
-use super::partitions::{self, Parking, Record};
+use super::partitions::{self, Parking, Record, State};
+use super::ranks;
 use super::types::{Anomaly, Due};
 use super::virtual_time::{move_next, next_of, read_current_virtual_time};
 use crate::store::{Store, ZsetKey};
@@ -39,9 +40,27 @@ pub struct Partition {
     pub name: Vec<u8>,
     pub record: Record,
     stored: Option<Vec<u8>>,
+    /// The record and the default cap as opened, for the rankings and
+    /// totals (`ranks`).
+    opened: (Record, Option<u64>),
     /// The queue's default cap, as the call read it.
     pub default_cap: Option<u64>,
     controlled_at_open: bool,
+    /// The call's clock, where it has one: a line that starts waiting
+    /// starts then. Calls without one never add queued items.
+    pub now_ms: Option<i64>,
+    /// Write every ranking of the partition, moved or not (RECOUNT).
+    pub rerank: bool,
+}
+
+impl Partition {
+    /// One of its queued items was leased at `now_ms`: what is left of its
+    /// line waits from now.
+    pub fn served(&mut self, now_ms: i64) {
+        self.record.leave(State::Queued);
+        self.record.arrive(State::Leased);
+        self.record.waiting_since = Some(now_ms);
+    }
 }
 
 /// Opens a partition's record (none yet: a blank one). An unreadable record
@@ -56,16 +75,20 @@ pub fn open(
     Partition {
         controlled_at_open: record.controlled(default_cap),
         name: name.to_vec(),
+        opened: (record.clone(), default_cap),
         record,
         stored,
         default_cap,
+        now_ms: None,
+        rerank: false,
     }
 }
 
 /// Settles the partition, starts parking its items in `queue` when it just
 /// came under control, and writes the record back when it changed (deletes
-/// it once blank).
-pub fn close(store: &mut impl Store, mut partition: Partition) {
+/// it once blank). True when its line started waiting at the call's clock
+/// (what the call writes then depends on its clock).
+pub fn close(store: &mut impl Store, mut partition: Partition) -> bool {
     settle(store, &mut partition);
     if !partition.controlled_at_open && partition.record.controlled(partition.default_cap) {
         park_from_start(store, &mut partition);
@@ -74,12 +97,29 @@ pub fn close(store: &mut impl Store, mut partition: Partition) {
         // The offset only means something for held items.
         partition.record.offset = 0;
     }
+    let record = &mut partition.record;
+    let mut started_waiting = false;
+    if record.queued == 0 {
+        record.waiting_since = None;
+    } else if record.waiting_since.is_none() {
+        record.waiting_since = partition.now_ms;
+        started_waiting = partition.now_ms.is_some();
+    }
+    ranks::settle(&mut partition.record);
     partitions::write(
         store,
         &partition.name,
         partition.stored.as_deref(),
         &partition.record,
     );
+    ranks::record_change(
+        store,
+        &partition.name,
+        (&partition.opened.0, partition.opened.1),
+        (&partition.record, partition.default_cap),
+        partition.rerank,
+    );
+    started_waiting
 }
 
 /// Restores the head rule and what follows from the counts: a partition
@@ -334,7 +374,9 @@ fn park_own(
             outcome.parked += 1;
         }
         match other {
-            Some(other) => close(store, other),
+            Some(other) => {
+                close(store, other);
+            }
             None if partition.record.in_queue() == 0 => return true,
             None => {}
         }

@@ -1,12 +1,13 @@
 //! The cross-key invariants of a queue (`VTRR.CHECK`). O(N): a diagnostic,
 //! not a hot path.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::controls::count_from_keys;
 use super::held;
 use super::numbers::parse_meta;
 use super::partitions::{read_default_cap, Parking, Record};
+use super::ranks::{self, queue_totals, Rank};
 use super::types::CoreError;
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -183,6 +184,22 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 show(&name)
             ));
         }
+        if (record.queued == 0) != (record.ranked_queued == 0)
+            || (record.queued > 0 && !ranks::within_band(record.queued, record.ranked_queued))
+        {
+            problems.push(format!(
+                "partition {} has {} queued but ranks as {}",
+                show(&name),
+                record.queued,
+                record.ranked_queued
+            ));
+        }
+        if record.waiting_since.is_some() && record.queued == 0 {
+            problems.push(format!(
+                "partition {} has a waiting line with nothing queued",
+                show(&name)
+            ));
+        }
         if let Some(head) = &record.head {
             if store.zscore(ZsetKey::Queue, head).is_none() {
                 problems.push(format!(
@@ -193,6 +210,7 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
             }
         }
     }
+    check_rankings(store, problems)?;
     for (name, held) in counts {
         problems.push(format!(
             "partition {} has no record but the keys hold {held:?}",
@@ -203,6 +221,55 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
         problems.push(format!(
             "parking lists partition {} which has no record",
             show(&name)
+        ));
+    }
+    Ok(())
+}
+
+/// Each ranking holds exactly the partitions whose records rank there, at
+/// the scores their records give under the default cap (`VTRR.RECOUNT` restores them); the
+/// queue's totals are at least what its partitions' records count.
+fn check_rankings(store: &mut impl Store, problems: &mut Vec<String>) -> Result<(), CoreError> {
+    let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
+    let default_cap = read_default_cap(store, &mut Vec::new());
+    let mut records = Vec::new();
+    for name in store.hfields(HashKey::Partitions)? {
+        let raw = store.hget(HashKey::Partitions, &name).unwrap_or_default();
+        if let Some(record) = Record::parse(&raw) {
+            records.push((name, record));
+        }
+    }
+    for rank in Rank::ALL {
+        let mut held: HashMap<Vec<u8>, f64> = ranks::entries(store, rank).into_iter().collect();
+        for (name, record) in &records {
+            let expected = rank.score(record, default_cap);
+            let found = held.remove(name);
+            if expected != found {
+                problems.push(format!(
+                    "partition {} ranks by {} at {expected:?} but the ranking holds {found:?}",
+                    show(name),
+                    rank.name()
+                ));
+            }
+        }
+        for name in held.into_keys() {
+            problems.push(format!(
+                "the ranking by {} lists partition {} which has no record",
+                rank.name(),
+                show(&name)
+            ));
+        }
+    }
+    let mut summed = [0u64; 6];
+    for (_, record) in &records {
+        for (sum, count) in summed.iter_mut().zip(record.totals.values()) {
+            *sum = sum.saturating_add(count);
+        }
+    }
+    let queue = queue_totals(store, &mut Vec::new()).values();
+    if queue.iter().zip(summed).any(|(queue, summed)| *queue < summed) {
+        problems.push(format!(
+            "the queue's totals {queue:?} are below its partitions' {summed:?}"
         ));
     }
     Ok(())

@@ -12,6 +12,7 @@ use super::partitions::{
     self, read_default_cap, Record, CAPPED_COUNT_FIELD, DEFAULT_CONCURRENCY_FIELD,
     PAUSED_COUNT_FIELD,
 };
+use super::ranks::{self, waited, Rank};
 use super::types::{Anomaly, CoreError, Due};
 use super::virtual_time::read_placing;
 use crate::store::{HashKey, Store, ZsetKey};
@@ -33,6 +34,8 @@ pub struct PartitionView {
     pub virtual_time: Option<i64>,
     /// The cap in force: its own, else the queue's default.
     pub cap_in_force: Option<u64>,
+    /// How long its line has waited (ms): None with nothing queued.
+    pub waiting_ms: Option<i64>,
 }
 
 fn read_count(store: &mut impl Store, field: &str) -> Option<u64> {
@@ -205,12 +208,14 @@ fn view(
     partition: Vec<u8>,
     record: Record,
     default_cap: Option<u64>,
+    now_ms: i64,
 ) -> PartitionView {
     let virtual_time = store
         .hget(HashKey::PartitionVirtualTime, &partition)
         .and_then(|raw| parse_virtual_time(&raw));
     PartitionView {
         cap_in_force: record.cap_in_force(default_cap),
+        waiting_ms: record.waiting_since.map(|since| waited(since, now_ms)),
         partition,
         record,
         virtual_time,
@@ -221,11 +226,35 @@ fn view(
 pub fn partition_view(
     store: &mut impl Store,
     name: &[u8],
+    now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> PartitionView {
     let default_cap = read_default_cap(store, anomalies);
     let record = partitions::read(store, name, anomalies).1;
-    view(store, name.to_vec(), record, default_cap)
+    view(store, name.to_vec(), record, default_cap, now_ms)
+}
+
+/// `VTRR.PARTITIONS ... TOP`: how many partitions `rank` holds, and the
+/// views of up to `count` of them from `offset` on, worst first.
+/// O(log P + offset + count).
+pub fn partitions_top(
+    store: &mut impl Store,
+    rank: Rank,
+    offset: usize,
+    count: usize,
+    now_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) -> (u64, Vec<PartitionView>) {
+    let default_cap = read_default_cap(store, anomalies);
+    let (ranked, names) = ranks::top(store, rank, offset, count);
+    let views = names
+        .into_iter()
+        .map(|name| {
+            let record = partitions::read(store, &name, anomalies).1;
+            view(store, name, record, default_cap, now_ms)
+        })
+        .collect();
+    (ranked, views)
 }
 
 /// `VTRR.PARTITIONS`: one HSCAN step over the partition records.
@@ -233,6 +262,7 @@ pub fn partitions_page(
     store: &mut impl Store,
     cursor: u64,
     count: usize,
+    now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(u64, Vec<PartitionView>), CoreError> {
     let default_cap = read_default_cap(store, anomalies);
@@ -241,7 +271,7 @@ pub fn partitions_page(
         .into_iter()
         .map(|(name, raw)| {
             let record = partitions::parse_or_report(&name, &raw, anomalies);
-            view(store, name, record, default_cap)
+            view(store, name, record, default_cap, now_ms)
         })
         .collect();
     Ok((next, views))
@@ -301,6 +331,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
         if record.controlled(default_cap) {
             admission::park_from_start(store, &mut partition);
         }
+        partition.rerank = true;
         if partition.record != before {
             changed += 1;
         }

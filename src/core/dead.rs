@@ -177,7 +177,9 @@ pub struct Moved {
 }
 
 /// `VTRR.REVIVE`: each dead id goes back to the queue with its counters
-/// reset, rescored as if freshly enqueued. One that died for a missing
+/// reset, rescored as if freshly enqueued. It reads no clock (it
+/// propagates as sent on a native queue): a partition it gives a line
+/// starts that line's wait at its next lease or enqueue. One that died for a missing
 /// payload (or has lost its dead payload since) has nothing to run: it
 /// stays dead, and CANCEL removes it.
 pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError> {

@@ -24,7 +24,7 @@ pub fn defer(
     items: &[NewItem<'_>],
 ) -> Result<EnqueueOutcome, CoreError> {
     if due_ms <= now_ms {
-        return enqueue(store, items);
+        return enqueue(store, now_ms, items);
     }
     let mut outcome = EnqueueOutcome::default();
     let default_cap = read_default_cap(store, &mut outcome.anomalies);
@@ -41,6 +41,7 @@ pub fn defer(
         let anomalies = &mut outcome.anomalies;
         let mut partition = admission::open(store, item.partition, default_cap, anomalies);
         partition.record.arrive(State::Delayed);
+        partition.record.totals.enqueued += 1;
         admission::close(store, partition);
         outcome.added += 1;
     }
@@ -73,6 +74,7 @@ pub(super) fn promote_at(
         let meta = meta::read(store, &id);
         let anomalies = &mut outcome.anomalies;
         let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        partition.now_ms = Some(now_ms);
         partition.record.leave(State::Delayed);
         match payload {
             Some(payload) => {

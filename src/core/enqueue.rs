@@ -9,18 +9,25 @@ use crate::store::Store;
 pub struct EnqueueOutcome {
     pub added: u64,
     pub anomalies: Vec<Anomaly>,
+    /// A partition's line started waiting at the call's clock: what it
+    /// wrote depends on the clock (otherwise the same call redoes it).
+    pub started_waits: bool,
 }
 
 /// `VTRR.ENQUEUE`: adds each item whose id is not already in the queue's
 /// life (queued, leased, delayed or dead).
-pub fn enqueue(store: &mut impl Store, items: &[NewItem<'_>]) -> Result<EnqueueOutcome, CoreError> {
+pub fn enqueue(
+    store: &mut impl Store,
+    now_ms: i64,
+    items: &[NewItem<'_>],
+) -> Result<EnqueueOutcome, CoreError> {
     let mut outcome = EnqueueOutcome::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
     for item in items {
         if is_present(store, item.id) {
             continue;
         }
-        enter(store, &at, item, &mut outcome.anomalies);
+        outcome.started_waits |= enter(store, &at, now_ms, item, &mut outcome.anomalies);
         outcome.added += 1;
     }
     Ok(outcome)

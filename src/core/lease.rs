@@ -75,6 +75,7 @@ pub fn lease(
         let anomalies = &mut outcome.due.anomalies;
         let name = partition_of(store, &id);
         let mut partition = admission::open(store, &name, at.default_cap, anomalies);
+        partition.now_ms = Some(request.now_ms);
         if partition.record.head.as_deref() == Some(id.as_slice()) {
             partition.record.head = None;
         }
@@ -89,17 +90,17 @@ pub fn lease(
             continue;
         }
         last_served = Some(score);
-        partition.record.leave(State::Queued);
         let payload = store.hget(HashKey::Task, &id);
         store.hdel(HashKey::Task, &id);
         let Some(payload) = payload else {
+            partition.record.leave(State::Queued);
             partition.record.arrive(State::Dead);
             admission::close(store, partition);
             bury_without_payload(store, &id, request.now_ms, anomalies);
             outcome.due.dead_lettered += 1;
             continue;
         };
-        partition.record.arrive(State::Leased);
+        partition.served(request.now_ms);
         admission::close(store, partition);
         let token = new_token();
         leased::grant(store, &id, &payload, expiry_ms, &token);
@@ -165,6 +166,7 @@ pub fn ack_each(
         let name = partition_of(store, id);
         let mut partition = admission::open(store, &name, default_cap, anomalies);
         partition.record.leave(State::Leased);
+        partition.record.totals.acked += 1;
         admission::close(store, partition);
         leased::end(store, id);
         meta::forget(store, id);

@@ -13,6 +13,8 @@
 //!   reclaim
 //! - scoring (where an item enters the queue)
 //! - admission (the head rule, settling, parking), leased (a lease's state)
+//! - ranks (the rankings of partitions and the queue's totals, kept from
+//!   each record change)
 //! - held (the encoding of `held`), partitions (the per-partition record),
 //!   meta (an item's weight and partition), counters
 //! - virtual_time, numbers, types
@@ -35,6 +37,7 @@ mod meta;
 mod nack;
 mod numbers;
 pub mod partitions;
+mod ranks;
 mod reclaim;
 mod scoring;
 mod stats;
@@ -44,7 +47,8 @@ mod virtual_time;
 pub use access::CoreOp;
 pub use admission::MAX_PARKED_PER_CALL;
 pub use controls::{
-    control_counts, limit, partition_view, partitions_page, pause, recount, resume, set_limit,
+    control_counts, limit, partition_view, partitions_page, partitions_top, pause, recount, resume,
+    set_limit,
     LimitChange, PartitionView,
 };
 pub use dead::{
@@ -57,6 +61,7 @@ pub use enqueue::{enqueue, EnqueueOutcome};
 pub use lease::{ack, ack_each, lease, renew, LeaseOutcome, LeaseRequest};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
+pub use ranks::Rank;
 pub use reclaim::reclaim;
 pub use stats::{stats, Stats};
 pub use types::{Anomaly, CoreError, Due, Leased, NewItem};

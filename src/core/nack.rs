@@ -67,7 +67,11 @@ pub fn nack(
     };
     let meta = meta::read(store, id);
     let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+    partition.now_ms = Some(now_ms);
     partition.record.leave(State::Leased);
+    if nack != Nack::Release {
+        partition.record.totals.nacked += 1;
+    }
     match (nacked, payload) {
         (_, None) => {
             partition.record.arrive(State::Dead);

@@ -33,6 +33,51 @@ pub enum Parking {
     RejoinOwed,
 }
 
+/// What a partition (or, summed, the queue) was served, counted as it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Totals {
+    /// Items accepted by ENQUEUE or DEFER.
+    pub enqueued: u64,
+    pub leased: u64,
+    pub acked: u64,
+    pub nacked: u64,
+    /// Items dead-lettered, whichever way.
+    pub dead: u64,
+    /// Leases that ran out before their item was settled.
+    pub expired: u64,
+}
+
+impl Totals {
+    pub const FIELDS: [&'static str; 6] = ["enqueued", "leased", "acked", "nacked", "dead", "expired"];
+
+    /// The counters in [`Totals::FIELDS`] order.
+    pub fn values(&self) -> [u64; 6] {
+        [
+            self.enqueued,
+            self.leased,
+            self.acked,
+            self.nacked,
+            self.dead,
+            self.expired,
+        ]
+    }
+
+    pub fn from_values([enqueued, leased, acked, nacked, dead, expired]: [u64; 6]) -> Self {
+        Totals {
+            enqueued,
+            leased,
+            acked,
+            nacked,
+            dead,
+            expired,
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        *self == Totals::default()
+    }
+}
+
 /// One partition's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -60,6 +105,17 @@ pub struct Record {
     pub parking: Parking,
     /// The id this partition has in `queue` while under control.
     pub head: Option<Vec<u8>>,
+    /// Since when its line has waited (Unix ms): it had items queued and
+    /// none leased since. None with nothing queued, or not yet known (a
+    /// record of an earlier version, a RECOUNT) until a call with a clock
+    /// changes the partition.
+    pub waiting_since: Option<i64>,
+    /// What it was served while it had a record (a blank record goes, its
+    /// totals with it: they live on in the queue's).
+    pub totals: Totals,
+    /// The queued count its place in `rank_queued` was written for (0: not
+    /// there); kept within 1/16 of `queued` (see `ranks`).
+    pub ranked_queued: u64,
 }
 
 impl Default for Record {
@@ -78,15 +134,24 @@ impl Default for Record {
             gap: 0,
             parking: Parking::Done,
             head: None,
+            waiting_since: None,
+            totals: Totals::default(),
+            ranked_queued: 0,
         }
     }
 }
 
+/// Marks the fields that follow the parking in records since the rankings:
+/// not a number, so an earlier version refuses such a record rather than
+/// misreads it (where earlier versions kept a shift bound, always `0`).
+const SINCE_RANKINGS: &[u8] = b"t";
+
 impl Record {
     /// `<queued> <held> <leased> <delayed> <dead>`, then, only when any
     /// differs from its default, `<cap|-> <share> <paused> <carry> <offset>
-    /// <gap> <parking> 0[ <head id>]` (the head id, any bytes, comes last;
-    /// the `0` is the slot where earlier versions kept a shift bound).
+    /// <gap> <parking> t <waiting-since|-> <enqueued> <leased> <acked>
+    /// <nacked> <dead> <expired> <ranked-queued>[ <head id>]` (the head id, any bytes, comes
+    /// last; earlier versions wrote `0` for `t` and nothing up to the head).
     /// Written on every change of a partition's counts, so it is short in
     /// the common case and formatted without `format!`.
     pub(super) fn format(&self) -> Vec<u8> {
@@ -105,6 +170,9 @@ impl Record {
             || self.gap != 0
             || self.parking != Parking::Done
             || self.head.is_some()
+            || self.waiting_since.is_some()
+            || !self.totals.is_zero()
+            || self.ranked_queued != 0
         {
             match self.cap {
                 Some(cap) => push(&mut out, digits.format(cap)),
@@ -121,7 +189,16 @@ impl Record {
                 Parking::RejoinOwed => 2,
             };
             push(&mut out, digits.format(parking));
-            push(&mut out, "0");
+            out.extend_from_slice(SINCE_RANKINGS);
+            out.push(b' ');
+            match self.waiting_since {
+                Some(since) => push(&mut out, digits.format(since)),
+                None => push(&mut out, "-"),
+            }
+            for count in self.totals.values() {
+                push(&mut out, digits.format(count));
+            }
+            push(&mut out, digits.format(self.ranked_queued));
             if let Some(head) = &self.head {
                 out.extend_from_slice(head);
                 return out;
@@ -132,50 +209,86 @@ impl Record {
     }
 
     pub fn parse(raw: &[u8]) -> Option<Record> {
-        let mut parts = raw.splitn(14, |b| *b == b' ');
-        let mut next = || parts.next();
-        fn number<T: std::str::FromStr>(raw: Option<&[u8]>) -> Option<T> {
-            std::str::from_utf8(raw?).ok()?.parse().ok()
+        let mut fields = Fields(raw);
+        // Read on every change of a partition: digits by hand, not through
+        // `str::parse`, which checks UTF-8 and signs each time.
+        fn number<T: TryFrom<i128>>(raw: Option<&[u8]>) -> Option<T> {
+            let raw = raw?;
+            let (negative, digits) = match raw.split_first()? {
+                (b'-', rest) => (true, rest),
+                _ => (false, raw),
+            };
+            if digits.is_empty() || digits.len() > 20 {
+                return None;
+            }
+            let mut value: i128 = 0;
+            for &digit in digits {
+                if !digit.is_ascii_digit() {
+                    return None;
+                }
+                value = value * 10 + i128::from(digit - b'0');
+            }
+            T::try_from(if negative { -value } else { value }).ok()
         }
         let mut record = Record {
-            queued: number(next())?,
-            held: number(next())?,
-            leased: number(next())?,
-            delayed: number(next())?,
-            dead: number(next())?,
+            queued: number(fields.next())?,
+            held: number(fields.next())?,
+            leased: number(fields.next())?,
+            delayed: number(fields.next())?,
+            dead: number(fields.next())?,
             ..Record::default()
         };
-        let Some(cap) = next() else {
+        let Some(cap) = fields.next() else {
             return Some(record); // the short form: settings at their defaults
         };
         record.cap = match cap {
             b"-" => None,
             raw => Some(number(Some(raw))?),
         };
-        record.share = number::<u64>(next())?.max(1);
-        record.paused = match next()? {
+        record.share = number::<u64>(fields.next())?.max(1);
+        record.paused = match fields.next()? {
             b"0" => false,
             b"1" => true,
             _ => return None,
         };
-        record.carry = number(next())?;
-        record.offset = number(next())?;
-        record.gap = number(next())?;
-        let parking: i64 = number(next())?;
-        let earlier_shift_bound: i64 = number(next())?;
-        record.parking = match (parking, earlier_shift_bound) {
-            (0, 0) => Parking::Done,
-            (1, 0) => Parking::Underway,
-            (2, 0) => Parking::RejoinOwed,
-            // Written by an earlier version, with a shift its items still
-            // in `queue` owed (its held items already had theirs): they
-            // are served at their own times, as that version's LEASE would
-            // have served them had it not shifted them. Nothing is listed
-            // in `parking` for it.
-            (shift, _) if shift > 2 || earlier_shift_bound != 0 => Parking::Done,
-            _ => return None,
-        };
-        record.head = next().map(<[u8]>::to_vec);
+        record.carry = number(fields.next())?;
+        record.offset = number(fields.next())?;
+        record.gap = number(fields.next())?;
+        let parking: i64 = number(fields.next())?;
+        let slot = fields.next()?;
+        if slot == SINCE_RANKINGS {
+            record.parking = match parking {
+                0 => Parking::Done,
+                1 => Parking::Underway,
+                2 => Parking::RejoinOwed,
+                _ => return None,
+            };
+            record.waiting_since = match fields.next()? {
+                b"-" => None,
+                raw => Some(number(Some(raw))?),
+            };
+            let mut totals = [0u64; 6];
+            for total in &mut totals {
+                *total = number(fields.next())?;
+            }
+            record.totals = Totals::from_values(totals);
+            record.ranked_queued = number(fields.next())?;
+        } else {
+            let earlier_shift_bound: i64 = number(Some(slot))?;
+            record.parking = match (parking, earlier_shift_bound) {
+                (0, 0) => Parking::Done,
+                (1, 0) => Parking::Underway,
+                (2, 0) => Parking::RejoinOwed,
+                // Written by an earlier version, with a shift its items
+                // still in `queue` owed (its held items already had theirs):
+                // they are served at their own times, as that version's
+                // LEASE would have served them had it not shifted them.
+                // Nothing is listed in `parking` for it.
+                (shift, _) if shift > 2 || earlier_shift_bound != 0 => Parking::Done,
+                _ => return None,
+            };
+        }
+        record.head = fields.rest().map(<[u8]>::to_vec);
         Some(record)
     }
 
@@ -235,10 +348,16 @@ impl Record {
         *count = count.saturating_sub(1);
     }
 
-    /// One of its items enters `state`, other than queued.
+    /// One of its items enters `state`, other than queued (leased and dead
+    /// items are counted in its totals too).
     pub fn arrive(&mut self, state: State) {
         debug_assert!(state != State::Queued, "queued items enter by enter_queue");
         *self.count_mut(state) += 1;
+        match state {
+            State::Leased => self.totals.leased += 1,
+            State::Dead => self.totals.dead += 1,
+            State::Queued | State::Delayed => {}
+        }
     }
 
     fn count_mut(&mut self, state: State) -> &mut u64 {
@@ -248,6 +367,28 @@ impl Record {
             State::Delayed => &mut self.delayed,
             State::Dead => &mut self.dead,
         }
+    }
+}
+
+/// A record's space-separated fields, then the rest as it is (a head id
+/// may hold spaces).
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let (field, rest) = match self.0.iter().position(|b| *b == b' ') {
+            Some(at) => (&self.0[..at], &self.0[at + 1..]),
+            None => (self.0, &b""[..]),
+        };
+        self.0 = rest;
+        Some(field)
+    }
+
+    fn rest(self) -> Option<&'a [u8]> {
+        (!self.0.is_empty()).then_some(self.0)
     }
 }
 
@@ -324,6 +465,9 @@ mod tests {
             gap: 9,
             parking: Parking::RejoinOwed,
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
+            waiting_since: Some(1_700_000_000_123),
+            totals: Totals::from_values([1, 2, 3, 4, 5, 6]),
+            ranked_queued: 7,
         };
         assert_eq!(Record::parse(&record.format()), Some(record));
         let plain = Record {

@@ -47,7 +47,9 @@ pub(super) fn reclaim_at(
         outcome.reclaimed += 1;
         let meta = meta::read(store, &id);
         let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        partition.now_ms = Some(now_ms);
         partition.record.leave(State::Leased);
+        partition.record.totals.expired += 1;
         let dies = payload.is_none() || policy.max_timeouts.is_some_and(|max| timeouts > max);
         match payload {
             Some(payload) if !dies => {

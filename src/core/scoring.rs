@@ -53,16 +53,20 @@ pub(super) fn place(
     }
 }
 
-/// A new item enters the queue through [`place`].
+/// A new item enters the queue through [`place`] at `now_ms`. True when
+/// its partition's line started waiting then.
 pub(super) fn enter(
     store: &mut impl Store,
     at: &Placing,
+    now_ms: i64,
     item: &NewItem<'_>,
     anomalies: &mut Vec<Anomaly>,
-) {
+) -> bool {
     let mut partition = admission::open(store, item.partition, at.default_cap, anomalies);
+    partition.now_ms = Some(now_ms);
+    partition.record.totals.enqueued += 1;
     place(store, at, &mut partition, item, None, anomalies);
-    admission::close(store, partition);
+    admission::close(store, partition)
 }
 
 /// Puts an item that is already known (its `meta` read as `meta`, its

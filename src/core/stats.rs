@@ -1,7 +1,9 @@
 //! `VTRR.STATS`.
 
 use super::controls::control_counts;
-use super::types::CoreError;
+use super::partitions::Totals;
+use super::ranks::{oldest_waiting_since, queue_totals, waited};
+use super::types::{Anomaly, CoreError};
 use super::virtual_time::read_current_virtual_time;
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -23,10 +25,17 @@ pub struct Stats {
     pub held: u64,
     pub paused_partitions: u64,
     pub capped_partitions: u64,
+    /// How long the longest-waiting partition's line has waited (ms).
+    pub oldest_waiting_ms: Option<i64>,
+    pub totals: Totals,
 }
 
 /// `VTRR.STATS`.
-pub fn stats(store: &mut impl Store, now_ms: i64) -> Result<Stats, CoreError> {
+pub fn stats(
+    store: &mut impl Store,
+    now_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) -> Result<Stats, CoreError> {
     let held = store.zcard(ZsetKey::Held);
     let (paused_partitions, capped_partitions) = control_counts(store);
     Ok(Stats {
@@ -42,5 +51,7 @@ pub fn stats(store: &mut impl Store, now_ms: i64) -> Result<Stats, CoreError> {
         delayed: store.zcard(ZsetKey::Delayed),
         dead: store.zcard(ZsetKey::Dead),
         next_due_ms: store.zfirst(ZsetKey::Delayed).map(|(_, s)| s as i64),
+        oldest_waiting_ms: oldest_waiting_since(store, anomalies).map(|since| waited(since, now_ms)),
+        totals: queue_totals(store, anomalies),
     })
 }

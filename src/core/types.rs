@@ -40,6 +40,8 @@ pub enum Anomaly {
     /// A partition's record in `partitions` was unreadable; started afresh
     /// (`VTRR.RECOUNT` recounts it).
     PartitionRecordUnreadable { partition: Vec<u8> },
+    /// A `totals` counter was not a count; read as 0.
+    TotalUnreadable { field: &'static str },
 }
 
 /// The sentence the operations layer logs (after `vtrr: queue <name>: `).
@@ -70,6 +72,9 @@ impl std::fmt::Display for Anomaly {
                 "partition {} had an unreadable record in partitions; counted afresh (VTRR.RECOUNT repairs it)",
                 text(partition)
             ),
+            Anomaly::TotalUnreadable { field } => {
+                write!(f, "totals field {field} is not a count; read as 0")
+            }
             Anomaly::PartitionVirtualTimeUnreadable { partition } => write!(
                 f,
                 "partition {} had an unreadable virtual time; read as 0",

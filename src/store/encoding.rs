@@ -8,8 +8,8 @@
 //!
 //! ```text
 //! record  = tag:u8 body
-//! tag     = 0..=5    a sorted-set entry  (ZsetKey index): member:bytes score:f64
-//!         | 16..=28  a hash field        (16 + HashKey index): field:bytes value:bytes
+//! tag     = 0..=9    a sorted-set entry  (ZsetKey index): member:bytes score:f64
+//!         | 16..=29  a hash field        (16 + HashKey index): field:bytes value:bytes
 //!         | 32       current_virtual_time: value:bytes
 //! bytes   = len:u32 (little-endian) then len bytes
 //! f64     = 8 bytes, little-endian; never NaN
@@ -26,7 +26,9 @@ use super::memory::MemoryStore;
 use super::{HashKey, Store, ZsetKey};
 
 /// The encoding version: `rdb_load` receives it and refuses newer ones.
-pub const ENCODING_VERSION: i32 = 1;
+/// 2 added the rankings (tags 6..=9) and the totals (tag 29); a version-1
+/// queue has neither until `VTRR.RECOUNT` (tags are only ever appended).
+pub const ENCODING_VERSION: i32 = 2;
 
 /// A chunk is cut once it holds this many bytes (a record is never split).
 pub const CHUNK_BYTES: usize = 64 * 1024;

@@ -40,10 +40,15 @@ pub enum QueueKey {
     HeldAt,
     Partitions,
     Parking,
+    RankQueued,
+    RankWaiting,
+    RankLeased,
+    RankDead,
+    Totals,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 20] = [
+    pub const ALL: [QueueKey; 25] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -64,6 +69,11 @@ impl QueueKey {
         QueueKey::HeldAt,
         QueueKey::Partitions,
         QueueKey::Parking,
+        QueueKey::RankQueued,
+        QueueKey::RankWaiting,
+        QueueKey::RankLeased,
+        QueueKey::RankDead,
+        QueueKey::Totals,
     ];
 
     pub const fn index(self) -> usize {
@@ -92,6 +102,11 @@ impl QueueKey {
             QueueKey::HeldAt => "held_at",
             QueueKey::Partitions => "partitions",
             QueueKey::Parking => "parking",
+            QueueKey::RankQueued => "rank_queued",
+            QueueKey::RankWaiting => "rank_waiting",
+            QueueKey::RankLeased => "rank_leased",
+            QueueKey::RankDead => "rank_dead",
+            QueueKey::Totals => "totals",
         }
     }
 
@@ -102,7 +117,11 @@ impl QueueKey {
             | QueueKey::Delayed
             | QueueKey::Dead
             | QueueKey::Held
-            | QueueKey::Parking => KeyKind::Zset,
+            | QueueKey::Parking
+            | QueueKey::RankQueued
+            | QueueKey::RankWaiting
+            | QueueKey::RankLeased
+            | QueueKey::RankDead => KeyKind::Zset,
             QueueKey::CurrentVirtualTime => KeyKind::String,
             _ => KeyKind::Hash,
         }
@@ -128,6 +147,17 @@ pub enum ZsetKey {
     /// under control are being moved to `held` -> the score its walk over
     /// `queue` has passed (see `core::admission`).
     Parking,
+    /// `vtrr:<name>:rank_queued`: partition -> minus its queued count, for
+    /// those with any queued (see `core::ranks`; negated so the worst come
+    /// first in ascending order, ties by name).
+    RankQueued,
+    /// `vtrr:<name>:rank_waiting`: partition -> since when its line has
+    /// waited (Unix ms), for those with any queued.
+    RankWaiting,
+    /// `vtrr:<name>:rank_leased`: partition -> minus its leased count.
+    RankLeased,
+    /// `vtrr:<name>:rank_dead`: partition -> minus its dead count.
+    RankDead,
 }
 
 /// The hashes of a queue.
@@ -161,6 +191,9 @@ pub enum HashKey {
     HeldAt,
     /// `vtrr:<name>:partitions`: partition -> its counts and settings.
     Partitions,
+    /// `vtrr:<name>:totals`: `enqueued`, `leased`, `acked`, `nacked`,
+    /// `dead`, `expired` -> how many the queue has had (see `core::ranks`).
+    Totals,
 }
 
 impl ZsetKey {
@@ -169,13 +202,17 @@ impl ZsetKey {
         ZsetKey::ALL.into_iter().find(|z| QueueKey::from(*z) == key)
     }
 
-    pub const ALL: [ZsetKey; 6] = [
+    pub const ALL: [ZsetKey; 10] = [
         ZsetKey::Queue,
         ZsetKey::Inflight,
         ZsetKey::Delayed,
         ZsetKey::Dead,
         ZsetKey::Held,
         ZsetKey::Parking,
+        ZsetKey::RankQueued,
+        ZsetKey::RankWaiting,
+        ZsetKey::RankLeased,
+        ZsetKey::RankDead,
     ];
 
     pub const fn index(self) -> usize {
@@ -189,7 +226,7 @@ impl HashKey {
         HashKey::ALL.into_iter().find(|h| QueueKey::from(*h) == key)
     }
 
-    pub const ALL: [HashKey; 13] = [
+    pub const ALL: [HashKey; 14] = [
         HashKey::PartitionVirtualTime,
         HashKey::Task,
         HashKey::Meta,
@@ -203,6 +240,7 @@ impl HashKey {
         HashKey::Policy,
         HashKey::HeldAt,
         HashKey::Partitions,
+        HashKey::Totals,
     ];
 
     pub const fn index(self) -> usize {
@@ -219,6 +257,10 @@ impl From<ZsetKey> for QueueKey {
             ZsetKey::Dead => QueueKey::Dead,
             ZsetKey::Held => QueueKey::Held,
             ZsetKey::Parking => QueueKey::Parking,
+            ZsetKey::RankQueued => QueueKey::RankQueued,
+            ZsetKey::RankWaiting => QueueKey::RankWaiting,
+            ZsetKey::RankLeased => QueueKey::RankLeased,
+            ZsetKey::RankDead => QueueKey::RankDead,
         }
     }
 }
@@ -239,6 +281,7 @@ impl From<HashKey> for QueueKey {
             HashKey::Policy => QueueKey::Policy,
             HashKey::HeldAt => QueueKey::HeldAt,
             HashKey::Partitions => QueueKey::Partitions,
+            HashKey::Totals => QueueKey::Totals,
         }
     }
 }

@@ -82,14 +82,16 @@ pub fn contents_all(con: &mut redis::Connection) -> Vec<(Vec<u8>, Option<Content
 /// A queue as the commands show it, in either layout: STATS (without
 /// `layout`), every partition's view (sorted), the dead items, the policy
 /// and CHECK's findings. Two queues that show the same are the same to
-/// every client.
+/// every client. Waits (`oldest_waiting_ms`, `waiting-ms`) are left out:
+/// they are measured when asked; the times they are measured from are in
+/// the content (`partitions`, `rank_waiting`).
 pub fn observed(con: &mut redis::Connection, name: &str) -> Vec<(String, redis::Value)> {
     let mut seen = Vec::new();
     let stats: Vec<(String, redis::Value)> = redis::cmd("VTRR.STATS").arg(name).query(con).unwrap();
     seen.extend(
         stats
             .into_iter()
-            .filter(|(field, _)| field != "layout")
+            .filter(|(field, _)| field != "layout" && field != "oldest_waiting_ms")
             .map(|(field, value)| (format!("stats {field}"), value)),
     );
     let mut cursor = 0u64;
@@ -103,7 +105,7 @@ pub fn observed(con: &mut redis::Connection, name: &str) -> Vec<(String, redis::
             .arg(100)
             .query(con)
             .unwrap();
-        partitions.extend(page.iter().map(|view| format!("{view:?}")));
+        partitions.extend(page.iter().map(|view| format!("{:?}", without_wait(view))));
         if next == 0 {
             break;
         }
@@ -142,5 +144,31 @@ pub fn layout_of(con: &mut redis::Connection, name: &str) -> String {
         redis::Value::SimpleString(s) => s.clone(),
         redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
         other => panic!("layout is {other:?}"),
+    }
+}
+
+/// A reply (a partition's view, STATS) without its waits (`waiting-ms`,
+/// `oldest_waiting_ms`: measured when asked), a map or a flat array.
+pub fn without_wait(view: &redis::Value) -> redis::Value {
+    let is_wait = |v: &redis::Value| {
+        let name = match v {
+            redis::Value::BulkString(name) => name.as_slice(),
+            redis::Value::SimpleString(name) => name.as_bytes(),
+            _ => return false,
+        };
+        name == b"waiting-ms" || name == b"oldest_waiting_ms"
+    };
+    match view {
+        redis::Value::Map(pairs) => redis::Value::Map(
+            pairs.iter().filter(|(k, _)| !is_wait(k)).cloned().collect(),
+        ),
+        redis::Value::Array(flat) => redis::Value::Array(
+            flat.chunks(2)
+                .filter(|pair| !is_wait(&pair[0]))
+                .flatten()
+                .cloned()
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }

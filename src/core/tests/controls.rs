@@ -6,14 +6,14 @@ use crate::core::partitions::{Parking, Record};
 use crate::store::{HashKey, Store, ZsetKey};
 
 fn record(store: &mut MemoryStore, partition: &str) -> Record {
-    partition_view(store, partition.as_bytes(), &mut Vec::new()).record
+    partition_view(store, partition.as_bytes(), 0, &mut Vec::new()).record
 }
 
 /// Enqueues `n` weight-1 items of `partition`, ids `<prefix>0`, `<prefix>1`, ...
 fn enqueue_n(store: &mut MemoryStore, partition: &str, prefix: &str, n: usize) {
     let ids: Vec<String> = (0..n).map(|k| format!("{prefix}{k}")).collect();
     let items: Vec<_> = ids.iter().map(|id| item(partition, id, 1)).collect();
-    enqueue(store, &items).unwrap();
+    enqueue(store, 0, &items).unwrap();
 }
 
 fn token_of(store: &mut MemoryStore, id: &str) -> Vec<u8> {
@@ -30,12 +30,12 @@ fn a_capped_partition_is_skipped_and_keeps_its_place() {
     let mut store = MemoryStore::new();
     apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
     )
     .unwrap();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("B", "b1", 1), item("B", "b2", 1), item("B", "b3", 1)],
     )
     .unwrap();
@@ -46,7 +46,7 @@ fn a_capped_partition_is_skipped_and_keeps_its_place() {
     ack_id(&mut store, "a1");
     // a2 comes back with the time it was queued at (2), ahead of anything
     // newer; then A is at its cap again.
-    enqueue(&mut store, &[item("C", "c1", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("C", "c1", 1)]).unwrap();
     assert_eq!(lease_ids(&mut store, 0, 10), ["a2", "c1"]);
     assert!(check::check(&mut store).unwrap().is_empty());
 }
@@ -108,14 +108,14 @@ fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
     let mut store = MemoryStore::new();
     apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(Some(1))]);
     apply_limit(&mut store, "B", LimitChange::Concurrency(Some(2)));
-    enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("B", "b1", 1), item("B", "b2", 1), item("B", "b3", 1)],
     )
     .unwrap();
     assert_eq!(lease_ids(&mut store, 0, 10), ["a1", "b1", "b2"]);
-    let view = partition_view(&mut store, b"A", &mut Vec::new());
+    let view = partition_view(&mut store, b"A", 0, &mut Vec::new());
     assert_eq!((view.record.cap, view.cap_in_force), (None, Some(1)));
     // Lifting the default lets A's held item in at once.
     apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(None)]);
@@ -127,13 +127,13 @@ fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
 fn a_backlog_behind_o0(count: usize) -> MemoryStore {
     let mut store = MemoryStore::new();
     let many: Vec<String> = (0..count).map(|n| format!("p{n:05}")).collect();
-    enqueue(&mut store, &[item("O", "o0", 5_000)]).unwrap();
+    enqueue(&mut store, 0, &[item("O", "o0", 5_000)]).unwrap();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &many.iter().map(|id| item("P", id, 1)).collect::<Vec<_>>(),
     )
     .unwrap();
-    enqueue(&mut store, &[item("O", "o1", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("O", "o1", 1)]).unwrap();
     assert_eq!(lease_ids(&mut store, 0, 1), ["o0"]);
     store
 }
@@ -194,11 +194,11 @@ fn a_resume_during_parking_rejoins_the_whole_backlog_once_parked() {
             .map(|id| item(partition, id.clone().leak(), 1))
             .collect()
     };
-    enqueue(&mut store, &items("P", &p_ids)).unwrap();
+    enqueue(&mut store, 0, &items("P", &p_ids)).unwrap();
     assert!(pause(&mut store, b"P", &mut Vec::new()));
     assert_eq!(record(&mut store, "P").parking, Parking::Underway);
     // O's items come before P's last ten, still in `queue`.
-    enqueue(&mut store, &items("O", &o_ids)).unwrap();
+    enqueue(&mut store, 0, &items("O", &o_ids)).unwrap();
     assert_eq!(
         lease_at(&mut store, 0, 1000, 1000, 0).unwrap().leased.len(),
         1000
@@ -217,7 +217,7 @@ fn a_resume_during_parking_rejoins_the_whole_backlog_once_parked() {
         due.parked + run_due(&mut store, 0, 10).unwrap().parked,
         1034
     );
-    let view = partition_view(&mut store, b"P", &mut Vec::new());
+    let view = partition_view(&mut store, b"P", 0, &mut Vec::new());
     assert_eq!(view.record.parking, Parking::Done);
     // Moved once, by 1000: its first item just after the current time.
     assert_eq!(
@@ -233,7 +233,7 @@ fn cancel_finds_a_held_item_and_recount_repairs_counts() {
     let mut store = MemoryStore::new();
     apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
     )
     .unwrap();
@@ -254,12 +254,12 @@ fn the_partitions_view_pages_through_every_partition() {
     let mut store = MemoryStore::new();
     for n in 0..25 {
         let partition = format!("t{n:02}");
-        enqueue(&mut store, &[item(&partition, &format!("i{n}"), 1)]).unwrap();
+        enqueue(&mut store, 0, &[item(&partition, &format!("i{n}"), 1)]).unwrap();
     }
     let mut seen = Vec::new();
     let mut cursor = 0;
     loop {
-        let (next, page) = partitions_page(&mut store, cursor, 10, &mut Vec::new()).unwrap();
+        let (next, page) = partitions_page(&mut store, cursor, 10, 0, &mut Vec::new()).unwrap();
         assert!(page.len() <= 10);
         seen.extend(page.into_iter().map(|v| (v.partition, v.record.queued)));
         if next == 0 {
@@ -323,7 +323,7 @@ fn cancelling_an_item_left_in_queue_during_parking_keeps_the_head() {
 fn a_partition_that_may_no_longer_be_served_gives_up_its_head() {
     let mut store = MemoryStore::new();
     apply_limit(&mut store, "A", LimitChange::Concurrency(Some(2)));
-    enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
     assert_eq!(lease_ids(&mut store, 0, 1), ["a1"]);
     assert_eq!(record(&mut store, "A").head, Some(b"a2".to_vec()));
     apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
@@ -335,7 +335,7 @@ fn a_partition_that_may_no_longer_be_served_gives_up_its_head() {
 fn enqueue_numbered(store: &mut MemoryStore, partition: &str, prefix: &str, count: usize) {
     let ids: Vec<String> = (0..count).map(|n| format!("{prefix}{n:05}")).collect();
     let items: Vec<_> = ids.iter().map(|id| item(partition, id, 1)).collect();
-    enqueue(store, &items).unwrap();
+    enqueue(store, 0, &items).unwrap();
 }
 
 fn held_count(store: &mut MemoryStore, partition: &str) -> u64 {

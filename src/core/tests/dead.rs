@@ -9,7 +9,7 @@ use crate::store::{HashKey, Store, ZsetKey};
 fn max_timeouts_dead_letters_on_the_expiry_past_the_limit() {
     let mut store = MemoryStore::new();
     apply_policy(&mut store, &[PolicyChange::MaxTimeouts(Some(1))]);
-    enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap();
     let first = reclaim(&mut store, 10, 10).unwrap();
     assert_eq!((first.reclaimed, first.dead_lettered), (1, 0));
@@ -79,7 +79,7 @@ fn dead_items_list_oldest_first_up_to_count() {
 fn revive_requeues_fresh_with_counters_reset() {
     let mut store = MemoryStore::new();
     apply_policy(&mut store, &[PolicyChange::MaxTimeouts(Some(0))]);
-    enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap(); // a
     reclaim(&mut store, 10, 10).unwrap(); // a dies
     assert_eq!(store.zcard(ZsetKey::Dead), 1);
@@ -98,7 +98,7 @@ fn revive_requeues_fresh_with_counters_reset() {
 fn cancel_deletes_an_item_in_any_state() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "queued", 1), item("A", "leased", 1)],
     )
     .unwrap();
@@ -141,7 +141,7 @@ fn cancel_deletes_an_item_in_any_state() {
 #[test]
 fn a_popped_item_without_payload_is_dead_lettered_not_served_empty() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
     store.hdel(HashKey::Task, b"a");
     let outcome = lease_at(&mut store, 0, 100, 1, 0).unwrap();
     assert_eq!(outcome.leased[0].id, b"b");
@@ -157,7 +157,7 @@ fn a_popped_item_without_payload_is_dead_lettered_not_served_empty() {
 fn cancelled_items_cost_comes_back_once_their_partition_has_nothing_queued() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a1", 2), item("A", "a2", 3), item("A", "a3", 1)],
     )
     .unwrap(); // a1 at 1, a2 at 3, a3 at 6; A's next is 7
@@ -165,12 +165,12 @@ fn cancelled_items_cost_comes_back_once_their_partition_has_nothing_queued() {
     // a1 is still queued: the cost stays charged (a gap in A's turns).
     assert_eq!(cancel(&mut store, &[b"a2", b"a3"], &mut Vec::new()), 2);
     assert_eq!(next(&mut store), b"7");
-    enqueue(&mut store, &[item("A", "b1", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "b1", 1)]).unwrap();
     assert_eq!(store.zscore(ZsetKey::Queue, b"b1"), Some(7.0));
     // Nothing of A queued: all of it comes back, as if never enqueued.
     assert_eq!(cancel(&mut store, &[b"a1", b"b1"], &mut Vec::new()), 2);
     assert_eq!(next(&mut store), b"1"); // a1's start
-    enqueue(&mut store, &[item("A", "c1", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "c1", 1)]).unwrap();
     assert_eq!(store.zscore(ZsetKey::Queue, b"c1"), Some(1.0));
     assert!(check::check(&mut store).unwrap().is_empty());
 }
@@ -178,7 +178,7 @@ fn cancelled_items_cost_comes_back_once_their_partition_has_nothing_queued() {
 #[test]
 fn an_item_that_died_without_payload_is_not_revived() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
     store.hdel(HashKey::Task, b"a");
     lease_at(&mut store, 0, 100, 1, 0).unwrap(); // a dies, b is leased
     assert_eq!(revive(&mut store, &[b"a"]).unwrap().count, 0);

@@ -36,7 +36,7 @@ fn a_promoted_item_gets_no_credit_for_the_time_it_waited() {
     // B's item is deferred while A's three are queued at 1, 2, 3.
     defer(&mut store, 0, 50, &[item("B", "b", 1)]).unwrap();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
     )
     .unwrap();
@@ -52,7 +52,7 @@ fn defer_zero_is_enqueue() {
     let mut deferred = MemoryStore::new();
     let mut enqueued = MemoryStore::new();
     defer(&mut deferred, 7, 7, &[item("A", "a", 3)]).unwrap();
-    enqueue(&mut enqueued, &[item("A", "a", 3)]).unwrap();
+    enqueue(&mut enqueued, 0, &[item("A", "a", 3)]).unwrap();
     assert_eq!(
         deferred.zset_entries(ZsetKey::Queue),
         enqueued.zset_entries(ZsetKey::Queue)
@@ -64,7 +64,7 @@ fn defer_zero_is_enqueue() {
 fn an_id_anywhere_in_the_queues_life_is_skipped() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "queued", 1), item("A", "leased", 1)],
     )
     .unwrap();
@@ -75,7 +75,7 @@ fn an_id_anywhere_in_the_queues_life_is_skipped() {
     for id in ["queued", "leased", "delayed", "dead"] {
         let fresh = [item("Z", id, 9)];
         assert_eq!(defer(&mut store, 0, 10, &fresh).unwrap().added, 0, "{id}");
-        assert_eq!(enqueue(&mut store, &fresh).unwrap().added, 0, "{id}");
+        assert_eq!(enqueue(&mut store, 0, &fresh).unwrap().added, 0, "{id}");
     }
     assert_eq!(store.zset_entries(ZsetKey::Delayed).len(), 1);
 }
@@ -97,7 +97,7 @@ fn promotion_is_bounded_and_oldest_due_first() {
 #[test]
 fn expired_leases_come_before_due_items_within_one_limit() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap();
     defer(&mut store, 0, 10, &[item("B", "b", 1)]).unwrap();
     let outcome = run_due(&mut store, 20, 1).unwrap();
@@ -109,7 +109,7 @@ fn expired_leases_come_before_due_items_within_one_limit() {
 #[test]
 fn the_drain_leaves_delayed_items_alone() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1)]).unwrap();
     defer(&mut store, 0, 1_000, &[item("B", "b", 1)]).unwrap();
     assert_eq!(lease_ids(&mut store, 0, 1), ["a"]);
     assert_eq!(store.current_virtual_time().unwrap(), b"0");

@@ -1,5 +1,6 @@
 //! STATS and CHECK.
 
+use crate::core::partitions::Totals;
 use super::*;
 use crate::core::*;
 use crate::store::memory::MemoryStore;
@@ -9,13 +10,13 @@ use crate::store::{HashKey, Store, ZsetKey};
 fn stats_counts_queue_state() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a", 1), item("B", "b", 1), item("B", "c", 1)],
     )
     .unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap();
     lease_at(&mut store, 0, 20, 1, 0).unwrap();
-    let stats = stats(&mut store, 15).unwrap();
+    let stats = stats(&mut store, 15, &mut Vec::new()).unwrap();
     assert_eq!(
         stats,
         Stats {
@@ -31,6 +32,12 @@ fn stats_counts_queue_state() {
             held: 0,
             paused_partitions: 0,
             capped_partitions: 0,
+            oldest_waiting_ms: Some(15),
+            totals: Totals {
+                enqueued: 3,
+                leased: 2,
+                ..Totals::default()
+            },
         }
     );
 }
@@ -38,7 +45,7 @@ fn stats_counts_queue_state() {
 #[test]
 fn check_finds_broken_invariants() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1)]).unwrap();
     assert!(check::check(&mut store).unwrap().is_empty());
     store.zadd(ZsetKey::Inflight, b"a", 1.0);
     store.hset(HashKey::Lease, b"ghost", b"t");

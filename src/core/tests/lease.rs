@@ -8,7 +8,7 @@ use crate::store::{HashKey, Store, ZsetKey};
 #[test]
 fn lease_moves_the_item_and_grants_a_token() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
     let outcome = lease_at(&mut store, 5_000, 300, 1, 1000).unwrap();
     let leased = &outcome.leased[0];
     assert_eq!(
@@ -31,7 +31,7 @@ fn lease_moves_the_item_and_grants_a_token() {
 fn lease_count_gives_every_item_the_same_expiry() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a1", 1), item("B", "b1", 1), item("C", "c1", 1)],
     )
     .unwrap();
@@ -47,7 +47,7 @@ fn lease_count_gives_every_item_the_same_expiry() {
 #[test]
 fn draining_resets_virtual_time_but_keeps_lease_state() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a1", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a1", 1)]).unwrap();
     lease_at(&mut store, 0, 100, 5, 1000).unwrap();
     assert_eq!(store.current_virtual_time().unwrap(), b"0");
     assert_eq!(store.hlen(HashKey::PartitionVirtualTime), 0);
@@ -67,7 +67,7 @@ fn lease_on_an_empty_queue_changes_nothing() {
 #[test]
 fn ack_is_fenced_by_the_token() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a1", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a1", 1)]).unwrap();
     lease_at(&mut store, 0, 100, 1, 1000).unwrap();
     let before = store.clone();
     assert_eq!(
@@ -101,7 +101,7 @@ fn ack_is_fenced_by_the_token() {
 #[test]
 fn renew_moves_the_expiry_only_with_the_current_token() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a1", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a1", 1)]).unwrap();
     lease_at(&mut store, 0, 100, 1, 1000).unwrap();
     assert!(!renew(&mut store, b"a1", b"old", 50, 1000));
     assert_eq!(store.zscore(ZsetKey::Inflight, b"a1"), Some(100.0));
@@ -112,7 +112,7 @@ fn renew_moves_the_expiry_only_with_the_current_token() {
 #[test]
 fn ack_each_tells_which_pairs_finished_their_item() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
     let leased = lease_at(&mut store, 0, 100, 2, 1000).unwrap().leased;
     let (a1, a2) = (&leased[0], &leased[1]);
     let acked = ack_each(

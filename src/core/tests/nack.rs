@@ -7,7 +7,7 @@ use crate::store::{HashKey, Store, ZsetKey};
 
 /// One item "a" of partition A, leased at 0 for 100 ms: its token.
 fn leased_one(store: &mut MemoryStore) -> Vec<u8> {
-    enqueue(store, &[item("A", "a", 2)]).unwrap();
+    enqueue(store, 0, &[item("A", "a", 2)]).unwrap();
     lease_at(store, 0, 100, 1, 0).unwrap().leased[0]
         .token
         .clone()
@@ -30,7 +30,7 @@ fn a_stale_token_changes_nothing() {
 fn a_plain_nack_requeues_rescored_and_counts_apart_from_timeouts() {
     let mut store = MemoryStore::new();
     // b keeps the queue from draining, so virtual times carry on.
-    enqueue(&mut store, &[item("B", "b", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("B", "b", 1)]).unwrap();
     let token = leased_one(&mut store);
     assert_eq!(
         nack_now(&mut store, &token, Nack::Requeue),

@@ -337,7 +337,7 @@ impl Simulation {
                 let ids = self.new_items(partition, weight, count);
                 let name = [b'p', partition];
                 let batch = new_items_of(&name, weight, &ids);
-                let added = enqueue(&mut self.store.scoped(CoreOp::Enqueue), &batch)
+                let added = enqueue(&mut self.store.scoped(CoreOp::Enqueue), self.now_ms, &batch)
                     .unwrap()
                     .added;
                 prop_assert_eq!(added, u64::from(count));

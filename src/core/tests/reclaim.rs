@@ -9,7 +9,7 @@ use crate::store::{HashKey, Store, ZsetKey};
 fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a1", 2), item("A", "a2", 1), item("B", "b1", 1)],
     )
     .unwrap();
@@ -41,7 +41,7 @@ fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
 fn reclaim_takes_the_oldest_expiry_first_and_honours_the_limit() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store,
+        &mut store, 0,
         &[item("A", "a", 1), item("B", "b", 1), item("C", "c", 1)],
     )
     .unwrap();
@@ -58,7 +58,7 @@ fn reclaim_takes_the_oldest_expiry_first_and_honours_the_limit() {
 #[test]
 fn lease_reclaims_first_within_its_limit() {
     let mut store = MemoryStore::new();
-    enqueue(&mut store, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
+    enqueue(&mut store, 0, &[item("A", "a", 1), item("B", "b", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 2, 0).unwrap();
     let outcome = lease_at(&mut store, 50, 10, 1, 1).unwrap();
     assert_eq!(outcome.due.reclaimed, 1);

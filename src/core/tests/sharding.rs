@@ -174,7 +174,7 @@ fn backlogged_partitions(store: &mut MemoryStore) -> u64 {
     let mut anomalies = Vec::new();
     let (mut cursor, mut count) = (0, 0);
     loop {
-        let (next, views) = partitions_page(store, cursor, 1000, &mut anomalies).unwrap();
+        let (next, views) = partitions_page(store, cursor, 1000, 0, &mut anomalies).unwrap();
         count += views
             .iter()
             .filter(|v| {
@@ -354,7 +354,7 @@ fn simulate(setting: &Setting) -> Run {
                 payload,
             })
             .collect();
-        let added = enqueue(&mut stores[tenant.sub_queue], &new_items).unwrap();
+        let added = enqueue(&mut stores[tenant.sub_queue], now as i64, &new_items).unwrap();
         assert_eq!(added.added, count);
         if tenant.queued == 0 {
             tenant.busy_since = now;
@@ -445,7 +445,7 @@ fn simulate(setting: &Setting) -> Run {
         // Sub-queue pairs: the progress of i against every other non-empty one.
         let before = progress[i];
         progress[i] = read_current_virtual_time(&mut stores[i]).unwrap();
-        if progress[i] == 0 && stats(&mut stores[i], 0).unwrap().queued == 0 {
+        if progress[i] == 0 && stats(&mut stores[i], 0, &mut Vec::new()).unwrap().queued == 0 {
             // Drained (its time restarts at 0): the stretch ends with this
             // lease, at the item's score.
             progress[i] = before.max(leased.score as i64);
