@@ -5,8 +5,9 @@
 /// vtrr-queue's nine (`SUFFIXES`), then the module's own (delayed and dead
 /// items, nack counts, the dead-letter policy and default cap, held items
 /// of partitions under control, per-partition records, the partitions
-/// whose parking is under way).
-pub const ALL_SUFFIXES: [&str; 20] = [
+/// whose parking is under way, the rankings of partitions and the queue's
+/// totals).
+pub const ALL_SUFFIXES: [&str; 25] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -27,6 +28,11 @@ pub const ALL_SUFFIXES: [&str; 20] = [
     "held_at",
     "partitions",
     "parking",
+    "rank_queued",
+    "rank_waiting",
+    "rank_leased",
+    "rank_dead",
+    "totals",
 ];
 
 /// The nine key suffixes of a queue that vtrr-queue knows: the first nine
@@ -46,7 +52,7 @@ pub fn queue_keys(name: &str) -> Vec<String> {
     keys_of(name, &SUFFIXES)
 }
 
-/// All twenty key names of queue `name`, in `ALL_SUFFIXES` order.
+/// All the key names of queue `name`, in `ALL_SUFFIXES` order.
 pub fn all_queue_keys(name: &str) -> Vec<String> {
     keys_of(name, &ALL_SUFFIXES)
 }
