@@ -22,6 +22,7 @@ pub const MAX_SHARE: i64 = 1_000_000;
 pub const PARTITIONS_DEFAULT_COUNT: usize = 10;
 /// The largest COUNT of `VTRR.PARTITIONS`: one call's work stays bounded.
 pub const MAX_PARTITIONS_COUNT: i64 = 10_000;
-/// The deepest page of `VTRR.PARTITIONS ... TOP` (a call walks past
-/// `OFFSET` entries: this bounds its work; the cursor form lists the rest).
+/// The deepest page of `VTRR.PARTITIONS ... TOP` (on a native queue a call
+/// walks past `OFFSET` entries: this bounds its work; the cursor form lists
+/// the rest).
 pub const MAX_TOP_OFFSET: i64 = 100_000;

@@ -465,14 +465,7 @@ pub fn partitions_top(
     count: usize,
 ) -> Result<(u64, Vec<PartitionView>), RedisError> {
     Call::client(ctx, queue).read(CoreOp::PartitionsTop, |store, anomalies| {
-        Ok(core::partitions_top(
-            store,
-            rank,
-            offset,
-            count,
-            now_ms(),
-            anomalies,
-        ))
+        core::partitions_top(store, rank, offset, count, now_ms(), anomalies)
     })
 }
 

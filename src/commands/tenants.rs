@@ -53,7 +53,7 @@ pub const PARTITIONS: Command = Command {
         flags: "readonly",
         arity: -2,
         summary: "Lists partitions with their counts, totals and settings: by cursor, one, or ranked worst first (TOP)",
-        complexity: "O(1) per partition listed; TOP: O(log P + OFFSET + k)",
+        complexity: "O(1) per partition listed; TOP: O(log P + k), O(OFFSET + k) on a native queue",
         key_flags: KEY_READ,
     },
     handler: partitions,

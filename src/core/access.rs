@@ -464,7 +464,8 @@ mod tests {
             10,
             0,
             &mut anomalies,
-        );
+        )
+        .unwrap();
         assert_eq!((ranked, top.len()), (2, 2));
         stats(&mut store.scoped(CoreOp::Stats), 60, &mut anomalies).unwrap();
         let mut next_due = store.scoped(CoreOp::NextDue);

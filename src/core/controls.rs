@@ -236,7 +236,6 @@ pub fn partition_view(
 
 /// `VTRR.PARTITIONS ... TOP`: how many partitions `rank` holds, and the
 /// views of up to `count` of them from `offset` on, worst first.
-/// O(log P + offset + count).
 pub fn partitions_top(
     store: &mut impl Store,
     rank: Rank,
@@ -244,9 +243,9 @@ pub fn partitions_top(
     count: usize,
     now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
-) -> (u64, Vec<PartitionView>) {
+) -> Result<(u64, Vec<PartitionView>), CoreError> {
     let default_cap = read_default_cap(store, anomalies);
-    let (ranked, names) = ranks::top(store, rank, offset, count);
+    let (ranked, names) = ranks::top(store, rank, offset, count)?;
     let views = names
         .into_iter()
         .map(|name| {
@@ -254,7 +253,7 @@ pub fn partitions_top(
             view(store, name, record, default_cap, now_ms)
         })
         .collect();
-    (ranked, views)
+    Ok((ranked, views))
 }
 
 /// `VTRR.PARTITIONS`: one HSCAN step over the partition records.

@@ -273,6 +273,15 @@ impl Store for QueueStore<'_> {
         dispatch!(self, s => s.zcount_upto(key, max))
     }
 
+    fn zmembers_from(
+        &mut self,
+        key: ZsetKey,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        dispatch!(self, s => s.zmembers_from(key, offset, limit))
+    }
+
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
         dispatch!(self, s => s.hget(key, field))
     }

@@ -239,6 +239,21 @@ impl Store for MemoryStore {
         self.zsets[key.index()].len() as u64
     }
 
+    fn zmembers_from(
+        &mut self,
+        key: ZsetKey,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        // O(offset + limit): a B-tree has no ranks.
+        Ok(self.zsets[key.index()]
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(member, _)| member.to_vec())
+            .collect())
+    }
+
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
         // O(count): a B-tree has no ranks (STATS counts expired leases).
         let zset = &self.zsets[key.index()];
@@ -429,6 +444,15 @@ impl Store for Scoped<'_> {
 
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
         self.reading(key).zcount_upto(key, max)
+    }
+
+    fn zmembers_from(
+        &mut self,
+        key: ZsetKey,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.reading(key).zmembers_from(key, offset, limit)
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {

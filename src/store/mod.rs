@@ -73,6 +73,14 @@ pub trait Store {
     fn zcard(&mut self, key: ZsetKey) -> u64;
     /// Number of entries with score <= `max`.
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError>;
+    /// The members of up to `limit` entries from the `offset`-th on, in
+    /// ascending (score, member) order (a page of a ranking).
+    fn zmembers_from(
+        &mut self,
+        key: ZsetKey,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError>;
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>>;
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]);

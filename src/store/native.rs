@@ -389,6 +389,16 @@ impl Store for NativeStore<'_> {
             .map_or(Ok(0), |v| v.zcount_upto(key, max))
     }
 
+    fn zmembers_from(
+        &mut self,
+        key: ZsetKey,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.read(key.into())
+            .map_or(Ok(Vec::new()), |v| v.zmembers_from(key, offset, limit))
+    }
+
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
         self.read(key.into())?.hget(key, field)
     }

@@ -572,6 +572,33 @@ impl Store for RedisStore<'_> {
         }
     }
 
+    fn zmembers_from(
+        &mut self,
+        key: ZsetKey,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        if limit == 0 || self.key(key.into()).is_none() {
+            return Ok(Vec::new());
+        }
+        let Some(slot) = self.slot(key.into(), false) else {
+            return Ok(Vec::new());
+        };
+        // Through the server, by index: a skip list finds the offset-th
+        // entry by its spans, O(log N), where the key API would walk to it.
+        let last = offset.saturating_add(limit - 1);
+        let mut digits = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (first, last) = (digits.0.format(offset), digits.1.format(last));
+        let reply = self.call("ZRANGE", slot, &[first.as_bytes(), last.as_bytes()])?;
+        let RedisValue::Array(members) = &reply else {
+            return Err(unexpected("ZRANGE", slot, &reply));
+        };
+        members
+            .iter()
+            .map(|member| bytes_of(member).ok_or_else(|| unexpected("ZRANGE", slot, &reply)))
+            .collect()
+    }
+
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
         let open = self.key(key.into())?;
         let field = self.member(field);
