@@ -9,6 +9,7 @@ purpose, so a check that compares nothing cannot pass unnoticed.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import typing
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import vtrr
-from vtrr.sharded import ShardedQueue
+from vtrr.sharded import ShardedQueue, ShardedStats
 
 Methods = dict[str, Callable[..., Any]]
 
@@ -184,3 +185,16 @@ def test_the_sharded_comparison_finds_a_missing_method() -> None:
 
     assert sharded_differences(Grown, ShardedQueue) == ["purge: not in ShardedQueue"]
     assert sharded_differences(vtrr.Queue, Shrunk) == ["dead: not in Shrunk"]
+
+
+# The Stats fields a ShardedStats has not, and why.
+NOT_IN_SHARDED_STATS = {
+    "current_virtual_time",  # virtual times do not add up across sub-queues (see .shards)
+    "layout",  # each sub-queue has its own (see .shards)
+}
+
+
+def test_sharded_stats_has_the_fields_of_stats() -> None:
+    stats = {field.name for field in dataclasses.fields(vtrr.Stats)}
+    sharded = {field.name for field in dataclasses.fields(ShardedStats)}
+    assert stats - sharded == NOT_IN_SHARDED_STATS

@@ -5,9 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from redis.crc import key_slot
 from servers import Cluster, Server, free_port
@@ -263,3 +267,113 @@ def test_enqueue_from_an_option_a_file_or_stdin(
         os.close(terminal)
     one_line_error(waiting, "give --payload, --payload-file, or the payload on stdin")
     assert queue.stats().queued == 0 and queue.stats().dead == 1
+
+
+# Watching and ranking (#32).
+
+
+def test_watch_draws_again_until_interrupted(server: Server, queue: vtrr.Queue) -> None:
+    queue.enqueue("a", "1", b"")
+    watching = subprocess.Popen(
+        [VTRR, "--url", server.url, "stats", queue.name, "--json", "--watch", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert watching.stdout is not None
+
+    def next_draw() -> Any:
+        # Not a terminal: no screen clearing; each draw one JSON document, then a blank line.
+        lines = []
+        while (line := watching.stdout.readline()) != "\n":
+            assert line, "the watch ended"
+            lines.append(line)
+        return json.loads("".join(lines))
+
+    try:
+        assert next_draw()["queued"] == 1
+        queue.enqueue("b", "2", b"")
+        draws = [next_draw() for _ in range(2)]  # the next may have been read before the enqueue
+        assert draws[-1]["queued"] == 2, "each draw reads again"
+        assert draws[-1]["totals"]["enqueued"] == 2
+    finally:
+        watching.send_signal(signal.SIGINT)
+        out, err = watching.communicate(timeout=10)
+    assert watching.returncode == 0, err
+    assert "\x1b" not in out
+    table = vtrr_cli(server.url, "partitions", queue.name, "--watch", "0")
+    assert table.returncode == 2 and "a number of seconds above 0" in table.stderr
+
+
+def test_stats_and_partitions_show_totals_and_waiting(server: Server, queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("a", "1", b""), Item("a", "2", b"")])
+    lease = queue.lease(60_000)
+    assert lease is not None and queue.ack(lease) == 1
+    lines = dict(
+        line.split(None, 1)
+        for line in vtrr_cli(server.url, "stats", queue.name).stdout.splitlines()
+    )
+    assert (lines["enqueued_total"], lines["acked_total"]) == ("2", "1")
+    assert int(lines["oldest_waiting_ms"]) >= 0
+    table = vtrr_cli(server.url, "partitions", queue.name).stdout.splitlines()
+    header = table[0].split()
+    row = dict(zip(header, table[1].split(), strict=True))
+    assert (row["enqueued_total"], row["acked_total"], row["leased_total"]) == ("2", "1", "1")
+    assert int(row["waiting_ms"]) >= 0
+
+
+def test_partitions_top_ranks_and_pages(server: Server, queue: vtrr.Queue) -> None:
+    queue.enqueue_many(
+        [Item("alice", f"a{i}", b"") for i in range(3)]
+        + [Item("bob", f"b{i}", b"") for i in range(5)]
+        + [Item("carol", "c0", b"")]
+    )
+    top = vtrr_cli(server.url, "partitions", queue.name, "--top", "2")
+    assert top.returncode == 0, top.stderr
+    lines = top.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["bob", "alice"], "most queued first"
+    assert lines[3] == "1-2 of 3 ranked by queued"
+    page = json.loads(
+        vtrr_cli(
+            server.url, "partitions", queue.name, "--top", "2", "--offset", "2", "--json"
+        ).stdout
+    )
+    assert [row["partition"] for row in page] == ["carol"]
+    # By leased rank the partitions at their cap: alice, capped at 1, whose
+    # a0 is leased first (the ties at the first virtual time go by id).
+    queue.set_limit("alice", concurrency=1)
+    assert queue.lease(60_000) is not None
+    most_leased = json.loads(
+        vtrr_cli(
+            server.url, "partitions", queue.name, "--top", "1", "--by", "leased", "--json"
+        ).stdout
+    )
+    assert [(row["partition"], row["leased"]) for row in most_leased] == [("alice", 1)]
+    refused = vtrr_cli(server.url, "partitions", queue.name, "--by", "dead")
+    one_line_error(refused, "--by and --offset go with --top")
+    both = vtrr_cli(server.url, "partitions", queue.name, "--top", "1", "--partition", "a")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_web_serves_the_named_queues_with_the_options_given(
+    server: Server, queue: vtrr.Queue
+) -> None:
+    queue.enqueue_many([Item(f"t{i}", str(i), b"") for i in range(5)])
+    port = free_port()
+    web = subprocess.Popen(
+        [VTRR, "web", queue.name, "--url", server.url, "--port", str(port), "--top-k", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                    body = reply.read().decode()
+                break
+            except OSError:
+                assert web.poll() is None and time.monotonic() < deadline, "vtrr web did not start"
+                time.sleep(0.05)
+    finally:
+        web.terminate()
+        web.wait(10)
+    assert f'vtrr_queue_items{{queue="{queue.name}",state="queued"}} 5.0' in body
+    assert body.count("vtrr_partition_items{") == 3 * 5, "two tenants and `other`, five states"

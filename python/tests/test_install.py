@@ -30,6 +30,14 @@ SMOKE = {
         assert queue.enqueue("p", "a", b"x")
         lease = queue.lease(1000)
         assert lease is not None and queue.ack(lease) == 1
+        # Without their extras, the operator's verbs say what to install.
+        import os, subprocess, sys
+        cli = os.path.join(os.path.dirname(sys.executable), "vtrr")
+        for verb in (["exporter"], ["top", "q"], ["web"]):
+            done = subprocess.run([cli, *verb], capture_output=True, text=True)
+            hint = f"pip install 'vtrr[{verb[0]}]'"
+            assert done.returncode == 2 and done.stderr.count("\\n") == 1, done
+            assert hint in done.stderr, done
     """,
     "celery": """
         import redis
@@ -62,6 +70,38 @@ SMOKE = {
         sys.modules["__main__"].record = record
         result = record.enqueue("x", partition_key="u")
         assert result.id
+    """,
+    "exporter": """
+        import redis, vtrr
+        from prometheus_client import generate_latest
+        from vtrr.metrics import QueueCollector, registry_for
+        client = redis.Redis(port=PORT)
+        vtrr.Queue(client, NAME).enqueue("p", "a", b"x")
+        text = generate_latest(registry_for(QueueCollector(client, [NAME]))).decode()
+        assert 'vtrr_queue_items{queue="' + NAME + '",state="queued"} 1.0' in text, text
+    """,
+    "top": """
+        import asyncio, redis, vtrr
+        from textual.widgets import DataTable
+        from vtrr.top import TopApp
+        queue = vtrr.Queue(redis.Redis(port=PORT), NAME)
+        queue.enqueue("alice", "a", b"x")
+
+        async def pause_the_first_tenant():
+            app = TopApp(queue, interval_s=0.1)
+            async with app.run_test() as pilot:
+                while not app.query_one(DataTable).row_count:
+                    await pilot.pause(0.05)
+                await pilot.press("p")
+                while not queue.partition("alice").paused:
+                    await pilot.pause(0.05)
+
+        asyncio.run(asyncio.wait_for(pause_the_first_tenant(), 30))
+    """,
+    "web": """
+        import redis, vtrr.web
+        app = vtrr.web.create_app(redis.Redis(port=PORT), [NAME])
+        assert callable(app)
     """,
 }
 

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pytest
 import redis
@@ -492,6 +492,37 @@ def test_lease_many_partitions_page_policy_recount_inspect(rc: redis.RedisCluste
     assert [len(q.inspect("meta") or ()) for q in sq.sub_queues] == [
         len(each or ()) for each in sq.inspect("meta")
     ]
+
+
+def test_partitions_top_and_stats_over_the_sub_queues(rc: redis.RedisCluster) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)
+    queued = {f"tenant-{t}": t + 1 for t in range(12)}  # tenant-11 most, tenant-0 least
+    sq.enqueue_many([Item(p, f"{p}-{i}", b"") for p, n in queued.items() for i in range(n)])
+    assert len({sq.shard_of(p) for p in queued}) == 3, "the ranking spans every sub-queue"
+
+    ranked, top = sq.partitions_top(4)
+    assert ranked == 12
+    assert [v.partition for v in top] == [f"tenant-{t}" for t in (11, 10, 9, 8)]
+    # Pages by offset follow one another, every partition once.
+    pages = [sq.partitions_top(5, offset=offset)[1] for offset in (0, 5, 10)]
+    assert [v.queued for page in pages for v in page] == sorted(queued.values(), reverse=True)
+    assert sq.partitions_top(5, "queued", 12) == (12, [])
+
+    # By leased rank the partitions at their cap: every one capped at 1 here.
+    sq.set_policy(default_concurrency=1)
+    leased = sq.lease(LEASE_MS)
+    assert leased is not None
+    by_leased = sq.partitions_top(12, "leased")[1]
+    assert [(v.partition, v.leased) for v in by_leased] == [(leased.id.rsplit("-", 1)[0], 1)]
+
+    stats = sq.stats()
+    assert stats.totals.enqueued == sum(queued.values()) and stats.totals.leased == 1
+    for field in fields(vtrr.Totals):
+        each = [getattr(shard.totals, field.name) for shard in stats.shards]
+        assert getattr(stats.totals, field.name) == sum(each), field.name
+    assert stats.oldest_waiting_ms == max(
+        s.oldest_waiting_ms for s in stats.shards if s.oldest_waiting_ms is not None
+    )
 
 
 # 6. A sub-queue whose node is down (#31).

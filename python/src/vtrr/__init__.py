@@ -29,7 +29,9 @@ from .types import (
     PartitionSettings,
     PartitionView,
     Policy,
+    Rank,
     Stats,
+    Totals,
 )
 from .worker import Backoff, DeadLetter, Hooks, Job, Retry, Worker
 
@@ -54,6 +56,7 @@ __all__ = [
     "PartitionView",
     "Policy",
     "Queue",
+    "Rank",
     "Retry",
     "SerializationError",
     "ShardedLease",
@@ -61,6 +64,7 @@ __all__ = [
     "ShardedStats",
     "SlotMoving",
     "Stats",
+    "Totals",
     "VTRRError",
     "Worker",
     "WrongType",

@@ -7,6 +7,8 @@
     vtrr limit files alice --concurrency 2 --share 3
     vtrr policy files --max-nacks 5
     vtrr cancel files job-17    vtrr enqueue files alice job-19 --payload '{"a": 1}'
+    vtrr stats files --watch    vtrr partitions files --top 20 --by oldest
+    vtrr top files              vtrr exporter --port 9808      vtrr web files
 
 Tables for people, `--json` for scripts. The server comes from `--url` or
 `VTRR_URL` (default redis://127.0.0.1:6379/0); `--cluster` for a Redis Cluster.
@@ -24,7 +26,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -32,7 +36,7 @@ import redis
 from .client import Queue
 from .commands import Limit
 from .errors import VTRRError
-from .types import DeadItem, PartitionView, encode
+from .types import RANKS, DeadItem, PartitionView, Rank, encode
 from .worker import Backoff, Worker
 
 
@@ -108,26 +112,79 @@ def _queue(args: argparse.Namespace) -> Queue:
     return Queue(_client(args), args.queue)
 
 
+def _flat_totals(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's `totals` as `<name>_total` fields, for people (scripts get the object)."""
+    flat = {key: value for key, value in record.items() if key != "totals"}
+    flat.update({f"{name}_total": count for name, count in record["totals"].items()})
+    return flat
+
+
+def _watched(args: argparse.Namespace, draw: Callable[[], None]) -> int:
+    """`draw` once, or with `--watch` every N seconds until Ctrl-C.
+
+    On a terminal each draw replaces the last (with a line saying when);
+    into a pipe or a file, draws follow one another, a blank line between.
+    """
+    if args.watch is None:
+        draw()
+        return 0
+    terminal = sys.stdout.isatty()
+    try:
+        while True:
+            if terminal:
+                print("\x1b[H\x1b[2J", end="")  # cursor home, clear the screen
+                print(f"every {args.watch:g} s, {time.strftime('%H:%M:%S')} (Ctrl-C to stop)\n")
+            draw()
+            if not terminal:
+                print()
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
-    _record(args, dataclasses.asdict(_queue(args).stats()))
-    return 0
+    queue = _queue(args)
+
+    def draw() -> None:
+        stats = dataclasses.asdict(queue.stats())
+        _record(args, stats if args.json else _flat_totals(stats))
+
+    return _watched(args, draw)
 
 
 _PARTITION_COLUMNS = (
     "partition", "queued", "held", "leased", "delayed", "dead",
-    "paused", "share", "concurrency_in_force", "virtual_time",
+    "paused", "share", "concurrency_in_force", "virtual_time", "waiting_ms",
+    "enqueued_total", "leased_total", "acked_total", "nacked_total", "dead_total",
+    "expired_total",
 )  # fmt: skip
 
 
 def cmd_partitions(args: argparse.Namespace) -> int:
-    queue = Queue(_client(args), args.queue)
-    views: list[PartitionView]
-    if args.partition is not None:
-        views = [queue.partition(args.partition)]
-    else:
-        views = sorted(queue.partitions(count=1000), key=lambda v: v.partition)
-    _emit(args, [dataclasses.asdict(v) for v in views], _PARTITION_COLUMNS, "no partitions")
-    return 0
+    if args.top is None and (args.by is not None or args.offset is not None):
+        raise _Refused("vtrr partitions: --by and --offset go with --top")
+    queue = _queue(args)
+
+    def draw() -> None:
+        views: list[PartitionView]
+        ranking = ""
+        if args.partition is not None:
+            views = [queue.partition(args.partition)]
+        elif args.top is not None:
+            by: Rank = args.by or "queued"
+            offset: int = args.offset or 0
+            ranked, views = queue.partitions_top(args.top, by, offset)
+            ranking = f"{offset + 1}-{offset + len(views)} of {ranked} ranked by {by}"
+        else:
+            views = sorted(queue.partitions(count=1000), key=lambda v: v.partition)
+        rows = [dataclasses.asdict(v) for v in views]
+        shown = rows if args.json else [_flat_totals(row) for row in rows]
+        _emit(args, shown, _PARTITION_COLUMNS, "no partitions")
+        if ranking and views and not args.json:
+            print(ranking)
+
+    return _watched(args, draw)
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
@@ -248,6 +305,69 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _missing_extra(error: ModuleNotFoundError, extra: str) -> Exception:
+    """What a verb raises when its imports fail: a one-line hint when the extra is missing."""
+    if error.name is not None and not error.name.startswith("vtrr"):
+        return _Refused(f"vtrr {extra}: needs the {extra} extra: pip install 'vtrr[{extra}]'")
+    return error
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    try:
+        from prometheus_client import start_http_server
+
+        from .metrics import QueueCollector, registry_for
+    except ModuleNotFoundError as error:
+        raise _missing_extra(error, "exporter") from error
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    collector = QueueCollector(_client(args), args.queues, top_k=args.top_k)
+    try:
+        server, _ = start_http_server(args.port, addr=args.host, registry=registry_for(collector))
+    except OSError as error:
+        raise _Refused(
+            f"vtrr exporter: cannot listen on {args.host}:{args.port}: {error}"
+        ) from None
+    print(
+        f"vtrr exporter: {', '.join(args.queues) or 'every queue found'} of {args.url}"
+        f" at http://{args.host}:{server.server_port}/metrics",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        threading.Event().wait()  # the server runs in its own thread
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    return 0
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    try:
+        from . import web
+    except ModuleNotFoundError as error:
+        raise _missing_extra(error, "web") from error
+    web.serve(
+        _client(args),
+        args.queues,
+        host=args.host,
+        port=args.port,
+        write_token=args.write_token,
+        interval_s=args.interval,
+        top_k=args.top_k,
+    )
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    try:
+        from .top import TopApp
+    except ModuleNotFoundError as error:
+        raise _missing_extra(error, "top") from error
+    TopApp(_queue(args), top_k=args.top_k, interval_s=args.interval).run()
+    return 0
+
+
 def _limit(text: str) -> Limit:
     """An option's value that is a count or `none` (the server's NONE: no limit)."""
     if text.lower() == "none":
@@ -256,6 +376,45 @@ def _limit(text: str) -> Limit:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer or none, not {text!r}") from None
+
+
+def _positive(text: str) -> float:
+    """A number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, not {text!r}")
+    return value
+
+
+def _integer_from(minimum: int) -> Callable[[str], int]:
+    """An option's type: an integer of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer of at least {minimum}, not {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def _watch_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        type=_positive,
+        const=1.0,
+        metavar="SECONDS",
+        help="draw again every SECONDS (default 1) until Ctrl-C",
+    )
 
 
 def _global_options(parser: argparse.ArgumentParser, *, json_option: bool, top: bool) -> None:
@@ -317,9 +476,28 @@ def parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--log-level", default="INFO")
     worker.set_defaults(run=cmd_worker)
-    command("stats", "the queue's counts").set_defaults(run=cmd_stats)
+    stats = command("stats", "the queue's counts")
+    _watch_option(stats)
+    stats.set_defaults(run=cmd_stats)
     partitions = command("partitions", "every partition's counts and settings")
-    partitions.add_argument("--partition", help="only this one")
+    which = partitions.add_mutually_exclusive_group()
+    which.add_argument("--partition", help="only this one")
+    which.add_argument(
+        "--top",
+        type=_integer_from(1),
+        metavar="K",
+        help="the K worst partitions by --by, worst first",
+    )
+    partitions.add_argument(
+        "--by", choices=RANKS, help="the ranking of --top (default queued; oldest: longest waiting)"
+    )
+    partitions.add_argument(
+        "--offset",
+        type=_integer_from(0),
+        metavar="N",
+        help="with --top: skip the N worst (the next page)",
+    )
+    _watch_option(partitions)
     partitions.set_defaults(run=cmd_partitions)
     dead = command("dead", "the oldest dead-lettered items")
     dead.add_argument("--count", type=int, default=10)
@@ -362,6 +540,51 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--payload", metavar="TEXT", help="the payload (default: stdin)")
     source.add_argument("--payload-file", metavar="PATH", help="read the payload from a file")
     enqueue.set_defaults(run=cmd_enqueue)
+
+    top_view = command("top", "a live view of the queue in the terminal (the top extra)")
+    top_view.add_argument(
+        "--top-k", type=_integer_from(1), default=20, help="tenants shown (default 20)"
+    )
+    top_view.add_argument("--interval", type=_positive, default=1.0, help="seconds between reads")
+    top_view.set_defaults(run=cmd_top)
+
+    def serving(name: str, help: str, *, host: str, port: int) -> argparse.ArgumentParser:
+        each = sub.add_parser(name, help=help)
+        _global_options(each, json_option=False, top=False)
+        each.add_argument("queues", nargs="*", help="the queues (none: every queue found)")
+        each.add_argument("--host", default=host, help=f"the address to listen on ({host})")
+        each.add_argument("--port", type=int, default=port, help=f"the port ({port})")
+        return each
+
+    exporter = serving(
+        "exporter",
+        "serve Prometheus metrics of queues (the exporter extra)",
+        host="0.0.0.0",
+        port=9808,
+    )
+    exporter.add_argument(
+        "--top-k",
+        type=_integer_from(0),
+        default=20,
+        help="tenants with series of their own, per queue (default 20; 0: none)",
+    )
+    exporter.set_defaults(run=cmd_exporter)
+    web = serving(
+        "web",
+        "serve the web view of queues, with /metrics (the web extra)",
+        host="127.0.0.1",
+        port=8080,
+    )
+    web.add_argument(
+        "--write-token",
+        default=os.environ.get("VTRR_WEB_TOKEN"),
+        help="the token every change needs (default: $VTRR_WEB_TOKEN; none: read-only)",
+    )
+    web.add_argument("--interval", type=_positive, default=1.0, help="seconds between refreshes")
+    web.add_argument(
+        "--top-k", type=_integer_from(1), default=20, help="tenants shown per queue (default 20)"
+    )
+    web.set_defaults(run=cmd_web)
     return top
 
 

@@ -32,6 +32,7 @@ from .types import (
     PartitionSettings,
     PartitionView,
     Policy,
+    Rank,
     Stats,
 )
 
@@ -181,6 +182,14 @@ class Queue:
     ) -> tuple[int, list[PartitionView]]:
         """One step of the partition scan; go on until the cursor is 0."""
         return self.run(commands.partitions_page(self.name, cursor, count))
+
+    def partitions_top(
+        self, count: int, by: Rank = "queued", offset: int = 0
+    ) -> tuple[int, list[PartitionView]]:
+        """The partitions ranked by the server, worst first: most queued,
+        longest waiting (``oldest``), most leased, most dead. Returns how many
+        partitions the ranking holds and ``count`` of them from ``offset``."""
+        return self.run(commands.partitions_top(self.name, count, by, offset))
 
     def partitions(self, count: int | None = None) -> Iterator[PartitionView]:
         """Every partition, in bounded steps (a partition may appear twice, as in HSCAN)."""
@@ -351,6 +360,11 @@ class AsyncQueue:
         self, cursor: int = 0, count: int | None = None
     ) -> tuple[int, list[PartitionView]]:
         return await self.run(commands.partitions_page(self.name, cursor, count))
+
+    async def partitions_top(
+        self, count: int, by: Rank = "queued", offset: int = 0
+    ) -> tuple[int, list[PartitionView]]:
+        return await self.run(commands.partitions_top(self.name, count, by, offset))
 
     async def partitions(self, count: int | None = None) -> AsyncIterator[PartitionView]:
         cursor = 0

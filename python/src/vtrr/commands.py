@@ -22,7 +22,9 @@ from .types import (
     PartitionSettings,
     PartitionView,
     Policy,
+    Rank,
     Stats,
+    Totals,
     decode,
     encode,
 )
@@ -198,6 +200,15 @@ def _stats(reply: Any) -> Stats:
         next_due_ms=_opt_int(f["next_due_ms"]),
         next_expiry_ms=_opt_int(f["next_expiry_ms"]),
         layout=cast(Layout, decode(f["layout"])),
+        oldest_waiting_ms=_opt_int(f["oldest_waiting_ms"]),
+        totals=Totals(
+            enqueued=int(f["enqueued_total"]),
+            leased=int(f["leased_total"]),
+            acked=int(f["acked_total"]),
+            nacked=int(f["nacked_total"]),
+            dead=int(f["dead_total"]),
+            expired=int(f["expired_total"]),
+        ),
     )
 
 
@@ -319,6 +330,15 @@ def _view(reply: Any) -> PartitionView:
         concurrency=_opt_int(f["concurrency"]),
         concurrency_in_force=_opt_int(f["concurrency-in-force"]),
         virtual_time=_opt_int(f["virtual-time"]),
+        waiting_ms=_opt_int(f["waiting-ms"]),
+        totals=Totals(
+            enqueued=int(f["enqueued-total"]),
+            leased=int(f["leased-total"]),
+            acked=int(f["acked-total"]),
+            nacked=int(f["nacked-total"]),
+            dead=int(f["dead-total"]),
+            expired=int(f["expired-total"]),
+        ),
     )
 
 
@@ -333,6 +353,16 @@ def partitions_page(
     args: tuple[Arg, ...] = ("VTRR.PARTITIONS", name, "CURSOR", cursor)
     if count is not None:
         args += ("COUNT", count)
+    return Command(args, _page)
+
+
+def partitions_top(
+    name: str, count: int, by: Rank, offset: int = 0
+) -> Command[tuple[int, list[PartitionView]]]:
+    """VTRR.PARTITIONS ... TOP: (how many partitions the ranking holds, the page)."""
+    args: tuple[Arg, ...] = ("VTRR.PARTITIONS", name, "TOP", count, "BY", by.upper())
+    if offset:
+        args += ("OFFSET", offset)
     return Command(args, _page)
 
 

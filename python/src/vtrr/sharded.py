@@ -15,7 +15,8 @@ are queued (changing it moves partitions: drain first).
 Producer side: `enqueue`, `enqueue_many`, `defer` go to each item's
 sub-queue; per-tenant controls (`set_limit`, `pause`, `resume`, `limit`,
 `partition`) to the partition's; queue-wide ones (`set_policy`) to every
-sub-queue. `stats`, `dead`, `check` and `partitions` read every sub-queue.
+sub-queue. `stats`, `dead`, `check`, `partitions` and `partitions_top` read
+every sub-queue.
 
 Worker side: `lease` runs the **weighted rotation** of docs/scaling.md: a
 charge per sub-queue, weight/n_i added to sub-queue i's charge for each item
@@ -48,10 +49,11 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -71,7 +73,9 @@ from .types import (
     PartitionSettings,
     PartitionView,
     Policy,
+    Rank,
     Stats,
+    Totals,
     encode,
 )
 
@@ -157,9 +161,10 @@ class ShardedStats:
 
     The counts are sums over the sub-queues (`partitions` sums each one's
     entries of `partition_virtual_time`: a partition is in one sub-queue only,
-    so nothing is counted twice); `next_due_ms` and `next_expiry_ms` are the
-    earliest of any sub-queue. Virtual times do not add up across
-    sub-queues: each sub-queue's own `Stats` is in `shards`.
+    so nothing is counted twice), and so are the `totals`; `next_due_ms` and
+    `next_expiry_ms` are the earliest of any sub-queue, `oldest_waiting_ms`
+    the longest. Virtual times do not add up across sub-queues: each
+    sub-queue's own `Stats` is in `shards`.
     """
 
     queued: int
@@ -173,12 +178,37 @@ class ShardedStats:
     capped_partitions: int
     next_due_ms: int | None
     next_expiry_ms: int | None
+    oldest_waiting_ms: int | None
+    totals: Totals
     shards: tuple[Stats, ...]
 
 
 def _earliest(values: Iterable[int | None]) -> int | None:
     present = [v for v in values if v is not None]
     return min(present) if present else None
+
+
+def _longest(values: Iterable[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _sum_totals(each: Sequence[Totals]) -> Totals:
+    return Totals(
+        *(sum(getattr(t, field.name) for t in each) for field in dataclasses.fields(Totals))
+    )
+
+
+_MAX_TOP = 10_000  # VTRR.PARTITIONS ... TOP's largest count
+
+# Each ranking of `partitions_top` as the server orders it: the most (or
+# the longest waiting) first, ties by name.
+_RANKED_BY: dict[Rank, Callable[[PartitionView], tuple[int, bytes]]] = {
+    "queued": lambda view: (-view.queued, encode(view.partition)),
+    "oldest": lambda view: (-(view.waiting_ms or 0), encode(view.partition)),
+    "leased": lambda view: (-view.leased, encode(view.partition)),
+    "dead": lambda view: (-view.dead, encode(view.partition)),
+}
 
 
 class ShardedQueue:
@@ -575,6 +605,8 @@ class ShardedQueue:
             capped_partitions=sum(s.capped_partitions for s in each),
             next_due_ms=_earliest(s.next_due_ms for s in each),
             next_expiry_ms=_earliest(s.next_expiry_ms for s in each),
+            oldest_waiting_ms=_longest(s.oldest_waiting_ms for s in each),
+            totals=_sum_totals([s.totals for s in each]),
             shards=each,
         )
 
@@ -600,6 +632,26 @@ class ShardedQueue:
         if after:
             return after * self.shards + shard, views
         return (shard + 1) % self.shards, views
+
+    def partitions_top(
+        self, count: int, by: Rank = "queued", offset: int = 0
+    ) -> tuple[int, list[PartitionView]]:
+        """The partitions of every sub-queue ranked as `Queue.partitions_top` ranks them.
+
+        Each sub-queue gives its first `offset + count` (the only ones that
+        can be among the first `offset + count` of all); those are merged
+        by the ranking and sliced. The count is the sum of the sub-queues'.
+        `offset + count` is one sub-queue's TOP count: at most 10,000.
+        """
+        check_int("count", count, 1, _MAX_TOP)
+        check_int("offset", offset, 0, _MAX_TOP - count)
+        pages = [queue.partitions_top(offset + count, by) for queue in self.sub_queues]
+        ranked = _RANKED_BY[by]
+        merged = heapq.merge(*(views for _, views in pages), key=ranked)
+        return (
+            sum(ranked_count for ranked_count, _ in pages),
+            list(itertools.islice(merged, offset, offset + count)),
+        )
 
     def partitions(self, count: int | None = None) -> Iterator[PartitionView]:
         """Every partition of every sub-queue, sub-queue by sub-queue, in bounded steps."""

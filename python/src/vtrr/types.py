@@ -90,6 +90,32 @@ class Stats:
     next_due_ms: int | None
     next_expiry_ms: int | None
     layout: Layout
+    #: How long the longest-waiting partition's line has gone unserved (ms);
+    #: None when nothing is queued.
+    oldest_waiting_ms: int | None
+    #: What the queue has done, counted as it goes (kept with the queue,
+    #: replicated and persisted with it).
+    totals: Totals
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Totals:
+    """Counters of what a queue or a partition was served, as it goes.
+
+    A partition's count since its record last appeared (a partition with
+    nothing counted or set has no record), the queue's since it was made.
+    """
+
+    enqueued: int
+    leased: int
+    acked: int
+    nacked: int
+    dead: int
+    expired: int
+
+
+Rank = Literal["queued", "oldest", "leased", "dead"]
+RANKS: tuple[Rank, ...] = ("queued", "oldest", "leased", "dead")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,6 +133,10 @@ class PartitionView:
     concurrency: int | None
     concurrency_in_force: int | None
     virtual_time: int | None
+    #: How long its line has gone unserved: since it had items queued or
+    #: was last leased from, whichever is later (ms); None with none queued.
+    waiting_ms: int | None
+    totals: Totals
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,0 +1,176 @@
+"""What every route shares: the client, the queues, the pollers, who may write,
+the templates; and the request parameters they all read.
+
+Every request reads what it shows from Redis through the blocking client in
+a worker thread (`asyncio.to_thread`), so a slow reply never holds up the
+event loop that serves the streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import jinja2
+import redis
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ..client import Queue
+from . import charts
+from .access import Access
+from .directory import Directory
+from .names import parsed_form, quoted, shown
+from .poller import Pollers, QueuePoller, Sample
+
+_PREVIEW_BYTES = 80
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class NotFound(Exception):
+    """A queue the app does not show, or a page that is not there: a 404 page."""
+
+
+class BadInput(Exception):
+    """A parameter the app cannot take: a 400 page saying which."""
+
+
+def _finalize(value: Any) -> Any:
+    # Every {{ }} goes through here: a name's non-UTF-8 bytes (surrogates)
+    # would make the page unencodable, a control character would break a line.
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return shown(value)
+    return value
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _died(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"
+    )
+
+
+def _preview(payload: bytes) -> str:
+    """A payload's start, as text (bytes that are not UTF-8 as \\xNN)."""
+    text = payload[:_PREVIEW_BYTES].decode("utf-8", "backslashreplace")
+    return text + ("…" if len(payload) > _PREVIEW_BYTES else "")
+
+
+class WebView:
+    """What every route shares: the client, the queues, the pollers, who may write."""
+
+    def __init__(
+        self,
+        client: redis.Redis | redis.RedisCluster,
+        queues: Sequence[str],
+        *,
+        write_token: str | None,
+        interval_s: float,
+        top_k: int,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        self.client = client
+        self.interval_s = interval_s
+        self.top_k = top_k
+        self.directory = Directory(client, queues)
+        self.pollers = Pollers(client, interval_s=interval_s, top_k=top_k)
+        self.access = Access(write_token)
+        #: Set when the server shuts down: each event stream ends after its next
+        #: event, so a graceful shutdown does not wait for every open tab.
+        self.closing = False
+        self.templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("vtrr.web", "templates"),
+            autoescape=True,
+            finalize=_finalize,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.templates.filters.update(
+            quoted=quoted,
+            compact=charts.compact,
+            duration=_duration,
+            died=_died,
+            preview=_preview,
+        )
+
+    def render(
+        self, request: Request, template: str, status_code: int = 200, **context: Any
+    ) -> HTMLResponse:
+        context.setdefault("banner", None)
+        context.setdefault("here", here(request))
+        page = self.templates.get_template(template).render(
+            writer=self.access.writer(request),
+            writable=self.access.writable,
+            **context,
+        )
+        return HTMLResponse(page, status_code=status_code)
+
+    def queue(self, name: str) -> Queue:
+        return Queue(self.client, name)
+
+    def fragment(self, request: Request) -> bool:
+        """Whether htmx asked for the part of a page it swaps, not the whole page."""
+        return request.headers.get("hx-request") == "true"
+
+    async def sample_of(self, poller: QueuePoller) -> Sample:
+        """The poller's latest sample; if it has none yet, the first, waited for a while."""
+        wait_s = max(5.0, 2 * self.interval_s)
+        try:
+            return await asyncio.wait_for(poller.sample(), wait_s)
+        except TimeoutError:
+            return Sample(time.time(), None, (), (), error=f"Redis did not answer in {wait_s:g} s")
+
+    async def queue_named(self, request: Request) -> str:
+        """The queue a request names (`q`), one the app shows; else a 404 page."""
+        name = query(request).get("q", "")
+        if not name or not await self.directory.knows(name):
+            raise NotFound(f"There is no queue named {shown(name)!r} here.")
+        return name
+
+
+def here(request: Request) -> str:
+    """This page's URL (path and query), for a form to come back to."""
+    query_string = request.scope["query_string"].decode("latin-1")
+    return request.url.path + ("?" + query_string if query_string else "")
+
+
+def local_path(path: str) -> str:
+    """A redirect target on this site only (no `//host`, no scheme, no backslash trick)."""
+    return path if path.startswith("/") and not path.startswith(("//", "/\\")) else "/"
+
+
+def query(request: Request) -> dict[str, str]:
+    return parsed_form(request.scope["query_string"])
+
+
+def int_param(params: dict[str, str], key: str, default: int, low: int, high: int) -> int:
+    """An integer parameter between `low` and `high`, else a 400 page saying so."""
+    raw = params.get(key, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadInput(f"{key} must be an integer, not {shown(raw)!r}") from None
+    if not low <= value <= high:
+        raise BadInput(f"{key} must be between {low} and {high}")
+    return value

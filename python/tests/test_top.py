@@ -1,0 +1,85 @@
+"""`vtrr top` in a real terminal: tmux runs it, sends it keys and reads its screen."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from servers import Server
+
+import vtrr
+from vtrr import Item
+
+VTRR = str(Path(sys.executable).parent / "vtrr")
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+class Terminal:
+    """A detached 160x50 tmux session of its own (its own server socket) running one command."""
+
+    def __init__(self, *command: str) -> None:
+        self.socket = "vtrr-top-" + uuid.uuid4().hex[:8]
+        self.tmux("new-session", "-d", "-x", "160", "-y", "50", "-s", "top", *command)
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10
+        )
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "top").stdout
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", "top", *keys)
+
+    def running(self) -> bool:
+        return self.tmux("has-session", "-t", "top").returncode == 0
+
+    def kill(self) -> None:
+        self.tmux("kill-server")
+
+
+def until(check: Callable[[], bool], what: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def terminal(server: Server, queue: vtrr.Queue) -> Iterator[Terminal]:
+    running = Terminal(VTRR, "--url", server.url, "top", queue.name, "--interval", "0.2")
+    yield running
+    running.kill()
+
+
+def test_top_shows_tenants_pauses_resumes_and_quits(queue: vtrr.Queue, terminal: Terminal) -> None:
+    queue.enqueue_many(
+        [Item("alice", f"a{i}", b"") for i in range(3)]
+        + [Item("bob", f"b{i}", b"") for i in range(2)]
+        + [Item("carol", "c0", b"")]
+    )
+    until(lambda: all(t in terminal.screen() for t in ("alice", "bob", "carol")), "the tenants")
+    screen = terminal.screen()
+    assert "queued 6" in screen and "by queued" in screen, screen
+    # Ranked by queued: alice, bob, carol. Down selects bob.
+    terminal.keys("Down")
+    time.sleep(0.3)  # a refresh in between must keep bob selected
+    terminal.keys("p")
+    until(lambda: queue.partition("bob").paused, "bob paused")
+    assert not queue.partition("alice").paused
+    until(lambda: "paused bob" in terminal.screen(), "the line saying so")
+    terminal.keys("r")
+    until(lambda: not queue.partition("bob").paused, "bob resumed")
+    terminal.keys("b")
+    until(lambda: "by oldest" in terminal.screen(), "the next ranking")
+    terminal.keys("q")
+    until(lambda: not terminal.running(), "vtrr top to quit")

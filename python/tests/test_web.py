@@ -1,0 +1,436 @@
+"""`vtrr web`: its routes against a real server with the module (Starlette's TestClient),
+and its streams over real HTTP (uvicorn in a thread)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from html import unescape
+from urllib.parse import quote_from_bytes
+
+import httpx
+import pytest
+import redis
+import uvicorn
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from servers import Cluster, Server, free_port, layout
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+import vtrr
+from vtrr import Item
+from vtrr.web import close_streams, create_app
+
+TOKEN = "let-me-write"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+HTMX = {"HX-Request": "true"}
+# Tenant names an operator's page must survive: markup, URL syntax, a newline, bytes
+# that are not UTF-8 (decoded with surrogates, as the client does), other scripts.
+ODD_TENANTS = ["<script>alert(1)</script>", "a/b?c=d&e#f", "line\nbreak", "caf\udce9", "租户 ☃"]
+
+
+def url_of(name: str) -> str:
+    return quote_from_bytes(name.encode("utf-8", "surrogateescape"), safe="")
+
+
+@contextlib.contextmanager
+def web(client: redis.Redis, queues: list[str], **options: object) -> Iterator[TestClient]:
+    with TestClient(create_app(client, queues, **options)) as http:  # type: ignore[arg-type]
+        yield http
+
+
+@contextlib.contextmanager
+def serving(app: Starlette) -> Iterator[str]:
+    """The app over real HTTP (uvicorn in a thread, on a free port): its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        close_streams(app)
+        server.should_exit = True
+        thread.join(10)
+
+
+def wait_for[T](probe: Callable[[], T], seconds: float = 5.0) -> T:
+    deadline = time.monotonic() + seconds
+    while not (value := probe()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
+
+
+def links(html: str, path: str) -> list[str]:
+    return [unescape(href) for href in re.findall(rf'href="({re.escape(path)}\?[^"]*)"', html)]
+
+
+def test_every_page_answers_and_escapes_odd_names(client: redis.Redis, queue: vtrr.Queue) -> None:
+    queue.enqueue("dying", "d1", b"\xffbinary payload")
+    lease = queue.lease(10_000)
+    assert lease is not None and queue.nack(lease, dead=True)
+    queue.enqueue_many(
+        Item(t, f"{i}-{n}", b"x") for i, t in enumerate(ODD_TENANTS) for n in range(i + 1)
+    )
+    with web(client, [queue.name]) as http:
+        q = url_of(queue.name)
+        pages = [
+            "/", f"/queue?q={q}", f"/queue/dead?q={q}",
+            *(f"/queue/tenants?q={q}&by={by}" for by in vtrr.types.RANKS),
+        ]  # fmt: skip
+        for page in pages:
+            answer = http.get(page)
+            assert answer.status_code == 200, (page, answer.text)
+            assert "<script>alert" not in answer.text
+        tenants = http.get(f"/queue/tenants?q={q}").text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in tenants
+        assert "caf\\xe9" in tenants and "line\\u000abreak" in tenants and "租户 ☃" in tenants
+        # Each tenant's link leads to its own page, whatever its name holds.
+        tenant_links = links(tenants, "/queue/tenant")
+        assert len(tenant_links) == len(ODD_TENANTS)
+        for name in ODD_TENANTS:
+            assert f"/queue/tenant?q={q}&t={url_of(name)}" in tenant_links
+            page = http.get(f"/queue/tenant?q={q}&t={url_of(name)}")
+            assert page.status_code == 200
+            queued = re.search(r"<dt>queued</dt><dd>(\d+)</dd>", page.text)
+            assert queued and int(queued[1]) == ODD_TENANTS.index(name) + 1
+
+
+def test_the_queue_page_shows_counts_policy_and_charts(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue_many([Item("alice", "a1", b""), Item("alice", "a2", b""), Item("bob", "b1", b"")])
+    queue.set_policy(max_nacks=4)
+    with web(client, [queue.name], interval_s=0.1) as http:
+        http.get(f"/queue?q={url_of(queue.name)}")
+        time.sleep(0.35)  # a few polls: the charts have lines
+        page = http.get(f"/queue?q={url_of(queue.name)}").text
+        assert re.search(r"<dt>queued</dt><dd>3</dd>", page)
+        assert re.search(r"<dt>max nacks</dt><dd>4</dd>", page)
+        assert page.count('<figure class="chart">') == 3 and page.count("<polyline") >= 4
+        assert 'sse-connect="/queue/events?q=' in page
+        rows = re.findall(r'<tr data-tenant="([^"]*)"', page)
+        assert rows == ["alice", "bob"]  # most queued first
+
+
+def test_a_missing_queue_is_a_404_page(client: redis.Redis, queue_name: str) -> None:
+    with web(client, ["{given}"]) as http:
+        for page in ("/queue?q=nope", "/queue/tenants?q=nope", "/queue", "/queue/events?q=x"):
+            answer = http.get(page)
+            assert answer.status_code == 404 and "There is no queue named" in answer.text
+        assert "Traceback" not in answer.text
+        assert http.get("/no/such/page").status_code == 404
+    with web(client, []) as http:  # discovered: a queue with no keys is not there
+        assert http.get(f"/queue?q={url_of(queue_name)}").status_code == 404
+
+
+def test_bad_parameters_are_400_pages(client: redis.Redis, queue: vtrr.Queue) -> None:
+    queue.enqueue("a", "1", b"")
+    q = url_of(queue.name)
+    with web(client, [queue.name], write_token=TOKEN) as http:
+        for page in (
+            f"/queue/tenants?q={q}&by=newest",
+            f"/queue/tenants?q={q}&offset=-1",
+            f"/queue/tenants?q={q}&offset=ten",
+            f"/queue/tenants?q={q}&count=0",
+            f"/queue/tenant?q={q}",
+            f"/queue/dead?q={q}&count=100000",
+            "/?offset=%FF",
+        ):
+            answer = http.get(page)
+            assert answer.status_code == 400, page
+            assert 'class="banner"' in answer.text
+        for body in ("concurrency=lots", "share=-2", ""):
+            answer = http.post(
+                f"/actions/limit?q={q}&t=a",
+                content=body,
+                headers={**BEARER, "Content-Type": "application/x-www-form-urlencoded"},
+            )
+            assert answer.status_code == 400, body
+        assert http.post(f"/actions/pause?q={q}", headers=BEARER).status_code == 400  # no tenant
+        assert http.post(f"/actions/explode?q={q}", headers=BEARER).status_code == 404
+
+
+def test_read_only_without_a_token(client: redis.Redis, queue: vtrr.Queue) -> None:
+    queue.enqueue("alice", "a1", b"")
+    lease = queue.lease(10_000)
+    assert lease is not None and queue.nack(lease, dead=True)
+    q = url_of(queue.name)
+    with web(client, [queue.name]) as http:
+        for page in (f"/queue?q={q}", f"/queue/tenants?q={q}", f"/queue/dead?q={q}",
+                     f"/queue/tenant?q={q}&t=alice"):  # fmt: skip
+            html = http.get(page).text
+            assert "/actions/" not in html and "read-only" in html
+        for action in ("pause", "resume", "limit", "policy", "revive", "cancel"):
+            answer = http.post(f"/actions/{action}?q={q}&t=alice&id=a1", data={"share": "2"})
+            assert answer.status_code == 403
+        # Even with a token in hand: this app takes none.
+        assert http.post(f"/actions/pause?q={q}&t=alice", headers=BEARER).status_code == 403
+    assert not queue.partition("alice").paused and queue.stats().dead == 1
+
+
+def test_writes_need_the_token_as_bearer_or_login_cookie(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue("alice", "a1", b"")
+    q = url_of(queue.name)
+    with web(client, [queue.name], write_token=TOKEN) as http:
+        page = http.get(f"/queue/tenants?q={q}").text
+        assert "/actions/" not in page and "log in to write" in page
+        assert http.post(f"/actions/pause?q={q}&t=alice").status_code == 403
+        wrong = {"Authorization": "Bearer nope"}
+        assert http.post(f"/actions/pause?q={q}&t=alice", headers=wrong).status_code == 403
+        assert not queue.partition("alice").paused
+
+        paused = http.post(f"/actions/pause?q={q}&t=alice", headers=BEARER, follow_redirects=False)
+        assert paused.status_code == 303
+        assert queue.partition("alice").paused
+
+        assert http.post("/login", data={"token": "nope"}).status_code == 403
+        back = f"/queue/tenants?q={q}"
+        login = http.post("/login", data={"token": TOKEN, "next": back}, follow_redirects=False)
+        assert login.status_code == 303 and login.headers["location"] == back
+        assert "samesite=strict" in login.headers["set-cookie"].lower()
+        assert TOKEN not in login.headers["set-cookie"]
+        page = http.get(back).text
+        assert f"/actions/resume?q={q}&amp;t=alice" in page and "can write" in page
+        resumed = http.post(f"/actions/resume?q={q}&t=alice", follow_redirects=False)
+        assert resumed.status_code == 303
+        assert not queue.partition("alice").paused
+        # An open redirect is not: the next page is always on this site.
+        away = http.post(
+            "/login", data={"token": TOKEN, "next": "//evil.example/"}, follow_redirects=False
+        )
+        assert away.headers["location"] == "/"
+        http.post("/logout")
+        assert http.post(f"/actions/pause?q={q}&t=alice").status_code == 403
+
+
+def test_every_action_works_and_is_logged(
+    client: redis.Redis, queue: vtrr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    tenant = "caf\udce9 <&>"
+    queue.enqueue_many(
+        [Item(tenant, "t1", b""), Item("other", "o1", b""), Item("other", "o2", b"")]
+    )
+    for _ in range(2):
+        lease = queue.lease(10_000)
+        assert lease is not None and queue.nack(lease, dead=True)
+    dead_ids = sorted(item.id for item in queue.dead(10))
+    q, t = url_of(queue.name), url_of(tenant)
+    form = {**BEARER, **HTMX, "Content-Type": "application/x-www-form-urlencoded"}
+    caplog.set_level(logging.INFO, logger="vtrr.web")
+    with web(client, [queue.name], write_token=TOKEN) as http:
+
+        def act(action: str, body: str = "") -> httpx.Response:
+            answer = http.post(f"/actions/{action}", content=body, headers=form)
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["HX-Trigger"] == "vtrr-changed"
+            return answer
+
+        assert "paused" in act(f"pause?q={q}&t={t}").text
+        assert queue.partition(tenant).paused
+        assert "was already paused" in act(f"pause?q={q}&t={t}").text
+        act(f"resume?q={q}&t={t}")
+        assert not queue.partition(tenant).paused
+        assert "cap 2, share 3" in act(f"limit?q={q}&t={t}", "concurrency=2&share=3").text
+        assert queue.limit(tenant).concurrency == 2 and queue.limit(tenant).share == 3
+        assert "cap none" in act(f"limit?q={q}&t={t}", "concurrency=none").text
+        assert queue.limit(tenant).concurrency is None
+        act(f"policy?q={q}", "max_timeouts=3&max_nacks=none")
+        assert queue.policy().max_timeouts == 3 and queue.policy().max_nacks is None
+        assert "revived" in act(f"revive?q={q}&id={url_of(dead_ids[0])}").text
+        assert "cancelled" in act(f"cancel?q={q}&id={url_of(dead_ids[1])}").text
+        assert queue.stats().dead == 0 and queue.stats().queued == 2
+        assert "not dead" in act(f"revive?q={q}&id=gone").text
+        # A value the module refuses is a 400 with its message, and logged as failed.
+        refused = http.post(f"/actions/limit?q={q}&t={t}", content="share=0", headers=form)
+        assert refused.status_code == 400 and "share must be" in refused.text.lower()
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "vtrr.web"]
+    assert len(lines) == 10
+    assert all(line.startswith("bearer@testclient ") for line in lines)
+    assert f"pause queue={queue.name!r} tenant={tenant!r}: paused" in lines[0]
+    assert lines[-1].startswith(f"bearer@testclient limit queue={queue.name!r} tenant=")
+    assert "failed" in lines[-1]
+    assert all("\n" not in line for line in lines)
+
+
+def test_queues_are_discovered_by_scan(client: redis.Redis, queue: vtrr.Queue) -> None:
+    queue.enqueue("a", "1", b"")
+    client.set(f"vtrr-not-a-queue:{uuid.uuid4().hex}", "x")
+    with web(client, []) as http:
+        page = http.get("/").text
+        assert f'href="/queue?q={url_of(queue.name)}"' in page
+        assert "vtrr-not-a-queue" not in page
+        assert http.get(f"/queue?q={url_of(queue.name)}").status_code == 200
+
+
+def test_a_server_that_cannot_be_reached_shows_a_banner(
+    make_server: Callable[..., Server], queue_name: str
+) -> None:
+    server = make_server()
+    # No retries: redis-py's default backoff would make each refused call take seconds.
+    client = server.client(socket_timeout=2, retry=Retry(NoBackoff(), 0))
+    vtrr.Queue(client, queue_name).enqueue("a", "1", b"")
+    app = create_app(client, [queue_name], interval_s=0.1)
+    server.stop()
+    q = url_of(queue_name)
+    with TestClient(app) as http:
+        page = http.get(f"/queue?q={q}")
+        assert page.status_code == 200  # the page, with the banner; its stream says when it is back
+        assert "Redis cannot be reached" in page.text and 'role="alert"' in page.text
+        for other in (f"/queue/tenants?q={q}", f"/queue/tenant?q={q}&t=a", f"/queue/dead?q={q}"):
+            answer = http.get(other)
+            assert answer.status_code == 503 and "Redis cannot be reached" in answer.text
+            assert "Traceback" not in answer.text
+        assert "cannot be reached" in http.get("/").text
+    with TestClient(create_app(client, [])) as http:  # discovery cannot scan either
+        answer = http.get("/")
+        assert answer.status_code == 503 and "Redis cannot be reached" in answer.text
+    with (
+        serving(create_app(client, [queue_name], interval_s=0.1)) as base,
+        httpx.stream("GET", f"{base}/queue/events?q={q}", timeout=10) as stream,
+    ):
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        event = read_events(stream, 1)[0]
+    assert "Redis cannot be reached" in event
+
+
+def read_events(stream: httpx.Response, count: int) -> list[str]:
+    """The data of the next `count` server-sent events."""
+    events: list[str] = []
+    data: list[str] = []
+    for line in stream.iter_lines():
+        if line.startswith("data: "):
+            data.append(line[6:])
+        elif not line and data:
+            events.append("\n".join(data))
+            data = []
+            if len(events) == count:
+                break
+    return events
+
+
+def commandstats_calls(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}")
+    return int(stats["calls"]) if stats else 0
+
+
+def test_many_streams_share_one_poll_per_interval(
+    make_server: Callable[..., Server], queue_name: str
+) -> None:
+    server = make_server()  # its own server: every VTRR.STATS it counts is the view's
+    client = server.client()
+    vtrr.Queue(client, queue_name).enqueue("alice", "1", b"")
+    interval, streams, events = 0.2, 12, 6
+    app = create_app(client, [queue_name], interval_s=interval)
+    with serving(app) as base:
+        url = f"{base}/queue/events?q={url_of(queue_name)}"
+
+        def watch(_: int) -> list[str]:
+            with httpx.stream("GET", url, timeout=10) as stream:
+                return read_events(stream, events)
+
+        before = commandstats_calls(client, "vtrr.stats")
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(streams) as pool:
+            seen = list(pool.map(watch, range(streams)))
+        elapsed = time.monotonic() - started
+        polls = commandstats_calls(client, "vtrr.stats") - before
+        # With every stream closed, the poller stops (after a short linger).
+        poller = app.state.web.pollers[queue_name]
+        wait_for(lambda: not poller.running, seconds=5)
+        stopped_at = commandstats_calls(client, "vtrr.stats")
+        time.sleep(3 * interval)
+        assert commandstats_calls(client, "vtrr.stats") == stopped_at
+    assert all(len(got) == events and "alice" in got[-1] for got in seen)
+    # One poller for the queue: about elapsed/interval polls, not one per stream.
+    assert polls <= elapsed / interval + 2, (polls, elapsed)
+    assert polls < streams * events / 3
+
+
+def test_metrics_are_served(client: redis.Redis, queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("alice", "1", b""), Item("bob", "2", b"")])
+    with web(client, [queue.name]) as http:
+        answer = http.get("/metrics")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert f'vtrr_queue_items{{queue="{queue.name}",state="queued"}} 2.0' in answer.text
+
+
+@pytest.mark.skipif(layout() == "native", reason="the load test runs on the keys layout only")
+def test_every_page_answers_within_200_ms_with_100k_tenants_and_1m_items(
+    make_server: Callable[..., Server], queue_name: str
+) -> None:
+    server = make_server()
+    client = server.client()
+    # Uneven backlogs (1 to 19 items, 10 on average), each tenant's items in a run:
+    # VTRR.ENQUEUE takes 10,000 items a call, pipelined 20 calls at a time.
+    tenants, batch = 100_000, 10_000
+    backlog = [1 + (n * 7) % 19 + (n < 6) for n in range(tenants)]
+    pipe = client.pipeline(transaction=False)
+    args: list[object] = []
+    for n, count in enumerate(backlog):
+        for k in range(count):
+            args += [f"tenant-{n}", f"item-{n}-{k}", 1 + n % 5, b"p"]
+        if len(args) >= 4 * batch or n == tenants - 1:
+            pipe.execute_command("VTRR.ENQUEUE", queue_name, *args)
+            args = []
+            if len(pipe) == 20 or n == tenants - 1:
+                pipe.execute()
+    queue = vtrr.Queue(client, queue_name)
+    assert queue.stats().queued == sum(backlog) >= 1_000_000
+    leases = queue.lease_many(60_000, 100)
+    for lease in leases[:20]:
+        queue.nack(lease, dead=True)
+    q = url_of(queue_name)
+    pages = [
+        "/",
+        f"/queue?q={q}",
+        *(f"/queue/tenants?q={q}&by={by}" for by in vtrr.types.RANKS),
+        f"/queue/tenants?q={q}&by=queued&offset={tenants - 50}",
+        f"/queue/tenants?q={q}&by=oldest&offset={tenants // 2}",
+        f"/queue/tenant?q={q}&t=tenant-4242",
+        f"/queue/dead?q={q}",
+    ]
+    with web(client, [], interval_s=0.5) as http:
+        for page in pages:
+            # The best of three: the first load includes the scan for queues and the
+            # queue's first poll; the others, whatever else shares the machine.
+            took = []
+            for _ in range(3):
+                started = time.perf_counter()
+                answer = http.get(page)
+                took.append(time.perf_counter() - started)
+                assert answer.status_code == 200, page
+            assert min(took) < 0.2, f"{page} took {min(took) * 1000:.0f} ms at best"
+
+
+def test_a_cluster_queue_is_found_on_its_node_and_shown(cluster: Cluster) -> None:
+    client = cluster.client()
+    name = "{web-" + uuid.uuid4().hex[:8] + "}"
+    vtrr.Queue(client, name).enqueue_many([Item("alice", "1", b""), Item("bob", "2", b"")])
+    with TestClient(create_app(client, [])) as http:
+        # The cluster is shared with other suites: the queue may be on a later page.
+        link = f'href="/queue?q={url_of(name)}"'
+        pages = (http.get(f"/?offset={offset}").text for offset in range(0, 1000, 50))
+        assert any(link in listing for listing in pages)
+        page = http.get(f"/queue?q={url_of(name)}").text
+        assert re.search(r"<dt>queued</dt><dd>2</dd>", page)
+        assert http.get(f"/queue/tenants?q={url_of(name)}").status_code == 200
