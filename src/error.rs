@@ -5,8 +5,8 @@ use redis_module::RedisError;
 
 use crate::core::CoreError;
 use crate::limits::{
-    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT, MAX_TOP_OFFSET,
-    MAX_POLICY_LIMIT, MAX_SHARE, MAX_WEIGHT,
+    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
+    MAX_POLICY_LIMIT, MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
 };
 use crate::store::native::LoadError;
 use crate::store::redis::OpenError;

@@ -259,11 +259,14 @@ fn same(a: &Value, b: &Value) -> bool {
         }
         (Value::Map(x), Value::Map(y)) => {
             x.len() == y.len()
-                && x.iter()
-                    .zip(y)
-                    .all(|((kx, vx), (ky, vy))| {
-                        same(kx, ky) && if is_wait(kx) { near(vx, vy) } else { same(vx, vy) }
-                    })
+                && x.iter().zip(y).all(|((kx, vx), (ky, vy))| {
+                    same(kx, ky)
+                        && if is_wait(kx) {
+                            near(vx, vy)
+                        } else {
+                            same(vx, vy)
+                        }
+                })
         }
         (Value::ServerError(x), Value::ServerError(y)) => {
             x.code() == y.code() && x.details() == y.details()

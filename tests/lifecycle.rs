@@ -308,11 +308,18 @@ fn defer_zero_is_exactly_enqueue() {
         ALL_SUFFIXES
             .into_iter()
             .filter(|suffix| !["partitions", "rank_waiting"].contains(suffix))
-            .map(|suffix| command(&["VTRR.INSPECT", queue, suffix]).query(con).unwrap())
+            .map(|suffix| {
+                command(&["VTRR.INSPECT", queue, suffix])
+                    .query(con)
+                    .unwrap()
+            })
             .collect()
     };
     assert_eq!(keys(&mut con, "deferred"), keys(&mut con, "enqueued"));
-    assert_eq!(observed(&mut con, "deferred"), observed(&mut con, "enqueued"));
+    assert_eq!(
+        observed(&mut con, "deferred"),
+        observed(&mut con, "enqueued")
+    );
     assert!(!key_exists(&mut con, "deferred", "delayed"));
     let info = vtrr_info(&mut con);
     assert_eq!(info["vtrr_items_enqueued"], 6);

@@ -102,7 +102,9 @@ fn next_second() {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1_010 - u64::from(now.subsec_millis())));
+    std::thread::sleep(Duration::from_millis(
+        1_010 - u64::from(now.subsec_millis()),
+    ));
 }
 
 #[test]
@@ -136,7 +138,10 @@ fn the_oldest_line_comes_first_and_a_lease_restarts_its_wait() {
     assert_eq!(rest.len(), 3);
     let (ranked, _) = top(&mut con, "q", &["10", "BY", "oldest"]);
     assert_eq!(ranked, 0);
-    assert_eq!(int(&partition_view(&mut con, "q", "a-early"), "waiting-ms"), None);
+    assert_eq!(
+        int(&partition_view(&mut con, "q", "a-early"), "waiting-ms"),
+        None
+    );
     assert_eq!(stats(&mut con, "q")["oldest_waiting_ms"], Value::Nil);
 }
 
@@ -147,7 +152,10 @@ fn totals_count_what_each_partition_and_the_queue_were_served() {
     set_policy(&mut con, "q", &["MAX-TIMEOUTS", "NONE"]);
     backlog(&mut con, "q", "a", 4);
     backlog(&mut con, "q", "b", 1);
-    assert_eq!(defer_items(&mut con, "q", 60_000, &[("b", "later", 1, b"x")]), 1);
+    assert_eq!(
+        defer_items(&mut con, "q", 60_000, &[("b", "later", 1, b"x")]),
+        1
+    );
     let leases = lease_count(&mut con, "q", 60_000, 4);
     let of = |id: &[u8]| leases.iter().find(|l| l.0 == id).unwrap();
     assert_eq!(ack(&mut con, "q", b"a-0", &of(b"a-0").2), 1);
@@ -168,14 +176,21 @@ fn totals_count_what_each_partition_and_the_queue_were_served() {
     let a = partition_view(&mut con, "q", "a");
     let b = partition_view(&mut con, "q", "b");
     assert_eq!(totals(&a, "-total"), [4, 4, 1, 1, 0, 1]);
-    assert_eq!(totals(&b, "-total"), [2, 1, 0, 1, 1, 0], "NACK ... DEAD is a nack");
+    assert_eq!(
+        totals(&b, "-total"),
+        [2, 1, 0, 1, 1, 0],
+        "NACK ... DEAD is a nack"
+    );
     let queue: View = stats(&mut con, "q").into_iter().collect();
     assert_eq!(totals(&queue, "_total"), [6, 5, 1, 2, 1, 1]);
 
     // A partition whose record goes (nothing left counted or set) takes
     // its totals with it; the queue keeps them.
     assert_eq!(cancel(&mut con, "q", &["b-0", "later"]), 2);
-    assert_eq!(totals(&partition_view(&mut con, "q", "b"), "-total"), [0; 6]);
+    assert_eq!(
+        totals(&partition_view(&mut con, "q", "b"), "-total"),
+        [0; 6]
+    );
     let queue: View = stats(&mut con, "q").into_iter().collect();
     assert_eq!(totals(&queue, "_total"), [6, 5, 1, 2, 1, 1]);
     assert!(vtrr_check(&mut con, "q").is_empty());
@@ -212,15 +227,42 @@ fn bad_top_arguments_get_clear_errors() {
     let mut con = server.connect();
     backlog(&mut con, "q", "a", 1);
     for (words, error) in [
-        (&["TOP", "0"][..], "ERR TOP must be an integer between 1 and 10000"),
-        (&["TOP", "10001"], "ERR TOP must be an integer between 1 and 10000"),
-        (&["TOP", "x"], "ERR TOP must be an integer between 1 and 10000"),
-        (&["TOP", "5", "BY", "age"], "ERR BY must be one of queued, oldest, leased, dead"),
-        (&["TOP", "5", "OFFSET", "-1"], "ERR OFFSET must be an integer between 0 and 100000"),
-        (&["TOP", "5", "OFFSET", "100001"], "ERR OFFSET must be an integer between 0 and 100000"),
-        (&["TOP", "5", "CURSOR", "0"], "ERR TOP and CURSOR cannot be combined"),
-        (&["TOP", "5", "COUNT", "3"], "ERR TOP and COUNT cannot be combined"),
-        (&["TOP", "5", "PARTITION", "a"], "ERR TOP and PARTITION cannot be combined"),
+        (
+            &["TOP", "0"][..],
+            "ERR TOP must be an integer between 1 and 10000",
+        ),
+        (
+            &["TOP", "10001"],
+            "ERR TOP must be an integer between 1 and 10000",
+        ),
+        (
+            &["TOP", "x"],
+            "ERR TOP must be an integer between 1 and 10000",
+        ),
+        (
+            &["TOP", "5", "BY", "age"],
+            "ERR BY must be one of queued, oldest, leased, dead",
+        ),
+        (
+            &["TOP", "5", "OFFSET", "-1"],
+            "ERR OFFSET must be an integer between 0 and 100000",
+        ),
+        (
+            &["TOP", "5", "OFFSET", "100001"],
+            "ERR OFFSET must be an integer between 0 and 100000",
+        ),
+        (
+            &["TOP", "5", "CURSOR", "0"],
+            "ERR TOP and CURSOR cannot be combined",
+        ),
+        (
+            &["TOP", "5", "COUNT", "3"],
+            "ERR TOP and COUNT cannot be combined",
+        ),
+        (
+            &["TOP", "5", "PARTITION", "a"],
+            "ERR TOP and PARTITION cannot be combined",
+        ),
         (&["BY", "queued"], "ERR BY needs TOP"),
         (&["OFFSET", "1"], "ERR OFFSET needs TOP"),
         (&["TOP"], "ERR syntax error"),

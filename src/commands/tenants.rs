@@ -183,7 +183,8 @@ fn view(view: PartitionView) -> RedisValue {
         ("paused", int(u64::from(record.paused))),
         (
             "waiting-ms",
-            view.waiting_ms.map_or(RedisValue::Null, RedisValue::Integer),
+            view.waiting_ms
+                .map_or(RedisValue::Null, RedisValue::Integer),
         ),
         ("enqueued-total", int(record.totals.enqueued)),
         ("leased-total", int(record.totals.leased)),
@@ -261,8 +262,7 @@ fn partitions(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 }
             }
             let rank = rank.unwrap_or(Rank::Queued);
-            let (ranked, views) =
-                ops::partitions_top(ctx, queue, rank, offset.unwrap_or(0), k)?;
+            let (ranked, views) = ops::partitions_top(ctx, queue, rank, offset.unwrap_or(0), k)?;
             return Ok(RedisValue::Array(vec![
                 int(ranked),
                 RedisValue::Array(views.into_iter().map(view).collect()),

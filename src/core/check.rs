@@ -267,7 +267,11 @@ fn check_rankings(store: &mut impl Store, problems: &mut Vec<String>) -> Result<
         }
     }
     let queue = queue_totals(store, &mut Vec::new()).values();
-    if queue.iter().zip(summed).any(|(queue, summed)| *queue < summed) {
+    if queue
+        .iter()
+        .zip(summed)
+        .any(|(queue, summed)| *queue < summed)
+    {
         problems.push(format!(
             "the queue's totals {queue:?} are below its partitions' {summed:?}"
         ));

@@ -48,8 +48,7 @@ pub use access::CoreOp;
 pub use admission::MAX_PARKED_PER_CALL;
 pub use controls::{
     control_counts, limit, partition_view, partitions_page, partitions_top, pause, recount, resume,
-    set_limit,
-    LimitChange, PartitionView,
+    set_limit, LimitChange, PartitionView,
 };
 pub use dead::{
     cancel, dead_items, read_policy, revive, set_policy, DeadItem, Moved, Policy, PolicyChange,

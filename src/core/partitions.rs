@@ -48,7 +48,8 @@ pub struct Totals {
 }
 
 impl Totals {
-    pub const FIELDS: [&'static str; 6] = ["enqueued", "leased", "acked", "nacked", "dead", "expired"];
+    pub const FIELDS: [&'static str; 6] =
+        ["enqueued", "leased", "acked", "nacked", "dead", "expired"];
 
     /// The counters in [`Totals::FIELDS`] order.
     pub fn values(&self) -> [u64; 6] {

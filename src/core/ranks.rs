@@ -225,25 +225,72 @@ mod tests {
     #[test]
     fn a_change_moves_only_the_rankings_whose_value_moved() {
         let mut store = MemoryStore::default();
-        record_change(&mut store, b"a", (&Record::default(), None), (&record(3, 0, Some(10_000)), None), false);
-        record_change(&mut store, b"b", (&Record::default(), None), (&record(5, 1, Some(20_000)), Some(1)), false);
-        assert_eq!(top(&mut store, Rank::Queued, 0, 10).unwrap(), (2, vec![b"b".to_vec(), b"a".to_vec()]));
-        assert_eq!(top(&mut store, Rank::Oldest, 0, 10).unwrap(), (2, vec![b"a".to_vec(), b"b".to_vec()]));
-        assert_eq!(top(&mut store, Rank::Leased, 0, 10).unwrap(), (1, vec![b"b".to_vec()]));
-        assert_eq!(top(&mut store, Rank::Queued, 1, 10).unwrap(), (2, vec![b"a".to_vec()]));
+        record_change(
+            &mut store,
+            b"a",
+            (&Record::default(), None),
+            (&record(3, 0, Some(10_000)), None),
+            false,
+        );
+        record_change(
+            &mut store,
+            b"b",
+            (&Record::default(), None),
+            (&record(5, 1, Some(20_000)), Some(1)),
+            false,
+        );
+        assert_eq!(
+            top(&mut store, Rank::Queued, 0, 10).unwrap(),
+            (2, vec![b"b".to_vec(), b"a".to_vec()])
+        );
+        assert_eq!(
+            top(&mut store, Rank::Oldest, 0, 10).unwrap(),
+            (2, vec![b"a".to_vec(), b"b".to_vec()])
+        );
+        assert_eq!(
+            top(&mut store, Rank::Leased, 0, 10).unwrap(),
+            (1, vec![b"b".to_vec()])
+        );
+        assert_eq!(
+            top(&mut store, Rank::Queued, 1, 10).unwrap(),
+            (2, vec![b"a".to_vec()])
+        );
         // a's last item is leased: it leaves the queued and waiting rankings.
-        record_change(&mut store, b"a", (&record(3, 0, Some(10_000)), None), (&record(0, 1, None), Some(1)), false);
-        assert_eq!(top(&mut store, Rank::Queued, 0, 10).unwrap(), (1, vec![b"b".to_vec()]));
-        assert_eq!(top(&mut store, Rank::Oldest, 0, 10).unwrap(), (1, vec![b"b".to_vec()]));
+        record_change(
+            &mut store,
+            b"a",
+            (&record(3, 0, Some(10_000)), None),
+            (&record(0, 1, None), Some(1)),
+            false,
+        );
+        assert_eq!(
+            top(&mut store, Rank::Queued, 0, 10).unwrap(),
+            (1, vec![b"b".to_vec()])
+        );
+        assert_eq!(
+            top(&mut store, Rank::Oldest, 0, 10).unwrap(),
+            (1, vec![b"b".to_vec()])
+        );
         assert_eq!(top(&mut store, Rank::Leased, 0, 10).unwrap().0, 2);
     }
 
     #[test]
     fn a_queued_count_keeps_its_place_within_a_sixteenth() {
-        let mut record = Record { queued: 200, ..Record::default() };
+        let mut record = Record {
+            queued: 200,
+            ..Record::default()
+        };
         settle(&mut record);
         assert_eq!(record.ranked_queued, 200, "a first place");
-        for (queued, ranked) in [(199, 200), (201, 200), (212, 200), (188, 200), (213, 213), (10, 10), (11, 11)] {
+        for (queued, ranked) in [
+            (199, 200),
+            (201, 200),
+            (212, 200),
+            (188, 200),
+            (213, 213),
+            (10, 10),
+            (11, 11),
+        ] {
             record.queued = queued;
             settle(&mut record);
             assert_eq!(record.ranked_queued, ranked, "{queued}");
@@ -259,13 +306,28 @@ mod tests {
 
     #[test]
     fn only_partitions_at_their_cap_rank_by_leased() {
-        let capped = Record { leased: 2, cap: Some(2), ..Record::default() };
+        let capped = Record {
+            leased: 2,
+            cap: Some(2),
+            ..Record::default()
+        };
         assert_eq!(Rank::Leased.score(&capped, None), Some(-2.0));
-        let below = Record { leased: 1, cap: Some(2), ..Record::default() };
+        let below = Record {
+            leased: 1,
+            cap: Some(2),
+            ..Record::default()
+        };
         assert_eq!(Rank::Leased.score(&below, None), None);
-        let uncapped = Record { leased: 9, ..Record::default() };
+        let uncapped = Record {
+            leased: 9,
+            ..Record::default()
+        };
         assert_eq!(Rank::Leased.score(&uncapped, None), None);
-        assert_eq!(Rank::Leased.score(&uncapped, Some(9)), Some(-9.0), "the default cap counts");
+        assert_eq!(
+            Rank::Leased.score(&uncapped, Some(9)),
+            Some(-9.0),
+            "the default cap counts"
+        );
     }
 
     #[test]
@@ -274,7 +336,13 @@ mod tests {
         let mut after = Record::default();
         after.totals.enqueued = 2;
         after.totals.leased = 1;
-        record_change(&mut store, b"a", (&Record::default(), None), (&after, None), false);
+        record_change(
+            &mut store,
+            b"a",
+            (&Record::default(), None),
+            (&after, None),
+            false,
+        );
         let mut later = after.clone();
         later.totals.acked = 1;
         record_change(&mut store, b"a", (&after, None), (&later, None), false);

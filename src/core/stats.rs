@@ -51,7 +51,8 @@ pub fn stats(
         delayed: store.zcard(ZsetKey::Delayed),
         dead: store.zcard(ZsetKey::Dead),
         next_due_ms: store.zfirst(ZsetKey::Delayed).map(|(_, s)| s as i64),
-        oldest_waiting_ms: oldest_waiting_since(store, anomalies).map(|since| waited(since, now_ms)),
+        oldest_waiting_ms: oldest_waiting_since(store, anomalies)
+            .map(|since| waited(since, now_ms)),
         totals: queue_totals(store, anomalies),
     })
 }

@@ -159,9 +159,9 @@ pub fn without_wait(view: &redis::Value) -> redis::Value {
         name == b"waiting-ms" || name == b"oldest_waiting_ms"
     };
     match view {
-        redis::Value::Map(pairs) => redis::Value::Map(
-            pairs.iter().filter(|(k, _)| !is_wait(k)).cloned().collect(),
-        ),
+        redis::Value::Map(pairs) => {
+            redis::Value::Map(pairs.iter().filter(|(k, _)| !is_wait(k)).cloned().collect())
+        }
         redis::Value::Array(flat) => redis::Value::Array(
             flat.chunks(2)
                 .filter(|pair| !is_wait(&pair[0]))

@@ -30,12 +30,14 @@ fn a_capped_partition_is_skipped_and_keeps_its_place() {
     let mut store = MemoryStore::new();
     apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
     )
     .unwrap();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("B", "b1", 1), item("B", "b2", 1), item("B", "b3", 1)],
     )
     .unwrap();
@@ -110,7 +112,8 @@ fn the_default_cap_applies_without_an_own_cap_and_an_own_cap_wins() {
     apply_limit(&mut store, "B", LimitChange::Concurrency(Some(2)));
     enqueue(&mut store, 0, &[item("A", "a1", 1), item("A", "a2", 1)]).unwrap();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("B", "b1", 1), item("B", "b2", 1), item("B", "b3", 1)],
     )
     .unwrap();
@@ -129,7 +132,8 @@ fn a_backlog_behind_o0(count: usize) -> MemoryStore {
     let many: Vec<String> = (0..count).map(|n| format!("p{n:05}")).collect();
     enqueue(&mut store, 0, &[item("O", "o0", 5_000)]).unwrap();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &many.iter().map(|id| item("P", id, 1)).collect::<Vec<_>>(),
     )
     .unwrap();
@@ -233,7 +237,8 @@ fn cancel_finds_a_held_item_and_recount_repairs_counts() {
     let mut store = MemoryStore::new();
     apply_limit(&mut store, "A", LimitChange::Concurrency(Some(1)));
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
     )
     .unwrap();

@@ -98,7 +98,8 @@ fn revive_requeues_fresh_with_counters_reset() {
 fn cancel_deletes_an_item_in_any_state() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "queued", 1), item("A", "leased", 1)],
     )
     .unwrap();
@@ -157,7 +158,8 @@ fn a_popped_item_without_payload_is_dead_lettered_not_served_empty() {
 fn cancelled_items_cost_comes_back_once_their_partition_has_nothing_queued() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a1", 2), item("A", "a2", 3), item("A", "a3", 1)],
     )
     .unwrap(); // a1 at 1, a2 at 3, a3 at 6; A's next is 7

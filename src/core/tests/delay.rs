@@ -36,7 +36,8 @@ fn a_promoted_item_gets_no_credit_for_the_time_it_waited() {
     // B's item is deferred while A's three are queued at 1, 2, 3.
     defer(&mut store, 0, 50, &[item("B", "b", 1)]).unwrap();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a1", 1), item("A", "a2", 1), item("A", "a3", 1)],
     )
     .unwrap();
@@ -64,7 +65,8 @@ fn defer_zero_is_enqueue() {
 fn an_id_anywhere_in_the_queues_life_is_skipped() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "queued", 1), item("A", "leased", 1)],
     )
     .unwrap();

@@ -1,7 +1,7 @@
 //! STATS and CHECK.
 
-use crate::core::partitions::Totals;
 use super::*;
+use crate::core::partitions::Totals;
 use crate::core::*;
 use crate::store::memory::MemoryStore;
 use crate::store::{HashKey, Store, ZsetKey};
@@ -10,7 +10,8 @@ use crate::store::{HashKey, Store, ZsetKey};
 fn stats_counts_queue_state() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a", 1), item("B", "b", 1), item("B", "c", 1)],
     )
     .unwrap();

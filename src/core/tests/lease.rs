@@ -31,7 +31,8 @@ fn lease_moves_the_item_and_grants_a_token() {
 fn lease_count_gives_every_item_the_same_expiry() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a1", 1), item("B", "b1", 1), item("C", "c1", 1)],
     )
     .unwrap();

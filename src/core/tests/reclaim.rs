@@ -9,7 +9,8 @@ use crate::store::{HashKey, Store, ZsetKey};
 fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a1", 2), item("A", "a2", 1), item("B", "b1", 1)],
     )
     .unwrap();
@@ -41,7 +42,8 @@ fn reclaim_requeues_expired_leases_rescored_and_counts_timeouts() {
 fn reclaim_takes_the_oldest_expiry_first_and_honours_the_limit() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("A", "a", 1), item("B", "b", 1), item("C", "c", 1)],
     )
     .unwrap();

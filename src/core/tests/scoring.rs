@@ -22,7 +22,8 @@ fn partitions_are_served_in_turn_however_much_each_queued() {
 fn a_weight_n_item_costs_its_partition_n_turns() {
     let mut store = MemoryStore::new();
     enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("heavy", "h1", 3), item("heavy", "h2", 3)],
     )
     .unwrap();
@@ -61,7 +62,8 @@ fn enqueue_skips_ids_already_queued_or_leased() {
     lease_at(&mut store, 0, 100, 1, 0).unwrap(); // x leased
     let before = store.clone();
     let outcome = enqueue(
-        &mut store, 0,
+        &mut store,
+        0,
         &[item("B", "x", 5), item("B", "y", 5), item("B", "y", 1)],
     )
     .unwrap();
