@@ -140,7 +140,7 @@ class _Families:
         )
         self.capped = GaugeMetricFamily(
             "vtrr_queue_partitions_capped",
-            "Partitions at their concurrency cap.",
+            "Partitions with a concurrency cap of their own.",
             labels=["queue"],
         )
         self.tenant_items = GaugeMetricFamily(
