@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 MODULE_DEBUG   := target/debug/libvtrr.so
 MODULE_RELEASE := target/release/libvtrr.so
-APT_PACKAGES   := redis-server redis-tools libclang-dev valgrind chromium chromium-driver
+APT_PACKAGES   := redis-server redis-tools libclang-dev valgrind chromium chromium-driver tmux
 PORT           ?= 6379
 # The instruction-count gate counts the Debian server under callgrind
 # whatever VTRR_REDIS_SERVER says: make test runs it, the matrix skips it.
@@ -26,7 +26,7 @@ PYTHON_MATRIX_TESTS := tests/test_client.py tests/test_worker.py tests/test_cli.
 help: ## Show this help
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, valgrind, chromium and its driver for the web view's browser tests, redis-py)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, valgrind, chromium and its driver for the web view's browser tests, tmux for vtrr top's, redis-py)
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
