@@ -192,22 +192,23 @@ pub fn lease(
         },
         |(acked, outcome)| {
             let acked = acked.iter().filter(|&&took| took).count() as u64;
-            let mut done = if outcome.leased.is_empty() && acked > 0 {
-                Done::new(c"vtrr.ack").due(&outcome.due)
-            } else if outcome.leased.is_empty() {
+            let mut done = if outcome.leased.is_empty() && acked == 0 {
                 Done::new(due_event(&outcome.due))
             } else {
-                // What the first step put back in the queue beyond the items
-                // just leased, for dispatchers that wake workers on these
-                // events.
-                let mut done = Done::new(c"vtrr.lease");
+                let mut done = if outcome.leased.is_empty() {
+                    Done::new(c"vtrr.ack")
+                } else {
+                    Done::new(c"vtrr.lease").watch(now_ms.saturating_add(lease_ms))
+                };
+                // What the first step put back in the queue, for dispatchers
+                // that wake workers on these events.
                 if outcome.due.reclaimed > 0 {
                     done.before.push(c"vtrr.reclaim");
                 }
                 if outcome.due.promoted > 0 {
                     done.before.push(c"vtrr.promote");
                 }
-                done.watch(now_ms.saturating_add(lease_ms))
+                done
             };
             if outcome.skipped_enough {
                 // It stopped early: the timer goes on parking (a bounded

@@ -185,6 +185,37 @@ fn a_lease_that_also_reclaimed_tells_dispatchers_so() {
     );
 }
 
+#[test]
+fn a_lease_with_acks_that_leases_nothing_still_tells_of_what_it_put_back() {
+    let server = notifying_server("0");
+    let mut con = server.connect();
+    let mut sub_con = server.connect();
+    let mut pubsub = keyspace_events(&mut sub_con, "vtrr:q:queue");
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A"), ("p", "b", 1, b"B")]);
+    let (a, _, a_token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(a, b"a");
+    lease(&mut con, "q", 1).unwrap(); // b, expiring at once
+    let paused: i64 = command(&["VTRR.PAUSE", "q", "p"]).query(&mut con).unwrap();
+    assert_eq!(paused, 1);
+    let_expire();
+    // Acks a, takes b back (into `held`: p is paused), leases nothing.
+    let reply: Value = command(&["VTRR.LEASE", "q", "60000", "ACK", "a", &a_token])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(leases_in(&reply), []);
+    assert_eq!(
+        next_events(&mut pubsub, 6),
+        [
+            "vtrr.enqueue",
+            "vtrr.lease",
+            "vtrr.lease",
+            "vtrr.pause",
+            "vtrr.reclaim",
+            "vtrr.ack"
+        ]
+    );
+}
+
 /// `VTRR.LEASE ... ACK <id> <token> ...`: one call finishes the leases given
 /// (fenced like ACK) and leases the next items; the reply tells, pair by
 /// pair, which acks took: a lost lease among them is reported, not an
