@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..types import Lease
 from .codec import Delivery
-
-if TYPE_CHECKING:
-    from .queue import VTRRQueue
+from .owner import Owner
 
 logger = logging.getLogger("vtrr.celery")
 
@@ -20,7 +18,7 @@ START_RETRY_COUNTDOWN: Final = 3
 
 
 def execute(
-    owner: VTRRQueue,
+    owner: Owner,
     task: Any,
     call: Callable[..., Any],
     args: tuple[Any, ...],
@@ -49,7 +47,7 @@ def execute(
 
 
 def _run_retry(
-    owner: VTRRQueue,
+    owner: Owner,
     task: Any,
     call: Callable[..., Any],
     args: tuple[Any, ...],
@@ -74,7 +72,7 @@ def _run_retry(
 
 
 def _run(
-    owner: VTRRQueue,
+    owner: Owner,
     task: Any,
     call: Callable[..., Any],
     args: tuple[Any, ...],
@@ -113,7 +111,7 @@ def _run(
                 _settle(owner, delivery, lease)
 
 
-def _settle(owner: VTRRQueue, delivery: Delivery, lease: Lease) -> None:
+def _settle(owner: Owner, delivery: Delivery, lease: Lease) -> None:
     try:
         if delivery.lost.is_set():
             logger.warning(

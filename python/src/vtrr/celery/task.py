@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, Final
+from typing import Any, Concatenate, Final
 
 from celery import Task
 from celery.exceptions import Retry
@@ -14,10 +14,8 @@ from ..errors import SerializationError
 from ..limits import MAX_WEIGHT, check_int
 from ..types import Item
 from .codec import Delivery, encode_payload
+from .owner import Owner
 from .running import execute
-
-if TYPE_CHECKING:
-    from .queue import VTRRQueue
 
 ALLOWED_TASK_OPTIONS: Final = frozenset(
     {
@@ -59,7 +57,7 @@ class VTRRCeleryTask(Task):  # type: ignore[misc]  # celery is untyped
     vtrr-queue).
     """
 
-    _vtrr_queue: VTRRQueue | None = None
+    _vtrr_queue: Owner | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         owner = self._vtrr_queue
@@ -127,9 +125,7 @@ def resolve_base(user_base: type | None) -> type:
 class VTRRTask[**P, R]:
     """What `@queue.task` returns: the function, with `.queue()` to enqueue it."""
 
-    def __init__(
-        self, fn: Callable[Concatenate[Any, P], R], vtrr: VTRRQueue, celery_task: Any
-    ) -> None:
+    def __init__(self, fn: Callable[Concatenate[Any, P], R], vtrr: Owner, celery_task: Any) -> None:
         self._fn = fn
         self._vtrr = vtrr
         self._celery_task = celery_task

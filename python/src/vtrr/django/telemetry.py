@@ -5,16 +5,43 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Collection, Generator
+from typing import Any, Protocol, cast
 
+import redis
 from django.tasks import TaskResult, TaskResultStatus
 from threadmill.backends.base import BackendTelemetry, QueueCounts, QueueRates, QueueStats
 
+from ..client import Queue
 from ..types import decode
 
-if TYPE_CHECKING:
-    from .backend import VTRRBackend
+
+class Source(Protocol):
+    """What `peek` and `telemetry` read of a `VTRRBackend` (a Protocol: the
+    backend imports this module)."""
+
+    @property
+    def queues(self) -> Collection[str]: ...
+
+    @property
+    def client(self) -> redis.Redis | redis.RedisCluster: ...
+
+    @property
+    def result_ttl_ms(self) -> int: ...
+
+    def queue(self, queue_name: str) -> Queue: ...
+
+    def deserialize_task_result(self, data: str) -> TaskResult: ...
+
+    def _check_queue(self, queue_name: str) -> None: ...
+
+    def _key(self, queue_name: str, suffix: str) -> str: ...
+
+    def _record_key(self, queue_name: str, result_id: str) -> str: ...
+
+    def _finished_key(self, queue_name: str, status: TaskResultStatus) -> str: ...
+
+    def _execute(self, pipe: Any) -> list[Any]: ...
 
 
 def inspected_ids(reply: Any) -> list[str]:
@@ -24,7 +51,7 @@ def inspected_ids(reply: Any) -> list[str]:
 
 
 def peek(
-    backend: VTRRBackend,
+    backend: Source,
     queue_name: str,
     *,
     status: TaskResultStatus,
@@ -69,7 +96,7 @@ def peek(
 
 
 def telemetry(
-    backend: VTRRBackend, *, interval: datetime.timedelta = datetime.timedelta(seconds=60)
+    backend: Source, *, interval: datetime.timedelta = datetime.timedelta(seconds=60)
 ) -> BackendTelemetry:
     """Counts from VTRR.STATS (queued → ready, inflight → running, delayed → deferred)
     and the result sets; ingress and egress over `interval` from the time-scored sets."""
