@@ -97,49 +97,54 @@ fn top_ranks_partitions_worst_first_and_pages_through_them() {
     assert!(vtrr_check(&mut con, "q").is_empty());
 }
 
-/// Waits rank to the second: sleeps past the next second boundary.
-fn next_second() {
+/// Waits rank to ten seconds: sleeps past the next boundary of ten.
+fn next_ten_seconds() {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(
-        1_010 - u64::from(now.subsec_millis()),
-    ));
+    let into = (now.as_millis() % 10_000) as u64;
+    std::thread::sleep(Duration::from_millis(10_010 - into));
 }
 
 #[test]
 fn the_oldest_line_comes_first_and_a_lease_restarts_its_wait() {
     let server = Server::start();
     let mut con = server.connect();
-    // Named in their order: once a-early is served, the ranking must put
-    // it after z-late, against the order of their names.
-    backlog(&mut con, "q", "a-early", 2);
-    next_second();
-    backlog(&mut con, "q", "z-late", 2);
+    // Named against their order, so a ranking by name would fail.
+    backlog(&mut con, "q", "z-early", 2);
+    next_ten_seconds();
+    // a-late paused: it waits, and the leases below serve z-early.
+    let paused: i64 = command(&["VTRR.PAUSE", "q", "a-late"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(paused, 1);
+    backlog(&mut con, "q", "a-late", 2);
     let (_, oldest) = top(&mut con, "q", &["10", "BY", "oldest"]);
-    assert_eq!(names(&oldest), ["a-early", "z-late"]);
+    assert_eq!(names(&oldest), ["z-early", "a-late"]);
     let early_wait = int(&oldest[0].1, "waiting-ms").unwrap();
     let late_wait = int(&oldest[1].1, "waiting-ms").unwrap();
     assert!(early_wait > late_wait, "{early_wait} vs {late_wait}");
     assert!(stat(&mut con, "q", "oldest_waiting_ms") >= early_wait);
 
-    // Serving a-early's first item (its tie with z-late-0 goes by name)
-    // restarts its wait: z-late is now the oldest (a second boundary lies
-    // between their waits' starts).
-    next_second();
+    // Serving z-early restarts its wait: now in a-late's ten seconds, the
+    // two tie, and go by name.
     let lease = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(lease.0, b"a-early-0");
+    assert_eq!(lease.0, b"z-early-0");
     let (_, oldest) = top(&mut con, "q", &["10", "BY", "oldest"]);
-    assert_eq!(names(&oldest), ["z-late", "a-early"]);
-    assert!(int(&oldest[1].1, "waiting-ms").unwrap() < 500);
+    assert_eq!(names(&oldest), ["a-late", "z-early"]);
+    assert!(int(&oldest[1].1, "waiting-ms").unwrap() < 1_000);
 
     // A line that empties leaves the ranking, and its wait is nil.
+    let resumed: i64 = command(&["VTRR.RESUME", "q", "a-late"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(resumed, 1);
     let rest = lease_count(&mut con, "q", 60_000, 3);
     assert_eq!(rest.len(), 3);
     let (ranked, _) = top(&mut con, "q", &["10", "BY", "oldest"]);
     assert_eq!(ranked, 0);
     assert_eq!(
-        int(&partition_view(&mut con, "q", "a-early"), "waiting-ms"),
+        int(&partition_view(&mut con, "q", "z-early"), "waiting-ms"),
         None
     );
     assert_eq!(stats(&mut con, "q")["oldest_waiting_ms"], Value::Nil);

@@ -42,7 +42,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from types import FrameType
 from typing import Any, Protocol, cast
 
@@ -415,6 +415,39 @@ Handler = Callable[[Job], object]
 AsyncHandler = Callable[[Job], Awaitable[object]]
 
 
+# What the dispatcher's loop (`Worker._rounds`) asks its runner to do next.
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Send:
+    """Send this round trip; reply with what it got."""
+
+    sent: Exchange
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Wait:
+    """Wait this long: for a finished handler (`woken`) or stop(), or as a backoff."""
+
+    seconds: float
+    woken: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Start:
+    """Hand these jobs to handlers."""
+
+    jobs: list[Job]
+
+
+class _Probe:
+    """Read the queue's stats (the start-up line; a server without the module fails here)."""
+
+
+_PROBE = _Probe()
+# A wait of nothing: lets handlers about to finish do so first.
+_YIELD = _Wait(0.0, woken=False)
+_Step = _Send | _Wait | _Start | _Probe
+
+
 class Worker:
     """Runs `handler(job)` on the items of `queue`, `concurrency` at a time.
 
@@ -510,9 +543,51 @@ class Worker:
             self.lease_ms,
         )
 
-    def _done(self, now: float, deadline: float | None, dispatch: _Dispatch) -> bool:
-        """Whether the loop ends now: stopping, and nothing runs or the grace is over."""
-        return deadline is not None and (not dispatch.running or now >= deadline)
+    def _rounds(
+        self, dispatch: _Dispatch, queue_name: str, clear_woken: Callable[[], None]
+    ) -> Generator[_Step, Any, None]:
+        """The dispatcher's loop, without I/O: each step says what its runner (the
+        threads or the asyncio tasks) does next, and the runner sends back the
+        reply of a call (`_PROBE`: the stats; `_Send`: the round trip) or throws
+        its transient error in. It ends when stopping and nothing runs (or the
+        grace is over), or, with `exit_when_idle`, when a lease finds nothing and
+        nothing runs.
+        """
+        reach = _Reachability(queue_name)
+        # A server without the module says so here, at once (the runner raises
+        # permanent errors); one that cannot be reached yet is the loop's to retry.
+        try:
+            stats = yield _PROBE
+        except (redis.exceptions.RedisError, OSError):
+            stats = None
+        self._banner(stats)
+        deadline: float | None = None
+        while True:
+            now = time.monotonic()
+            if self.stopping.is_set() and deadline is None:
+                deadline = now + self.grace_seconds
+            if deadline is not None and (not dispatch.running or now >= deadline):
+                return
+            leasing = deadline is None
+            if dispatch.handlers_are_quick():
+                # Let handlers about to finish do so first (yield the GIL or
+                # the event loop): one round trip then settles and refills more.
+                yield _YIELD
+            clear_woken()
+            sent = dispatch.plan(now, leasing)
+            if sent is None:
+                yield _Wait(dispatch.nap(now, leasing), woken=True)
+                continue
+            try:
+                got = yield _Send(sent)
+            except (redis.exceptions.RedisError, OSError) as error:
+                dispatch.failed(now)
+                yield _Wait(reach.failed(error), woken=False)
+                continue
+            reach.ok()
+            yield _Start(dispatch.absorb(sent, got, time.monotonic()))
+            if self.exit_when_idle and sent.count > 0 and not got.leases and not dispatch.running:
+                return
 
     # Threads.
     def _run_threads(self) -> None:
@@ -526,47 +601,35 @@ class Worker:
                 target=self._handler_thread, args=(jobs, dispatch), name=f"vtrr-worker-{i}",
                 daemon=True,
             ).start()  # fmt: skip
-        reach = _Reachability(queue.name)
-        deadline: float | None = None
-        # A server without the module says so here, at once; one that cannot be
-        # reached yet is the loop's to retry.
+        rounds = self._rounds(dispatch, queue.name, woken.clear)
         try:
-            stats = queue.stats()
-        except PERMANENT:
-            raise
-        except (redis.exceptions.RedisError, OSError):
-            stats = None
-        self._banner(stats)
-        try:
+            step = next(rounds)
             while True:
-                now = time.monotonic()
-                if self.stopping.is_set() and deadline is None:
-                    deadline = now + self.grace_seconds
-                if self._done(now, deadline, dispatch):
-                    break
-                leasing = deadline is None
-                if dispatch.handlers_are_quick():
-                    # Let handlers about to finish do so first (yield the
-                    # GIL): one round trip then settles and refills more.
-                    time.sleep(0)
-                woken.clear()
-                sent = dispatch.plan(now, leasing)
-                if sent is None:
-                    woken.wait(dispatch.nap(now, leasing))
-                    continue
-                try:
-                    got = queue.exchange(sent)
-                except PERMANENT:
-                    raise
-                except (redis.exceptions.RedisError, OSError) as error:
-                    dispatch.failed(now)
-                    self.stopping.wait(reach.failed(error))
-                    continue
-                reach.ok()
-                for job in dispatch.absorb(sent, got, time.monotonic()):
-                    jobs.put(job)
-                if self._idle(sent, got, dispatch):
-                    break
+                if isinstance(step, _Start):
+                    for job in step.jobs:
+                        jobs.put(job)
+                    step = next(rounds)
+                elif isinstance(step, _Wait):
+                    if step.woken:
+                        woken.wait(step.seconds)
+                    elif step.seconds:
+                        self.stopping.wait(step.seconds)
+                    else:
+                        time.sleep(0)
+                    step = next(rounds)
+                else:
+                    try:
+                        reply = (
+                            queue.exchange(step.sent) if isinstance(step, _Send) else queue.stats()
+                        )
+                    except PERMANENT:
+                        raise
+                    except (redis.exceptions.RedisError, OSError) as error:
+                        step = rounds.throw(error)
+                        continue
+                    step = rounds.send(reply)
+        except StopIteration:
+            pass
         finally:
             last = dispatch.close()
             if last is not None:
@@ -592,10 +655,6 @@ class Worker:
                 error = raised
             dispatch.finished(job, error)
 
-    def _idle(self, sent: Exchange, got: Exchanged, dispatch: _Dispatch) -> bool:
-        """With `exit_when_idle`: a lease found nothing while nothing runs."""
-        return self.exit_when_idle and sent.count > 0 and not got.leases and not dispatch.running
-
     # Asyncio tasks.
     async def run_async(self) -> None:
         """The asyncio form of `run()` (no signal handlers: the caller's loop owns those)."""
@@ -604,46 +663,36 @@ class Worker:
         woken = asyncio.Event()
         dispatch = _Dispatch(self, woken.set)
         tasks: set[asyncio.Task[None]] = set()
-        reach = _Reachability(queue.name)
-        deadline: float | None = None
+        rounds = self._rounds(dispatch, queue.name, woken.clear)
         try:
-            stats = await queue.stats()
-        except PERMANENT:
-            raise
-        except (redis.exceptions.RedisError, OSError):
-            stats = None
-        self._banner(stats)
-        try:
+            step = next(rounds)
             while True:
-                now = time.monotonic()
-                if self.stopping.is_set() and deadline is None:
-                    deadline = now + self.grace_seconds
-                if self._done(now, deadline, dispatch):
-                    break
-                leasing = deadline is None
-                if dispatch.handlers_are_quick():
-                    await asyncio.sleep(0)  # as in `_run_threads`
-                woken.clear()
-                sent = dispatch.plan(now, leasing)
-                if sent is None:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), dispatch.nap(now, leasing))
-                    continue
-                try:
-                    got = await queue.exchange(sent)
-                except PERMANENT:
-                    raise
-                except (redis.exceptions.RedisError, OSError) as error:
-                    dispatch.failed(now)
-                    await asyncio.sleep(reach.failed(error))
-                    continue
-                reach.ok()
-                for job in dispatch.absorb(sent, got, time.monotonic()):
-                    task = asyncio.create_task(self._handler_task(job, dispatch))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                if self._idle(sent, got, dispatch):
-                    break
+                if isinstance(step, _Start):
+                    for job in step.jobs:
+                        task = asyncio.create_task(self._handler_task(job, dispatch))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    step = next(rounds)
+                elif isinstance(step, _Wait):
+                    if step.woken:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(woken.wait(), step.seconds)
+                    else:
+                        await asyncio.sleep(step.seconds)
+                    step = next(rounds)
+                else:
+                    try:
+                        reply = await (
+                            queue.exchange(step.sent) if isinstance(step, _Send) else queue.stats()
+                        )
+                    except PERMANENT:
+                        raise
+                    except (redis.exceptions.RedisError, OSError) as error:
+                        step = rounds.throw(error)
+                        continue
+                    step = rounds.send(reply)
+        except StopIteration:
+            pass
         finally:
             last = dispatch.close()
             for task in tasks:
