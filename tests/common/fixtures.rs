@@ -150,25 +150,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         "recount",
         "default-cap",
     ];
-    const RANKED_AND_STATS: &[&str] = &[
-        "enqueue",
-        "defer",
-        "lease",
-        "ack",
-        "nack",
-        "reclaim",
-        "check",
-        "revive",
-        "cancel",
-        "limit-set",
-        "pause",
-        "resume",
-        "partitions",
-        "partition",
-        "recount",
-        "default-cap",
-        "stats",
-    ];
+    let ranked_and_stats = [RANKED, &["stats"]].concat();
     let openers: [(&str, &[&str]); 16] = [
         (
             "delayed",
@@ -311,10 +293,10 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             ],
         ),
         ("rank_queued", RANKED),
-        ("rank_waiting", RANKED_AND_STATS),
+        ("rank_waiting", &ranked_and_stats),
         ("rank_leased", RANKED),
         ("rank_dead", RANKED),
-        ("totals", RANKED_AND_STATS),
+        ("totals", &ranked_and_stats),
     ];
     openers
         .into_iter()
