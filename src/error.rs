@@ -4,12 +4,12 @@
 use redis_module::RedisError;
 
 use crate::core::CoreError;
+use crate::layout::native::LoadError;
+use crate::layout::open::OpenError;
 use crate::limits::{
     MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
     MAX_POLICY_LIMIT, MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
 };
-use crate::store::native::LoadError;
-use crate::store::redis::OpenError;
 use crate::store::KeyKind;
 use crate::text::{printable_line, Quoted};
 
@@ -151,7 +151,7 @@ pub fn apply_version(version: &[u8]) -> RedisError {
     err(format!(
         "ERR VTRR.APPLY version {} is not one this module reads ({}): upgrade the module on this server (replicas before their master)",
         Quoted(version),
-        crate::replay::VERSION
+        crate::replication::replay::VERSION
     ))
 }
 

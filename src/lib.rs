@@ -11,9 +11,11 @@ pub mod config;
 pub mod core;
 pub mod error;
 pub mod info;
+pub mod layout;
 pub mod limits;
 pub mod ops;
-pub mod replay;
+pub mod replication;
+pub mod server;
 pub mod store;
 pub mod text;
 pub mod timer;
@@ -26,43 +28,41 @@ use redis_module_macros::{
     role_changed_event_handler,
 };
 
-use commands::{
-    apply, cancel, dead_letter, enqueue, layout, lease, reclaim, stats, tenants, Command,
-};
-use store::command_info;
-use store::native::QUEUE_TYPE;
+use commands::{apply, cancel, dead_letter, enqueue, lease, reclaim, stats, tenants, Command};
+use layout::native::QUEUE_TYPE;
+use server::command_info;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    if let Err(missing) = store::api::check() {
-        store::server::log_warning(
+    if let Err(missing) = server::api::check() {
+        server::log_warning(
             ctx,
             &format!("vtrr: this server lacks {missing}; not loading"),
         );
         return Status::Err;
     }
-    store::cluster::set_module_options(ctx);
+    server::cluster::set_module_options(ctx);
     for command in COMMANDS {
         if let Err(e) = command_info::set(ctx, &command.info) {
-            store::server::log_warning(ctx, &format!("vtrr: {e}"));
+            server::log_warning(ctx, &format!("vtrr: {e}"));
             return Status::Err;
         }
     }
-    if !store::server::subscribe_to_swapdb(ctx, timer::on_swapdb) {
-        store::server::log_warning(
+    if !server::subscribe_to_swapdb(ctx, timer::on_swapdb) {
+        server::log_warning(
             ctx,
             "vtrr: could not subscribe to SWAPDB events; not loading",
         );
         return Status::Err;
     }
-    if !store::server::subscribe_to_flush(ctx, timer::on_flush) {
-        store::server::log_warning(
+    if !server::subscribe_to_flush(ctx, timer::on_flush) {
+        server::log_warning(
             ctx,
             "vtrr: could not subscribe to FLUSHDB events; not loading",
         );
         return Status::Err;
     }
-    if !store::cluster::follow_migrations(ctx) {
-        store::server::log_warning(
+    if !server::cluster::follow_migrations(ctx) {
+        server::log_warning(
             ctx,
             "vtrr: could not register the slot-migration filter; not loading",
         );
@@ -171,7 +171,7 @@ register!(
     tenants::RESUME,
     tenants::PARTITIONS,
     tenants::RECOUNT,
-    layout::CONVERT,
+    commands::layout::CONVERT,
     apply::APPLY,
-    layout::LOAD,
+    commands::layout::LOAD,
 );

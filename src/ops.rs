@@ -21,16 +21,15 @@ use crate::core::{
     self, check, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest, Leased,
     LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank, Stats,
 };
-use crate::replay::{Apply, Operation};
+use crate::layout::native::load_chunk;
+use crate::layout::open::{may_write_every_key, Caller, OpenError, Propagate};
+use crate::layout::{keys_layout_key_beside, layout_of, QueueStore};
+use crate::replication::effects::{replicate_verbatim, ApplyArgs};
+use crate::replication::replay::{Apply, Operation};
+use crate::server::log_warning;
+use crate::server::{new_token, now_ms, selected_db};
 use crate::store::keys;
-use crate::store::layout::{keys_layout_key_beside, layout_of, QueueStore};
 use crate::store::memory::MemoryStore;
-use crate::store::native::load_chunk;
-use crate::store::redis::{
-    may_write_every_key, replicate_verbatim_call, ApplyArgs, Caller, OpenError, Propagate,
-};
-use crate::store::server::log_warning;
-use crate::store::server::{new_token, now_ms, selected_db};
 use crate::store::QueueKey;
 use crate::text::Quoted;
 use crate::timer::index::with_index;
@@ -625,7 +624,7 @@ fn put_queue<'ctx>(
 /// migration).
 pub fn load(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), RedisError> {
     load_chunk(ctx, key, chunk).map_err(|why| error::load_refused(key, &why))?;
-    replicate_verbatim_call(ctx);
+    replicate_verbatim(ctx);
     if let Some(queue) = keys::queue_of_queue_key(key) {
         let db = selected_db(ctx);
         with_index(|index| index.recheck.insert((db, queue.to_vec())));

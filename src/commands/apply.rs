@@ -5,10 +5,10 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, Command};
-use crate::replay::{Apply, Operation, ParseError};
-use crate::store::command_info::{CommandInfo, KEY_WRITE};
-use crate::store::server::from_master_or_aof;
-use crate::store::server::log_warning;
+use crate::replication::replay::{Apply, Operation, ParseError};
+use crate::server::command_info::{CommandInfo, KEY_WRITE};
+use crate::server::from_master_or_aof;
+use crate::server::log_warning;
 use crate::text::Quoted;
 use crate::{error, ops};
 

@@ -4,7 +4,7 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{check_arity, id, queue_name, Command};
 use crate::ops;
-use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::server::command_info::{CommandInfo, KEY_WRITE};
 
 pub const CANCEL: Command = Command {
     info: CommandInfo {

@@ -7,7 +7,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, id, queue_name, tenants, Command};
 use crate::core::PolicyChange;
-use crate::store::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
+use crate::server::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
 use crate::{error, limits, ops};
 
 pub const POLICY: Command = Command {

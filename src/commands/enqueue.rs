@@ -4,7 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, id, queue_name, Command};
 use crate::core::NewItem;
-use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::{error, limits, ops};
 
 pub const ENQUEUE: Command = Command {

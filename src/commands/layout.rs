@@ -6,8 +6,8 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{check_arity, queue_name, Command};
 use crate::config::Layout;
-use crate::store::command_info::{CommandInfo, KEY_WRITE};
-use crate::store::server::from_master_or_aof;
+use crate::server::command_info::{CommandInfo, KEY_WRITE};
+use crate::server::from_master_or_aof;
 use crate::{error, ops};
 
 pub const CONVERT: Command = Command {

@@ -4,8 +4,8 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 
 use super::{args, bulk, check_arity, id, queue_name, Command};
 use crate::core::{Leased, Nack, Nacked};
-use crate::store::blocking::{block_on_key, Waiter};
-use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::server::blocking::{block_on_key, Waiter};
+use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::store::keys::{key_name, QueueKey};
 use crate::{config, error, limits, ops};
 

@@ -17,7 +17,7 @@ pub mod tenants;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::error;
-use crate::store::command_info::CommandInfo;
+use crate::server::command_info::CommandInfo;
 
 /// A command: what registers it, and the function that serves it.
 pub struct Command {

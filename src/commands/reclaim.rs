@@ -3,7 +3,7 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, queue_name, Command};
-use crate::store::command_info::{CommandInfo, KEY_WRITE};
+use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::{error, ops};
 
 pub const RECLAIM: Command = Command {

@@ -10,8 +10,8 @@ use crate::config::Layout;
 use crate::core::key_view::KeyView;
 use crate::error;
 use crate::ops;
-use crate::store::command_info::{CommandInfo, KEY_READ};
-use crate::store::effects::format_score;
+use crate::replication::effects::format_score;
+use crate::server::command_info::{CommandInfo, KEY_READ};
 use crate::store::QueueKey;
 
 pub const STATS: Command = Command {

@@ -8,7 +8,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, queue_name, Command};
 use crate::core::{LimitChange, PartitionView, Rank};
-use crate::store::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
+use crate::server::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
 use crate::{error, limits, ops};
 
 pub const LIMIT: Command = Command {

@@ -47,7 +47,7 @@ pub fn clear_queue(store: &mut impl Store) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::encoding::encode_to_vec;
+    use crate::layout::native::encoding::encode_to_vec;
     use crate::store::memory::MemoryStore;
 
     #[test]

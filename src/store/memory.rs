@@ -1,5 +1,5 @@
 //! One queue's keys as plain collections: the value of a `native`-layout
-//! queue (one key of the module's type, see `store::native`) and the core's
+//! queue (one key of the module's type, see `layout::native`) and the core's
 //! test twin. Every operation does what the Redis command on the key it
 //! names does, so the core over either store has one semantics.
 //!

@@ -1,34 +1,16 @@
 //! The storage surface the VTRR core sees: the handful of sorted-set, hash
-//! and string operations on one queue's keys. `redis` implements it over the
-//! module key API, `memory` over plain collections for tests. `keys` is the
-//! one key vocabulary: [`QueueKey`] names every key of a queue, [`ZsetKey`]
-//! and [`HashKey`] the sorted sets and hashes the operations take.
-//!
-//! Every `unsafe` block of the module lives in this folder, one file per
-//! concern: `api` (the load-time guard), `strings`, `acl`, `key_names`,
-//! `effects` (replication), `redis` (the key API), `blocking`, `cluster`
-//! (slot migration), `server` (clock, tokens, databases, server events) and
-//! `command_info`.
+//! and string operations on one queue's keys, with no server in sight.
+//! `keys` is the one key vocabulary: [`QueueKey`] names every key of a
+//! queue, [`ZsetKey`] and [`HashKey`] the sorted sets and hashes the
+//! operations take. `memory` implements the trait over plain collections:
+//! the core's test twin, and the value of a native queue. The layouts that
+//! implement it over a server are in `crate::layout`.
 
-mod acl;
-pub mod api;
-pub mod blocking;
-pub mod cluster;
-pub mod command_info;
-pub mod effects;
-pub mod encoding;
-mod key_names;
 pub mod keys;
-pub mod layout;
 pub mod memory;
-pub mod native;
-pub mod redis;
-pub mod server;
-mod strings;
 mod zset;
 
 pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
-pub use strings::bytes_of;
 
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.
 pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);

@@ -30,8 +30,8 @@ use std::time::Duration;
 use redis_module::Context;
 
 use crate::config;
+use crate::server::selected_db;
 use crate::store::keys;
-use crate::store::server::selected_db;
 use index::with_index;
 
 /// Id of the armed timer, 0 when none.

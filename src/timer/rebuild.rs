@@ -9,9 +9,9 @@ use std::time::Instant;
 use redis_module::{Context, RedisValue};
 
 use super::index::with_index;
-use crate::store::bytes_of;
+use crate::server::bytes_of;
+use crate::server::select_db;
 use crate::store::keys;
-use crate::store::server::select_db;
 
 /// Keys one SCAN call walks; the step looks at its budget between calls.
 const SCAN_COUNT: &str = "1000";

@@ -16,9 +16,9 @@ use redis_module::{Context, ContextFlags};
 use super::index::with_index;
 use super::{arm, rebuild, TIMER_ID};
 use crate::ops;
-use crate::store::cluster;
-use crate::store::server::log_warning;
-use crate::store::server::{now_ms, select_db, selected_db, writes_paused};
+use crate::server::cluster;
+use crate::server::log_warning;
+use crate::server::{now_ms, select_db, selected_db, writes_paused};
 use crate::text::Quoted;
 use crate::{config, info};
 

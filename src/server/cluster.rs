@@ -29,7 +29,7 @@ use redis_module::{raw, Context, ContextFlags, RedisValue};
 
 use super::api::api;
 use super::bytes_of;
-use super::server::{from_master_or_aof, now_ms};
+use super::{from_master_or_aof, now_ms};
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: Valkey 9 refuses
 /// `CLUSTER MIGRATESLOTS` unless every loaded module sets it. Set only on

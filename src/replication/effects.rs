@@ -10,8 +10,8 @@ use std::io::Write as _;
 use redis_module::{raw, Context};
 use smallvec::SmallVec;
 
-use super::api::api;
-use super::strings::OwnedString;
+use crate::server::api::api;
+use crate::server::strings::OwnedString;
 
 /// The plain commands a store's writes replicate as.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -42,7 +42,7 @@ pub fn block_on_key<T: 'static>(ctx: &Context, key: &[u8], timeout_ms: i64, wait
 }
 
 /// Wakes the clients blocked on `key` (one readiness signal).
-pub(super) fn signal_ready(ctx: &Context, key: &OwnedString) {
+pub(crate) fn signal_ready(ctx: &Context, key: &OwnedString) {
     // SAFETY: live context and key name.
     unsafe { api!(RedisModule_SignalKeyAsReady)(ctx.ctx, key.0) };
 }

@@ -9,7 +9,7 @@ use super::api::api;
 
 /// An owned `RedisModuleString` created without a context (so without auto
 /// memory) and freed on drop.
-pub struct OwnedString(pub(super) *mut raw::RedisModuleString);
+pub struct OwnedString(pub(crate) *mut raw::RedisModuleString);
 
 impl OwnedString {
     pub fn new(bytes: &[u8]) -> Self {

@@ -5,8 +5,8 @@
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 
-use super::keys::{key_name, QueueKey};
 use super::strings::OwnedString;
+use crate::store::keys::{key_name, QueueKey};
 
 /// The key names of one queue, each made on first use.
 struct QueueKeyNames {

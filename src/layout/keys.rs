@@ -1,9 +1,10 @@
-//! [`Store`] over the Redis module low-level key API.
+//! [`Store`] over the keys layout: vtrr-queue's keys, through the module's
+//! low-level key API.
 //!
-//! A `RedisStore` opens a queue's keys once per command (after checking the
+//! A `KeysStore` opens a queue's keys once per command (after checking the
 //! caller's ACL permissions on each), checks their types before anything is
 //! written, records every write as an effect when the call propagates its
-//! effects (only then), and on [`RedisStore::commit`]
+//! effects (only then), and on [`KeysStore::commit`]
 //! signals the keys it changed, propagates the call (its effects, the
 //! command as sent, or `VTRR.APPLY`) and fires one keyspace notification.
 //! A command that changed nothing commits nothing.
@@ -15,55 +16,17 @@ use std::ptr;
 use redis_module::{raw, Context, RedisValue};
 use smallvec::SmallVec;
 
-use super::acl::AclUser;
-use super::api::api;
-use super::blocking::signal_ready;
-use super::cluster::{self, Actor};
-pub use super::effects::replicate_verbatim as replicate_verbatim_call;
-pub use super::effects::ApplyArgs;
-use super::effects::{format_score, replicate_apply, replicate_verbatim, Command, Effects};
-use super::key_names::names_of;
-use super::layout::QueueKeyOpen;
-use super::server::notify_module_event;
-use super::strings::{bytes_of, take_string, OwnedString};
-use super::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
-
-/// Who is acting: a client (whose ACL user is checked) or the server itself
-/// (the timer, which has no client and no user).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Caller {
-    Client,
-    Server,
-}
-
-/// Opening mode of a store.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    Read,
-    Write,
-}
-
-/// How a committed call reaches replicas and the AOF (in `vtrr.replication
-/// effects` mode, always as its effects).
-pub enum Propagate {
-    /// Its writes, as the plain commands that redo them (ZADD, HSET, ...).
-    Effects,
-    /// The client's command as it was sent: the call is deterministic.
-    Verbatim,
-    /// `VTRR.APPLY` with these arguments (`replay::Apply::write_args`).
-    Apply(ApplyArgs),
-}
-
-/// Why a queue's keys could not be opened. Nothing was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OpenError {
-    /// A key of the queue holds another type.
-    WrongType { key: Vec<u8>, expected: KeyKind },
-    /// The client's ACL user may not access this key.
-    NoPermission { key: Vec<u8> },
-    /// The queue's slot is being migrated to or from this node.
-    SlotMoving,
-}
+use super::open::{check_caller, check_permissions, Caller, OpenError, Propagate, QueueKeyOpen};
+use crate::replication::effects::{
+    format_score, replicate_apply, replicate_verbatim, Command, Effects,
+};
+use crate::server::acl::Access;
+use crate::server::api::api;
+use crate::server::blocking::signal_ready;
+use crate::server::key_names::names_of;
+use crate::server::notify_module_event;
+use crate::server::strings::{bytes_of, take_string, OwnedString};
+use crate::store::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
 
 struct Slot {
     name: OwnedString,
@@ -75,7 +38,7 @@ struct Slot {
 }
 
 /// One queue's keys, open for the duration of a command or timer run.
-pub struct RedisStore<'ctx> {
+pub struct KeysStore<'ctx> {
     ctx: &'ctx Context,
     /// `vtrr:<name>:queue`, opened or not: the keyspace notification names it.
     queue_name: OwnedString,
@@ -94,7 +57,7 @@ pub struct RedisStore<'ctx> {
     recent_members: [Option<OwnedString>; 2],
 }
 
-impl<'ctx> RedisStore<'ctx> {
+impl<'ctx> KeysStore<'ctx> {
     /// Opens the keys `scope` declares of queue `queue` (for writing when
     /// it writes), after checking the calling client's ACL permissions on
     /// each (the commands name a queue, not keys, so Redis cannot check them
@@ -120,7 +83,7 @@ impl<'ctx> RedisStore<'ctx> {
         check_caller(ctx, queue, caller, access)?;
         let (names, queue_name) = names_of(queue, scope.keys);
         check_permissions(ctx, &names, caller, access)?;
-        let mut store = RedisStore {
+        let mut store = KeysStore {
             ctx,
             queue_name,
             scope,
@@ -377,56 +340,6 @@ impl<'ctx> RedisStore<'ctx> {
     }
 }
 
-/// The cluster check of every open: a client or the timer acts only where
-/// the queue's slot is not moving (the timer's reads only refresh its
-/// index, so they may).
-pub(super) fn check_caller(
-    ctx: &Context,
-    queue: &[u8],
-    caller: Caller,
-    access: Access,
-) -> Result<(), OpenError> {
-    let actor = match (caller, access) {
-        (Caller::Client, _) => Some(Actor::Client),
-        (Caller::Server, Access::Write) => Some(Actor::Timer),
-        (Caller::Server, Access::Read) => None,
-    };
-    if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
-        return Err(OpenError::SlotMoving);
-    }
-    Ok(())
-}
-
-/// The calling client's ACL user may access every key of `names` as
-/// `access` says (the first denied one is logged and named).
-fn check_permissions(
-    ctx: &Context,
-    names: &[Option<OwnedString>],
-    caller: Caller,
-    access: Access,
-) -> Result<(), OpenError> {
-    let user = match caller {
-        Caller::Client => AclUser::of_caller(ctx),
-        Caller::Server => None,
-    };
-    if let Some(user) = user {
-        if let Some(denied) = names.iter().flatten().find(|name| !user.may(name, access)) {
-            user.log_denied(ctx, denied);
-            return Err(OpenError::NoPermission {
-                key: denied.bytes().to_vec(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The calling client may write every key the keys layout gives `queue`
-/// (VTRR.CONVERT checks it before it changes anything).
-pub fn may_write_every_key(ctx: &Context, queue: &[u8]) -> Result<(), OpenError> {
-    let (names, _) = names_of(queue, &QueueKey::ALL);
-    check_permissions(ctx, &names, Caller::Client, Access::Write)
-}
-
 fn call_error(command: &'static str, slot: &Slot, reply: String) -> StoreError {
     StoreError {
         command,
@@ -440,7 +353,7 @@ fn unexpected(command: &'static str, slot: &Slot, reply: &RedisValue) -> StoreEr
     call_error(command, slot, format!("unexpected reply {reply:?}"))
 }
 
-impl Drop for RedisStore<'_> {
+impl Drop for KeysStore<'_> {
     fn drop(&mut self) {
         for slot in self.slots.iter_mut().flatten() {
             // SAFETY: each key was opened once by this store and is closed once.
@@ -449,7 +362,7 @@ impl Drop for RedisStore<'_> {
     }
 }
 
-impl Store for RedisStore<'_> {
+impl Store for KeysStore<'_> {
     fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
         let open = self.key(key.into())?;
         let member = self.member(member);

@@ -8,9 +8,15 @@ use std::ptr;
 use redis_module::{raw, Context};
 
 use super::api::api;
-use super::redis::Access;
-use super::server::from_master_or_aof;
+use super::from_master_or_aof;
 use super::strings::OwnedString;
+
+/// How a key is opened, and so the ACL permission it needs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
 
 /// The ACL user of the calling client.
 pub struct AclUser(*mut raw::RedisModuleUser);

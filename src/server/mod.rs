@@ -1,5 +1,20 @@
-//! The server around the store: its clock, lease tokens, database selection
-//! and the server events the module follows.
+//! What is about the server, not the storage: its clock, lease tokens,
+//! database selection and the server events the module follows (here), and
+//! one file per other concern: `api` (the load-time guard), `strings`,
+//! `acl`, `key_names`, `blocking`, `cluster` (routing and slot migration)
+//! and `command_info`. Every `unsafe` block of the module lives in this
+//! folder, `layout/` and `replication/effects.rs`: the rooms that talk to
+//! the server.
+
+pub mod acl;
+pub mod api;
+pub mod blocking;
+pub mod cluster;
+pub mod command_info;
+pub mod key_names;
+pub mod strings;
+
+pub use strings::bytes_of;
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
@@ -10,8 +25,8 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use redis_module::{raw, Context, ContextFlags};
 
-use super::api::api;
-use super::strings::OwnedString;
+use self::api::api;
+use self::strings::OwnedString;
 use crate::text::printable_line;
 
 /// Server time in Unix milliseconds. Read once per command.

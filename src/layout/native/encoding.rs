@@ -22,8 +22,8 @@
 //! its input, anything that is not such a sequence: an unknown tag, a
 //! length past the end, a NaN score, an entry given twice.
 
-use super::memory::MemoryStore;
-use super::{HashKey, Store, ZsetKey};
+use crate::store::memory::MemoryStore;
+use crate::store::{HashKey, Store, ZsetKey};
 
 /// The encoding version: `rdb_load` receives it and refuses newer ones.
 /// 2 added the rankings (tags 6..=9) and the totals (tag 29); a version-1

@@ -1,5 +1,5 @@
 //! A queue's layout, and the store a call runs on: [`QueueStore`] is the
-//! keys layout's [`RedisStore`] or the native layout's [`NativeStore`],
+//! keys layout's [`KeysStore`] or the native layout's [`NativeStore`],
 //! whichever the queue has, behind one [`Store`]: the core cannot tell.
 //!
 //! One key tells which: `vtrr:<name>:queue` is a sorted set in the keys
@@ -8,18 +8,23 @@
 //! `vtrr.default-layout`, unless some other key of the keys layout exists.
 
 use std::ffi::CStr;
-use std::os::raw::c_int;
 
-use redis_module::{raw, Context};
+use redis_module::Context;
 
-use super::api::api;
-use super::effects::{replicate_apply, replicate_verbatim};
-use super::key_names::names_of;
-use super::native::{found_at, Found, NativeStore};
-use super::redis::{Caller, OpenError, Propagate, RedisStore};
-use super::strings::OwnedString;
-use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
+pub mod keys;
+pub mod native;
+pub mod open;
+
+use keys::KeysStore;
+use native::{found_at, Found, NativeStore};
+use open::{Caller, OpenError, Propagate, QueueKeyOpen};
+
 use crate::config::{self, Layout};
+use crate::replication::effects::{replicate_apply, replicate_verbatim};
+use crate::server::api::api;
+use crate::server::key_names::names_of;
+use crate::server::strings::OwnedString;
+use crate::store::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 
 /// The layout of queue `queue` as a call on it would find it.
 pub fn layout_of(ctx: &Context, queue: &[u8]) -> Layout {
@@ -60,56 +65,11 @@ pub fn keys_layout_key_beside(ctx: &Context, queue: &[u8]) -> Option<Vec<u8>> {
     Some(found.bytes().to_vec())
 }
 
-/// `vtrr:<name>:queue`, open: the key that tells a queue's layout, handed
-/// to the store that serves the call (closed on drop if none takes it).
-pub struct QueueKeyOpen {
-    pub(super) name: OwnedString,
-    pub(super) key: *mut raw::RedisModuleKey,
-    pub(super) writable: bool,
-}
-
-impl QueueKeyOpen {
-    fn open(ctx: &Context, queue: &[u8], writable: bool) -> QueueKeyOpen {
-        let (_, name) = names_of(queue, &[]);
-        let mode = if writable {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
-        } else {
-            raw::REDISMODULE_READ
-        } as c_int;
-        // SAFETY: live context and a valid name kept with the key; a missing
-        // key opened for reading is NULL, which reads as empty.
-        let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) }
-            .cast::<raw::RedisModuleKey>();
-        QueueKeyOpen {
-            name,
-            key,
-            writable,
-        }
-    }
-
-    /// The key and its name, for a store that closes it itself.
-    pub(super) fn take(self) -> (OwnedString, *mut raw::RedisModuleKey) {
-        let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped, so the name is moved out once.
-        let name = unsafe { std::ptr::read(&this.name) };
-        (name, this.key)
-    }
-}
-
-impl Drop for QueueKeyOpen {
-    fn drop(&mut self) {
-        if !self.key.is_null() {
-            // SAFETY: opened once by `open`, closed once.
-            unsafe { api!(RedisModule_CloseKey)(self.key) };
-        }
-    }
-}
-
 /// The store of one call, in the queue's layout. It lives on the stack for
 /// one call; boxing the larger variant would cost an allocation per call.
 #[allow(clippy::large_enum_variant)]
 pub enum QueueStore<'ctx> {
-    Keys(RedisStore<'ctx>),
+    Keys(KeysStore<'ctx>),
     Native(NativeStore<'ctx>),
 }
 
@@ -161,7 +121,7 @@ impl<'ctx> QueueStore<'ctx> {
         probe: Option<QueueKeyOpen>,
     ) -> Result<Self, OpenError> {
         Ok(match layout {
-            Layout::keys => QueueStore::Keys(RedisStore::open_with(
+            Layout::keys => QueueStore::Keys(KeysStore::open_with(
                 ctx,
                 queue,
                 scope,
@@ -189,7 +149,7 @@ impl<'ctx> QueueStore<'ctx> {
         }
     }
 
-    /// Commits the call (see [`RedisStore::commit`]); a native queue
+    /// Commits the call (see [`KeysStore::commit`]); a native queue
     /// propagates it as a command whatever `propagate` says of effects: the
     /// same command on the same value writes the same.
     pub fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool {

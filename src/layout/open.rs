@@ -1,0 +1,140 @@
+//! What opening a queue means, whatever its layout: who is acting, the
+//! cluster and ACL checks every open makes, why an open can fail, how the
+//! call it serves will propagate, and the probe that tells the layout.
+
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context};
+
+use crate::replication::effects::ApplyArgs;
+use crate::server::acl::{Access, AclUser};
+use crate::server::api::api;
+use crate::server::cluster::{self, Actor};
+use crate::server::key_names::names_of;
+use crate::server::strings::OwnedString;
+use crate::store::{KeyKind, QueueKey};
+
+/// Who is acting: a client (whose ACL user is checked) or the server itself
+/// (the timer, which has no client and no user).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Client,
+    Server,
+}
+
+/// How a committed call reaches replicas and the AOF (in `vtrr.replication
+/// effects` mode, always as its effects).
+pub enum Propagate {
+    /// Its writes, as the plain commands that redo them (ZADD, HSET, ...).
+    Effects,
+    /// The client's command as it was sent: the call is deterministic.
+    Verbatim,
+    /// `VTRR.APPLY` with these arguments (`replay::Apply::write_args`).
+    Apply(ApplyArgs),
+}
+
+/// Why a queue's keys could not be opened. Nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// A key of the queue holds another type.
+    WrongType { key: Vec<u8>, expected: KeyKind },
+    /// The client's ACL user may not access this key.
+    NoPermission { key: Vec<u8> },
+    /// The queue's slot is being migrated to or from this node.
+    SlotMoving,
+}
+
+/// The cluster check of every open: a client or the timer acts only where
+/// the queue's slot is not moving (the timer's reads only refresh its
+/// index, so they may).
+pub(crate) fn check_caller(
+    ctx: &Context,
+    queue: &[u8],
+    caller: Caller,
+    access: Access,
+) -> Result<(), OpenError> {
+    let actor = match (caller, access) {
+        (Caller::Client, _) => Some(Actor::Client),
+        (Caller::Server, Access::Write) => Some(Actor::Timer),
+        (Caller::Server, Access::Read) => None,
+    };
+    if actor.is_some_and(|actor| !cluster::may_act_on(ctx, queue, actor)) {
+        return Err(OpenError::SlotMoving);
+    }
+    Ok(())
+}
+
+/// The calling client's ACL user may access every key of `names` as
+/// `access` says (the first denied one is logged and named).
+pub(crate) fn check_permissions(
+    ctx: &Context,
+    names: &[Option<OwnedString>],
+    caller: Caller,
+    access: Access,
+) -> Result<(), OpenError> {
+    let user = match caller {
+        Caller::Client => AclUser::of_caller(ctx),
+        Caller::Server => None,
+    };
+    if let Some(user) = user {
+        if let Some(denied) = names.iter().flatten().find(|name| !user.may(name, access)) {
+            user.log_denied(ctx, denied);
+            return Err(OpenError::NoPermission {
+                key: denied.bytes().to_vec(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The calling client may write every key the keys layout gives `queue`
+/// (VTRR.CONVERT checks it before it changes anything).
+pub fn may_write_every_key(ctx: &Context, queue: &[u8]) -> Result<(), OpenError> {
+    let (names, _) = names_of(queue, &QueueKey::ALL);
+    check_permissions(ctx, &names, Caller::Client, Access::Write)
+}
+
+/// `vtrr:<name>:queue`, open: the key that tells a queue's layout, handed
+/// to the store that serves the call (closed on drop if none takes it).
+pub struct QueueKeyOpen {
+    pub(crate) name: OwnedString,
+    pub(crate) key: *mut raw::RedisModuleKey,
+    pub(crate) writable: bool,
+}
+
+impl QueueKeyOpen {
+    pub(crate) fn open(ctx: &Context, queue: &[u8], writable: bool) -> QueueKeyOpen {
+        let (_, name) = names_of(queue, &[]);
+        let mode = if writable {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        } as c_int;
+        // SAFETY: live context and a valid name kept with the key; a missing
+        // key opened for reading is NULL, which reads as empty.
+        let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) }
+            .cast::<raw::RedisModuleKey>();
+        QueueKeyOpen {
+            name,
+            key,
+            writable,
+        }
+    }
+
+    /// The key and its name, for a store that closes it itself.
+    pub(crate) fn take(self) -> (OwnedString, *mut raw::RedisModuleKey) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the name is moved out once.
+        let name = unsafe { std::ptr::read(&this.name) };
+        (name, this.key)
+    }
+}
+
+impl Drop for QueueKeyOpen {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            // SAFETY: opened once by `open`, closed once.
+            unsafe { api!(RedisModule_CloseKey)(self.key) };
+        }
+    }
+}
