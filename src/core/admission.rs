@@ -23,7 +23,7 @@
 
 use super::held;
 use super::meta::partition_of;
-use super::partitions::{self, Parking, Record, State};
+use super::partitions::{self, Parking, Record, State, Stored};
 use super::ranks;
 use super::types::{Anomaly, Due};
 use super::virtual_time::{move_next, next_of, read_current_virtual_time};
@@ -39,7 +39,7 @@ pub const MAX_PARKED_PER_CALL: usize = 1024;
 pub struct Partition {
     pub name: Vec<u8>,
     pub record: Record,
-    stored: Option<Vec<u8>>,
+    stored: Stored,
     /// The record and the default cap as opened, for the rankings and
     /// totals (`ranks`).
     opened: (Record, Option<u64>),
@@ -109,7 +109,7 @@ pub fn close(store: &mut impl Store, mut partition: Partition) -> bool {
     partitions::write(
         store,
         &partition.name,
-        partition.stored.as_deref(),
+        (partition.stored, &partition.opened.0),
         &partition.record,
     );
     ranks::record_change(

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use super::controls::count_from_keys;
 use super::held;
 use super::numbers::parse_meta;
-use super::partitions::{read_default_cap, Parking, Record};
+use super::partitions::{read_default_cap, Parking};
 use super::ranks::{self, queue_totals, Rank};
 use super::types::CoreError;
 use crate::store::{HashKey, Store, ZsetKey};
@@ -132,8 +132,7 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
         .map(|(name, _)| name)
         .collect();
     for name in store.hfields(HashKey::Partitions)? {
-        let raw = store.hget(HashKey::Partitions, &name).unwrap_or_default();
-        let Some(record) = Record::parse(&raw) else {
+        let Some(Ok(record)) = store.record(&name) else {
             problems.push(format!(
                 "partition {} has an unreadable record",
                 show(&name)
@@ -234,8 +233,7 @@ fn check_rankings(store: &mut impl Store, problems: &mut Vec<String>) -> Result<
     let default_cap = read_default_cap(store, &mut Vec::new());
     let mut records = Vec::new();
     for name in store.hfields(HashKey::Partitions)? {
-        let raw = store.hget(HashKey::Partitions, &name).unwrap_or_default();
-        if let Some(record) = Record::parse(&raw) {
+        if let Some(Ok(record)) = store.record(&name) {
             records.push((name, record));
         }
     }

@@ -19,280 +19,9 @@ pub enum State {
     Dead,
 }
 
-/// Whether a partition's items queued before it came under control are
-/// still being moved from `queue` to `held` (see `admission::park_queued`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Parking {
-    #[default]
-    Done,
-    /// Some may still be in `queue` (served there at their own times while
-    /// the partition may be served).
-    Underway,
-    /// Underway, and it was resumed (or its cap raised) meanwhile: its
-    /// backlog rejoins the current virtual time once all of it is held.
-    RejoinOwed,
-}
-
-/// What a partition (or, summed, the queue) was served, counted as it goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Totals {
-    /// Items accepted by ENQUEUE or DEFER.
-    pub enqueued: u64,
-    pub leased: u64,
-    pub acked: u64,
-    pub nacked: u64,
-    /// Items dead-lettered, whichever way.
-    pub dead: u64,
-    /// Leases that ran out before their item was settled.
-    pub expired: u64,
-}
-
-impl Totals {
-    pub const FIELDS: [&'static str; 6] =
-        ["enqueued", "leased", "acked", "nacked", "dead", "expired"];
-
-    /// The counters in [`Totals::FIELDS`] order.
-    pub fn values(&self) -> [u64; 6] {
-        [
-            self.enqueued,
-            self.leased,
-            self.acked,
-            self.nacked,
-            self.dead,
-            self.expired,
-        ]
-    }
-
-    pub fn from_values([enqueued, leased, acked, nacked, dead, expired]: [u64; 6]) -> Self {
-        Totals {
-            enqueued,
-            leased,
-            acked,
-            nacked,
-            dead,
-            expired,
-        }
-    }
-
-    fn is_zero(&self) -> bool {
-        *self == Totals::default()
-    }
-}
-
-/// One partition's record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// Items waiting to be leased: in `queue` or in `held`.
-    pub queued: u64,
-    /// Of those, the ones in `held`.
-    pub held: u64,
-    pub leased: u64,
-    pub delayed: u64,
-    pub dead: u64,
-    /// Most items leased at once (None: the queue's default).
-    pub cap: Option<u64>,
-    /// Service ratio: a partition with share s gets s times the weight of a
-    /// share-1 partition while both are backlogged.
-    pub share: u64,
-    pub paused: bool,
-    /// Weight not yet turned into virtual time (below `share`): the exact
-    /// remainder of weight/share, so shares lose nothing to rounding.
-    pub carry: u64,
-    /// Added to the virtual times stored in `held` (a rejoin raises it).
-    pub offset: i64,
-    /// The weights of its queued items cancelled (`dead::cancel`); given
-    /// back to its virtual time when it has nothing queued.
-    pub gap: u64,
-    pub parking: Parking,
-    /// The id this partition has in `queue` while under control.
-    pub head: Option<Vec<u8>>,
-    /// Since when its line has waited (Unix ms): it had items queued and
-    /// none leased since. None with nothing queued, or not yet known (a
-    /// record of an earlier version, a RECOUNT) until a call with a clock
-    /// changes the partition.
-    pub waiting_since: Option<i64>,
-    /// What it was served while it had a record (a blank record goes, its
-    /// totals with it: they live on in the queue's).
-    pub totals: Totals,
-    /// The queued count its place in `rank_queued` was written for (0: not
-    /// there); kept within 1/16 of `queued` (see `ranks`).
-    pub ranked_queued: u64,
-}
-
-impl Default for Record {
-    fn default() -> Self {
-        Record {
-            queued: 0,
-            held: 0,
-            leased: 0,
-            delayed: 0,
-            dead: 0,
-            cap: None,
-            share: 1,
-            paused: false,
-            carry: 0,
-            offset: 0,
-            gap: 0,
-            parking: Parking::Done,
-            head: None,
-            waiting_since: None,
-            totals: Totals::default(),
-            ranked_queued: 0,
-        }
-    }
-}
-
-/// Marks the fields that follow the parking in records since the rankings:
-/// not a number, so an earlier version refuses such a record rather than
-/// misreads it (where earlier versions kept a shift bound, always `0`).
-const SINCE_RANKINGS: &[u8] = b"t";
+pub use crate::store::record::{Parking, Record, Totals};
 
 impl Record {
-    /// `<queued> <held> <leased> <delayed> <dead>`, then, only when any
-    /// differs from its default, `<cap|-> <share> <paused> <carry> <offset>
-    /// <gap> <parking> t <waiting-since|-> <enqueued> <leased> <acked>
-    /// <nacked> <dead> <expired> <ranked-queued>[ <head id>]` (the head id, any bytes, comes
-    /// last; earlier versions wrote `0` for `t` and nothing up to the head).
-    /// Written on every change of a partition's counts, so it is short in
-    /// the common case and formatted without `format!`.
-    pub(super) fn format(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32);
-        let mut digits = itoa::Buffer::new();
-        let push = |out: &mut Vec<u8>, number: &str| {
-            out.extend_from_slice(number.as_bytes());
-            out.push(b' ');
-        };
-        for count in [self.queued, self.held, self.leased, self.delayed, self.dead] {
-            push(&mut out, digits.format(count));
-        }
-        if self.has_settings()
-            || self.carry != 0
-            || self.offset != 0
-            || self.gap != 0
-            || self.parking != Parking::Done
-            || self.head.is_some()
-            || self.waiting_since.is_some()
-            || !self.totals.is_zero()
-            || self.ranked_queued != 0
-        {
-            match self.cap {
-                Some(cap) => push(&mut out, digits.format(cap)),
-                None => push(&mut out, "-"),
-            }
-            push(&mut out, digits.format(self.share));
-            push(&mut out, digits.format(u8::from(self.paused)));
-            push(&mut out, digits.format(self.carry));
-            push(&mut out, digits.format(self.offset));
-            push(&mut out, digits.format(self.gap));
-            let parking = match self.parking {
-                Parking::Done => 0u8,
-                Parking::Underway => 1,
-                Parking::RejoinOwed => 2,
-            };
-            push(&mut out, digits.format(parking));
-            out.extend_from_slice(SINCE_RANKINGS);
-            out.push(b' ');
-            match self.waiting_since {
-                Some(since) => push(&mut out, digits.format(since)),
-                None => push(&mut out, "-"),
-            }
-            for count in self.totals.values() {
-                push(&mut out, digits.format(count));
-            }
-            push(&mut out, digits.format(self.ranked_queued));
-            if let Some(head) = &self.head {
-                out.extend_from_slice(head);
-                return out;
-            }
-        }
-        out.pop(); // the last separator
-        out
-    }
-
-    pub fn parse(raw: &[u8]) -> Option<Record> {
-        let mut fields = Fields(raw);
-        // Read on every change of a partition: digits by hand, not through
-        // `str::parse`, which checks UTF-8 and signs each time.
-        fn number<T: TryFrom<i128>>(raw: Option<&[u8]>) -> Option<T> {
-            let raw = raw?;
-            let (negative, digits) = match raw.split_first()? {
-                (b'-', rest) => (true, rest),
-                _ => (false, raw),
-            };
-            if digits.is_empty() || digits.len() > 20 {
-                return None;
-            }
-            let mut value: i128 = 0;
-            for &digit in digits {
-                if !digit.is_ascii_digit() {
-                    return None;
-                }
-                value = value * 10 + i128::from(digit - b'0');
-            }
-            T::try_from(if negative { -value } else { value }).ok()
-        }
-        let mut record = Record {
-            queued: number(fields.next())?,
-            held: number(fields.next())?,
-            leased: number(fields.next())?,
-            delayed: number(fields.next())?,
-            dead: number(fields.next())?,
-            ..Record::default()
-        };
-        let Some(cap) = fields.next() else {
-            return Some(record); // the short form: settings at their defaults
-        };
-        record.cap = match cap {
-            b"-" => None,
-            raw => Some(number(Some(raw))?),
-        };
-        record.share = number::<u64>(fields.next())?.max(1);
-        record.paused = match fields.next()? {
-            b"0" => false,
-            b"1" => true,
-            _ => return None,
-        };
-        record.carry = number(fields.next())?;
-        record.offset = number(fields.next())?;
-        record.gap = number(fields.next())?;
-        let parking: i64 = number(fields.next())?;
-        let slot = fields.next()?;
-        if slot == SINCE_RANKINGS {
-            record.parking = match parking {
-                0 => Parking::Done,
-                1 => Parking::Underway,
-                2 => Parking::RejoinOwed,
-                _ => return None,
-            };
-            record.waiting_since = match fields.next()? {
-                b"-" => None,
-                raw => Some(number(Some(raw))?),
-            };
-            let mut totals = [0u64; 6];
-            for total in &mut totals {
-                *total = number(fields.next())?;
-            }
-            record.totals = Totals::from_values(totals);
-            record.ranked_queued = number(fields.next())?;
-        } else {
-            let earlier_shift_bound: i64 = number(Some(slot))?;
-            record.parking = match (parking, earlier_shift_bound) {
-                (0, 0) => Parking::Done,
-                (1, 0) => Parking::Underway,
-                (2, 0) => Parking::RejoinOwed,
-                // Written by an earlier version, with a shift its items
-                // still in `queue` owed (its held items already had theirs):
-                // they are served at their own times, as that version's
-                // LEASE would have served them had it not shifted them.
-                // Nothing is listed in `parking` for it.
-                (shift, _) if shift > 2 || earlier_shift_bound != 0 => Parking::Done,
-                _ => return None,
-            };
-        }
-        record.head = fields.rest().map(<[u8]>::to_vec);
-        Some(record)
-    }
-
     /// Nothing counted and nothing set: the record can go.
     pub(super) fn is_blank(&self) -> bool {
         self.queued == 0
@@ -304,10 +33,6 @@ impl Record {
             && self.head.is_none()
             && self.gap == 0
             && self.parking == Parking::Done
-    }
-
-    pub fn has_settings(&self) -> bool {
-        self.cap.is_some() || self.share != 1 || self.paused
     }
 
     /// The cap in force: the partition's own, else the queue's default.
@@ -371,65 +96,63 @@ impl Record {
     }
 }
 
-/// A record's space-separated fields, then the rest as it is (a head id
-/// may hold spaces).
-struct Fields<'a>(&'a [u8]);
-
-impl<'a> Fields<'a> {
-    fn next(&mut self) -> Option<&'a [u8]> {
-        if self.0.is_empty() {
-            return None;
-        }
-        let (field, rest) = match self.0.iter().position(|b| *b == b' ') {
-            Some(at) => (&self.0[..at], &self.0[at + 1..]),
-            None => (self.0, &b""[..]),
-        };
-        self.0 = rest;
-        Some(field)
-    }
-
-    fn rest(self) -> Option<&'a [u8]> {
-        (!self.0.is_empty()).then_some(self.0)
-    }
+/// What a partition had stored before a call changed its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stored {
+    Nothing,
+    /// Bytes that do not read as a record (another client wrote them).
+    Unreadable,
+    Record,
 }
 
-/// Reads a partition's record (none yet: a blank one) and the stored bytes
-/// it came from. An unreadable record (written by another client) starts
-/// blank and is reported.
+/// Reads a partition's record (none yet: a blank one) and what was
+/// stored. An unreadable record starts blank and is reported.
 pub(super) fn read(
     store: &mut impl Store,
     name: &[u8],
     anomalies: &mut Vec<Anomaly>,
-) -> (Option<Vec<u8>>, Record) {
-    let stored = store.hget(HashKey::Partitions, name);
-    let record = match stored.as_deref() {
-        None => Record::default(),
-        Some(raw) => parse_or_report(name, raw, anomalies),
-    };
-    (stored, record)
+) -> (Stored, Record) {
+    match store.record(name) {
+        None => (Stored::Nothing, Record::default()),
+        Some(Ok(record)) => (Stored::Record, record),
+        Some(Err(_)) => {
+            report_unreadable(name, anomalies);
+            (Stored::Unreadable, Record::default())
+        }
+    }
 }
 
-/// A stored record, or (unreadable, reported) a blank one.
+/// A stored record's text (a page of `partitions`), or (unreadable,
+/// reported) a blank one.
 pub(super) fn parse_or_report(name: &[u8], raw: &[u8], anomalies: &mut Vec<Anomaly>) -> Record {
     Record::parse(raw).unwrap_or_else(|| {
-        anomalies.push(Anomaly::PartitionRecordUnreadable {
-            partition: name.to_vec(),
-        });
+        report_unreadable(name, anomalies);
         Record::default()
     })
 }
 
-/// Writes `record` when it differs from `stored`; deletes it once blank.
-pub(super) fn write(store: &mut impl Store, name: &[u8], stored: Option<&[u8]>, record: &Record) {
+fn report_unreadable(name: &[u8], anomalies: &mut Vec<Anomaly>) {
+    anomalies.push(Anomaly::PartitionRecordUnreadable {
+        partition: name.to_vec(),
+    });
+}
+
+/// Writes `record` when it differs from the record `opened` as `stored`;
+/// deletes it once blank.
+pub(super) fn write(
+    store: &mut impl Store,
+    name: &[u8],
+    (stored, opened): (Stored, &Record),
+    record: &Record,
+) {
     if record.is_blank() {
-        if stored.is_some() {
+        if stored != Stored::Nothing {
             store.hdel(HashKey::Partitions, name);
         }
         return;
     }
-    let formatted = record.format();
-    if stored != Some(formatted.as_slice()) {
-        store.hset(HashKey::Partitions, name, &formatted);
+    if stored != Stored::Record || opened != record {
+        store.set_record(name, record);
     }
 }
 
@@ -451,51 +174,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_record_survives_formatting_with_any_head_id() {
-        let record = Record {
-            queued: 7,
-            held: 3,
-            leased: 2,
-            delayed: 1,
-            dead: 4,
-            cap: Some(2),
-            share: 3,
-            paused: true,
-            carry: 2,
-            offset: -5,
-            gap: 9,
-            parking: Parking::RejoinOwed,
-            head: Some(b"id with spaces \x00 and bytes".to_vec()),
-            waiting_since: Some(1_700_000_000_123),
-            totals: Totals::from_values([1, 2, 3, 4, 5, 6]),
-            ranked_queued: 7,
-        };
-        assert_eq!(Record::parse(&record.format()), Some(record));
-        let plain = Record {
-            queued: 3,
-            leased: 12,
-            ..Record::default()
-        };
-        assert_eq!(plain.format(), b"3 0 12 0 0");
-        assert_eq!(Record::parse(&plain.format()), Some(plain));
-        let negative = Record {
-            offset: -7,
-            ..Record::default()
-        };
-        assert_eq!(Record::parse(&negative.format()), Some(negative));
-    }
-
-    #[test]
-    fn a_record_of_an_earlier_version_with_a_pending_shift_reads_as_done() {
-        let record = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 4 17").unwrap();
-        assert_eq!(record.parking, Parking::Done);
-        assert_eq!(record.head, None);
-        let record = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 0 0 x").unwrap();
-        assert_eq!(record.parking, Parking::Done);
-        assert_eq!(record.head, Some(b"x".to_vec()));
-    }
-
-    #[test]
     fn servable_follows_pause_own_cap_then_default() {
         let mut record = Record {
             leased: 2,
@@ -515,17 +193,5 @@ mod tests {
         );
         record.parking = Parking::RejoinOwed;
         assert!(!record.servable(None), "held back until it has rejoined");
-    }
-
-    #[test]
-    fn garbage_does_not_parse() {
-        for raw in [
-            &b""[..],
-            b"1 2 3",
-            b"1 0 0 0 0 - 1 2 0 0",
-            b"x 0 0 0 0 - 1 0 0 0",
-        ] {
-            assert_eq!(Record::parse(raw), None, "{raw:?}");
-        }
     }
 }

@@ -24,7 +24,7 @@ use crate::replication::effects::{replicate_apply, replicate_verbatim};
 use crate::server::api::api;
 use crate::server::key_names::names_of;
 use crate::server::strings::OwnedString;
-use crate::store::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
+use crate::store::{HashKey, HashPage, QueueKey, Record, Scope, Store, StoreError, ZsetKey};
 
 /// The layout of queue `queue` as a call on it would find it.
 pub fn layout_of(ctx: &Context, queue: &[u8]) -> Layout {
@@ -252,6 +252,14 @@ impl Store for QueueStore<'_> {
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
         dispatch!(self, s => s.hdel(key, field))
+    }
+
+    fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
+        dispatch!(self, s => s.record(partition))
+    }
+
+    fn set_record(&mut self, partition: &[u8], record: &Record) {
+        dispatch!(self, s => s.set_record(partition, record))
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {

@@ -10,51 +10,22 @@
 //! a write depends on is read in map order: `hfields` sorts, the encoding
 //! sorts, `hscan` walks the hash order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
-use ahash::RandomState;
-
+use super::hash::{heap, Bytes, Hash, StoredRecord, Value as _, ZSET_ENTRY_OVERHEAD};
+use super::record::Record;
 use super::zset::Zset;
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
-
-type Bytes = Box<[u8]>;
-
-/// Heap bytes of an allocation of `len` bytes, as the allocator rounds it
-/// (to 8; jemalloc's small classes are close to that).
-fn heap(len: usize) -> usize {
-    if len == 0 {
-        0
-    } else {
-        (len + 7) & !7
-    }
-}
-
-/// What an entry costs beyond its bytes: a map slot (key and value headers,
-/// control byte, load factor) and, for sorted sets, the order's slot in a
-/// B-tree node. Measured against `used_memory` (tests/native.rs).
-const HASH_ENTRY_OVERHEAD: usize = 48;
-const ZSET_ENTRY_OVERHEAD: usize = 88;
-
-#[derive(Default, Debug, Clone)]
-struct Hash {
-    fields: HashMap<Bytes, Bytes, RandomState>,
-    /// (hash of the field, field), for the hash kept in scan order.
-    scan_order: Option<BTreeSet<(u64, Bytes)>>,
-}
-
-/// The hash order of `hscan`: fixed seeds, so a cursor means the same
-/// after a restart or on a replica. Collisions only share a cursor step.
-fn scan_hash(field: &[u8]) -> u64 {
-    // The top bit is clear, so `hash + 1` (the next cursor) never wraps to
-    // 0, which ends a scan.
-    RandomState::with_seeds(0x7674_7272, 1, 2, 3).hash_one(field) >> 1
-}
 
 /// One queue's keys as plain collections.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     zsets: [Zset; ZsetKey::ALL.len()],
-    hashes: [Hash; HashKey::ALL.len()],
+    /// Every hash but `partitions`, whose place here stays empty.
+    hashes: [Hash<Bytes>; HashKey::ALL.len()],
+    /// `partitions`: the records, typed, in scan order.
+    records: Hash<StoredRecord>,
     current_virtual_time: Option<Bytes>,
     /// Heap bytes held, kept as entries come and go (MEMORY USAGE).
     bytes: usize,
@@ -62,30 +33,52 @@ pub struct MemoryStore {
 
 impl Default for MemoryStore {
     fn default() -> Self {
-        let mut hashes: [Hash; HashKey::ALL.len()] = Default::default();
-        hashes[HashKey::Partitions.index()].scan_order = Some(BTreeSet::new());
         MemoryStore {
             zsets: Default::default(),
-            hashes,
+            hashes: Default::default(),
+            records: Hash::scanned(),
             current_virtual_time: None,
             bytes: 0,
         }
     }
 }
 
+/// Runs `$body` on hash `$key` of `$store` as `$hash`, whichever its value
+/// type (the records' or bytes).
+macro_rules! on_hash {
+    ($store:expr, $key:expr, |$hash:ident| $body:expr) => {
+        match $key {
+            HashKey::Partitions => {
+                let $hash = &mut $store.records;
+                $body
+            }
+            key => {
+                let $hash = &mut $store.hashes[key.index()];
+                $body
+            }
+        }
+    };
+}
+
+/// As [`on_hash`], reading.
+macro_rules! on_hash_ref {
+    ($store:expr, $key:expr, |$hash:ident| $body:expr) => {
+        match $key {
+            HashKey::Partitions => {
+                let $hash = &$store.records;
+                $body
+            }
+            key => {
+                let $hash = &$store.hashes[key.index()];
+                $body
+            }
+        }
+    };
+}
+
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Sets the raw string, as another client could.
-    pub fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
-        self.bytes -= self
-            .current_virtual_time
-            .as_ref()
-            .map_or(0, |v| heap(v.len()));
-        self.bytes += heap(value.len());
-        self.current_virtual_time = Some(value.into());
     }
 
     /// All members of a sorted set in (score, member) order.
@@ -100,22 +93,15 @@ impl MemoryStore {
 
     /// All fields of a hash, sorted.
     pub fn hash_entries(&self, key: HashKey) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        self.hashes[key.index()]
-            .fields
-            .iter()
-            .map(|(f, v)| (f.to_vec(), v.to_vec()))
+        self.hash_sorted(key)
+            .into_iter()
+            .map(|(f, v)| (f.to_vec(), v.into_owned()))
             .collect()
     }
 
-    /// The fields of a hash sorted by field, borrowed.
-    pub fn hash_sorted(&self, key: HashKey) -> Vec<(&[u8], &[u8])> {
-        let mut fields: Vec<(&[u8], &[u8])> = self.hashes[key.index()]
-            .fields
-            .iter()
-            .map(|(f, v)| (&f[..], &v[..]))
-            .collect();
-        fields.sort_unstable();
-        fields
+    /// The fields of a hash sorted by field, with their values as bytes.
+    pub fn hash_sorted(&self, key: HashKey) -> Vec<(&[u8], Cow<'_, [u8]>)> {
+        on_hash_ref!(self, key, |hash| hash.sorted())
     }
 
     /// The raw `current_virtual_time`.
@@ -125,17 +111,17 @@ impl MemoryStore {
 
     /// HDEL that says whether the field was there.
     pub fn hdel_existing(&mut self, key: HashKey, field: &[u8]) -> bool {
-        let hash = &mut self.hashes[key.index()];
-        let Some(old) = hash.fields.remove(field) else {
-            return false;
-        };
-        let mut cost = heap(field.len()) + heap(old.len()) + HASH_ENTRY_OVERHEAD;
-        if let Some(order) = hash.scan_order.as_mut() {
-            order.remove(&(scan_hash(field), field.into()));
-            cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+        match on_hash!(self, key, |hash| hash.remove(field)) {
+            Some(freed) => {
+                self.bytes -= freed;
+                true
+            }
+            None => false,
         }
-        self.bytes -= cost;
-        true
+    }
+
+    fn add_bytes(&mut self, added: isize) {
+        self.bytes = self.bytes.wrapping_add_signed(added);
     }
 
     /// Whether `key` holds anything (EXISTS in the keys layout).
@@ -143,7 +129,7 @@ impl MemoryStore {
         if let Some(zset) = ZsetKey::of(key) {
             !self.zsets[zset.index()].is_empty()
         } else if let Some(hash) = HashKey::of(key) {
-            !self.hashes[hash.index()].fields.is_empty()
+            !on_hash_ref!(self, hash, |h| h.is_empty())
         } else {
             self.current_virtual_time.is_some()
         }
@@ -152,8 +138,8 @@ impl MemoryStore {
     /// Entries held, over every sorted set and hash (what freeing costs).
     pub fn entries(&self) -> usize {
         let zsets: usize = self.zsets.iter().map(Zset::len).sum();
-        let hashes: usize = self.hashes.iter().map(|h| h.fields.len()).sum();
-        zsets + hashes
+        let hashes: usize = self.hashes.iter().map(Hash::len).sum();
+        zsets + hashes + self.records.len()
     }
 
     /// Whether it holds nothing at all (its key is then deleted).
@@ -261,31 +247,14 @@ impl Store for MemoryStore {
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
-        self.hashes[key.index()]
-            .fields
+        on_hash_ref!(self, key, |hash| hash
             .get(field)
-            .map(|v| v.to_vec())
+            .map(|v| v.bytes().into_owned()))
     }
 
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
-        let hash = &mut self.hashes[key.index()];
-        match hash.fields.get_mut(field) {
-            // A record rewritten at its length (most are) keeps its buffer.
-            Some(old) if old.len() == value.len() => old.copy_from_slice(value),
-            Some(old) => {
-                self.bytes = self.bytes - heap(old.len()) + heap(value.len());
-                *old = value.into();
-            }
-            None => {
-                hash.fields.insert(field.into(), value.into());
-                let mut cost = heap(field.len()) + heap(value.len()) + HASH_ENTRY_OVERHEAD;
-                if let Some(order) = hash.scan_order.as_mut() {
-                    order.insert((scan_hash(field), field.into()));
-                    cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
-                }
-                self.bytes += cost;
-            }
-        }
+        let added = on_hash!(self, key, |hash| hash.set_bytes(field, value));
+        self.add_bytes(added);
     }
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
@@ -293,46 +262,36 @@ impl Store for MemoryStore {
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {
-        self.hashes[key.index()].fields.len() as u64
+        on_hash_ref!(self, key, |hash| hash.len()) as u64
     }
 
     fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
-        let mut fields: Vec<Vec<u8>> = self.hashes[key.index()]
-            .fields
-            .keys()
-            .map(|f| f.to_vec())
-            .collect();
-        fields.sort_unstable();
-        Ok(fields)
+        Ok(on_hash_ref!(self, key, |hash| hash.fields()))
     }
 
     fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
-        let hash = &self.hashes[key.index()];
-        let Some(order) = hash.scan_order.as_ref() else {
-            // Only the partition records are scanned; any other hash is
-            // returned whole, in field order.
-            let mut page: Vec<_> = hash
-                .fields
-                .iter()
-                .map(|(f, v)| (f.to_vec(), v.to_vec()))
-                .collect();
-            page.sort_unstable();
-            return Ok((0, page));
-        };
-        // The cursor is the hash order's position: every field present for
-        // the whole scan is returned, as HSCAN promises. A step ends after a
-        // whole run of equal hashes, so none is split between two steps.
-        let mut page = Vec::new();
-        let mut last = None;
-        for (h, field) in order.range((cursor, Bytes::default())..) {
-            if page.len() >= count.max(1) && last != Some(*h) {
-                return Ok((*h, page));
-            }
-            last = Some(*h);
-            let value = hash.fields.get(field).map_or_else(Vec::new, |v| v.to_vec());
-            page.push((field.to_vec(), value));
+        Ok(on_hash_ref!(self, key, |hash| hash.scan(cursor, count)))
+    }
+
+    fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
+        Some(match self.records.get(partition)? {
+            StoredRecord::Typed(record) => Ok(record.clone()),
+            StoredRecord::Raw(raw) => Record::parse(raw).ok_or_else(|| raw.to_vec()),
+        })
+    }
+
+    fn set_record(&mut self, partition: &[u8], record: &Record) {
+        if let Some(StoredRecord::Typed(old)) = self.records.get_mut(partition) {
+            let before = old.head.as_ref().map_or(0, |h| heap(h.len()));
+            old.clone_from(record);
+            let after = old.head.as_ref().map_or(0, |h| heap(h.len()));
+            self.add_bytes(after as isize - before as isize);
+            return;
         }
-        Ok((0, page))
+        let added = self
+            .records
+            .insert(partition, StoredRecord::Typed(record.clone()));
+        self.add_bytes(added);
     }
 
     fn delete(&mut self, key: QueueKey) {
@@ -349,8 +308,7 @@ impl Store for MemoryStore {
                         self.zrem(zset, &member);
                     }
                 } else if let Some(hash) = HashKey::of(key) {
-                    let fields: Vec<Bytes> =
-                        self.hashes[hash.index()].fields.keys().cloned().collect();
+                    let fields = on_hash_ref!(self, hash, |h| h.keys());
                     for field in fields {
                         self.hdel(hash, &field);
                     }
@@ -465,6 +423,15 @@ impl Store for Scoped<'_> {
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
         self.writing(key).hdel(key, field)
+    }
+
+    fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
+        self.reading(HashKey::Partitions).record(partition)
+    }
+
+    fn set_record(&mut self, partition: &[u8], record: &Record) {
+        self.writing(HashKey::Partitions)
+            .set_record(partition, record)
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {

@@ -6,11 +6,14 @@
 //! the core's test twin, and the value of a native queue. The layouts that
 //! implement it over a server are in `crate::layout`.
 
+mod hash;
 pub mod keys;
 pub mod memory;
+pub mod record;
 mod zset;
 
 pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
+pub use record::Record;
 
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.
 pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);
@@ -27,8 +30,10 @@ pub struct StoreError {
     pub reply: String,
 }
 
-/// Operations on one queue's keys. Implementations have already checked the
-/// key types; a missing key reads as empty. The key API's operations cannot
+/// Operations on one queue's keys, in the queue's typed values where the
+/// core has them (a partition's record) and in its keys' vocabulary
+/// elsewhere. Implementations have already checked the key types; a
+/// missing key reads as empty. The key API's operations cannot
 /// fail; the few that are server calls (`zcount_upto`, `hfields`, `hscan`)
 /// return the server's refusal.
 pub trait Store {
@@ -74,6 +79,19 @@ pub trait Store {
     fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError>;
     /// Deletes a whole key (a sorted set, hash or the string).
     fn delete(&mut self, key: QueueKey);
+
+    /// Partition `partition`'s record: None when it has none, the stored
+    /// bytes when they do not read as one (another client wrote them). A
+    /// store that keeps text (the keys layout) reads it through the text
+    /// form; a typed one keeps the record as it is.
+    fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
+        self.hget(HashKey::Partitions, partition)
+            .map(|raw| Record::parse(&raw).ok_or(raw))
+    }
+    /// Sets partition `partition`'s record (its deletion is an `hdel`).
+    fn set_record(&mut self, partition: &[u8], record: &Record) {
+        self.hset(HashKey::Partitions, partition, &record.format());
+    }
 
     /// Raw content of `vtrr:<name>:current_virtual_time`.
     fn current_virtual_time(&mut self) -> Option<Vec<u8>>;

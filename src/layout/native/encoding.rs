@@ -68,7 +68,7 @@ pub fn encode(store: &MemoryStore, mut emit: impl FnMut(&[u8])) {
         for (field, value) in store.hash_sorted(key) {
             chunk.push(HASH_TAG + key.index() as u8);
             put_bytes(&mut chunk, field);
-            put_bytes(&mut chunk, value);
+            put_bytes(&mut chunk, &value);
             cut(&mut chunk);
         }
     }
@@ -116,7 +116,7 @@ pub fn add_chunk(queue: &mut MemoryStore, chunk: &[u8]) -> Result<(), DecodeErro
     }
     for key in HashKey::ALL {
         for (field, value) in added.hash_sorted(key) {
-            queue.hset(key, field, value);
+            queue.hset(key, field, &value);
         }
     }
     if let Some(value) = added.raw_current_virtual_time() {

@@ -18,7 +18,9 @@ use crate::server::key_names::names_of;
 use crate::server::notify_module_event;
 use crate::server::strings::OwnedString;
 use crate::store::memory::MemoryStore;
-use crate::store::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
+use crate::store::{
+    HashKey, HashPage, KeyKind, QueueKey, Record, Scope, Store, StoreError, ZsetKey,
+};
 
 /// A native queue open for one call: the [`Store`] over its value, which a
 /// first write creates (and a write that leaves it empty deletes).
@@ -338,6 +340,15 @@ impl Store for NativeStore<'_> {
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
         self.remove(key.into(), |v| ((), v.hdel_existing(key, field)))
+    }
+
+    fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
+        self.read(QueueKey::Partitions)?.record(partition)
+    }
+
+    fn set_record(&mut self, partition: &[u8], record: &Record) {
+        self.write(QueueKey::Partitions)
+            .set_record(partition, record)
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {

@@ -1,0 +1,255 @@
+//! A hash in plain memory (`MemoryStore`'s): fields to values of a type of
+//! its own, bytes for most hashes and typed values where the core reads
+//! them as such (a partition's record), and optionally the fixed-seed hash
+//! order that `HSCAN`'s cursor walks. Every operation says how many heap
+//! bytes it added or freed, so the store keeps MEMORY USAGE as it goes.
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+
+use ahash::RandomState;
+
+use super::record::Record;
+use super::HashPage;
+
+pub type Bytes = Box<[u8]>;
+
+/// Heap bytes of an allocation of `len` bytes, as the allocator rounds it
+/// (to 8; jemalloc's small classes are close to that).
+pub fn heap(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        (len + 7) & !7
+    }
+}
+
+/// What an entry costs beyond its bytes: a map slot (key and value headers,
+/// control byte, load factor) and, for sorted sets, the order's slot in a
+/// B-tree node. Measured against `used_memory` (tests/native.rs).
+pub const HASH_ENTRY_OVERHEAD: usize = 48;
+pub const ZSET_ENTRY_OVERHEAD: usize = 88;
+
+/// A hash's value type: read and written as bytes by the hash commands,
+/// whatever it keeps.
+pub trait Value: Clone {
+    fn from_bytes(raw: &[u8]) -> Self;
+    fn bytes(&self) -> Cow<'_, [u8]>;
+    /// Heap bytes beyond the map slot of a value of [`Bytes`].
+    fn cost(&self) -> usize;
+    /// Sets it to `raw`, keeping its allocation where it can.
+    fn set_bytes(&mut self, raw: &[u8]) {
+        *self = Self::from_bytes(raw);
+    }
+}
+
+impl Value for Bytes {
+    fn from_bytes(raw: &[u8]) -> Self {
+        raw.into()
+    }
+
+    fn bytes(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self)
+    }
+
+    fn cost(&self) -> usize {
+        heap(self.len())
+    }
+
+    fn set_bytes(&mut self, raw: &[u8]) {
+        // A value rewritten at its length keeps its buffer.
+        if self.len() == raw.len() {
+            self.copy_from_slice(raw);
+        } else {
+            *self = raw.into();
+        }
+    }
+}
+
+/// A partition's record as a memory store keeps it: typed, or, when the
+/// bytes written are not a record in its own text form (another client's,
+/// carried over by a conversion), as those bytes, so they read back as
+/// they were.
+#[derive(Debug, Clone)]
+pub enum StoredRecord {
+    Typed(Record),
+    Raw(Bytes),
+}
+
+impl Value for StoredRecord {
+    fn from_bytes(raw: &[u8]) -> Self {
+        match Record::parse(raw) {
+            Some(record) if record.format() == raw => StoredRecord::Typed(record),
+            _ => StoredRecord::Raw(raw.into()),
+        }
+    }
+
+    fn bytes(&self) -> Cow<'_, [u8]> {
+        match self {
+            StoredRecord::Typed(record) => Cow::Owned(record.format()),
+            StoredRecord::Raw(raw) => Cow::Borrowed(raw),
+        }
+    }
+
+    fn cost(&self) -> usize {
+        // The record sits in the map slot, larger than a boxed value's.
+        let inline = size_of::<StoredRecord>() - size_of::<Bytes>();
+        inline
+            + match self {
+                StoredRecord::Typed(record) => record.head.as_ref().map_or(0, |h| heap(h.len())),
+                StoredRecord::Raw(raw) => heap(raw.len()),
+            }
+    }
+}
+
+/// The hash order of `hscan`: fixed seeds, so a cursor means the same
+/// after a restart or on a replica. Collisions only share a cursor step.
+fn scan_hash(field: &[u8]) -> u64 {
+    // The top bit is clear, so `hash + 1` (the next cursor) never wraps to
+    // 0, which ends a scan.
+    RandomState::with_seeds(0x7674_7272, 1, 2, 3).hash_one(field) >> 1
+}
+
+/// One hash. Maps use a per-process random hasher, since clients choose
+/// fields; nothing read from it depends on map order (`fields` and
+/// `sorted` sort, `scan` walks the scan order).
+#[derive(Debug, Clone)]
+pub struct Hash<V> {
+    fields: HashMap<Bytes, V, RandomState>,
+    /// (hash of the field, field), for a hash kept in scan order.
+    scan_order: Option<BTreeSet<(u64, Bytes)>>,
+}
+
+impl<V> Default for Hash<V> {
+    fn default() -> Self {
+        Hash {
+            fields: HashMap::default(),
+            scan_order: None,
+        }
+    }
+}
+
+impl<V: Value> Hash<V> {
+    /// An empty hash that `scan` pages through by cursor.
+    pub fn scanned() -> Self {
+        Hash {
+            fields: HashMap::default(),
+            scan_order: Some(BTreeSet::new()),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    pub fn get(&self, field: &[u8]) -> Option<&V> {
+        self.fields.get(field)
+    }
+
+    pub fn get_mut(&mut self, field: &[u8]) -> Option<&mut V> {
+        self.fields.get_mut(field)
+    }
+
+    /// Sets `field` to `value`; the heap bytes added (negative: freed).
+    pub fn insert(&mut self, field: &[u8], value: V) -> isize {
+        let added = value.cost() as isize;
+        if let Some(old) = self.fields.get_mut(field) {
+            let freed = old.cost() as isize;
+            *old = value;
+            return added - freed;
+        }
+        self.fields.insert(field.into(), value);
+        added + self.new_field(field) as isize
+    }
+
+    /// Sets `field` to the bytes `raw`; the heap bytes added.
+    pub fn set_bytes(&mut self, field: &[u8], raw: &[u8]) -> isize {
+        if let Some(old) = self.fields.get_mut(field) {
+            let freed = old.cost() as isize;
+            old.set_bytes(raw);
+            return old.cost() as isize - freed;
+        }
+        let value = V::from_bytes(raw);
+        let added = value.cost();
+        self.fields.insert(field.into(), value);
+        (added + self.new_field(field)) as isize
+    }
+
+    /// The cost of a new field beside its value (its scan order's entry).
+    fn new_field(&mut self, field: &[u8]) -> usize {
+        let mut cost = heap(field.len()) + HASH_ENTRY_OVERHEAD;
+        if let Some(order) = self.scan_order.as_mut() {
+            order.insert((scan_hash(field), field.into()));
+            cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+        }
+        cost
+    }
+
+    /// Removes `field`: the heap bytes freed, None when it was absent.
+    pub fn remove(&mut self, field: &[u8]) -> Option<usize> {
+        let old = self.fields.remove(field)?;
+        let mut cost = heap(field.len()) + old.cost() + HASH_ENTRY_OVERHEAD;
+        if let Some(order) = self.scan_order.as_mut() {
+            order.remove(&(scan_hash(field), field.into()));
+            cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+        }
+        Some(cost)
+    }
+
+    /// Every field, sorted.
+    pub fn fields(&self) -> Vec<Vec<u8>> {
+        let mut fields: Vec<Vec<u8>> = self.fields.keys().map(|f| f.to_vec()).collect();
+        fields.sort_unstable();
+        fields
+    }
+
+    /// Every field with its value as bytes, sorted by field.
+    pub fn sorted(&self) -> Vec<(&[u8], Cow<'_, [u8]>)> {
+        let mut entries: Vec<(&[u8], Cow<'_, [u8]>)> = self
+            .fields
+            .iter()
+            .map(|(f, v)| (&f[..], v.bytes()))
+            .collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries
+    }
+
+    /// One step of HSCAN from `cursor`: a hash kept in scan order pages
+    /// through it; any other is returned whole, in field order.
+    pub fn scan(&self, cursor: u64, count: usize) -> HashPage {
+        let Some(order) = self.scan_order.as_ref() else {
+            let page = self
+                .sorted()
+                .into_iter()
+                .map(|(f, v)| (f.to_vec(), v.into_owned()))
+                .collect();
+            return (0, page);
+        };
+        // The cursor is the hash order's position: every field present for
+        // the whole scan is returned, as HSCAN promises. A step ends after a
+        // whole run of equal hashes, so none is split between two steps.
+        let mut page = Vec::new();
+        let mut last = None;
+        for (h, field) in order.range((cursor, Bytes::default())..) {
+            if page.len() >= count.max(1) && last != Some(*h) {
+                return (*h, page);
+            }
+            last = Some(*h);
+            let value = self
+                .fields
+                .get(field)
+                .map_or_else(Vec::new, |v| v.bytes().into_owned());
+            page.push((field.to_vec(), value));
+        }
+        (0, page)
+    }
+
+    /// Every field, in no order (to remove them all).
+    pub fn keys(&self) -> Vec<Bytes> {
+        self.fields.keys().cloned().collect()
+    }
+}
