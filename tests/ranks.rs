@@ -97,22 +97,17 @@ fn top_ranks_partitions_worst_first_and_pages_through_them() {
     assert!(vtrr_check(&mut con, "q").is_empty());
 }
 
-/// Waits rank to ten seconds: sleeps past the next boundary of ten.
-fn next_ten_seconds() {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let into = (now.as_millis() % 10_000) as u64;
-    std::thread::sleep(Duration::from_millis(10_010 - into));
-}
+/// A wait keeps its place in the ranking until it restarts ten seconds or
+/// more after the wait the place was written for.
+const WAIT_GRAIN: Duration = Duration::from_millis(10_000);
 
 #[test]
 fn the_oldest_line_comes_first_and_a_lease_restarts_its_wait() {
     let server = Server::start();
     let mut con = server.connect();
     // Named against their order, so a ranking by name would fail.
-    backlog(&mut con, "q", "z-early", 2);
-    next_ten_seconds();
+    backlog(&mut con, "q", "z-early", 3);
+    std::thread::sleep(WAIT_GRAIN + Duration::from_millis(50));
     // a-late paused: it waits, and the leases below serve z-early.
     let paused: i64 = command(&["VTRR.PAUSE", "q", "a-late"])
         .query(&mut con)
@@ -126,13 +121,20 @@ fn the_oldest_line_comes_first_and_a_lease_restarts_its_wait() {
     assert!(early_wait > late_wait, "{early_wait} vs {late_wait}");
     assert!(stat(&mut con, "q", "oldest_waiting_ms") >= early_wait);
 
-    // Serving z-early restarts its wait: now in a-late's ten seconds, the
-    // two tie, and go by name.
-    let lease = lease(&mut con, "q", 60_000).unwrap();
-    assert_eq!(lease.0, b"z-early-0");
+    // Serving z-early a grain after its place was written restarts its
+    // wait and moves its place behind a-late's.
+    let first = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(first.0, b"z-early-0");
     let (_, oldest) = top(&mut con, "q", &["10", "BY", "oldest"]);
     assert_eq!(names(&oldest), ["a-late", "z-early"]);
     assert!(int(&oldest[1].1, "waiting-ms").unwrap() < 1_000);
+    let place = key_zscore(&mut con, "q", "rank_waiting", "z-early");
+    // Served again within the grain: its wait restarts, its place stays.
+    std::thread::sleep(Duration::from_millis(20));
+    let again = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(again.0, b"z-early-1");
+    assert_eq!(key_zscore(&mut con, "q", "rank_waiting", "z-early"), place);
+    assert!(vtrr_check(&mut con, "q").is_empty());
 
     // A line that empties leaves the ranking, and its wait is nil.
     let resumed: i64 = command(&["VTRR.RESUME", "q", "a-late"])

@@ -124,6 +124,11 @@ pub const SETTINGS: [Setting; 4] = [
     },
 ];
 
+/// Where the warm-up operations' numbers start (their ids stay apart from
+/// the counted ones), and how many there are per run: one per partition.
+const WARM_UP_OPS: usize = 1_000_000_000;
+const WARM_UP_LEN: usize = 100;
+
 /// One measured figure, as `--json` writes it: the median of the repeats.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Counted {
@@ -337,6 +342,12 @@ impl<'b> Bench<'b> {
             .collect();
         for repeat in 0..self.sizes.repeats {
             for ((_, run), figure) in runs.iter().zip(&mut figures) {
+                // One uncounted operation per partition first: what a call
+                // rewrites once per partition in a while (a wait's place in
+                // `rank_waiting`, once per ten seconds of its own) is then
+                // fresh, so the count does not move with how long the
+                // set-up took on this machine.
+                run(self, WARM_UP_OPS + repeat * WARM_UP_LEN, WARM_UP_LEN);
                 let aof_before = aof.then(|| aof_size(&mut self.admin));
                 callgrind.zero();
                 let end = (repeat + 1) * ops;
@@ -531,7 +542,7 @@ fn plain_cycle_batch(con: &mut redis::Connection, start: usize, n: usize) {
 pub fn table_head(report: &mut String, sizes: &super::Sizes) {
     writeln!(
         report,
-        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} repeats of {} operations per system, the systems taking turns, on one connection, pipeline 100, {} items queued over 100 partitions; median (min–max) of the repeats. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give nearly the same count whatever else the machine is doing (what differs is the server's own background work and its random hash seeds). `plain commands` is the module's own reads and writes of the operation sent as plain pipelined commands (ZPOPMIN, HGET, HSET, ZADD, ...; listed in `examples/bench/instructions.rs`) on a queue the module filled: what the same work costs without the module's commands. `module ÷ …` compare speeds, as in the timed tables (the other's instructions over the module's). `vtrr.replication` is `commands` except in `effects mode`. `no listpacks` is persistence off with `hash-max-listpack-entries 0` and `zset-max-listpack-entries 0`: every hash and sorted set is then a hash table or skip list, as a queue's in-flight set and its two hashes are once it holds more than 128 leases; with up to 100 leases held here, Redis otherwise keeps them as listpacks, which it scans linearly. `default cap {DEFAULT_CAP}` is the module's cycle on a queue of its own, the same backlog queued after `VTRR.POLICY <queue> DEFAULT-CONCURRENCY {DEFAULT_CAP}`: every partition then keeps one item, its head, in `queue` and the rest in `held`, so each LEASE pops a head and promotes the partition's next held item (the cap never binds); the other systems have no such setting.\n\n| scenario | module | {PLAIN} | Lua | Streams | list | PING | module ÷ plain | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|---|---|",
+        "## Instructions per operation (whole server)\n\nEvery instruction the server ran (`valgrind --tool=callgrind`, counters zeroed after the set-up), divided by the operations done: {} repeats of {} operations per system (each after 100 uncounted ones, one per partition, so what a partition rewrites once in a while is fresh whatever the set-up took), the systems taking turns, on one connection, pipeline 100, {} items queued over 100 partitions; median (min–max) of the repeats. A lease + ack cycle is one operation; PING's cycle is two PINGs. Repeatable: the same binaries give nearly the same count whatever else the machine is doing (what differs is the server's own background work and its random hash seeds). `plain commands` is the module's own reads and writes of the operation sent as plain pipelined commands (ZPOPMIN, HGET, HSET, ZADD, ...; listed in `examples/bench/instructions.rs`) on a queue the module filled: what the same work costs without the module's commands. `module ÷ …` compare speeds, as in the timed tables (the other's instructions over the module's). `vtrr.replication` is `commands` except in `effects mode`. `no listpacks` is persistence off with `hash-max-listpack-entries 0` and `zset-max-listpack-entries 0`: every hash and sorted set is then a hash table or skip list, as a queue's in-flight set and its two hashes are once it holds more than 128 leases; with up to 100 leases held here, Redis otherwise keeps them as listpacks, which it scans linearly. `default cap {DEFAULT_CAP}` is the module's cycle on a queue of its own, the same backlog queued after `VTRR.POLICY <queue> DEFAULT-CONCURRENCY {DEFAULT_CAP}`: every partition then keeps one item, its head, in `queue` and the rest in `held`, so each LEASE pops a head and promotes the partition's next held item (the cap never binds); the other systems have no such setting.\n\n| scenario | module | {PLAIN} | Lua | Streams | list | PING | module ÷ plain | module ÷ Lua | module ÷ Streams |\n|---|---|---|---|---|---|---|---|---|---|",
         sizes.repeats, sizes.counted_ops, sizes.counted_backlog
     )
     .unwrap();

@@ -193,6 +193,19 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 record.ranked_queued
             ));
         }
+        let ranked_wait_stands = match (record.waiting_since, record.ranked_since) {
+            (Some(since), Some(ranked)) => ranks::within_grain(since, ranked),
+            (None, None) => true,
+            _ => false,
+        };
+        if !ranked_wait_stands {
+            problems.push(format!(
+                "partition {} waits since {:?} but ranks as waiting since {:?}",
+                show(&name),
+                record.waiting_since,
+                record.ranked_since
+            ));
+        }
         if record.waiting_since.is_some() && record.queued == 0 {
             problems.push(format!(
                 "partition {} has a waiting line with nothing queued",

@@ -15,7 +15,9 @@
 //! changes leave it alone: a queued count is rewritten only once it is more
 //! than 1/16 away from the count its place was written for (the record
 //! keeps that count: a backlog going up and down by one rewrites nothing),
-//! a wait to ten seconds; the views show the exact values from the records.
+//! a wait once it restarted ten seconds or more after the wait its place
+//! was written for (the record keeps that too); the views show the exact
+//! values from the records.
 //! Ranked by leased are only the partitions at their cap: the ones a cap
 //! holds back, and no write at all for a queue without caps.
 
@@ -64,9 +66,7 @@ impl Rank {
         let count = |n: u64| (n > 0).then(|| -(n as f64));
         match self {
             Rank::Queued => count(record.ranked_queued),
-            Rank::Oldest => record
-                .waiting_since
-                .map(|since| since.div_euclid(WAIT_GRAIN_MS) as f64),
+            Rank::Oldest => record.ranked_since.map(|since| since as f64),
             Rank::Leased => match record.cap_in_force(default_cap) {
                 Some(cap) if record.leased >= cap => count(record.leased),
                 _ => None,
@@ -80,15 +80,19 @@ impl Rank {
 /// the count the place was written for (exact below this).
 const QUEUED_BAND: u64 = 16;
 
-/// Waits rank to this grain: a line leased many times a second rewrites
-/// its place once in ten seconds. (At a grain of one second the writes
-/// were still a tenth of a native lease's cost at 100 partitions, and so
-/// many that the instruction counts of a run moved with how fast it ran.)
-const WAIT_GRAIN_MS: i64 = 10_000;
+/// A wait keeps its place until it restarts this much later than the wait
+/// the place was written for: a line leased many times a second rewrites
+/// its place once in ten seconds. The grain is measured from each place's
+/// own wait, not from fixed boundaries of the clock, so a run that crosses
+/// a boundary does not rewrite every busy line's place at once. (At a
+/// grain of one second the writes were still a tenth of a native lease's
+/// cost at 100 partitions.)
+pub(super) const WAIT_GRAIN_MS: i64 = 10_000;
 
-/// Sets the queued count the record's place in `rank_queued` is for,
-/// before the record is written: its count when it moved out of the band,
-/// 0 with nothing queued.
+/// Sets the queued count and the wait the record's places in
+/// `rank_queued` and `rank_waiting` are for, before the record is written:
+/// its count when it moved out of the band (0 with nothing queued), its
+/// wait when it restarted a grain or more later (none when none).
 pub(super) fn settle(record: &mut Record) {
     let (queued, ranked) = (record.queued, record.ranked_queued);
     record.ranked_queued = if queued == 0 {
@@ -98,6 +102,16 @@ pub(super) fn settle(record: &mut Record) {
     } else {
         queued
     };
+    record.ranked_since = match (record.waiting_since, record.ranked_since) {
+        (Some(since), Some(ranked)) if within_grain(since, ranked) => Some(ranked),
+        (since, _) => since,
+    };
+}
+
+/// Whether a place written for a wait since `ranked` still stands for a
+/// wait since `since`.
+pub(super) fn within_grain(since: i64, ranked: i64) -> bool {
+    since >= ranked && since - ranked < WAIT_GRAIN_MS
 }
 
 /// Whether a place written for `ranked` still stands for `queued`.
@@ -203,7 +217,8 @@ pub fn waited(since: i64, now_ms: i64) -> i64 {
 }
 
 /// Since when the longest-waiting line has waited, if any waits: read from
-/// the record of the first in the ranking (which ranks to ten seconds).
+/// the record of the first in the ranking (whose places are at most a
+/// grain behind the waits).
 pub fn oldest_waiting_since(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Option<i64> {
     let (name, _) = store.zfirst(ZsetKey::RankWaiting)?;
     partitions::read(store, &name, anomalies).1.waiting_since
@@ -220,6 +235,7 @@ mod tests {
             ranked_queued: queued,
             leased,
             waiting_since: since,
+            ranked_since: since,
             ..Record::default()
         }
     }
@@ -304,6 +320,31 @@ mod tests {
         record.ranked_queued = 6;
         settle(&mut record);
         assert_eq!(record.ranked_queued, 5, "out of the band below 16");
+    }
+
+    #[test]
+    fn a_wait_keeps_its_place_until_it_restarts_a_grain_later() {
+        let mut record = Record {
+            queued: 3,
+            waiting_since: Some(1_000_000),
+            ..Record::default()
+        };
+        settle(&mut record);
+        assert_eq!(record.ranked_since, Some(1_000_000), "a first place");
+        for (since, ranked) in [
+            (1_000_001, 1_000_000),
+            (1_000_000 + WAIT_GRAIN_MS - 1, 1_000_000),
+            (1_000_000 + WAIT_GRAIN_MS, 1_000_000 + WAIT_GRAIN_MS),
+            // A clock that stepped back writes the earlier wait.
+            (1_000_500, 1_000_500),
+        ] {
+            record.waiting_since = Some(since);
+            settle(&mut record);
+            assert_eq!(record.ranked_since, Some(ranked), "{since}");
+        }
+        record.waiting_since = None;
+        settle(&mut record);
+        assert_eq!(record.ranked_since, None, "no wait, no place");
     }
 
     #[test]

@@ -97,6 +97,11 @@ pub struct Record {
     /// record of an earlier version, a RECOUNT) until a call with a clock
     /// changes the partition.
     pub waiting_since: Option<i64>,
+    /// The wait its place in `rank_waiting` was written for: kept while
+    /// the line's wait restarts less than the ranking's grain later (see
+    /// `ranks`), so a line leased many times a second rewrites its place
+    /// once per grain, whenever the run's clock crosses what.
+    pub ranked_since: Option<i64>,
     /// What it was served while it had a record (a blank record goes, its
     /// totals with it: they live on in the queue's).
     pub totals: Totals,
@@ -122,6 +127,7 @@ impl Default for Record {
             parking: Parking::Done,
             head: None,
             waiting_since: None,
+            ranked_since: None,
             totals: Totals::default(),
             ranked_queued: 0,
         }
@@ -133,12 +139,19 @@ impl Default for Record {
 /// misreads it (where earlier versions kept a shift bound, always `0`).
 const SINCE_RANKINGS: &[u8] = b"t";
 
+/// Marks records since waits rank by age (`ranked_since` after the wait):
+/// a version that knows only `t` refuses them rather than read the
+/// ranked wait as the first total.
+const SINCE_AGED_WAITS: &[u8] = b"u";
+
 impl Record {
     /// `<queued> <held> <leased> <delayed> <dead>`, then, only when any
     /// differs from its default, `<cap|-> <share> <paused> <carry> <offset>
-    /// <gap> <parking> t <waiting-since|-> <enqueued> <leased> <acked>
-    /// <nacked> <dead> <expired> <ranked-queued>[ <head id>]` (the head id, any bytes, comes
-    /// last; earlier versions wrote `0` for `t` and nothing up to the head).
+    /// <gap> <parking> u <waiting-since|-> <ranked-since|-> <enqueued>
+    /// <leased> <acked> <nacked> <dead> <expired> <ranked-queued>[ <head
+    /// id>]` (the head id, any bytes, comes last). The first rankings wrote
+    /// `t` and no `ranked-since`; earlier versions `0` for `t` and nothing
+    /// up to the head.
     /// Written on every change of a partition's counts, so it is short in
     /// the common case and formatted without `format!`.
     pub fn format(&self) -> Vec<u8> {
@@ -176,11 +189,13 @@ impl Record {
                 Parking::RejoinOwed => 2,
             };
             push(&mut out, digits.format(parking));
-            out.extend_from_slice(SINCE_RANKINGS);
+            out.extend_from_slice(SINCE_AGED_WAITS);
             out.push(b' ');
-            match self.waiting_since {
-                Some(since) => push(&mut out, digits.format(since)),
-                None => push(&mut out, "-"),
+            for since in [self.waiting_since, self.ranked_since] {
+                match since {
+                    Some(since) => push(&mut out, digits.format(since)),
+                    None => push(&mut out, "-"),
+                }
             }
             for count in self.totals.values() {
                 push(&mut out, digits.format(count));
@@ -243,16 +258,24 @@ impl Record {
         record.gap = number(fields.next())?;
         let parking: i64 = number(fields.next())?;
         let slot = fields.next()?;
-        if slot == SINCE_RANKINGS {
+        if slot == SINCE_AGED_WAITS || slot == SINCE_RANKINGS {
             record.parking = match parking {
                 0 => Parking::Done,
                 1 => Parking::Underway,
                 2 => Parking::RejoinOwed,
                 _ => return None,
             };
-            record.waiting_since = match fields.next()? {
-                b"-" => None,
-                raw => Some(number(Some(raw))?),
+            let mut since = || match fields.next()? {
+                b"-" => Some(None),
+                raw => Some(Some(number(Some(raw))?)),
+            };
+            record.waiting_since = since()?;
+            // A record of the first rankings ranked its wait as it was (to
+            // the grain): its place stands for its wait until it moves.
+            record.ranked_since = if slot == SINCE_AGED_WAITS {
+                since()?
+            } else {
+                record.waiting_since
             };
             let mut totals = [0u64; 6];
             for total in &mut totals {
@@ -327,6 +350,7 @@ mod tests {
             parking: Parking::RejoinOwed,
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
             waiting_since: Some(1_700_000_000_123),
+            ranked_since: Some(1_700_000_000_100),
             totals: Totals::from_values([1, 2, 3, 4, 5, 6]),
             ranked_queued: 7,
         };
@@ -353,6 +377,21 @@ mod tests {
         let record = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 0 0 x").unwrap();
         assert_eq!(record.parking, Parking::Done);
         assert_eq!(record.head, Some(b"x".to_vec()));
+    }
+
+    #[test]
+    fn a_record_of_the_first_rankings_ranks_its_wait_as_it_is() {
+        let record =
+            Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 0 t 1700000000123 1 2 3 4 5 6 3 h").unwrap();
+        assert_eq!(record.waiting_since, Some(1_700_000_000_123));
+        assert_eq!(record.ranked_since, record.waiting_since);
+        assert_eq!(record.totals, Totals::from_values([1, 2, 3, 4, 5, 6]));
+        assert_eq!(
+            (record.ranked_queued, record.head),
+            (3, Some(b"h".to_vec()))
+        );
+        let waiting = Record::parse(b"3 0 0 0 0 - 1 0 0 0 0 0 t - 0 0 0 0 0 0 3").unwrap();
+        assert_eq!((waiting.waiting_since, waiting.ranked_since), (None, None));
     }
 
     #[test]
