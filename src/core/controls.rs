@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::admission::{self, MAX_PARKED_PER_CALL};
 use super::held;
 use super::meta::partition_of;
-use super::numbers::parse_virtual_time;
+use super::numbers::{int_field, parse_virtual_time};
 use super::partitions::{
     self, read_default_cap, Record, CAPPED_COUNT_FIELD, DEFAULT_CONCURRENCY_FIELD,
     PAUSED_COUNT_FIELD,
@@ -210,9 +210,13 @@ fn view(
     default_cap: Option<u64>,
     now_ms: i64,
 ) -> PartitionView {
-    let virtual_time = store
-        .hget(HashKey::PartitionVirtualTime, &partition)
-        .and_then(|raw| parse_virtual_time(&raw));
+    let virtual_time = int_field(
+        store,
+        HashKey::PartitionVirtualTime,
+        &partition,
+        parse_virtual_time,
+    )
+    .flatten();
     PartitionView {
         cap_in_force: record.cap_in_force(default_cap),
         waiting_ms: record.waiting_since.map(|since| waited(since, now_ms)),

@@ -1,25 +1,22 @@
 //! Per-item counters kept beside the item: `timeouts` (its lease expired)
 //! and `nacks` (its worker gave it back). Both are cleared on ack.
 
+use super::numbers::{int_field, parse_decimal};
 use super::types::Anomaly;
 use crate::store::{HashKey, Store};
 
 /// The counter `key` of `id`: missing is 0; a value that is not a count is
 /// read as 0 and reported.
 pub fn read(store: &mut impl Store, key: HashKey, id: &[u8], anomalies: &mut Vec<Anomaly>) -> i64 {
-    match store.hget(key, id) {
+    match int_field(store, key, id, parse_decimal) {
         None => 0,
-        Some(raw) => std::str::from_utf8(&raw)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-            .filter(|n| *n >= 0)
-            .unwrap_or_else(|| {
-                anomalies.push(Anomaly::CounterUnreadable {
-                    counter: name(key),
-                    id: id.to_vec(),
-                });
-                0
-            }),
+        Some(count) => count.filter(|n| *n >= 0).unwrap_or_else(|| {
+            anomalies.push(Anomaly::CounterUnreadable {
+                counter: name(key),
+                id: id.to_vec(),
+            });
+            0
+        }),
     }
 }
 
@@ -31,8 +28,7 @@ pub fn increment(
     anomalies: &mut Vec<Anomaly>,
 ) -> i64 {
     let value = read(store, key, id, anomalies).saturating_add(1);
-    let mut digits = itoa::Buffer::new();
-    store.hset(key, id, digits.format(value).as_bytes());
+    store.hset_int(key, id, value);
     value
 }
 

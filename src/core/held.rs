@@ -13,6 +13,7 @@
 //! is the encoding only; what goes in and out, and the counts, are
 //! `admission.rs`.
 
+use super::numbers::{int_field, parse_decimal};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// The member prefix shared by every held item of `partition`.
@@ -53,8 +54,7 @@ pub(super) fn parse_member(member: &[u8]) -> Option<(&[u8], i64, &[u8])> {
 pub(super) fn add(store: &mut impl Store, partition: &[u8], offset: i64, id: &[u8], score: i64) {
     let relative = score.saturating_sub(offset);
     store.zadd(ZsetKey::Held, &member(partition, relative, id), 0.0);
-    let mut digits = itoa::Buffer::new();
-    store.hset(HashKey::HeldAt, id, digits.format(relative).as_bytes());
+    store.hset_int(HashKey::HeldAt, id, relative);
 }
 
 /// The partition's lowest held item: (virtual time, id).
@@ -81,8 +81,7 @@ pub(super) fn remove(store: &mut impl Store, partition: &[u8], offset: i64, id: 
 
 /// The virtual time `id` is held at (None: it is not held).
 pub(super) fn held_at(store: &mut impl Store, id: &[u8], offset: i64) -> Option<i64> {
-    let raw = store.hget(HashKey::HeldAt, id)?;
-    let relative: i64 = std::str::from_utf8(&raw).ok()?.parse().ok()?;
+    let relative = int_field(store, HashKey::HeldAt, id, parse_decimal)??;
     Some(relative.saturating_add(offset))
 }
 

@@ -1,4 +1,7 @@
-//! The decimal encodings used in the keys: virtual times and `meta` values.
+//! The decimal encodings used in the keys: virtual times and `meta` values,
+//! and integer fields read as the store keeps them.
+
+use crate::store::{HashKey, Store};
 
 /// Scores are doubles in Redis; integers above 2^53 lose precision, so
 /// virtual times saturate there instead of wrapping or erroring mid-command.
@@ -40,6 +43,25 @@ pub fn parse_meta(meta: &[u8]) -> Option<(u64, &[u8])> {
     }
     let weight: u64 = std::str::from_utf8(weight).ok()?.parse().ok()?;
     (weight > 0).then_some((weight, &rest[1..]))
+}
+
+/// An integer field: None when absent; else its value, the store's
+/// number or its stored bytes as `read` reads them (None: unreadable).
+pub(super) fn int_field(
+    store: &mut impl Store,
+    key: HashKey,
+    field: &[u8],
+    read: impl FnOnce(&[u8]) -> Option<i64>,
+) -> Option<Option<i64>> {
+    Some(match store.hget_int(key, field)? {
+        Ok(n) => Some(n),
+        Err(raw) => read(&raw),
+    })
+}
+
+/// A decimal integer as `str::parse` reads it (a `+`, leading zeros).
+pub(super) fn parse_decimal(raw: &[u8]) -> Option<i64> {
+    std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 //! Ranked by leased are only the partitions at their cap: the ones a cap
 //! holds back, and no write at all for a queue without caps.
 
+use super::numbers::int_field;
 use super::partitions::{self, Record, Totals};
 use super::types::Anomaly;
 use crate::store::{HashKey, Store, StoreError, ZsetKey};
@@ -164,16 +165,22 @@ pub(super) fn record_change(
 }
 
 fn add_to_total(store: &mut impl Store, field: &str, by: u64) {
-    let current = store
-        .hget(HashKey::Totals, field.as_bytes())
-        .and_then(|raw| std::str::from_utf8(&raw).ok()?.parse::<u64>().ok())
-        .unwrap_or(0);
-    let mut digits = itoa::Buffer::new();
-    store.hset(
+    let current = read_total(store, field).flatten().unwrap_or(0);
+    store.hset_int(
         HashKey::Totals,
         field.as_bytes(),
-        digits.format(current.saturating_add(by)).as_bytes(),
+        current.saturating_add(by).min(i64::MAX as u64) as i64,
     );
+}
+
+/// The queue's total `field`: None when absent; None inside when it does
+/// not read as a count.
+fn read_total(store: &mut impl Store, field: &str) -> Option<Option<u64>> {
+    let total = int_field(store, HashKey::Totals, field.as_bytes(), |raw| {
+        let total: u64 = std::str::from_utf8(raw).ok()?.parse().ok()?;
+        Some(total.min(i64::MAX as u64) as i64)
+    })?;
+    Some(total.and_then(|n| u64::try_from(n).ok()))
 }
 
 /// The queue's totals. An unreadable counter (written by another client)
@@ -181,12 +188,10 @@ fn add_to_total(store: &mut impl Store, field: &str, by: u64) {
 pub fn queue_totals(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Totals {
     let mut values = [0u64; 6];
     for (value, field) in values.iter_mut().zip(Totals::FIELDS) {
-        let Some(raw) = store.hget(HashKey::Totals, field.as_bytes()) else {
-            continue;
-        };
-        match std::str::from_utf8(&raw).ok().and_then(|s| s.parse().ok()) {
-            Some(n) => *value = n,
-            None => anomalies.push(Anomaly::TotalUnreadable { field }),
+        match read_total(store, field) {
+            None => {}
+            Some(Some(n)) => *value = n,
+            Some(None) => anomalies.push(Anomaly::TotalUnreadable { field }),
         }
     }
     Totals::from_values(values)

@@ -2,7 +2,7 @@
 //! and each partition's next one, and what every call that moves items
 //! reads once before its first write.
 
-use super::numbers::{parse_virtual_time, MAX_VIRTUAL_TIME};
+use super::numbers::{int_field, parse_virtual_time, MAX_VIRTUAL_TIME};
 use super::partitions::read_default_cap;
 use super::types::{Anomaly, CoreError};
 use crate::store::{HashKey, Store};
@@ -46,9 +46,14 @@ pub(super) fn next_of(
     partition: &[u8],
     anomalies: &mut Vec<Anomaly>,
 ) -> i64 {
-    match store.hget(HashKey::PartitionVirtualTime, partition) {
+    match int_field(
+        store,
+        HashKey::PartitionVirtualTime,
+        partition,
+        parse_virtual_time,
+    ) {
         None => 0,
-        Some(raw) => parse_virtual_time(&raw).unwrap_or_else(|| {
+        Some(next) => next.unwrap_or_else(|| {
             anomalies.push(Anomaly::PartitionVirtualTimeUnreadable {
                 partition: partition.to_vec(),
             });
@@ -58,12 +63,7 @@ pub(super) fn next_of(
 }
 
 pub(super) fn set_next(store: &mut impl Store, partition: &[u8], next: i64) {
-    let mut digits = itoa::Buffer::new();
-    store.hset(
-        HashKey::PartitionVirtualTime,
-        partition,
-        digits.format(next).as_bytes(),
-    );
+    store.hset_int(HashKey::PartitionVirtualTime, partition, next);
 }
 
 /// Moves `partition`'s next virtual time by `by`, within 0 and
@@ -75,10 +75,14 @@ pub(super) fn move_next(
     by: i64,
     missing_as: Option<i64>,
 ) {
-    let next = store
-        .hget(HashKey::PartitionVirtualTime, partition)
-        .and_then(|raw| parse_virtual_time(&raw))
-        .or(missing_as);
+    let next = int_field(
+        store,
+        HashKey::PartitionVirtualTime,
+        partition,
+        parse_virtual_time,
+    )
+    .flatten()
+    .or(missing_as);
     if let Some(next) = next {
         set_next(
             store,

@@ -262,6 +262,14 @@ impl Store for QueueStore<'_> {
         dispatch!(self, s => s.set_record(partition, record))
     }
 
+    fn hget_int(&mut self, key: HashKey, field: &[u8]) -> Option<Result<i64, Vec<u8>>> {
+        dispatch!(self, s => s.hget_int(key, field))
+    }
+
+    fn hset_int(&mut self, key: HashKey, field: &[u8], value: i64) {
+        dispatch!(self, s => s.hset_int(key, field, value))
+    }
+
     fn hlen(&mut self, key: HashKey) -> u64 {
         dispatch!(self, s => s.hlen(key))
     }

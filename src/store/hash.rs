@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use ahash::RandomState;
 
+use super::number::canonical_int;
 use super::record::Record;
 use super::HashPage;
 
@@ -251,5 +252,38 @@ impl<V: Value> Hash<V> {
     /// Every field, in no order (to remove them all).
     pub fn keys(&self) -> Vec<Bytes> {
         self.fields.keys().cloned().collect()
+    }
+}
+
+/// An integer field as a memory store keeps it: a number where its bytes
+/// are an integer's canonical text, else those bytes.
+#[derive(Debug, Clone)]
+pub enum StoredNumber {
+    Int(i64),
+    Raw(Bytes),
+}
+
+impl Value for StoredNumber {
+    fn from_bytes(raw: &[u8]) -> Self {
+        match canonical_int(raw) {
+            Some(n) => StoredNumber::Int(n),
+            None => StoredNumber::Raw(raw.into()),
+        }
+    }
+
+    fn bytes(&self) -> Cow<'_, [u8]> {
+        match self {
+            StoredNumber::Int(n) => Cow::Owned(itoa::Buffer::new().format(*n).as_bytes().to_vec()),
+            StoredNumber::Raw(raw) => Cow::Borrowed(raw),
+        }
+    }
+
+    fn cost(&self) -> usize {
+        let inline = size_of::<StoredNumber>() - size_of::<Bytes>();
+        inline
+            + match self {
+                StoredNumber::Int(_) => 0,
+                StoredNumber::Raw(raw) => heap(raw.len()),
+            }
     }
 }

@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use super::hash::{heap, Bytes, Hash, StoredRecord, Value as _, ZSET_ENTRY_OVERHEAD};
+use super::hash::{heap, Bytes, Hash, StoredNumber, StoredRecord, Value as _, ZSET_ENTRY_OVERHEAD};
 use super::record::Record;
 use super::zset::Zset;
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
@@ -22,10 +22,12 @@ use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     zsets: [Zset; ZsetKey::ALL.len()],
-    /// Every hash but `partitions`, whose place here stays empty.
+    /// Every hash of bytes; the places of the typed ones below stay empty.
     hashes: [Hash<Bytes>; HashKey::ALL.len()],
     /// `partitions`: the records, typed, in scan order.
     records: Hash<StoredRecord>,
+    /// The hashes of integers, in [`NUMBER_HASHES`] order.
+    numbers: [Hash<StoredNumber>; NUMBER_HASHES.len()],
     current_virtual_time: Option<Bytes>,
     /// Heap bytes held, kept as entries come and go (MEMORY USAGE).
     bytes: usize,
@@ -37,25 +39,49 @@ impl Default for MemoryStore {
             zsets: Default::default(),
             hashes: Default::default(),
             records: Hash::scanned(),
+            numbers: Default::default(),
             current_virtual_time: None,
             bytes: 0,
         }
     }
 }
 
+/// The hashes whose values are integers, kept as numbers.
+const NUMBER_HASHES: [HashKey; 5] = [
+    HashKey::PartitionVirtualTime,
+    HashKey::Timeouts,
+    HashKey::Nacks,
+    HashKey::HeldAt,
+    HashKey::Totals,
+];
+
+/// Where hash `key` is kept among the integer hashes, if it is one.
+fn number_slot(key: HashKey) -> Option<usize> {
+    NUMBER_HASHES.iter().position(|&k| k == key)
+}
+
 /// Runs `$body` on hash `$key` of `$store` as `$hash`, whichever its value
-/// type (the records' or bytes).
+/// type (records, integers or bytes); `$($mut)?` borrows it for writing.
 macro_rules! on_hash {
     ($store:expr, $key:expr, |$hash:ident| $body:expr) => {
+        on_hash!(@ (&mut) $store, $key, |$hash| $body)
+    };
+    (@ ($($borrow:tt)+) $store:expr, $key:expr, |$hash:ident| $body:expr) => {
         match $key {
             HashKey::Partitions => {
-                let $hash = &mut $store.records;
+                let $hash = $($borrow)+ $store.records;
                 $body
             }
-            key => {
-                let $hash = &mut $store.hashes[key.index()];
-                $body
-            }
+            key => match number_slot(key) {
+                Some(slot) => {
+                    let $hash = $($borrow)+ $store.numbers[slot];
+                    $body
+                }
+                None => {
+                    let $hash = $($borrow)+ $store.hashes[key.index()];
+                    $body
+                }
+            },
         }
     };
 }
@@ -63,16 +89,7 @@ macro_rules! on_hash {
 /// As [`on_hash`], reading.
 macro_rules! on_hash_ref {
     ($store:expr, $key:expr, |$hash:ident| $body:expr) => {
-        match $key {
-            HashKey::Partitions => {
-                let $hash = &$store.records;
-                $body
-            }
-            key => {
-                let $hash = &$store.hashes[key.index()];
-                $body
-            }
-        }
+        on_hash!(@ (&) $store, $key, |$hash| $body)
     };
 }
 
@@ -139,7 +156,8 @@ impl MemoryStore {
     pub fn entries(&self) -> usize {
         let zsets: usize = self.zsets.iter().map(Zset::len).sum();
         let hashes: usize = self.hashes.iter().map(Hash::len).sum();
-        zsets + hashes + self.records.len()
+        let numbers: usize = self.numbers.iter().map(Hash::len).sum();
+        zsets + hashes + numbers + self.records.len()
     }
 
     /// Whether it holds nothing at all (its key is then deleted).
@@ -294,6 +312,29 @@ impl Store for MemoryStore {
         self.add_bytes(added);
     }
 
+    fn hget_int(&mut self, key: HashKey, field: &[u8]) -> Option<Result<i64, Vec<u8>>> {
+        let Some(slot) = number_slot(key) else {
+            let raw = self.hget(key, field)?;
+            return Some(crate::store::number::canonical_int(&raw).ok_or(raw));
+        };
+        Some(match self.numbers[slot].get(field)? {
+            StoredNumber::Int(n) => Ok(*n),
+            StoredNumber::Raw(raw) => Err(raw.to_vec()),
+        })
+    }
+
+    fn hset_int(&mut self, key: HashKey, field: &[u8], value: i64) {
+        let Some(slot) = number_slot(key) else {
+            return self.hset(key, field, itoa::Buffer::new().format(value).as_bytes());
+        };
+        if let Some(StoredNumber::Int(n)) = self.numbers[slot].get_mut(field) {
+            *n = value;
+            return;
+        }
+        let added = self.numbers[slot].insert(field, StoredNumber::Int(value));
+        self.add_bytes(added);
+    }
+
     fn delete(&mut self, key: QueueKey) {
         match key {
             QueueKey::CurrentVirtualTime => {
@@ -434,6 +475,14 @@ impl Store for Scoped<'_> {
             .set_record(partition, record)
     }
 
+    fn hget_int(&mut self, key: HashKey, field: &[u8]) -> Option<Result<i64, Vec<u8>>> {
+        self.reading(key).hget_int(key, field)
+    }
+
+    fn hset_int(&mut self, key: HashKey, field: &[u8], value: i64) {
+        self.writing(key).hset_int(key, field, value)
+    }
+
     fn hlen(&mut self, key: HashKey) -> u64 {
         self.reading(key).hlen(key)
     }
@@ -463,5 +512,81 @@ impl Store for Scoped<'_> {
     fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
         self.writing(QueueKey::CurrentVirtualTime)
             .set_raw_current_virtual_time(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A typed hash reads back every value byte for byte, whatever was
+    /// written: what the store keeps typed is only what it can give back
+    /// exactly.
+    #[test]
+    fn typed_hashes_read_back_what_was_written() {
+        let mut store = MemoryStore::new();
+        let record = Record {
+            queued: 2,
+            head: Some(b"h".to_vec()),
+            ..Record::default()
+        };
+        for (key, values) in [
+            (
+                HashKey::Timeouts,
+                &[&b"3"[..], b"007", b"+1", b"-2", b"x", b""][..],
+            ),
+            (
+                HashKey::PartitionVirtualTime,
+                &[&b"12"[..], b"1e+15", b"7.9"][..],
+            ),
+            (
+                HashKey::Partitions,
+                &[&record.format()[..], b"1 2 3", b"03 0 0 0 0"][..],
+            ),
+        ] {
+            for value in values {
+                store.hset(key, b"f", value);
+                assert_eq!(store.hget(key, b"f").as_deref(), Some(*value), "{key:?}");
+                assert_eq!(store.hash_entries(key)[&b"f".to_vec()], value.to_vec());
+            }
+        }
+        assert_eq!(
+            store.record(b"f"),
+            Some(Ok(Record::parse(b"03 0 0 0 0").unwrap()))
+        );
+        store.set_record(b"f", &record);
+        assert_eq!(store.hget(HashKey::Partitions, b"f"), Some(record.format()));
+        assert_eq!(
+            store.hget_int(HashKey::Timeouts, b"f"),
+            Some(Err(Vec::new()))
+        );
+        store.hset_int(HashKey::Timeouts, b"f", 41);
+        assert_eq!(
+            store.hget(HashKey::Timeouts, b"f").as_deref(),
+            Some(&b"41"[..])
+        );
+        assert_eq!(store.hget_int(HashKey::Timeouts, b"f"), Some(Ok(41)));
+        assert_eq!(store.hget_int(HashKey::Task, b"none"), None);
+    }
+
+    /// MEMORY USAGE's count comes back to nothing once everything is gone.
+    #[test]
+    fn bytes_held_return_to_zero() {
+        let mut store = MemoryStore::new();
+        for i in 0..100u64 {
+            let id = i.to_string();
+            store.hset_int(HashKey::Nacks, id.as_bytes(), i as i64);
+            store.hset(HashKey::Nacks, id.as_bytes(), b"x");
+            store.hset_int(HashKey::Nacks, id.as_bytes(), 5);
+            store.set_record(id.as_bytes(), &Record::default());
+            store.hset(HashKey::Partitions, id.as_bytes(), b"garbage");
+            store.hset(HashKey::Task, id.as_bytes(), b"payload");
+            store.zadd(ZsetKey::Queue, id.as_bytes(), 1.0);
+        }
+        for key in QueueKey::ALL {
+            store.delete(key);
+        }
+        assert!(store.is_empty());
+        assert_eq!(store.memory_usage(), size_of::<MemoryStore>());
     }
 }

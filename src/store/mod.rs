@@ -9,6 +9,7 @@
 mod hash;
 pub mod keys;
 pub mod memory;
+pub mod number;
 pub mod record;
 mod zset;
 
@@ -31,8 +32,8 @@ pub struct StoreError {
 }
 
 /// Operations on one queue's keys, in the queue's typed values where the
-/// core has them (a partition's record) and in its keys' vocabulary
-/// elsewhere. Implementations have already checked the key types; a
+/// core has them (a partition's record, integers) and in its keys'
+/// vocabulary elsewhere. Implementations have already checked the key types; a
 /// missing key reads as empty. The key API's operations cannot
 /// fail; the few that are server calls (`zcount_upto`, `hfields`, `hscan`)
 /// return the server's refusal.
@@ -91,6 +92,18 @@ pub trait Store {
     /// Sets partition `partition`'s record (its deletion is an `hdel`).
     fn set_record(&mut self, partition: &[u8], record: &Record) {
         self.hset(HashKey::Partitions, partition, &record.format());
+    }
+
+    /// An integer field (a virtual time, a counter, a total, a held time):
+    /// None when absent, the stored bytes when they are not an integer's
+    /// canonical text (the caller reads those its own way).
+    fn hget_int(&mut self, key: HashKey, field: &[u8]) -> Option<Result<i64, Vec<u8>>> {
+        self.hget(key, field)
+            .map(|raw| number::canonical_int(&raw).ok_or(raw))
+    }
+    /// Sets an integer field.
+    fn hset_int(&mut self, key: HashKey, field: &[u8], value: i64) {
+        self.hset(key, field, itoa::Buffer::new().format(value).as_bytes());
     }
 
     /// Raw content of `vtrr:<name>:current_virtual_time`.

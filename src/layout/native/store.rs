@@ -351,6 +351,14 @@ impl Store for NativeStore<'_> {
             .set_record(partition, record)
     }
 
+    fn hget_int(&mut self, key: HashKey, field: &[u8]) -> Option<Result<i64, Vec<u8>>> {
+        self.read(key.into())?.hget_int(key, field)
+    }
+
+    fn hset_int(&mut self, key: HashKey, field: &[u8], value: i64) {
+        self.write(key.into()).hset_int(key, field, value)
+    }
+
     fn hlen(&mut self, key: HashKey) -> u64 {
         self.read(key.into()).map_or(0, |v| v.hlen(key))
     }
