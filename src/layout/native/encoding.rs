@@ -28,7 +28,11 @@ use crate::store::{HashKey, Store, ZsetKey};
 /// The encoding version: `rdb_load` receives it and refuses newer ones.
 /// 2 added the rankings (tags 6..=9) and the totals (tag 29); a version-1
 /// queue has neither until `VTRR.RECOUNT` (tags are only ever appended).
-pub const ENCODING_VERSION: i32 = 2;
+/// 3: partition records (tag 28) carry the wait their place in
+/// `rank_waiting` was written for (`u` records), which a module of version
+/// 2 would read as unreadable: it refuses the value instead. Versions 1 and
+/// 2 load (`tests/fixtures/native-v2.rdb`).
+pub const ENCODING_VERSION: i32 = 3;
 
 /// A chunk is cut once it holds this many bytes (a record is never split).
 pub const CHUNK_BYTES: usize = 64 * 1024;
