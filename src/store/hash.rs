@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use ahash::RandomState;
 use hashbrown::HashTable;
 
+use super::defrag::{move_bytes, move_vec, Pace, Relocate, EMPTY_BUCKET, ENTRY};
 use super::record::Record;
 use super::HashPage;
 
@@ -42,6 +43,8 @@ pub trait Value: Clone {
     fn set_bytes(&mut self, raw: &[u8]) {
         *self = Self::from_bytes(raw);
     }
+    /// Offers its heap allocations to `mover` (active defrag).
+    fn defrag(&mut self, mover: &mut impl Relocate);
 }
 
 impl Value for Bytes {
@@ -64,6 +67,10 @@ impl Value for Bytes {
         } else {
             *self = raw.into();
         }
+    }
+
+    fn defrag(&mut self, mover: &mut impl Relocate) {
+        move_bytes(self, mover);
     }
 }
 
@@ -100,6 +107,19 @@ impl Value for StoredRecord {
                 StoredRecord::Typed(record) => record.head.as_ref().map_or(0, |h| heap(h.len())),
                 StoredRecord::Raw(raw) => heap(raw.len()),
             }
+    }
+
+    fn defrag(&mut self, mover: &mut impl Relocate) {
+        match self {
+            StoredRecord::Typed(record) => {
+                if let Some(head) = record.head.as_mut() {
+                    move_vec(head, mover);
+                }
+            }
+            StoredRecord::Raw(raw) => {
+                move_bytes(raw, mover);
+            }
+        }
     }
 }
 
@@ -272,6 +292,33 @@ impl<V: Value> Hash<V> {
             page.push((field.to_vec(), value));
         }
         (0, page)
+    }
+
+    /// One step of active defrag from bucket `from` of the table: offers
+    /// each field's and value's allocations to `mover` (a field moved is
+    /// the same bytes: its hash and place do not change). The scan order's
+    /// copies of the fields stay (a B-tree lends none mutably). The bucket
+    /// to resume from when `pace` says stop, None at the end.
+    pub(super) fn defrag(
+        &mut self,
+        from: usize,
+        pace: &mut Pace<impl FnMut() -> bool>,
+        mover: &mut impl Relocate,
+    ) -> Option<usize> {
+        for bucket in from..self.fields.num_buckets() {
+            let Some((field, value)) = self.fields.get_bucket_mut(bucket) else {
+                if pace.spend(EMPTY_BUCKET) {
+                    return Some(bucket + 1);
+                }
+                continue;
+            };
+            move_bytes(field, mover);
+            value.defrag(mover);
+            if pace.spend(ENTRY) {
+                return Some(bucket + 1);
+            }
+        }
+        None
     }
 
     /// Every field, in no order (to remove them all).

@@ -4,11 +4,14 @@
 //! allocated once, and a lookup by (score, member) borrows the caller's
 //! bytes instead of copying them.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use ahash::RandomState;
 use hashbrown::HashTable;
+
+use super::defrag::{move_bytes, Pace, Relocate, EMPTY_BUCKET, ENTRY};
 
 /// A score with the total order Redis uses for finite doubles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -26,18 +29,25 @@ impl Ord for Score {
 }
 
 /// Member bytes the B-tree orders by, owned elsewhere: by the table's
-/// member (a `Box<[u8]>`, whose heap bytes never move while it is in the
-/// table, however the table rehashes) or, for a lookup, by the caller for
-/// the call's length.
-#[derive(Clone, Copy)]
-struct MemberRef(*const [u8]);
+/// member (a `Box<[u8]>`, whose heap bytes move only when active defrag
+/// moves them, never when the table rehashes) or, for a lookup, by the
+/// caller for the call's length. The pointer is a `Cell` so defrag can
+/// re-point an entry in place: the bytes it points at are equal before and
+/// after, so the B-tree's order never changes.
+#[derive(Clone)]
+struct MemberRef(Cell<*const [u8]>);
 
 impl MemberRef {
+    fn to(bytes: &[u8]) -> Self {
+        MemberRef(Cell::new(bytes))
+    }
+
     fn bytes(&self) -> &[u8] {
-        // SAFETY: an entry of `ordered` points at a member of `by_member`
-        // and is removed before that member is (see `Zset`); a lookup key
-        // points at a slice borrowed for the call that made it.
-        unsafe { &*self.0 }
+        // SAFETY: an entry of `ordered` points at a member of `by_member`,
+        // is removed before that member is and re-pointed as soon as
+        // defrag moves it (see `Zset::defrag`); a lookup key points at a
+        // slice borrowed for the call that made it.
+        unsafe { &*self.0.get() }
     }
 }
 
@@ -121,8 +131,8 @@ impl Zset {
             if *old == score {
                 return false;
             }
-            let stored = MemberRef(&**stored);
-            self.ordered.remove(&(Score(*old), stored));
+            let stored = MemberRef::to(stored);
+            self.ordered.remove(&(Score(*old), stored.clone()));
             self.ordered.insert((Score(score), stored));
             *old = score;
             return false;
@@ -133,7 +143,7 @@ impl Zset {
         let inserted = self
             .by_member
             .insert_unique(hash, (member.into(), score), |(m, _)| hasher.hash_one(&**m));
-        let stored = MemberRef(&*inserted.get().0);
+        let stored = MemberRef::to(&inserted.get().0);
         self.ordered.insert((Score(score), stored));
         true
     }
@@ -146,7 +156,7 @@ impl Zset {
         };
         // The order's entry first: it points at the member removed next.
         self.ordered
-            .remove(&(Score(entry.get().1), MemberRef(member)));
+            .remove(&(Score(entry.get().1), MemberRef::to(member)));
         entry.remove();
         true
     }
@@ -163,7 +173,7 @@ impl Zset {
         member: &[u8],
     ) -> impl Iterator<Item = (&'a [u8], f64)> {
         // The lookup key borrows `member` only for the range's start.
-        let start = (Score(score), MemberRef(member));
+        let start = (Score(score), MemberRef::to(member));
         self.ordered
             .range((Bound::Included(start), Bound::Unbounded))
             .map(|(s, m)| (m.bytes(), s.0))
@@ -172,6 +182,38 @@ impl Zset {
     /// Every member (for deleting the whole set).
     pub fn members(&self) -> Vec<Box<[u8]>> {
         self.by_member.iter().map(|(m, _)| m.clone()).collect()
+    }
+
+    /// One step of active defrag from bucket `from` of the table: offers
+    /// each member's bytes to `mover` and re-points its order entry when
+    /// they move. The bucket to resume from when `pace` says stop, None
+    /// when the walk reached the end.
+    pub(super) fn defrag(
+        &mut self,
+        from: usize,
+        pace: &mut Pace<impl FnMut() -> bool>,
+        mover: &mut impl Relocate,
+    ) -> Option<usize> {
+        for bucket in from..self.by_member.num_buckets() {
+            let Some((member, score)) = self.by_member.get_bucket_mut(bucket) else {
+                if pace.spend(EMPTY_BUCKET) {
+                    return Some(bucket + 1);
+                }
+                continue;
+            };
+            // The order's entry, found while both copies are the member's
+            // live bytes; none (the invariant broken) leaves it where it is.
+            if let Some((_, order)) = self.ordered.get(&(Score(*score), MemberRef::to(member))) {
+                if move_bytes(member, mover) {
+                    // Nothing read the entry between the move and here.
+                    order.0.set(&**member);
+                }
+            }
+            if pace.spend(ENTRY) {
+                return Some(bucket + 1);
+            }
+        }
+        None
     }
 }
 
