@@ -12,7 +12,7 @@ GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 # native layout, the slowest of them (about a minute), runs on the newest
 # Redis and the newest Valkey.
 NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease --test faults --test hostile \
-                        --test cluster --test blocking
+                        --test cluster --test blocking --test defrag
 NATIVE_REPLICATION_SERVERS := redis-8.2 valkey-9
 # The Python package: make test runs its whole suite on both layouts; the
 # matrix runs the files that talk to the server most directly (client,

@@ -24,6 +24,14 @@ pub static TIMER_LAST_RUN_US: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_LONGEST_RUN_US: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_MOST_RECLAIMED_IN_ONE_RUN: AtomicU64 = AtomicU64::new(0);
 pub static TRACKED_QUEUES: AtomicU64 = AtomicU64::new(0);
+/// Active defrag of native queues: walks finished (one per queue per
+/// defrag cycle), steps (callback calls: a small queue is walked in one, a
+/// large one in as many as its time slices need), allocations moved, and
+/// of those the queues' own values (the struct a key points at).
+pub static NATIVE_DEFRAG_RUNS: AtomicU64 = AtomicU64::new(0);
+pub static NATIVE_DEFRAG_STEPS: AtomicU64 = AtomicU64::new(0);
+pub static NATIVE_DEFRAG_MOVED: AtomicU64 = AtomicU64::new(0);
+pub static NATIVE_DEFRAG_VALUES_MOVED: AtomicU64 = AtomicU64::new(0);
 
 pub fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
@@ -58,6 +66,13 @@ pub fn section(ctx: &InfoContext) -> RedisResult<()> {
         .field(
             "timer_most_reclaimed_in_one_run",
             get(&TIMER_MOST_RECLAIMED_IN_ONE_RUN),
+        )?
+        .field("native_defrag_runs", get(&NATIVE_DEFRAG_RUNS))?
+        .field("native_defrag_steps", get(&NATIVE_DEFRAG_STEPS))?
+        .field("native_defrag_moved", get(&NATIVE_DEFRAG_MOVED))?
+        .field(
+            "native_defrag_values_moved",
+            get(&NATIVE_DEFRAG_VALUES_MOVED),
         )?
         .build_section()?
         .build_info()?;

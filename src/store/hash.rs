@@ -5,10 +5,12 @@
 //! bytes it added or freed, so the store keeps MEMORY USAGE as it goes.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use ahash::RandomState;
+use hashbrown::HashTable;
 
+use super::defrag::{move_bytes, move_vec, Pace, Relocate, EMPTY_BUCKET, ENTRY};
 use super::number::canonical_int;
 use super::record::Record;
 use super::HashPage;
@@ -42,6 +44,8 @@ pub trait Value: Clone {
     fn set_bytes(&mut self, raw: &[u8]) {
         *self = Self::from_bytes(raw);
     }
+    /// Offers its heap allocations to `mover` (active defrag).
+    fn defrag(&mut self, mover: &mut impl Relocate);
 }
 
 impl Value for Bytes {
@@ -64,6 +68,10 @@ impl Value for Bytes {
         } else {
             *self = raw.into();
         }
+    }
+
+    fn defrag(&mut self, mover: &mut impl Relocate) {
+        move_bytes(self, mover);
     }
 }
 
@@ -101,6 +109,19 @@ impl Value for StoredRecord {
                 StoredRecord::Raw(raw) => heap(raw.len()),
             }
     }
+
+    fn defrag(&mut self, mover: &mut impl Relocate) {
+        match self {
+            StoredRecord::Typed(record) => {
+                if let Some(head) = record.head.as_mut() {
+                    move_vec(head, mover);
+                }
+            }
+            StoredRecord::Raw(raw) => {
+                move_bytes(raw, mover);
+            }
+        }
+    }
 }
 
 /// The hash order of `hscan`: fixed seeds, so a cursor means the same
@@ -111,12 +132,16 @@ fn scan_hash(field: &[u8]) -> u64 {
     RandomState::with_seeds(0x7674_7272, 1, 2, 3).hash_one(field) >> 1
 }
 
-/// One hash. Maps use a per-process random hasher, since clients choose
-/// fields; nothing read from it depends on map order (`fields` and
-/// `sorted` sort, `scan` walks the scan order).
+/// One hash. Its table is hashed by a per-process random hasher, since
+/// clients choose fields; nothing read from it depends on table order
+/// (`fields` and `sorted` sort, `scan` walks the scan order). A table of
+/// (field, value) entries rather than a map: the same hashbrown table as
+/// std's `HashMap`, whose bucket positions hold still between calls and
+/// whose entries lend their fields mutably (both for active defrag).
 #[derive(Debug, Clone)]
 pub struct Hash<V> {
-    fields: HashMap<Bytes, V, RandomState>,
+    fields: HashTable<(Bytes, V)>,
+    hasher: RandomState,
     /// (hash of the field, field), for a hash kept in scan order.
     scan_order: Option<BTreeSet<(u64, Bytes)>>,
 }
@@ -124,7 +149,8 @@ pub struct Hash<V> {
 impl<V> Default for Hash<V> {
     fn default() -> Self {
         Hash {
-            fields: HashMap::default(),
+            fields: HashTable::new(),
+            hasher: RandomState::new(),
             scan_order: None,
         }
     }
@@ -134,9 +160,14 @@ impl<V: Value> Hash<V> {
     /// An empty hash that `scan` pages through by cursor.
     pub fn scanned() -> Self {
         Hash {
-            fields: HashMap::default(),
             scan_order: Some(BTreeSet::new()),
+            ..Hash::default()
         }
+    }
+
+    /// The table's hash of `field` (the same for its stored copy).
+    fn hash_of(&self, field: &[u8]) -> u64 {
+        self.hasher.hash_one(field)
     }
 
     pub fn len(&self) -> usize {
@@ -148,35 +179,49 @@ impl<V: Value> Hash<V> {
     }
 
     pub fn get(&self, field: &[u8]) -> Option<&V> {
-        self.fields.get(field)
+        let hash = self.hash_of(field);
+        self.fields
+            .find(hash, |(f, _)| **f == *field)
+            .map(|(_, v)| v)
     }
 
     pub fn get_mut(&mut self, field: &[u8]) -> Option<&mut V> {
-        self.fields.get_mut(field)
+        let hash = self.hash_of(field);
+        self.fields
+            .find_mut(hash, |(f, _)| **f == *field)
+            .map(|(_, v)| v)
+    }
+
+    /// Adds `field`, known to be absent, with `value`.
+    fn add(&mut self, field: &[u8], value: V) {
+        let hash = self.hash_of(field);
+        let hasher = &self.hasher;
+        self.fields
+            .insert_unique(hash, (field.into(), value), |(f, _)| hasher.hash_one(&**f));
     }
 
     /// Sets `field` to `value`; the heap bytes added (negative: freed).
     pub fn insert(&mut self, field: &[u8], value: V) -> isize {
         let added = value.cost() as isize;
-        if let Some(old) = self.fields.get_mut(field) {
+        if let Some(old) = self.get_mut(field) {
             let freed = old.cost() as isize;
             *old = value;
             return added - freed;
         }
-        self.fields.insert(field.into(), value);
+        self.add(field, value);
         added + self.new_field(field) as isize
     }
 
     /// Sets `field` to the bytes `raw`; the heap bytes added.
     pub fn set_bytes(&mut self, field: &[u8], raw: &[u8]) -> isize {
-        if let Some(old) = self.fields.get_mut(field) {
+        if let Some(old) = self.get_mut(field) {
             let freed = old.cost() as isize;
             old.set_bytes(raw);
             return old.cost() as isize - freed;
         }
         let value = V::from_bytes(raw);
         let added = value.cost();
-        self.fields.insert(field.into(), value);
+        self.add(field, value);
         (added + self.new_field(field)) as isize
     }
 
@@ -192,7 +237,9 @@ impl<V: Value> Hash<V> {
 
     /// Removes `field`: the heap bytes freed, None when it was absent.
     pub fn remove(&mut self, field: &[u8]) -> Option<usize> {
-        let old = self.fields.remove(field)?;
+        let hash = self.hash_of(field);
+        let entry = self.fields.find_entry(hash, |(f, _)| **f == *field).ok()?;
+        let ((_, old), _) = entry.remove();
         let mut cost = heap(field.len()) + old.cost() + HASH_ENTRY_OVERHEAD;
         if let Some(order) = self.scan_order.as_mut() {
             order.remove(&(scan_hash(field), field.into()));
@@ -203,7 +250,7 @@ impl<V: Value> Hash<V> {
 
     /// Every field, sorted.
     pub fn fields(&self) -> Vec<Vec<u8>> {
-        let mut fields: Vec<Vec<u8>> = self.fields.keys().map(|f| f.to_vec()).collect();
+        let mut fields: Vec<Vec<u8>> = self.fields.iter().map(|(f, _)| f.to_vec()).collect();
         fields.sort_unstable();
         fields
     }
@@ -241,7 +288,6 @@ impl<V: Value> Hash<V> {
             }
             last = Some(*h);
             let value = self
-                .fields
                 .get(field)
                 .map_or_else(Vec::new, |v| v.bytes().into_owned());
             page.push((field.to_vec(), value));
@@ -249,9 +295,36 @@ impl<V: Value> Hash<V> {
         (0, page)
     }
 
+    /// One step of active defrag from bucket `from` of the table: offers
+    /// each field's and value's allocations to `mover` (a field moved is
+    /// the same bytes: its hash and place do not change). The scan order's
+    /// copies of the fields stay (a B-tree lends none mutably). The bucket
+    /// to resume from when `pace` says stop, None at the end.
+    pub(super) fn defrag(
+        &mut self,
+        from: usize,
+        pace: &mut Pace<impl FnMut() -> bool>,
+        mover: &mut impl Relocate,
+    ) -> Option<usize> {
+        for bucket in from..self.fields.num_buckets() {
+            let Some((field, value)) = self.fields.get_bucket_mut(bucket) else {
+                if pace.spend(EMPTY_BUCKET) {
+                    return Some(bucket + 1);
+                }
+                continue;
+            };
+            move_bytes(field, mover);
+            value.defrag(mover);
+            if pace.spend(ENTRY) {
+                return Some(bucket + 1);
+            }
+        }
+        None
+    }
+
     /// Every field, in no order (to remove them all).
     pub fn keys(&self) -> Vec<Bytes> {
-        self.fields.keys().cloned().collect()
+        self.fields.iter().map(|(f, _)| f.clone()).collect()
     }
 }
 
@@ -285,5 +358,11 @@ impl Value for StoredNumber {
                 StoredNumber::Int(_) => 0,
                 StoredNumber::Raw(raw) => heap(raw.len()),
             }
+    }
+
+    fn defrag(&mut self, mover: &mut impl Relocate) {
+        if let StoredNumber::Raw(raw) = self {
+            move_bytes(raw, mover);
+        }
     }
 }

@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use super::defrag::{move_bytes, DefragCursor, Pace, Relocate};
 use super::hash::{heap, Bytes, Hash, StoredNumber, StoredRecord, Value as _, ZSET_ENTRY_OVERHEAD};
 use super::record::Record;
 use super::zset::Zset;
@@ -168,6 +169,51 @@ impl MemoryStore {
     /// Heap bytes held (the key's own struct included).
     pub fn memory_usage(&self) -> usize {
         std::mem::size_of::<Self>() + self.bytes
+    }
+
+    /// One step of active defrag from `from`: offers the store's heap
+    /// allocations to `mover` (see [`super::defrag`]) part by part — the
+    /// sorted sets, the hashes, the records, `current_virtual_time` — and
+    /// asks `should_stop` every few entries. The cursor to resume from
+    /// when it said stop, None when the walk is done. A cursor from before
+    /// the store changed (or from another store) is still safe to resume
+    /// from: entries may be skipped or offered twice, nothing else.
+    pub fn defrag(
+        &mut self,
+        from: DefragCursor,
+        should_stop: impl FnMut() -> bool,
+        mover: &mut impl Relocate,
+    ) -> Option<DefragCursor> {
+        const ZSETS: usize = ZsetKey::ALL.len();
+        const HASHES: usize = ZSETS + HashKey::ALL.len();
+        const RECORDS: usize = HASHES;
+        const NUMBERS: usize = RECORDS + 1 + NUMBER_HASHES.len();
+        let mut pace = Pace::new(should_stop);
+        let (mut part, mut bucket) = from.position();
+        while part < NUMBERS {
+            let stopped = if part < ZSETS {
+                self.zsets[part].defrag(bucket, &mut pace, mover)
+            } else if part < HASHES {
+                // The places of the typed hashes are empty: their entries
+                // are the parts after.
+                self.hashes[part - ZSETS].defrag(bucket, &mut pace, mover)
+            } else if part == RECORDS {
+                self.records.defrag(bucket, &mut pace, mover)
+            } else {
+                self.numbers[part - RECORDS - 1].defrag(bucket, &mut pace, mover)
+            };
+            if let Some(next) = stopped {
+                return Some(DefragCursor::at(part, next));
+            }
+            part += 1;
+            bucket = 0;
+        }
+        if part == NUMBERS {
+            if let Some(value) = self.current_virtual_time.as_mut() {
+                move_bytes(value, mover);
+            }
+        }
+        None
     }
 
     /// This store as one operation sees it: any key the operation does not

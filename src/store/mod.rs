@@ -3,9 +3,11 @@
 //! `keys` is the one key vocabulary: [`QueueKey`] names every key of a
 //! queue, [`ZsetKey`] and [`HashKey`] the sorted sets and hashes the
 //! operations take. `memory` implements the trait over plain collections:
-//! the core's test twin, and the value of a native queue. The layouts that
+//! the core's test twin, and the value of a native queue; `defrag` walks
+//! such a value for the server's active defrag. The layouts that
 //! implement it over a server are in `crate::layout`.
 
+pub mod defrag;
 mod hash;
 pub mod keys;
 pub mod memory;

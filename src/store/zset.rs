@@ -1,14 +1,17 @@
 //! A sorted set in plain memory (`MemoryStore`'s): members to scores in a
-//! hash map, and the (score, member) order in a B-tree whose entries point
-//! at the map's own copy of each member, so a member is stored and
+//! hash table, and the (score, member) order in a B-tree whose entries
+//! point at the table's own copy of each member, so a member is stored and
 //! allocated once, and a lookup by (score, member) borrows the caller's
 //! bytes instead of copying them.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap};
+use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use ahash::RandomState;
+use hashbrown::HashTable;
+
+use super::defrag::{move_bytes, Pace, Relocate, EMPTY_BUCKET, ENTRY};
 
 /// A score with the total order Redis uses for finite doubles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -25,18 +28,26 @@ impl Ord for Score {
     }
 }
 
-/// Member bytes the B-tree orders by, owned elsewhere: by the map's key (a
-/// `Box<[u8]>`, whose heap bytes never move while it is in the map, however
-/// the map rehashes) or, for a lookup, by the caller for the call's length.
-#[derive(Clone, Copy)]
-struct MemberRef(*const [u8]);
+/// Member bytes the B-tree orders by, owned elsewhere: by the table's
+/// member (a `Box<[u8]>`, whose heap bytes move only when active defrag
+/// moves them, never when the table rehashes) or, for a lookup, by the
+/// caller for the call's length. The pointer is a `Cell` so defrag can
+/// re-point an entry in place: the bytes it points at are equal before and
+/// after, so the B-tree's order never changes.
+#[derive(Clone)]
+struct MemberRef(Cell<*const [u8]>);
 
 impl MemberRef {
+    fn to(bytes: &[u8]) -> Self {
+        MemberRef(Cell::new(bytes))
+    }
+
     fn bytes(&self) -> &[u8] {
-        // SAFETY: an entry of `ordered` points at a key of `by_member` and is
-        // removed before that key is (see `Zset`); a lookup key points at a
+        // SAFETY: an entry of `ordered` points at a member of `by_member`,
+        // is removed before that member is and re-pointed as soon as
+        // defrag moves it (see `Zset::defrag`); a lookup key points at a
         // slice borrowed for the call that made it.
-        unsafe { &*self.0 }
+        unsafe { &*self.0.get() }
     }
 }
 
@@ -63,23 +74,26 @@ impl std::fmt::Debug for MemberRef {
 }
 
 /// One sorted set. Invariant: `ordered` holds exactly one entry per member
-/// of `by_member`, with its score, pointing at that member's key.
+/// of `by_member`, with its score, pointing at that member's bytes. The
+/// table is hashed by a per-process random hasher (clients choose members).
 #[derive(Default, Debug)]
 pub struct Zset {
-    by_member: HashMap<Box<[u8]>, f64, RandomState>,
+    by_member: HashTable<(Box<[u8]>, f64)>,
+    hasher: RandomState,
     ordered: BTreeSet<(Score, MemberRef)>,
 }
 
-// SAFETY: the raw pointers only point into this value's own map keys (plain
-// heap bytes), so moving the whole value to another thread — the lazy-free
-// thread drops a queue — moves what they point at with it.
+// SAFETY: the raw pointers only point into this value's own table members
+// (plain heap bytes), so moving the whole value to another thread — the
+// lazy-free thread drops a queue — moves what they point at with it.
 unsafe impl Send for Zset {}
 
 impl Clone for Zset {
     /// A copy whose order points at its own members.
     fn clone(&self) -> Self {
         let mut copy = Zset {
-            by_member: HashMap::with_capacity_and_hasher(self.len(), RandomState::new()),
+            by_member: HashTable::with_capacity(self.len()),
+            hasher: RandomState::new(),
             ordered: BTreeSet::new(),
         };
         for (member, score) in self.iter() {
@@ -98,43 +112,52 @@ impl Zset {
         self.by_member.is_empty()
     }
 
+    /// The table's hash of `member` (the same for its stored copy).
+    fn hash_of(&self, member: &[u8]) -> u64 {
+        self.hasher.hash_one(member)
+    }
+
     pub fn score(&self, member: &[u8]) -> Option<f64> {
-        self.by_member.get(member).copied()
+        let hash = self.hash_of(member);
+        self.by_member
+            .find(hash, |(m, _)| **m == *member)
+            .map(|&(_, score)| score)
     }
 
     /// Sets `member`'s score; true when it was not a member yet.
     pub fn insert(&mut self, member: &[u8], score: f64) -> bool {
-        match self.by_member.get_key_value(member) {
-            Some((_, &old)) if old == score => false,
-            Some((key, &old)) => {
-                let stored = MemberRef(&**key);
-                self.ordered.remove(&(Score(old), stored));
-                self.ordered.insert((Score(score), stored));
-                *self.by_member.get_mut(member).expect("just found") = score;
-                false
+        let hash = self.hash_of(member);
+        if let Some((stored, old)) = self.by_member.find_mut(hash, |(m, _)| **m == *member) {
+            if *old == score {
+                return false;
             }
-            None => {
-                // The order points at the map's own key, taken after the
-                // insert: the Box's bytes, borrowed from where they live.
-                let inserted = match self.by_member.entry(member.into()) {
-                    Entry::Vacant(vacant) => vacant.insert_entry(score),
-                    Entry::Occupied(_) => unreachable!("not a member: looked up above"),
-                };
-                let stored = MemberRef(&**inserted.key());
-                self.ordered.insert((Score(score), stored));
-                true
-            }
+            let stored = MemberRef::to(stored);
+            self.ordered.remove(&(Score(*old), stored.clone()));
+            self.ordered.insert((Score(score), stored));
+            *old = score;
+            return false;
         }
+        // The order points at the table's own member, taken after the
+        // insert: the Box's bytes, borrowed from where they live.
+        let hasher = &self.hasher;
+        let inserted = self
+            .by_member
+            .insert_unique(hash, (member.into(), score), |(m, _)| hasher.hash_one(&**m));
+        let stored = MemberRef::to(&inserted.get().0);
+        self.ordered.insert((Score(score), stored));
+        true
     }
 
     /// Removes `member`; true when it was a member.
     pub fn remove(&mut self, member: &[u8]) -> bool {
-        let Some(&old) = self.by_member.get(member) else {
+        let hash = self.hash_of(member);
+        let Ok(entry) = self.by_member.find_entry(hash, |(m, _)| **m == *member) else {
             return false;
         };
-        // The order's entry first: it points at the key removed next.
-        self.ordered.remove(&(Score(old), MemberRef(member)));
-        self.by_member.remove(member);
+        // The order's entry first: it points at the member removed next.
+        self.ordered
+            .remove(&(Score(entry.get().1), MemberRef::to(member)));
+        entry.remove();
         true
     }
 
@@ -150,7 +173,7 @@ impl Zset {
         member: &[u8],
     ) -> impl Iterator<Item = (&'a [u8], f64)> {
         // The lookup key borrows `member` only for the range's start.
-        let start = (Score(score), MemberRef(member));
+        let start = (Score(score), MemberRef::to(member));
         self.ordered
             .range((Bound::Included(start), Bound::Unbounded))
             .map(|(s, m)| (m.bytes(), s.0))
@@ -158,7 +181,39 @@ impl Zset {
 
     /// Every member (for deleting the whole set).
     pub fn members(&self) -> Vec<Box<[u8]>> {
-        self.by_member.keys().cloned().collect()
+        self.by_member.iter().map(|(m, _)| m.clone()).collect()
+    }
+
+    /// One step of active defrag from bucket `from` of the table: offers
+    /// each member's bytes to `mover` and re-points its order entry when
+    /// they move. The bucket to resume from when `pace` says stop, None
+    /// when the walk reached the end.
+    pub(super) fn defrag(
+        &mut self,
+        from: usize,
+        pace: &mut Pace<impl FnMut() -> bool>,
+        mover: &mut impl Relocate,
+    ) -> Option<usize> {
+        for bucket in from..self.by_member.num_buckets() {
+            let Some((member, score)) = self.by_member.get_bucket_mut(bucket) else {
+                if pace.spend(EMPTY_BUCKET) {
+                    return Some(bucket + 1);
+                }
+                continue;
+            };
+            // The order's entry, found while both copies are the member's
+            // live bytes; none (the invariant broken) leaves it where it is.
+            if let Some((_, order)) = self.ordered.get(&(Score(*score), MemberRef::to(member))) {
+                if move_bytes(member, mover) {
+                    // Nothing read the entry between the move and here.
+                    order.0.set(&**member);
+                }
+            }
+            if pace.spend(ENTRY) {
+                return Some(bucket + 1);
+            }
+        }
+        None
     }
 }
 

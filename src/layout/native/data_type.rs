@@ -2,15 +2,18 @@
 //! the callbacks the server calls (they only translate to and from safe
 //! methods of the value) and `VTRR.LOAD`, which a rewritten AOF replays.
 
-use std::os::raw::{c_int, c_void};
-use std::ptr;
+use std::alloc::Layout;
+use std::os::raw::{c_int, c_ulong, c_void};
+use std::ptr::{self, NonNull};
 
 use redis_module::native_types::RedisType;
 use redis_module::{raw, Context};
 
 use super::encoding::{self, DecodeError, ENCODING_VERSION};
+use crate::info;
 use crate::server::api::api;
 use crate::server::strings::OwnedString;
+use crate::store::defrag::{DefragCursor, Relocate};
 use crate::store::memory::MemoryStore;
 
 /// The module's data type: one native queue.
@@ -32,7 +35,7 @@ pub static QUEUE_TYPE: RedisType = RedisType::new(
         free_effort: Some(free_effort),
         unlink: None,
         copy: Some(copy),
-        defrag: None,
+        defrag: Some(defrag),
         mem_usage2: None,
         free_effort2: None,
         unlink2: None,
@@ -211,6 +214,93 @@ unsafe extern "C" fn copy(
     // SAFETY: the server passes a value of this type.
     let queue = unsafe { &*value.cast::<MemoryStore>() };
     Box::into_raw(Box::new(queue.clone())).cast()
+}
+
+/// Active defrag of one queue: its own box, then the walk of
+/// `MemoryStore::defrag` (what it moves and what not: `store::defrag`).
+/// A queue of more entries than `active-defrag-max-scan-fields` (its
+/// `free_effort`) is defragged late, in steps: the server gives a cursor
+/// and a deadline, the walk stops when `RedisModule_DefragShouldStop` says
+/// so, stores where to resume (never 0) and returns 1; 0 once done. A
+/// smaller one is walked whole in one call (no cursor, no deadline).
+unsafe extern "C" fn defrag(
+    ctx: *mut raw::RedisModuleDefragCtx,
+    _key: *mut raw::RedisModuleString,
+    value: *mut *mut c_void,
+) -> c_int {
+    let mut stored: c_ulong = 0;
+    // SAFETY: the server's defrag context for this call.
+    let resumable = unsafe { api!(RedisModule_DefragCursorGet)(ctx, &mut stored) }
+        == raw::REDISMODULE_OK as c_int;
+    let from = if resumable {
+        DefragCursor::from_raw(stored)
+    } else {
+        DefragCursor::START
+    };
+    let mut mover = ServerMover { ctx, moved: 0 };
+    if from == DefragCursor::START {
+        // SAFETY: `*value` is this type's value, a `Box<MemoryStore>` made
+        // by the global allocator, which is RedisModule_Alloc's (see
+        // `ServerMover`); a MemoryStore holds no pointer into itself, so a
+        // byte copy of it elsewhere is the same value. The server keeps the
+        // pointer written back here.
+        unsafe {
+            let moved = api!(RedisModule_DefragAlloc)(ctx, *value);
+            if !moved.is_null() {
+                *value = moved;
+                mover.moved += 1;
+                info::add(&info::NATIVE_DEFRAG_VALUES_MOVED, 1);
+            }
+        }
+    }
+    // SAFETY: the server passes a value of this type and nothing else uses
+    // it during the callback (main thread, no command running).
+    let queue = unsafe { &mut *(*value).cast::<MemoryStore>() };
+    // Without a cursor to resume from, the walk never stops early.
+    // SAFETY: as above.
+    let should_stop = || resumable && unsafe { api!(RedisModule_DefragShouldStop)(ctx) } != 0;
+    let rest = queue.defrag(from, should_stop, &mut mover);
+    info::add(&info::NATIVE_DEFRAG_STEPS, 1);
+    info::add(&info::NATIVE_DEFRAG_MOVED, mover.moved);
+    if let Some(next) = rest {
+        // SAFETY: as above; a walk only stops early with a cursor to set.
+        let set = unsafe { api!(RedisModule_DefragCursorSet)(ctx, next.raw() as c_ulong) };
+        if set == raw::REDISMODULE_OK as c_int {
+            return 1;
+        }
+    }
+    info::add(&info::NATIVE_DEFRAG_RUNS, 1);
+    0
+}
+
+// `DefragAlloc` keeps an allocation's alignment only up to the allocator's
+// own (8 here): the value's struct must not need more.
+const _: () = assert!(std::mem::align_of::<MemoryStore>() <= 8);
+
+/// [`Relocate`] through `RedisModule_DefragAlloc`, counting the moves.
+struct ServerMover {
+    ctx: *mut raw::RedisModuleDefragCtx,
+    moved: u64,
+}
+
+// SAFETY: the module's global allocator is redis-module's `RedisAlloc`,
+// which hands out the very pointers `RedisModule_Alloc` returned (its size
+// rounded up to the alignment, here 1) and frees with `RedisModule_Free`:
+// `RedisModule_DefragAlloc` may move them. A non-NULL reply is a new
+// allocation of the same allocator holding the old one's usable bytes (at
+// least `layout.size()`), and the old one is freed; NULL moved nothing.
+unsafe impl Relocate for ServerMover {
+    fn relocate(&mut self, ptr: NonNull<u8>, layout: Layout) -> Option<NonNull<u8>> {
+        if layout.align() > 8 {
+            // The allocator would not promise the alignment at a new place.
+            return None;
+        }
+        // SAFETY: the defrag context of this call; `ptr` as above.
+        let moved = unsafe { api!(RedisModule_DefragAlloc)(self.ctx, ptr.as_ptr().cast()) };
+        let moved = NonNull::new(moved.cast::<u8>())?;
+        self.moved += 1;
+        Some(moved)
+    }
 }
 
 /// Why `VTRR.LOAD` added nothing.
