@@ -69,8 +69,7 @@ pub(super) fn promote_at(
     }
     for (id, _due) in store.zrange_upto(ZsetKey::Delayed, now_ms as f64, limit) {
         store.zrem(ZsetKey::Delayed, &id);
-        let payload = store.hget(HashKey::DelayedTask, &id);
-        store.hdel(HashKey::DelayedTask, &id);
+        let payload = store.htake(HashKey::DelayedTask, &id);
         let meta = meta::read(store, &id);
         let anomalies = &mut outcome.anomalies;
         let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);

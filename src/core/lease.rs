@@ -90,8 +90,7 @@ pub fn lease(
             continue;
         }
         last_served = Some(score);
-        let payload = store.hget(HashKey::Task, &id);
-        store.hdel(HashKey::Task, &id);
+        let payload = store.htake(HashKey::Task, &id);
         let Some(payload) = payload else {
             partition.record.leave(State::Queued);
             partition.record.arrive(State::Dead);

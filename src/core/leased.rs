@@ -32,7 +32,9 @@ pub(super) fn end(store: &mut impl Store, id: &[u8]) -> bool {
 
 /// Ends `id`'s lease and hands back its payload (None: it has none).
 pub(super) fn take(store: &mut impl Store, id: &[u8]) -> Option<Vec<u8>> {
-    let payload = store.hget(HashKey::InflightTask, id);
-    end(store, id);
+    // `end`'s writes in its order, the payload moved out on the way.
+    store.zrem(ZsetKey::Inflight, id);
+    let payload = store.htake(HashKey::InflightTask, id);
+    store.hdel(HashKey::Lease, id);
     payload
 }

@@ -270,6 +270,10 @@ impl Store for QueueStore<'_> {
         dispatch!(self, s => s.hset_int(key, field, value))
     }
 
+    fn htake(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        dispatch!(self, s => s.htake(key, field))
+    }
+
     fn hlen(&mut self, key: HashKey) -> u64 {
         dispatch!(self, s => s.hlen(key))
     }

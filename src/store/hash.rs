@@ -38,6 +38,10 @@ pub const ZSET_ENTRY_OVERHEAD: usize = 88;
 pub trait Value: Clone {
     fn from_bytes(raw: &[u8]) -> Self;
     fn bytes(&self) -> Cow<'_, [u8]>;
+    /// Its bytes, taken (a value of bytes gives its own buffer).
+    fn into_bytes(self) -> Vec<u8> {
+        self.bytes().into_owned()
+    }
     /// Heap bytes beyond the map slot of a value of [`Bytes`].
     fn cost(&self) -> usize;
     /// Sets it to `raw`, keeping its allocation where it can.
@@ -55,6 +59,10 @@ impl Value for Bytes {
 
     fn bytes(&self) -> Cow<'_, [u8]> {
         Cow::Borrowed(self)
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        self.into_vec()
     }
 
     fn cost(&self) -> usize {
@@ -237,6 +245,12 @@ impl<V: Value> Hash<V> {
 
     /// Removes `field`: the heap bytes freed, None when it was absent.
     pub fn remove(&mut self, field: &[u8]) -> Option<usize> {
+        self.take(field).map(|(_, freed)| freed)
+    }
+
+    /// Removes `field`: its value and the heap bytes freed, None when it
+    /// was absent.
+    pub fn take(&mut self, field: &[u8]) -> Option<(V, usize)> {
         let hash = self.hash_of(field);
         let entry = self.fields.find_entry(hash, |(f, _)| **f == *field).ok()?;
         let ((_, old), _) = entry.remove();
@@ -245,7 +259,7 @@ impl<V: Value> Hash<V> {
             order.remove(&(scan_hash(field), field.into()));
             cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
         }
-        Some(cost)
+        Some((old, cost))
     }
 
     /// Every field, sorted.

@@ -127,6 +127,16 @@ impl MemoryStore {
         self.current_virtual_time.as_deref()
     }
 
+    /// HGET and HDEL at once, the value moved out; whether it was there is
+    /// whether there is one.
+    pub fn htake_existing(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        let (value, freed) = on_hash!(self, key, |hash| hash
+            .take(field)
+            .map(|(value, freed)| (value.into_bytes(), freed)))?;
+        self.bytes -= freed;
+        Some(value)
+    }
+
     /// HDEL that says whether the field was there.
     pub fn hdel_existing(&mut self, key: HashKey, field: &[u8]) -> bool {
         match on_hash!(self, key, |hash| hash.remove(field)) {
@@ -323,6 +333,10 @@ impl Store for MemoryStore {
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
         self.hdel_existing(key, field);
+    }
+
+    fn htake(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        self.htake_existing(key, field)
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {
@@ -527,6 +541,10 @@ impl Store for Scoped<'_> {
 
     fn hset_int(&mut self, key: HashKey, field: &[u8], value: i64) {
         self.writing(key).hset_int(key, field, value)
+    }
+
+    fn htake(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        self.writing(key).htake(key, field)
     }
 
     fn hlen(&mut self, key: HashKey) -> u64 {

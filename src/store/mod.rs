@@ -75,6 +75,12 @@ pub trait Store {
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>>;
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]);
     fn hdel(&mut self, key: HashKey, field: &[u8]);
+    /// HGET then HDEL: the value, moved out where the store can.
+    fn htake(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        let value = self.hget(key, field);
+        self.hdel(key, field);
+        value
+    }
     fn hlen(&mut self, key: HashKey) -> u64;
     /// Every field of a hash (O(N): only for the invariant check).
     fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError>;

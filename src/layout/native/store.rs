@@ -359,6 +359,14 @@ impl Store for NativeStore<'_> {
         self.write(key.into()).hset_int(key, field, value)
     }
 
+    fn htake(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
+        self.remove(key.into(), |v| {
+            let value = v.htake_existing(key, field);
+            let removed = value.is_some();
+            (value, removed)
+        })
+    }
+
     fn hlen(&mut self, key: HashKey) -> u64 {
         self.read(key.into()).map_or(0, |v| v.hlen(key))
     }
