@@ -13,6 +13,8 @@
 use std::alloc::Layout;
 use std::ptr::{self, NonNull};
 
+use hashbrown::HashTable;
+
 /// Moves an allocation to where the allocator would rather have it.
 ///
 /// # Safety
@@ -75,8 +77,8 @@ pub(super) struct Pace<F> {
     spent: u32,
 }
 
-pub(super) const ENTRY: u32 = 4;
-pub(super) const EMPTY_BUCKET: u32 = 1;
+const ENTRY: u32 = 4;
+const EMPTY_BUCKET: u32 = 1;
 
 impl<F: FnMut() -> bool> Pace<F> {
     pub(super) fn new(should_stop: F) -> Self {
@@ -95,6 +97,30 @@ impl<F: FnMut() -> bool> Pace<F> {
         self.spent = 0;
         (self.should_stop)()
     }
+}
+
+/// One step of a walk over `table` from bucket `from`: hands each entry to
+/// `visit` as `pace` allows. The bucket to resume from when it says stop,
+/// None at the end.
+pub(super) fn walk_buckets<T>(
+    table: &mut HashTable<T>,
+    from: usize,
+    pace: &mut Pace<impl FnMut() -> bool>,
+    mut visit: impl FnMut(&mut T),
+) -> Option<usize> {
+    for bucket in from..table.num_buckets() {
+        let Some(entry) = table.get_bucket_mut(bucket) else {
+            if pace.spend(EMPTY_BUCKET) {
+                return Some(bucket + 1);
+            }
+            continue;
+        };
+        visit(entry);
+        if pace.spend(ENTRY) {
+            return Some(bucket + 1);
+        }
+    }
+    None
 }
 
 /// Offers a boxed byte string's allocation; true when it moved (the box

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use ahash::RandomState;
 use hashbrown::HashTable;
 
-use super::defrag::{move_bytes, move_vec, Pace, Relocate, EMPTY_BUCKET, ENTRY};
+use super::defrag::{move_bytes, move_vec, walk_buckets, Pace, Relocate};
 use super::number::canonical_int;
 use super::record::Record;
 use super::HashPage;
@@ -320,20 +320,10 @@ impl<V: Value> Hash<V> {
         pace: &mut Pace<impl FnMut() -> bool>,
         mover: &mut impl Relocate,
     ) -> Option<usize> {
-        for bucket in from..self.fields.num_buckets() {
-            let Some((field, value)) = self.fields.get_bucket_mut(bucket) else {
-                if pace.spend(EMPTY_BUCKET) {
-                    return Some(bucket + 1);
-                }
-                continue;
-            };
+        walk_buckets(&mut self.fields, from, pace, |(field, value)| {
             move_bytes(field, mover);
             value.defrag(mover);
-            if pace.spend(ENTRY) {
-                return Some(bucket + 1);
-            }
-        }
-        None
+        })
     }
 
     /// Every field, in no order (to remove them all).

@@ -11,7 +11,7 @@ use std::ops::Bound;
 use ahash::RandomState;
 use hashbrown::HashTable;
 
-use super::defrag::{move_bytes, Pace, Relocate, EMPTY_BUCKET, ENTRY};
+use super::defrag::{move_bytes, walk_buckets, Pace, Relocate};
 
 /// A score with the total order Redis uses for finite doubles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -194,26 +194,20 @@ impl Zset {
         pace: &mut Pace<impl FnMut() -> bool>,
         mover: &mut impl Relocate,
     ) -> Option<usize> {
-        for bucket in from..self.by_member.num_buckets() {
-            let Some((member, score)) = self.by_member.get_bucket_mut(bucket) else {
-                if pace.spend(EMPTY_BUCKET) {
-                    return Some(bucket + 1);
-                }
-                continue;
-            };
+        // The key's cell only ever changes to equal bytes (below): its
+        // order never moves.
+        #[allow(clippy::mutable_key_type)]
+        let ordered = &self.ordered;
+        walk_buckets(&mut self.by_member, from, pace, |(member, score)| {
             // The order's entry, found while both copies are the member's
             // live bytes; none (the invariant broken) leaves it where it is.
-            if let Some((_, order)) = self.ordered.get(&(Score(*score), MemberRef::to(member))) {
+            if let Some((_, order)) = ordered.get(&(Score(*score), MemberRef::to(member))) {
                 if move_bytes(member, mover) {
                     // Nothing read the entry between the move and here.
                     order.0.set(&**member);
                 }
             }
-            if pace.spend(ENTRY) {
-                return Some(bucket + 1);
-            }
-        }
-        None
+        })
     }
 }
 
