@@ -618,12 +618,15 @@ impl Store for KeysStore<'_> {
         Ok((next, pairs))
     }
 
+    /// Unlinked: the key is gone at once, and a big one is freed on the
+    /// server's lazy-free thread, as UNLINK frees it (a converted queue's
+    /// million-entry hashes would otherwise hold the call for a second).
     fn delete(&mut self, which: QueueKey) {
         let Some(open) = self.key_for_write(which, true) else {
             return;
         };
         // SAFETY: key opened for writing.
-        unsafe { api!(RedisModule_DeleteKey)(open) };
+        unsafe { api!(RedisModule_UnlinkKey)(open) };
         self.record(which, Command::Del, || []);
     }
 

@@ -81,6 +81,7 @@ required!(
     RedisModule_StringPtrLen,
     RedisModule_StringSet,
     RedisModule_SubscribeToServerEvent,
+    RedisModule_UnlinkKey,
     RedisModule_ValueLength,
     RedisModule_ZsetAdd,
     RedisModule_ZsetFirstInLexRange,
