@@ -146,6 +146,11 @@ impl<V: Value> Hash<V> {
         self.fields.is_empty()
     }
 
+    /// Room for `additional` more fields without growing the map.
+    pub fn reserve(&mut self, additional: usize) {
+        self.fields.reserve(additional);
+    }
+
     pub fn get(&self, field: &[u8]) -> Option<&V> {
         self.fields.get(field)
     }
@@ -246,6 +251,11 @@ impl<V: Value> Hash<V> {
             page.push((field.to_vec(), value));
         }
         (0, page)
+    }
+
+    /// Every field, borrowed, in no order.
+    pub fn field_refs(&self) -> impl Iterator<Item = &[u8]> {
+        self.fields.keys().map(|f| &f[..])
     }
 
     /// Every field, in no order (to remove them all).
