@@ -25,8 +25,10 @@ use crate::server::api::api;
 use crate::server::blocking::signal_ready;
 use crate::server::key_names::names_of;
 use crate::server::notify_module_event;
-use crate::server::strings::{bytes_of, take_string, OwnedString};
-use crate::store::{HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ZsetKey};
+use crate::server::strings::{bytes_in, bytes_of, take_string, OwnedString};
+use crate::store::{
+    HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ValueVisit, ZsetKey,
+};
 
 struct Slot {
     name: OwnedString,
@@ -279,21 +281,23 @@ impl<'ctx> KeysStore<'ctx> {
         }
     }
 
-    /// Visits entries with `above` < score <= `max` (None: from the first).
+    /// Visits entries with `above` < score <= `max` (None: from the first),
+    /// their members borrowed for the visit.
     fn range(
         &self,
         which: QueueKey,
         above: Option<f64>,
         max: f64,
         limit: usize,
-        mut visit: impl FnMut(Vec<u8>, f64) -> bool,
+        mut visit: impl FnMut(&[u8], f64) -> bool,
     ) {
         let Some(key) = self.key(which) else { return };
         if limit == 0 {
             return;
         }
         // SAFETY: key is an open sorted set; the iterator is stopped before
-        // returning and the key is not modified while it runs.
+        // returning and the key is not modified while it runs; each element
+        // is a string of ours, borrowed by its visit and then freed.
         unsafe {
             let (min, min_excluded) = match above {
                 Some(above) => (above, 1),
@@ -312,7 +316,9 @@ impl<'ctx> KeysStore<'ctx> {
                     break;
                 }
                 seen += 1;
-                if !visit(take_string(element), score) {
+                let more = visit(bytes_in(element), score);
+                api!(RedisModule_FreeString)(ptr::null_mut(), element);
+                if !more {
                     break;
                 }
                 if api!(RedisModule_ZsetRangeNext)(key) == 0 {
@@ -405,7 +411,7 @@ impl Store for KeysStore<'_> {
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
         let mut first = None;
         self.range(key.into(), None, f64::INFINITY, 1, |member, score| {
-            first = Some((member, score));
+            first = Some((member.to_vec(), score));
             false
         });
         first
@@ -414,7 +420,7 @@ impl Store for KeysStore<'_> {
     fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
         let mut entries = Vec::new();
         self.range(key.into(), None, max, limit, |member, score| {
-            entries.push((member, score));
+            entries.push((member.to_vec(), score));
             true
         });
         entries
@@ -429,7 +435,7 @@ impl Store for KeysStore<'_> {
     ) -> Vec<(Vec<u8>, f64)> {
         let mut entries = Vec::new();
         self.range(key.into(), Some(above), max, limit, |member, score| {
-            entries.push((member, score));
+            entries.push((member.to_vec(), score));
             true
         });
         entries
@@ -618,13 +624,116 @@ impl Store for KeysStore<'_> {
         Ok((next, pairs))
     }
 
+    /// Unlinked: the key is gone at once, and a big one is freed on the
+    /// server's lazy-free thread, as UNLINK frees it (a converted queue's
+    /// million-entry hashes would otherwise hold the call for a second).
     fn delete(&mut self, which: QueueKey) {
         let Some(open) = self.key_for_write(which, true) else {
             return;
         };
         // SAFETY: key opened for writing.
-        unsafe { api!(RedisModule_DeleteKey)(open) };
+        unsafe { api!(RedisModule_UnlinkKey)(open) };
         self.record(which, Command::Del, || []);
+    }
+
+    fn visit_zset(&mut self, key: ZsetKey, visit: &mut dyn FnMut(&[u8], f64)) {
+        self.range(
+            key.into(),
+            None,
+            f64::INFINITY,
+            usize::MAX,
+            |member, score| {
+                visit(member, score);
+                true
+            },
+        );
+    }
+
+    /// Through the key API, each field's string made once for every hash
+    /// and each value borrowed for its visit.
+    fn visit_values(
+        &mut self,
+        keys: &[HashKey],
+        fields: &mut dyn Iterator<Item = &[u8]>,
+        visit: &mut ValueVisit<'_>,
+    ) {
+        let open: SmallVec<[(HashKey, *mut raw::RedisModuleKey); 4]> = keys
+            .iter()
+            .filter_map(|&key| Some((key, self.key(key.into())?)))
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        for field in fields {
+            let name = OwnedString::new(field);
+            for &(key, hash) in &open {
+                let mut value: *mut raw::RedisModuleString = ptr::null_mut();
+                // SAFETY: an open hash key; NULL-terminated variadic list of
+                // one field/out-pointer pair, as HashGet requires; the value
+                // it returns is ours, read and then freed here.
+                unsafe {
+                    api!(RedisModule_HashGet)(
+                        hash,
+                        raw::REDISMODULE_HASH_NONE as c_int,
+                        name.0,
+                        &mut value as *mut *mut raw::RedisModuleString,
+                        ptr::null_mut::<c_void>(),
+                    );
+                    if !value.is_null() {
+                        visit(key, field, bytes_in(value));
+                        api!(RedisModule_FreeString)(ptr::null_mut(), value);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Through the key API's scan (`RedisModule_ScanKey`): no reply is
+    /// built and no string copied but the visit's own.
+    fn visit_hash(
+        &mut self,
+        key: HashKey,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(), StoreError> {
+        let Some(open) = self.key(key.into()) else {
+            return Ok(());
+        };
+        type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]);
+        unsafe extern "C" fn each(
+            _key: *mut raw::RedisModuleKey,
+            field: *mut raw::RedisModuleString,
+            value: *mut raw::RedisModuleString,
+            visit: *mut c_void,
+        ) {
+            // SAFETY: `visit` is the `Visit` passed to ScanKey below, alive
+            // for its call; field and value are strings the server keeps for
+            // this callback (a hash's value is never NULL; checked anyway).
+            unsafe {
+                let visit = &mut *visit.cast::<Visit>();
+                let value = if value.is_null() {
+                    &[][..]
+                } else {
+                    bytes_in(value)
+                };
+                visit(bytes_in(field), value);
+            }
+        }
+        let mut visit: Visit = visit;
+        // SAFETY: `open` is an open hash key, not modified while the scan
+        // runs; the cursor is made and destroyed here; `each` gets `visit`
+        // as its private data only during ScanKey's calls.
+        unsafe {
+            let cursor = api!(RedisModule_ScanCursorCreate)();
+            while api!(RedisModule_ScanKey)(
+                open,
+                cursor,
+                Some(each),
+                (&mut visit as *mut Visit).cast(),
+            ) != 0
+            {}
+            api!(RedisModule_ScanCursorDestroy)(cursor);
+        }
+        Ok(())
     }
 
     fn current_virtual_time(&mut self) -> Option<Vec<u8>> {

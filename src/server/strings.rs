@@ -57,6 +57,17 @@ pub unsafe fn take_string(s: *mut raw::RedisModuleString) -> Vec<u8> {
     bytes
 }
 
+/// The bytes of a server-owned string, borrowed.
+///
+/// # Safety
+/// `s` must be a valid string that outlives `'a` and is not modified
+/// meanwhile.
+pub unsafe fn bytes_in<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
+    let mut len = 0usize;
+    let data = api!(RedisModule_StringPtrLen)(s, &mut len);
+    std::slice::from_raw_parts(data.cast::<u8>(), len)
+}
+
 /// The bytes of a string reply of `RedisModule_Call`, whichever form it took.
 pub fn bytes_of(value: &redis_module::RedisValue) -> Option<Vec<u8>> {
     use redis_module::RedisValue;

@@ -186,6 +186,13 @@ impl<V: Value> Hash<V> {
         self.fields.is_empty()
     }
 
+    /// Room for `additional` more fields without growing the map.
+    pub fn reserve(&mut self, additional: usize) {
+        let hasher = &self.hasher;
+        self.fields
+            .reserve(additional, |(f, _)| hasher.hash_one(&**f));
+    }
+
     pub fn get(&self, field: &[u8]) -> Option<&V> {
         let hash = self.hash_of(field);
         self.fields
@@ -324,6 +331,11 @@ impl<V: Value> Hash<V> {
             move_bytes(field, mover);
             value.defrag(mover);
         })
+    }
+
+    /// Every field, borrowed, in no order.
+    pub fn field_refs(&self) -> impl Iterator<Item = &[u8]> {
+        self.fields.iter().map(|(f, _)| &f[..])
     }
 
     /// Every field, in no order (to remove them all).

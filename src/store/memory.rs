@@ -122,6 +122,27 @@ impl MemoryStore {
         on_hash_ref!(self, key, |hash| hash.sorted())
     }
 
+    /// The value of `field` in hash `key`, as bytes, borrowed where it is
+    /// kept as bytes.
+    pub fn hash_value(&self, key: HashKey, field: &[u8]) -> Option<Cow<'_, [u8]>> {
+        on_hash_ref!(self, key, |hash| hash.get(field).map(|v| v.bytes()))
+    }
+
+    /// The number of fields of a hash.
+    pub fn hash_len(&self, key: HashKey) -> usize {
+        on_hash_ref!(self, key, |hash| hash.len())
+    }
+
+    /// Whether `member` is a member of sorted set `key`.
+    pub fn zset_contains(&self, key: ZsetKey, member: &[u8]) -> bool {
+        self.zsets[key.index()].score(member).is_some()
+    }
+
+    /// The fields of a hash, borrowed, in no order.
+    pub fn hash_fields(&self, key: HashKey) -> Vec<&[u8]> {
+        on_hash_ref!(self, key, |hash| hash.field_refs().collect())
+    }
+
     /// The raw `current_virtual_time`.
     pub fn raw_current_virtual_time(&self) -> Option<&[u8]> {
         self.current_virtual_time.as_deref()
@@ -146,6 +167,30 @@ impl MemoryStore {
             }
             None => false,
         }
+    }
+
+    /// Sets sorted set `key` to `entries` (a sorted set read whole, in
+    /// order), built in bulk (see [`Zset::from_entries`]); a set that
+    /// holds members already takes them one by one.
+    pub fn fill_zset(&mut self, key: ZsetKey, entries: Vec<(Box<[u8]>, f64)>) {
+        if !self.zsets[key.index()].is_empty() {
+            for (member, score) in entries {
+                self.zadd(key, &member, score);
+            }
+            return;
+        }
+        let zset = Zset::from_entries(entries);
+        let added: usize = zset
+            .iter()
+            .map(|(member, _)| heap(member.len()) + ZSET_ENTRY_OVERHEAD)
+            .sum();
+        self.bytes += added;
+        self.zsets[key.index()] = zset;
+    }
+
+    /// Room for `additional` more fields in hash `key`.
+    pub fn reserve_hash(&mut self, key: HashKey, additional: usize) {
+        on_hash!(self, key, |hash| hash.reserve(additional));
     }
 
     fn add_bytes(&mut self, added: isize) {

@@ -21,6 +21,10 @@ pub use record::Record;
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.
 pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);
 
+/// What [`Store::visit_values`] calls with each entry found: its hash,
+/// field and value.
+pub type ValueVisit<'a> = dyn FnMut(HashKey, &[u8], &[u8]) + 'a;
+
 /// A call to the server a store operation made was refused: nothing was
 /// read, and the operation says so rather than read it as empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +92,50 @@ pub trait Store {
     fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError>;
     /// Deletes a whole key (a sorted set, hash or the string).
     fn delete(&mut self, key: QueueKey);
+
+    /// Visits every entry of a sorted set, in ascending (score, member)
+    /// order (a whole key read at once: VTRR.CONVERT).
+    fn visit_zset(&mut self, key: ZsetKey, visit: &mut dyn FnMut(&[u8], f64)) {
+        for (member, score) in self.zrange_upto(key, f64::INFINITY, usize::MAX) {
+            visit(&member, score);
+        }
+    }
+    /// Visits each of `fields` that each of hashes `keys` holds, with its
+    /// value, in the order given (whole keys read in an order the caller
+    /// knows: the hashes of item ids, by the ids a sorted set names).
+    fn visit_values(
+        &mut self,
+        keys: &[HashKey],
+        fields: &mut dyn Iterator<Item = &[u8]>,
+        visit: &mut ValueVisit<'_>,
+    ) {
+        for field in fields {
+            for &key in keys {
+                if let Some(value) = self.hget(key, field) {
+                    visit(key, field, &value);
+                }
+            }
+        }
+    }
+    /// Visits every field of a hash with its value, at least once (as a
+    /// whole HSCAN would), in no promised order.
+    fn visit_hash(
+        &mut self,
+        key: HashKey,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(), StoreError> {
+        let mut cursor = 0;
+        loop {
+            let (next, page) = self.hscan(key, cursor, 1000)?;
+            for (field, value) in page {
+                visit(&field, &value);
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
 
     /// Partition `partition`'s record: None when it has none, the stored
     /// bytes when they do not read as one (another client wrote them). A

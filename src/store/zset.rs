@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use ahash::RandomState;
-use hashbrown::HashTable;
+use hashbrown::{hash_table, HashTable};
 
 use super::defrag::{move_bytes, walk_buckets, Pace, Relocate};
 
@@ -209,6 +209,42 @@ impl Zset {
             }
         })
     }
+
+    /// The set of `entries`, as ZADDs of them in turn would make it, built
+    /// in bulk: the map sized once, the order assembled from a sorted run
+    /// rather than one B-tree insert per member. Linear when `entries`
+    /// come in ascending (score, member) order with distinct members (a
+    /// sorted set read whole); any order is still right, only slower.
+    pub fn from_entries(entries: Vec<(Box<[u8]>, f64)>) -> Zset {
+        let hasher = RandomState::new();
+        let mut by_member: HashTable<(Box<[u8]>, f64)> = HashTable::with_capacity(entries.len());
+        let mut order = Vec::with_capacity(entries.len());
+        let mut repeated = Vec::new();
+        for (member, score) in entries {
+            let hash = hasher.hash_one(&*member);
+            let rehash = |(m, _): &(Box<[u8]>, f64)| hasher.hash_one(&**m);
+            match by_member.entry(hash, |(m, _)| *m == member, rehash) {
+                hash_table::Entry::Vacant(vacant) => {
+                    // As in `insert`: the order points at the table's own
+                    // member.
+                    let inserted = vacant.insert((member, score));
+                    order.push((Score(score), MemberRef::to(&inserted.get().0)));
+                }
+                hash_table::Entry::Occupied(_) => repeated.push((member, score)),
+            }
+        }
+        // Sorting a sorted run is one pass; the B-tree is then built from
+        // it leaf by leaf.
+        let mut zset = Zset {
+            by_member,
+            hasher,
+            ordered: order.into_iter().collect(),
+        };
+        for (member, score) in repeated {
+            zset.insert(&member, score);
+        }
+        zset
+    }
 }
 
 #[cfg(test)]
@@ -244,6 +280,31 @@ mod tests {
             prop_assert_eq!(copy.len(), expected.len());
             for (member, score) in &expected {
                 prop_assert_eq!(copy.score(member), Some(*score));
+            }
+        }
+
+        /// Built in bulk from any entries, in any order and with repeats,
+        /// the set is the one their ZADDs in turn make.
+        #[test]
+        fn a_bulk_built_set_is_the_one_its_inserts_make(entries in proptest::collection::vec((0u8..20, 0u8..4), 0..200), sorted in any::<bool>()) {
+            let mut entries: Vec<(Box<[u8]>, f64)> = entries
+                .into_iter()
+                .map(|(member, score)| (vec![b'm'; member as usize].into(), f64::from(score)))
+                .collect();
+            if sorted {
+                entries.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+            }
+            let mut inserted = Zset::default();
+            for (member, score) in &entries {
+                inserted.insert(member, *score);
+            }
+            let built = Zset::from_entries(entries);
+            let got: Vec<(Vec<u8>, f64)> = built.iter().map(|(m, s)| (m.to_vec(), s)).collect();
+            let expected: Vec<(Vec<u8>, f64)> = inserted.iter().map(|(m, s)| (m.to_vec(), s)).collect();
+            prop_assert_eq!(&got, &expected);
+            prop_assert_eq!(built.len(), inserted.len());
+            for (member, score) in &expected {
+                prop_assert_eq!(built.score(member), Some(*score));
             }
         }
     }
