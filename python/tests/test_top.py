@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from servers import Server
 
 import vtrr
 from vtrr import Item
+from vtrr.top import TopApp, _Reading
 
 VTRR = str(Path(sys.executable).parent / "vtrr")
 
@@ -83,3 +85,19 @@ def test_top_shows_tenants_pauses_resumes_and_quits(queue: vtrr.Queue, terminal:
     until(lambda: "by oldest" in terminal.screen(), "the next ranking")
     terminal.keys("q")
     until(lambda: not terminal.running(), "vtrr top to quit")
+
+
+def test_a_read_answered_while_the_app_closes_is_dropped(queue: vtrr.Queue) -> None:
+    # A read thread can answer after the app began to close (its screen gone).
+    queue.enqueue("alice", "a", b"x")
+    app = TopApp(queue, interval_s=60)
+
+    async def run_then_close() -> None:
+        async with app.run_test() as pilot:
+            await pilot.pause(0.1)
+
+    asyncio.run(run_then_close())
+    stats = queue.stats()
+    ranked, tenants = queue.partitions_top(5, "queued")
+    app._show(_Reading(time.monotonic(), stats, "queued", ranked, tenants))
+    app._say("after the close")

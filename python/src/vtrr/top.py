@@ -130,6 +130,8 @@ class TopApp(App[None]):
             )
 
     def _show(self, reading: _Reading) -> None:
+        if not self.is_running:  # a read answered while the app closes: no screen to draw on
+            return
         stats = reading.stats
         counts = (
             f"queued {stats.queued - stats.held}  held {stats.held}  leased {stats.inflight}"
@@ -160,6 +162,8 @@ class TopApp(App[None]):
             self._say("")
 
     def _say(self, line: str, read_failed: bool = False) -> None:
+        if not self.is_running:
+            return
         self._read_failed = read_failed
         self.query_one("#status", Static).update(Text(line))
 
