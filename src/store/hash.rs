@@ -207,6 +207,11 @@ impl<V: Value> Hash<V> {
             .map(|(_, v)| v)
     }
 
+    /// The value of `field` as bytes.
+    pub fn get_bytes(&self, field: &[u8]) -> Option<Cow<'_, [u8]>> {
+        self.get(field).map(Value::bytes)
+    }
+
     /// Adds `field`, known to be absent, with `value`.
     fn add(&mut self, field: &[u8], value: V) {
         let hash = self.hash_of(field);
@@ -267,6 +272,12 @@ impl<V: Value> Hash<V> {
             cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
         }
         Some((old, cost))
+    }
+
+    /// Removes `field`: its value as bytes and the heap bytes freed.
+    pub fn take_bytes(&mut self, field: &[u8]) -> Option<(Vec<u8>, usize)> {
+        self.take(field)
+            .map(|(value, freed)| (value.into_bytes(), freed))
     }
 
     /// Every field, sorted.

@@ -14,7 +14,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::defrag::{move_bytes, DefragCursor, Pace, Relocate};
-use super::hash::{heap, Bytes, Hash, StoredNumber, StoredRecord, Value as _, ZSET_ENTRY_OVERHEAD};
+use super::hash::{heap, Bytes, Hash, StoredNumber, StoredRecord, ZSET_ENTRY_OVERHEAD};
+use super::items::{item_slot, ItemHash, Items};
 use super::record::Record;
 use super::zset::Zset;
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
@@ -23,8 +24,11 @@ use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     zsets: [Zset; ZsetKey::ALL.len()],
-    /// Every hash of bytes; the places of the typed ones below stay empty.
+    /// Every hash of bytes; the places of the typed ones and of the item
+    /// hashes below stay empty.
     hashes: [Hash<Bytes>; HashKey::ALL.len()],
+    /// The hashes of item ids (`task`, `meta`, ...): one allocation per item.
+    items: Items,
     /// `partitions`: the records, typed, in scan order.
     records: Hash<StoredRecord>,
     /// The hashes of integers, in [`NUMBER_HASHES`] order.
@@ -39,6 +43,7 @@ impl Default for MemoryStore {
         MemoryStore {
             zsets: Default::default(),
             hashes: Default::default(),
+            items: Items::default(),
             records: Hash::scanned(),
             numbers: Default::default(),
             current_virtual_time: None,
@@ -62,7 +67,8 @@ fn number_slot(key: HashKey) -> Option<usize> {
 }
 
 /// Runs `$body` on hash `$key` of `$store` as `$hash`, whichever its value
-/// type (records, integers or bytes); `$($mut)?` borrows it for writing.
+/// type (records, integers, item values or bytes); `$borrow` is `&` to
+/// read, `&mut` to write.
 macro_rules! on_hash {
     ($store:expr, $key:expr, |$hash:ident| $body:expr) => {
         on_hash!(@ (&mut) $store, $key, |$hash| $body)
@@ -73,12 +79,16 @@ macro_rules! on_hash {
                 let $hash = $($borrow)+ $store.records;
                 $body
             }
-            key => match number_slot(key) {
-                Some(slot) => {
+            key => match (number_slot(key), item_slot(key)) {
+                (Some(slot), _) => {
                     let $hash = $($borrow)+ $store.numbers[slot];
                     $body
                 }
-                None => {
+                (None, Some(slot)) => {
+                    let $hash = ItemHash::of($($borrow)+ $store.items, slot);
+                    $body
+                }
+                (None, None) => {
                     let $hash = $($borrow)+ $store.hashes[key.index()];
                     $body
                 }
@@ -125,7 +135,7 @@ impl MemoryStore {
     /// The value of `field` in hash `key`, as bytes, borrowed where it is
     /// kept as bytes.
     pub fn hash_value(&self, key: HashKey, field: &[u8]) -> Option<Cow<'_, [u8]>> {
-        on_hash_ref!(self, key, |hash| hash.get(field).map(|v| v.bytes()))
+        on_hash_ref!(self, key, |hash| hash.get_bytes(field))
     }
 
     /// The number of fields of a hash.
@@ -151,9 +161,7 @@ impl MemoryStore {
     /// HGET and HDEL at once, the value moved out; whether it was there is
     /// whether there is one.
     pub fn htake_existing(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
-        let (value, freed) = on_hash!(self, key, |hash| hash
-            .take(field)
-            .map(|(value, freed)| (value.into_bytes(), freed)))?;
+        let (value, freed) = on_hash!(self, key, |hash| hash.take_bytes(field))?;
         self.bytes -= freed;
         Some(value)
     }
@@ -213,7 +221,7 @@ impl MemoryStore {
         let zsets: usize = self.zsets.iter().map(Zset::len).sum();
         let hashes: usize = self.hashes.iter().map(Hash::len).sum();
         let numbers: usize = self.numbers.iter().map(Hash::len).sum();
-        zsets + hashes + numbers + self.records.len()
+        zsets + hashes + self.items.len() + numbers + self.records.len()
     }
 
     /// Whether it holds nothing at all (its key is then deleted).
@@ -228,7 +236,8 @@ impl MemoryStore {
 
     /// One step of active defrag from `from`: offers the store's heap
     /// allocations to `mover` (see [`super::defrag`]) part by part — the
-    /// sorted sets, the hashes, the records, `current_virtual_time` — and
+    /// sorted sets, the hashes, the records, the integers, the items,
+    /// `current_virtual_time` — and
     /// asks `should_stop` every few entries. The cursor to resume from
     /// when it said stop, None when the walk is done. A cursor from before
     /// the store changed (or from another store) is still safe to resume
@@ -243,9 +252,10 @@ impl MemoryStore {
         const HASHES: usize = ZSETS + HashKey::ALL.len();
         const RECORDS: usize = HASHES;
         const NUMBERS: usize = RECORDS + 1 + NUMBER_HASHES.len();
+        const ITEMS: usize = NUMBERS;
         let mut pace = Pace::new(should_stop);
         let (mut part, mut bucket) = from.position();
-        while part < NUMBERS {
+        while part <= ITEMS {
             let stopped = if part < ZSETS {
                 self.zsets[part].defrag(bucket, &mut pace, mover)
             } else if part < HASHES {
@@ -254,8 +264,10 @@ impl MemoryStore {
                 self.hashes[part - ZSETS].defrag(bucket, &mut pace, mover)
             } else if part == RECORDS {
                 self.records.defrag(bucket, &mut pace, mover)
-            } else {
+            } else if part < NUMBERS {
                 self.numbers[part - RECORDS - 1].defrag(bucket, &mut pace, mover)
+            } else {
+                self.items.defrag(bucket, &mut pace, mover)
             };
             if let Some(next) = stopped {
                 return Some(DefragCursor::at(part, next));
@@ -263,7 +275,7 @@ impl MemoryStore {
             part += 1;
             bucket = 0;
         }
-        if part == NUMBERS {
+        if part == ITEMS + 1 {
             if let Some(value) = self.current_virtual_time.as_mut() {
                 move_bytes(value, mover);
             }
@@ -366,9 +378,7 @@ impl Store for MemoryStore {
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
-        on_hash_ref!(self, key, |hash| hash
-            .get(field)
-            .map(|v| v.bytes().into_owned()))
+        on_hash_ref!(self, key, |hash| hash.get_bytes(field).map(Cow::into_owned))
     }
 
     fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {

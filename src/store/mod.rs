@@ -9,6 +9,7 @@
 
 pub mod defrag;
 mod hash;
+mod items;
 pub mod keys;
 pub mod memory;
 pub mod number;
