@@ -107,7 +107,7 @@ pub fn add_chunk(queue: &mut MemoryStore, chunk: &[u8]) -> Result<(), DecodeErro
         added
             .hash_sorted(key)
             .iter()
-            .any(|(field, _)| queue.hget(key, field).is_some())
+            .any(|(field, _)| queue.hash_value(key, field).is_some())
     }) || (added.raw_current_virtual_time().is_some()
         && queue.raw_current_virtual_time().is_some());
     if given_twice {
@@ -151,7 +151,7 @@ pub fn decode_chunk(store: &mut MemoryStore, chunk: &[u8]) -> Result<(), DecodeE
                 let key = HashKey::ALL[(t - HASH_TAG) as usize];
                 let field = input.bytes()?;
                 let value = input.bytes()?;
-                if store.hget(key, field).is_some() {
+                if store.hash_value(key, field).is_some() {
                     return Err(DecodeError("a hash field is given twice"));
                 }
                 store.hset(key, field, value);
