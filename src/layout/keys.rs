@@ -77,11 +77,7 @@ impl<'ctx> KeysStore<'ctx> {
         records_effects: bool,
         probe: Option<QueueKeyOpen>,
     ) -> Result<Self, OpenError> {
-        let access = if scope.writes {
-            Access::Write
-        } else {
-            Access::Read
-        };
+        let access = Access::of(scope.writes);
         check_caller(ctx, queue, caller, access)?;
         let (names, queue_name) = names_of(queue, scope.keys);
         check_permissions(ctx, &names, caller, access)?;
@@ -115,10 +111,7 @@ impl<'ctx> KeysStore<'ctx> {
         name: OwnedString,
         opened: Option<(OwnedString, *mut raw::RedisModuleKey)>,
     ) -> Result<(), OpenError> {
-        let mode = match self.access {
-            Access::Read => raw::REDISMODULE_READ,
-            Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
-        } as c_int;
+        let mode = self.access.open_mode();
         let key = match opened {
             Some((_, key)) => key,
             // SAFETY: ctx is the live context of this call; name is a valid

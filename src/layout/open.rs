@@ -2,8 +2,6 @@
 //! cluster and ACL checks every open makes, why an open can fail, how the
 //! call it serves will propagate, and the probe that tells the layout.
 
-use std::os::raw::c_int;
-
 use redis_module::{raw, Context};
 
 use crate::replication::effects::ApplyArgs;
@@ -105,11 +103,7 @@ pub struct QueueKeyOpen {
 impl QueueKeyOpen {
     pub(crate) fn open(ctx: &Context, queue: &[u8], writable: bool) -> QueueKeyOpen {
         let (_, name) = names_of(queue, &[]);
-        let mode = if writable {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
-        } else {
-            raw::REDISMODULE_READ
-        } as c_int;
+        let mode = Access::of(writable).open_mode();
         // SAFETY: live context and a valid name kept with the key; a missing
         // key opened for reading is NULL, which reads as empty.
         let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) }

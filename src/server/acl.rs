@@ -18,6 +18,25 @@ pub enum Access {
     Write,
 }
 
+impl Access {
+    /// The access an operation needs: writing if it writes.
+    pub fn of(writes: bool) -> Access {
+        if writes {
+            Access::Write
+        } else {
+            Access::Read
+        }
+    }
+
+    /// The mode `RedisModule_OpenKey` opens a key in for it.
+    pub fn open_mode(self) -> std::os::raw::c_int {
+        (match self {
+            Access::Read => raw::REDISMODULE_READ,
+            Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        }) as std::os::raw::c_int
+    }
+}
+
 /// The ACL user of the calling client.
 pub struct AclUser(*mut raw::RedisModuleUser);
 

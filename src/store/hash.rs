@@ -83,49 +83,96 @@ impl Value for Bytes {
     }
 }
 
-/// A partition's record as a memory store keeps it: typed, or, when the
-/// bytes written are not a record in its own text form (another client's,
-/// carried over by a conversion), as those bytes, so they read back as
-/// they were.
+/// A value a memory store keeps typed when the bytes written are its own
+/// canonical text (a partition's record, an integer), and as those bytes
+/// otherwise (another client's, carried over by a conversion), so it reads
+/// back exactly as it was written.
 #[derive(Debug, Clone)]
-pub enum StoredRecord {
-    Typed(Record),
+pub enum Stored<T> {
+    Typed(T),
     Raw(Bytes),
 }
 
-impl Value for StoredRecord {
+/// A type kept as [`Stored`]: its canonical text both ways, and its heap.
+pub trait TextForm: Clone {
+    /// The value whose canonical text `raw` is, if it is one.
+    fn from_canonical(raw: &[u8]) -> Option<Self>;
+    fn text(&self) -> Vec<u8>;
+    /// Heap bytes it holds itself.
+    fn heap(&self) -> usize;
+    /// Offers its heap allocations to `mover` (active defrag).
+    fn defrag(&mut self, mover: &mut impl Relocate);
+}
+
+pub type StoredRecord = Stored<Record>;
+pub type StoredNumber = Stored<i64>;
+
+impl TextForm for Record {
+    fn from_canonical(raw: &[u8]) -> Option<Self> {
+        Record::parse(raw).filter(|record| record.format() == raw)
+    }
+
+    fn text(&self) -> Vec<u8> {
+        self.format()
+    }
+
+    fn heap(&self) -> usize {
+        self.head.as_ref().map_or(0, |h| heap(h.len()))
+    }
+
+    fn defrag(&mut self, mover: &mut impl Relocate) {
+        if let Some(head) = self.head.as_mut() {
+            move_vec(head, mover);
+        }
+    }
+}
+
+impl TextForm for i64 {
+    fn from_canonical(raw: &[u8]) -> Option<Self> {
+        canonical_int(raw)
+    }
+
+    fn text(&self) -> Vec<u8> {
+        itoa::Buffer::new().format(*self).as_bytes().to_vec()
+    }
+
+    fn heap(&self) -> usize {
+        0
+    }
+
+    fn defrag(&mut self, _mover: &mut impl Relocate) {}
+}
+
+impl<T: TextForm> Value for Stored<T> {
     fn from_bytes(raw: &[u8]) -> Self {
-        match Record::parse(raw) {
-            Some(record) if record.format() == raw => StoredRecord::Typed(record),
-            _ => StoredRecord::Raw(raw.into()),
+        match T::from_canonical(raw) {
+            Some(value) => Stored::Typed(value),
+            None => Stored::Raw(raw.into()),
         }
     }
 
     fn bytes(&self) -> Cow<'_, [u8]> {
         match self {
-            StoredRecord::Typed(record) => Cow::Owned(record.format()),
-            StoredRecord::Raw(raw) => Cow::Borrowed(raw),
+            Stored::Typed(value) => Cow::Owned(value.text()),
+            Stored::Raw(raw) => Cow::Borrowed(raw),
         }
     }
 
     fn cost(&self) -> usize {
-        // The record sits in the map slot, larger than a boxed value's.
-        let inline = size_of::<StoredRecord>() - size_of::<Bytes>();
+        // The value sits in the map slot, which may be larger than a boxed
+        // value's.
+        let inline = size_of::<Self>() - size_of::<Bytes>();
         inline
             + match self {
-                StoredRecord::Typed(record) => record.head.as_ref().map_or(0, |h| heap(h.len())),
-                StoredRecord::Raw(raw) => heap(raw.len()),
+                Stored::Typed(value) => value.heap(),
+                Stored::Raw(raw) => heap(raw.len()),
             }
     }
 
     fn defrag(&mut self, mover: &mut impl Relocate) {
         match self {
-            StoredRecord::Typed(record) => {
-                if let Some(head) = record.head.as_mut() {
-                    move_vec(head, mover);
-                }
-            }
-            StoredRecord::Raw(raw) => {
+            Stored::Typed(value) => value.defrag(mover),
+            Stored::Raw(raw) => {
                 move_bytes(raw, mover);
             }
         }
@@ -352,44 +399,5 @@ impl<V: Value> Hash<V> {
     /// Every field, in no order (to remove them all).
     pub fn keys(&self) -> Vec<Bytes> {
         self.fields.iter().map(|(f, _)| f.clone()).collect()
-    }
-}
-
-/// An integer field as a memory store keeps it: a number where its bytes
-/// are an integer's canonical text, else those bytes.
-#[derive(Debug, Clone)]
-pub enum StoredNumber {
-    Int(i64),
-    Raw(Bytes),
-}
-
-impl Value for StoredNumber {
-    fn from_bytes(raw: &[u8]) -> Self {
-        match canonical_int(raw) {
-            Some(n) => StoredNumber::Int(n),
-            None => StoredNumber::Raw(raw.into()),
-        }
-    }
-
-    fn bytes(&self) -> Cow<'_, [u8]> {
-        match self {
-            StoredNumber::Int(n) => Cow::Owned(itoa::Buffer::new().format(*n).as_bytes().to_vec()),
-            StoredNumber::Raw(raw) => Cow::Borrowed(raw),
-        }
-    }
-
-    fn cost(&self) -> usize {
-        let inline = size_of::<StoredNumber>() - size_of::<Bytes>();
-        inline
-            + match self {
-                StoredNumber::Int(_) => 0,
-                StoredNumber::Raw(raw) => heap(raw.len()),
-            }
-    }
-
-    fn defrag(&mut self, mover: &mut impl Relocate) {
-        if let StoredNumber::Raw(raw) = self {
-            move_bytes(raw, mover);
-        }
     }
 }

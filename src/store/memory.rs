@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::defrag::{move_bytes, DefragCursor, Pace, Relocate};
-use super::hash::{heap, Bytes, Hash, StoredNumber, StoredRecord, ZSET_ENTRY_OVERHEAD};
+use super::hash::{heap, Bytes, Hash, Stored, StoredNumber, StoredRecord, ZSET_ENTRY_OVERHEAD};
 use super::items::{item_slot, ItemHash, Items};
 use super::record::Record;
 use super::zset::Zset;
@@ -408,13 +408,13 @@ impl Store for MemoryStore {
 
     fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
         Some(match self.records.get(partition)? {
-            StoredRecord::Typed(record) => Ok(record.clone()),
-            StoredRecord::Raw(raw) => Record::parse(raw).ok_or_else(|| raw.to_vec()),
+            Stored::Typed(record) => Ok(record.clone()),
+            Stored::Raw(raw) => Record::parse(raw).ok_or_else(|| raw.to_vec()),
         })
     }
 
     fn set_record(&mut self, partition: &[u8], record: &Record) {
-        if let Some(StoredRecord::Typed(old)) = self.records.get_mut(partition) {
+        if let Some(Stored::Typed(old)) = self.records.get_mut(partition) {
             let before = old.head.as_ref().map_or(0, |h| heap(h.len()));
             old.clone_from(record);
             let after = old.head.as_ref().map_or(0, |h| heap(h.len()));
@@ -423,7 +423,7 @@ impl Store for MemoryStore {
         }
         let added = self
             .records
-            .insert(partition, StoredRecord::Typed(record.clone()));
+            .insert(partition, Stored::Typed(record.clone()));
         self.add_bytes(added);
     }
 
@@ -433,8 +433,8 @@ impl Store for MemoryStore {
             return Some(crate::store::number::canonical_int(&raw).ok_or(raw));
         };
         Some(match self.numbers[slot].get(field)? {
-            StoredNumber::Int(n) => Ok(*n),
-            StoredNumber::Raw(raw) => Err(raw.to_vec()),
+            Stored::Typed(n) => Ok(*n),
+            Stored::Raw(raw) => Err(raw.to_vec()),
         })
     }
 
@@ -442,11 +442,11 @@ impl Store for MemoryStore {
         let Some(slot) = number_slot(key) else {
             return self.hset(key, field, itoa::Buffer::new().format(value).as_bytes());
         };
-        if let Some(StoredNumber::Int(n)) = self.numbers[slot].get_mut(field) {
+        if let Some(Stored::Typed(n)) = self.numbers[slot].get_mut(field) {
             *n = value;
             return;
         }
-        let added = self.numbers[slot].insert(field, StoredNumber::Int(value));
+        let added = self.numbers[slot].insert(field, Stored::Typed(value));
         self.add_bytes(added);
     }
 

@@ -2,7 +2,7 @@
 //! call.
 
 use std::ffi::CStr;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 use std::ptr;
 
 use redis_module::{raw, Context};
@@ -51,20 +51,13 @@ impl<'ctx> NativeStore<'ctx> {
         caller: Caller,
         probe: Option<QueueKeyOpen>,
     ) -> Result<Self, OpenError> {
-        let access = if scope.writes {
-            Access::Write
-        } else {
-            Access::Read
-        };
+        let access = Access::of(scope.writes);
         check_caller(ctx, queue, caller, access)?;
         let (name, key) = match probe.filter(|p| p.writable == scope.writes) {
             Some(probe) => probe.take(),
             None => {
                 let (_, name) = names_of(queue, &[]);
-                let mode = match access {
-                    Access::Read => raw::REDISMODULE_READ,
-                    Access::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
-                } as c_int;
+                let mode = access.open_mode();
                 // SAFETY: live context and a valid name, kept in the store
                 // while the key is open.
                 let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.0, mode) }
