@@ -582,9 +582,10 @@ fn take_queue(ctx: &Context, queue: &[u8], layout: Layout) -> Result<MemoryStore
     Ok(match open_for_convert(ctx, queue, layout)? {
         QueueStore::Native(mut native) => native.take(),
         QueueStore::Keys(mut keys) => {
-            let moved = core::convert::read_queue(&mut keys).map_err(|e| error::core(&e, queue))?;
+            let moved =
+                core::convert::read_queue(&mut *keys).map_err(|e| error::core(&e, queue))?;
             if !moved.is_empty() {
-                core::convert::clear_queue(&mut keys);
+                core::convert::clear_queue(&mut *keys);
                 keys.signal_modified();
             }
             moved
@@ -609,7 +610,7 @@ fn put_queue<'ctx>(
     match &mut target {
         QueueStore::Native(native) => native.install(moved),
         QueueStore::Keys(keys) => {
-            core::convert::write_queue(&moved, keys);
+            core::convert::write_queue(&moved, &mut **keys);
             free_in_background(moved);
         }
     }

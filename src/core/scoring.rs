@@ -46,11 +46,9 @@ pub(super) fn place(
     let next = start.saturating_add(advance).min(MAX_VIRTUAL_TIME);
     admission::enter_queue(store, partition, item.id, start);
     set_next(store, item.partition, next);
-    store.hset(HashKey::Task, item.id, item.payload);
     let meta = format_meta(item.weight, item.partition);
-    if stored_meta != Some(meta.as_slice()) {
-        store.hset(HashKey::Meta, item.id, &meta);
-    }
+    let changed_meta = (stored_meta != Some(meta.as_slice())).then_some(meta.as_slice());
+    store.set_item(item.id, (HashKey::Task, item.payload), changed_meta);
 }
 
 /// A new item enters the queue through [`place`] at `now_ms`. True when

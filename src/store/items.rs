@@ -234,6 +234,32 @@ impl Items {
         added
     }
 
+    /// Sets the slots `values` of item `id` (a new item is built whole, in
+    /// one allocation); the heap bytes added.
+    pub fn set_many(&mut self, id: &[u8], values: &[(usize, &[u8])]) -> isize {
+        if self.find(id).is_some() {
+            return values
+                .iter()
+                .map(|&(slot, value)| self.set(slot, id, value))
+                .sum();
+        }
+        let mut slots = Slots::default();
+        for &(slot, value) in values {
+            if slots[slot].is_none() {
+                self.counts[slot] += 1;
+            }
+            slots[slot] = Some(value);
+        }
+        let item = Item::build(id, &slots);
+        let added = item.cost() as isize;
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(self.hasher.hash_one(id), item, |item| {
+                hasher.hash_one(item.id())
+            });
+        added
+    }
+
     /// Removes slot `slot` of item `id`: its value if `keep` (else empty)
     /// and the heap bytes freed, None when it was absent.
     fn take(&mut self, slot: usize, id: &[u8], keep: bool) -> Option<(Vec<u8>, usize)> {
@@ -404,6 +430,13 @@ mod tests {
             for (slot, id, value) in ops {
                 let id = vec![b'i'; usize::from(id)];
                 match value {
+                    // Two values at once, as an enqueue writes payload and meta.
+                    Some(value) if id.len() == 5 => {
+                        let other = (slot + 1) % ITEM_HASHES.len();
+                        bytes += items.set_many(&id, &[(slot, &value), (other, b"meta")]);
+                        hashes[slot].insert(id.clone(), value);
+                        hashes[other].insert(id, b"meta".to_vec());
+                    }
                     Some(value) => {
                         bytes += ItemHash::of(&mut items, slot).set_bytes(&id, &value);
                         hashes[slot].insert(id, value);

@@ -406,6 +406,25 @@ impl Store for MemoryStore {
         Ok(on_hash_ref!(self, key, |hash| hash.scan(cursor, count)))
     }
 
+    fn set_item(&mut self, id: &[u8], payload: (HashKey, &[u8]), meta: Option<&[u8]>) {
+        let (Some(payload_slot), Some(meta_slot)) =
+            (item_slot(payload.0), item_slot(HashKey::Meta))
+        else {
+            unreachable!("{:?} is a hash of item ids", payload.0);
+        };
+        let both = [
+            (payload_slot, payload.1),
+            (meta_slot, meta.unwrap_or_default()),
+        ];
+        let values = if meta.is_some() {
+            &both[..]
+        } else {
+            &both[..1]
+        };
+        let added = self.items.set_many(id, values);
+        self.add_bytes(added);
+    }
+
     fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
         Some(match self.records.get(partition)? {
             Stored::Typed(record) => Ok(record.clone()),
@@ -579,6 +598,13 @@ impl Store for Scoped<'_> {
 
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
         self.writing(key).hdel(key, field)
+    }
+
+    fn set_item(&mut self, id: &[u8], payload: (HashKey, &[u8]), meta: Option<&[u8]>) {
+        if meta.is_some() {
+            self.writing(HashKey::Meta);
+        }
+        self.writing(payload.0).set_item(id, payload, meta)
     }
 
     fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {

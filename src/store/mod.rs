@@ -138,6 +138,16 @@ pub trait Store {
         }
     }
 
+    /// Sets item `id`'s payload (field `id` of hash `payload.0`) and, when
+    /// given, its `meta`, in that order: one item written whole where the
+    /// store keeps items (a native queue), two HSETs in the keys layout.
+    fn set_item(&mut self, id: &[u8], payload: (HashKey, &[u8]), meta: Option<&[u8]>) {
+        self.hset(payload.0, id, payload.1);
+        if let Some(meta) = meta {
+            self.hset(HashKey::Meta, id, meta);
+        }
+    }
+
     /// Partition `partition`'s record: None when it has none, the stored
     /// bytes when they do not read as one (another client wrote them). A
     /// store that keeps text (the keys layout) reads it through the text

@@ -331,6 +331,13 @@ impl Store for NativeStore<'_> {
         self.write(key.into()).hset(key, field, value)
     }
 
+    fn set_item(&mut self, id: &[u8], payload: (HashKey, &[u8]), meta: Option<&[u8]>) {
+        if meta.is_some() {
+            self.write(HashKey::Meta.into());
+        }
+        self.write(payload.0.into()).set_item(id, payload, meta)
+    }
+
     fn hdel(&mut self, key: HashKey, field: &[u8]) {
         self.remove(key.into(), |v| ((), v.hdel_existing(key, field)))
     }
