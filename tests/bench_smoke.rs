@@ -145,15 +145,9 @@ fn read_counts(path: &Path) -> Vec<Counted> {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The performance gate: the release module's instruction counts at tiny
-/// sizes, under callgrind, against the committed baseline. Fails when a
-/// module operation costs more than 10% over its baseline or its speed
-/// ratio to the Lua scripts falls. Counts, not timings: they repeat to
-/// about 2% on any machine. An intended change updates the baseline in the
-/// same commit (`make bench-baseline`).
-#[test]
-fn instruction_counts_stay_within_the_committed_baseline() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+/// One run of the bench's instruction counts at the smoke sizes, on the
+/// release module: the counts, after checking its report has every row.
+fn count_smoke(root: &Path) -> Vec<Counted> {
     let module = root.join("target/release/libvtrr.so");
     assert!(
         module.exists(),
@@ -204,8 +198,29 @@ fn instruction_counts_stay_within_the_committed_baseline() {
         }
     }
     assert!(report.contains("## AOF bytes per operation"), "{report}");
+    current
+}
 
-    let baseline = read_counts(&root.join(BASELINE));
+/// Each count of `first` at its lower of `first` and `second` (two runs
+/// of the same counts).
+fn lower_of(first: Vec<Counted>, second: &[Counted]) -> Vec<Counted> {
+    first
+        .into_iter()
+        .map(|mut c| {
+            if let Some(again) = second.iter().find(|s| {
+                s.scenario == c.scenario && s.setting == c.setting && s.system == c.system
+            }) {
+                c.instructions = c.instructions.min(again.instructions);
+            }
+            c
+        })
+        .collect()
+}
+
+/// What in `current` is over `baseline`: a module or native count over its
+/// growth allowance, or a speed ratio to the Lua scripts fallen below its
+/// slack. Also how many counts were checked.
+fn over_baseline(current: &[Counted], baseline: &[Counted]) -> (Vec<String>, usize) {
     let find = |counts: &[Counted], of: &Counted, system: &str| -> f64 {
         counts
             .iter()
@@ -222,7 +237,7 @@ fn instruction_counts_stay_within_the_committed_baseline() {
         .iter()
         .filter(|c| c.system == "module" || c.system == "native")
     {
-        let now = find(&current, base, &base.system);
+        let now = find(current, base, &base.system);
         checked += 1;
         let growth = if base.system == "native" && base.scenario.starts_with("enqueue") {
             NATIVE_ENQUEUE_GROWTH
@@ -244,8 +259,8 @@ fn instruction_counts_stay_within_the_committed_baseline() {
             .iter()
             .any(|c| c.system == "Lua" && c.scenario == base.scenario)
         {
-            let ratio_now = find(&current, base, "Lua") / now;
-            let ratio_then = find(&baseline, base, "Lua") / base.instructions;
+            let ratio_now = find(current, base, "Lua") / now;
+            let ratio_then = find(baseline, base, "Lua") / base.instructions;
             // The native enqueue's spread moves its ratio as much as its count.
             let slack = if growth == NATIVE_ENQUEUE_GROWTH {
                 1.0 / NATIVE_ENQUEUE_GROWTH
@@ -259,6 +274,33 @@ fn instruction_counts_stay_within_the_committed_baseline() {
                 ));
             }
         }
+    }
+    (failures, checked)
+}
+
+/// The performance gate: the release module's instruction counts at tiny
+/// sizes, under callgrind, against the committed baseline. Fails when a
+/// module operation costs more than 10% over its baseline or its speed
+/// ratio to the Lua scripts falls. Counts, not timings: they repeat to
+/// about 2% on any machine, but the server's timed work (its cron, run by
+/// the clock while callgrind slows everything fiftyfold) lands in some
+/// counts more on a loaded machine; so a count over its allowance is
+/// counted again and taken at its lower of the two runs, and only a cost
+/// over in both fails. An intended change updates the baseline in the same
+/// commit (`make bench-baseline`).
+#[test]
+fn instruction_counts_stay_within_the_committed_baseline() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let baseline = read_counts(&root.join(BASELINE));
+    let mut current = count_smoke(root);
+    let (mut failures, mut checked) = over_baseline(&current, &baseline);
+    if !failures.is_empty() {
+        eprintln!(
+            "over the baseline once, counting again:\n{}",
+            failures.join("\n")
+        );
+        current = lower_of(current, &count_smoke(root));
+        (failures, checked) = over_baseline(&current, &baseline);
     }
     assert!(
         checked >= 24,

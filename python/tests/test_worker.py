@@ -23,6 +23,8 @@ from servers import Server
 
 import vtrr
 from vtrr import Backoff, Hooks, Item, Job, Worker
+from vtrr.exchange import Exchange, Exchanged
+from vtrr.worker import _Dispatch
 
 HERE = Path(__file__).resolve().parent
 
@@ -446,3 +448,19 @@ def test_shutdown_gives_back_unrun_by_release_at_every_deploy(queue: vtrr.Queue)
     assert queue.stats().dead == 0
     lease = queue.lease(1000)
     assert lease is not None and lease.nacks == 0
+
+
+def test_a_renewal_not_asked_keeps_the_job_and_a_refused_one_stops_it(queue: vtrr.Queue) -> None:
+    # A sharded queue answers a RENEW it could not send (its node out of
+    # reach) with None: the lease may still stand, so the job runs on and
+    # the next renewal asks again. A RENEW the server refused (False) stops it.
+    queue.enqueue_many([Item("t", "a", b""), Item("t", "b", b"")])
+    leases = [queue.lease(60_000) or pytest.fail() for _ in range(2)]
+    dispatch = _Dispatch(Worker(queue, lambda job: None), wake=lambda: None)
+    kept, stopped = (Job(lease, queue.name) for lease in leases)
+    for job in (kept, stopped):
+        dispatch.running[(job.lease.id, job.lease.token)] = job
+    sent = Exchange(60_000, renews=(kept.lease, stopped.lease))
+    dispatch.absorb(sent, Exchanged((), (), (None, False), []), time.monotonic())
+    assert not kept.should_stop()
+    assert stopped.lost.is_set()

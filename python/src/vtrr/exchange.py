@@ -50,7 +50,10 @@ class Exchanged:
     acked: tuple[bool, ...]
     nacked: tuple[NackOutcome | None, ...]
     """Where each NACK sent its item; None when its lease was no longer current."""
-    renewed: tuple[bool, ...]
+    renewed: tuple[bool | None, ...]
+    """False when a lease is lost; None when it could not be asked (a sharded
+    queue's sub-queue out of reach): the lease may still stand, and the next
+    renewal asks again."""
     leases: list[Lease]
 
 

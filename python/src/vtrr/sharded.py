@@ -537,10 +537,12 @@ class ShardedQueue:
         sub-queue visited, not one round trip (the sub-queues live on
         different nodes).
 
-        A lease whose sub-queue cannot be reached is answered as lost (ACK
-        and RENEW False, NACK None) and its sub-queue is skipped for its
-        back-off: the worker stops waiting on it, and the item comes back by
-        its lease's expiry if the node kept it. Raising instead would make
+        A lease whose sub-queue cannot be reached is skipped for its
+        sub-queue's back-off: its ACK is answered as lost (False) and its
+        NACK as None (the item comes back by its lease's expiry if the node
+        kept it), and its RENEW as None, not asked: a brief outage does not
+        stop a job whose lease still stands, and the worker's next renewal
+        (a third of the lease later) asks again. Raising instead would make
         the worker send the whole round trip again, and so lease from no
         sub-queue until that one came back. Once something was settled, a
         failed leasing returns no leases rather than raise, so the settled
@@ -570,8 +572,8 @@ class ShardedQueue:
             return lambda lease: self.nack(lease, delay_ms=give.delay_ms, dead=give.dead)
 
         nacked = tuple(settle(give.lease, give_back(give), None) for give in sent.nacks)
-        renewed = tuple(
-            settle(lease, lambda lease: self.renew(lease, sent.lease_ms), False)
+        renewed: tuple[bool | None, ...] = tuple(
+            settle(lease, lambda lease: self.renew(lease, sent.lease_ms), None)
             for lease in sent.renews
         )
         acked = tuple(

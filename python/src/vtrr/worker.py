@@ -299,7 +299,8 @@ class _Dispatch:
         self._settling = []
         for lease, renewed in zip(sent.renews, got.renewed, strict=True):
             holder = self.running.get(_key(lease))
-            if not renewed and holder is not None:
+            # None: not asked (its node out of reach); the next renewal asks.
+            if renewed is False and holder is not None:
                 holder.lost.set()
         if sent.count and len(got.leases) < sent.count:
             self._idle_until = now + IDLE_POLL_SECONDS
