@@ -63,9 +63,13 @@ integration: build release ## Integration suites against real redis-server proce
 	cargo test --tests --test '*'
 
 test: deps lint build release python-env ## Everything CI runs: lint, unit, property and integration tests (on both layouts), the instruction-count gate, the Python package's suite
+	@echo "=== $$(date +%T) built; the Rust tests, keys layout"
 	cargo test --lib --tests
+	@echo "=== $$(date +%T) the Rust integration suites, native layout"
 	VTRR_LAYOUT=native cargo test --test '*' -- --skip $(GATE_TEST)
+	@echo "=== $$(date +%T) the Python package"
 	$(MAKE) --no-print-directory python-lint python-test
+	@echo "=== $$(date +%T) make test done"
 
 python-env: ## A Python 3.12+ virtualenv in python/.venv with the package (editable) and its test tools
 	bash scripts/python-env.sh
