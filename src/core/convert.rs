@@ -17,6 +17,7 @@ use std::borrow::Cow;
 
 use super::types::CoreError;
 use crate::store::memory::MemoryStore;
+use crate::store::thin::Thin;
 use crate::store::{HashKey, QueueKey, Store, ZsetKey};
 
 /// What names the fields of a hash of item ids.
@@ -63,12 +64,12 @@ const SOURCES: [Names; 5] = [
 pub fn read_queue(from: &mut impl Store) -> Result<MemoryStore, CoreError> {
     let mut to = MemoryStore::new();
     // The sorted sets as read, kept until the hashes they name are read.
-    let mut sets: [Vec<(Box<[u8]>, f64)>; ZsetKey::ALL.len()] = Default::default();
+    let mut sets: [Vec<(Thin, f64)>; ZsetKey::ALL.len()] = Default::default();
     for key in ZsetKey::ALL {
         let entries = &mut sets[key.index()];
         entries.reserve(from.zcard(key) as usize);
         from.visit_zset(key, &mut |member, score| {
-            entries.push((member.into(), score))
+            entries.push((Thin::new(member), score))
         });
     }
     let mut lengths = [0; HashKey::ALL.len()];
@@ -92,7 +93,7 @@ pub fn read_queue(from: &mut impl Store) -> Result<MemoryStore, CoreError> {
             .filter(|&key| lengths[key.index()] > 0 && named_by(key).contains(&names))
             .collect();
         let mut fields: Box<dyn Iterator<Item = &[u8]>> = match names {
-            Names::Members(set) => Box::new(sets[set.index()].iter().map(|(m, _)| &m[..])),
+            Names::Members(set) => Box::new(sets[set.index()].iter().map(|(m, _)| m.bytes())),
             Names::Held => Box::new(held.iter().map(|f| &f[..])),
         };
         from.visit_values(&hashes, &mut fields, &mut |key, field, value| {

@@ -31,7 +31,9 @@ pub fn heap(len: usize) -> usize {
 /// control byte, load factor) and, for sorted sets, the order's slot in a
 /// B-tree node. Measured against `used_memory` (tests/native.rs).
 pub const HASH_ENTRY_OVERHEAD: usize = 48;
-pub const ZSET_ENTRY_OVERHEAD: usize = 88;
+pub const ZSET_ENTRY_OVERHEAD: usize = 56;
+/// A field's entry in a hash's scan order (a B-tree of (hash, field)).
+const SCAN_ENTRY_OVERHEAD: usize = 44;
 
 /// A hash's value type: read and written as bytes by the hash commands,
 /// whatever it keeps.
@@ -297,7 +299,7 @@ impl<V: Value> Hash<V> {
         let mut cost = heap(field.len()) + HASH_ENTRY_OVERHEAD;
         if let Some(order) = self.scan_order.as_mut() {
             order.insert((scan_hash(field), field.into()));
-            cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+            cost += heap(field.len()) + SCAN_ENTRY_OVERHEAD;
         }
         cost
     }
@@ -316,7 +318,7 @@ impl<V: Value> Hash<V> {
         let mut cost = heap(field.len()) + old.cost() + HASH_ENTRY_OVERHEAD;
         if let Some(order) = self.scan_order.as_mut() {
             order.remove(&(scan_hash(field), field.into()));
-            cost += heap(field.len()) + ZSET_ENTRY_OVERHEAD / 2;
+            cost += heap(field.len()) + SCAN_ENTRY_OVERHEAD;
         }
         Some((old, cost))
     }

@@ -17,6 +17,7 @@ use super::defrag::{move_bytes, DefragCursor, Pace, Relocate};
 use super::hash::{heap, Bytes, Hash, Stored, StoredNumber, StoredRecord, ZSET_ENTRY_OVERHEAD};
 use super::items::{item_slot, ItemHash, Items};
 use super::record::Record;
+use super::thin::Thin;
 use super::zset::Zset;
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 
@@ -180,17 +181,17 @@ impl MemoryStore {
     /// Sets sorted set `key` to `entries` (a sorted set read whole, in
     /// order), built in bulk (see [`Zset::from_entries`]); a set that
     /// holds members already takes them one by one.
-    pub fn fill_zset(&mut self, key: ZsetKey, entries: Vec<(Box<[u8]>, f64)>) {
+    pub fn fill_zset(&mut self, key: ZsetKey, entries: Vec<(Thin, f64)>) {
         if !self.zsets[key.index()].is_empty() {
             for (member, score) in entries {
-                self.zadd(key, &member, score);
+                self.zadd(key, member.bytes(), score);
             }
             return;
         }
         let zset = Zset::from_entries(entries);
         let added: usize = zset
             .iter()
-            .map(|(member, _)| heap(member.len()) + ZSET_ENTRY_OVERHEAD)
+            .map(|(member, _)| Thin::heap_of(member.len()) + ZSET_ENTRY_OVERHEAD)
             .sum();
         self.bytes += added;
         self.zsets[key.index()] = zset;
@@ -301,14 +302,14 @@ impl Store for MemoryStore {
 
     fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
         if self.zsets[key.index()].insert(member, score) {
-            self.bytes += heap(member.len()) + ZSET_ENTRY_OVERHEAD;
+            self.bytes += Thin::heap_of(member.len()) + ZSET_ENTRY_OVERHEAD;
         }
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
         let removed = self.zsets[key.index()].remove(member);
         if removed {
-            self.bytes -= heap(member.len()) + ZSET_ENTRY_OVERHEAD;
+            self.bytes -= Thin::heap_of(member.len()) + ZSET_ENTRY_OVERHEAD;
         }
         removed
     }

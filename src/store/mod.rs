@@ -14,6 +14,7 @@ pub mod keys;
 pub mod memory;
 pub mod number;
 pub mod record;
+pub mod thin;
 mod zset;
 
 pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};

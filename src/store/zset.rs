@@ -1,8 +1,8 @@
 //! A sorted set in plain memory (`MemoryStore`'s): members to scores in a
 //! hash table, and the (score, member) order in a B-tree whose entries
 //! point at the table's own copy of each member, so a member is stored and
-//! allocated once, and a lookup by (score, member) borrows the caller's
-//! bytes instead of copying them.
+//! allocated once. A member is a [`Thin`] string, so the table's slot and
+//! the order's entry each hold an 8-byte pointer to it.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -11,7 +11,8 @@ use std::ops::Bound;
 use ahash::RandomState;
 use hashbrown::{hash_table, HashTable};
 
-use super::defrag::{move_bytes, walk_buckets, Pace, Relocate};
+use super::defrag::{walk_buckets, Pace, Relocate};
+use super::thin::Thin;
 
 /// A score with the total order Redis uses for finite doubles.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,26 +29,26 @@ impl Ord for Score {
     }
 }
 
-/// Member bytes the B-tree orders by, owned elsewhere: by the table's
-/// member (a `Box<[u8]>`, whose heap bytes move only when active defrag
-/// moves them, never when the table rehashes) or, for a lookup, by the
-/// caller for the call's length. The pointer is a `Cell` so defrag can
-/// re-point an entry in place: the bytes it points at are equal before and
-/// after, so the B-tree's order never changes.
+/// A thin member string the B-tree orders by, owned elsewhere: by the
+/// table's member (whose allocation moves only when active defrag moves
+/// it, never when the table rehashes) or, for a lookup, by the caller for
+/// the call's length ([`Thin::with_key`]). The pointer is a `Cell` so
+/// defrag can re-point an entry in place: the bytes it points at are equal
+/// before and after, so the B-tree's order never changes.
 #[derive(Clone)]
-struct MemberRef(Cell<*const [u8]>);
+struct MemberRef(Cell<*const u8>);
 
 impl MemberRef {
-    fn to(bytes: &[u8]) -> Self {
-        MemberRef(Cell::new(bytes))
+    fn to(start: *const u8) -> Self {
+        MemberRef(Cell::new(start))
     }
 
     fn bytes(&self) -> &[u8] {
         // SAFETY: an entry of `ordered` points at a member of `by_member`,
         // is removed before that member is and re-pointed as soon as
         // defrag moves it (see `Zset::defrag`); a lookup key points at a
-        // slice borrowed for the call that made it.
-        unsafe { &*self.0.get() }
+        // thin string made for the call that made it.
+        unsafe { Thin::bytes_at(self.0.get()) }
     }
 }
 
@@ -78,7 +79,7 @@ impl std::fmt::Debug for MemberRef {
 /// table is hashed by a per-process random hasher (clients choose members).
 #[derive(Default, Debug)]
 pub struct Zset {
-    by_member: HashTable<(Box<[u8]>, f64)>,
+    by_member: HashTable<(Thin, f64)>,
     hasher: RandomState,
     ordered: BTreeSet<(Score, MemberRef)>,
 }
@@ -120,30 +121,29 @@ impl Zset {
     pub fn score(&self, member: &[u8]) -> Option<f64> {
         let hash = self.hash_of(member);
         self.by_member
-            .find(hash, |(m, _)| **m == *member)
+            .find(hash, |(m, _)| m.bytes() == member)
             .map(|&(_, score)| score)
     }
 
     /// Sets `member`'s score; true when it was not a member yet.
     pub fn insert(&mut self, member: &[u8], score: f64) -> bool {
         let hash = self.hash_of(member);
-        if let Some((stored, old)) = self.by_member.find_mut(hash, |(m, _)| **m == *member) {
+        if let Some((stored, old)) = self.by_member.find_mut(hash, |(m, _)| m.bytes() == member) {
             if *old == score {
                 return false;
             }
-            let stored = MemberRef::to(stored);
+            let stored = MemberRef::to(stored.as_ptr());
             self.ordered.remove(&(Score(*old), stored.clone()));
             self.ordered.insert((Score(score), stored));
             *old = score;
             return false;
         }
-        // The order points at the table's own member, taken after the
-        // insert: the Box's bytes, borrowed from where they live.
+        // The order points at the table's own member.
+        let member = Thin::new(member);
+        let stored = MemberRef::to(member.as_ptr());
         let hasher = &self.hasher;
-        let inserted = self
-            .by_member
-            .insert_unique(hash, (member.into(), score), |(m, _)| hasher.hash_one(&**m));
-        let stored = MemberRef::to(&inserted.get().0);
+        self.by_member
+            .insert_unique(hash, (member, score), |(m, _)| hasher.hash_one(m.bytes()));
         self.ordered.insert((Score(score), stored));
         true
     }
@@ -151,12 +151,16 @@ impl Zset {
     /// Removes `member`; true when it was a member.
     pub fn remove(&mut self, member: &[u8]) -> bool {
         let hash = self.hash_of(member);
-        let Ok(entry) = self.by_member.find_entry(hash, |(m, _)| **m == *member) else {
+        let Ok(entry) = self
+            .by_member
+            .find_entry(hash, |(m, _)| m.bytes() == member)
+        else {
             return false;
         };
         // The order's entry first: it points at the member removed next.
+        let (stored, score) = entry.get();
         self.ordered
-            .remove(&(Score(entry.get().1), MemberRef::to(member)));
+            .remove(&(Score(*score), MemberRef::to(stored.as_ptr())));
         entry.remove();
         true
     }
@@ -172,16 +176,22 @@ impl Zset {
         score: f64,
         member: &[u8],
     ) -> impl Iterator<Item = (&'a [u8], f64)> {
-        // The lookup key borrows `member` only for the range's start.
-        let start = (Score(score), MemberRef::to(member));
-        self.ordered
-            .range((Bound::Included(start), Bound::Unbounded))
-            .map(|(s, m)| (m.bytes(), s.0))
+        // The lookup key lives for the range's start only: the range finds
+        // its first entry when made.
+        Thin::with_key(member, |key| {
+            let start = (Score(score), MemberRef::to(key));
+            self.ordered
+                .range((Bound::Included(start), Bound::Unbounded))
+        })
+        .map(|(s, m)| (m.bytes(), s.0))
     }
 
     /// Every member (for deleting the whole set).
     pub fn members(&self) -> Vec<Box<[u8]>> {
-        self.by_member.iter().map(|(m, _)| m.clone()).collect()
+        self.by_member
+            .iter()
+            .map(|(m, _)| m.bytes().into())
+            .collect()
     }
 
     /// One step of active defrag from bucket `from` of the table: offers
@@ -199,12 +209,13 @@ impl Zset {
         #[allow(clippy::mutable_key_type)]
         let ordered = &self.ordered;
         walk_buckets(&mut self.by_member, from, pace, |(member, score)| {
-            // The order's entry, found while both copies are the member's
-            // live bytes; none (the invariant broken) leaves it where it is.
-            if let Some((_, order)) = ordered.get(&(Score(*score), MemberRef::to(member))) {
-                if move_bytes(member, mover) {
+            // The order's entry, found while it points at the member's live
+            // bytes; none (the invariant broken) leaves it where it is.
+            if let Some((_, order)) = ordered.get(&(Score(*score), MemberRef::to(member.as_ptr())))
+            {
+                if member.relocate(mover) {
                     // Nothing read the entry between the move and here.
-                    order.0.set(&**member);
+                    order.0.set(member.as_ptr());
                 }
             }
         })
@@ -215,20 +226,20 @@ impl Zset {
     /// rather than one B-tree insert per member. Linear when `entries`
     /// come in ascending (score, member) order with distinct members (a
     /// sorted set read whole); any order is still right, only slower.
-    pub fn from_entries(entries: Vec<(Box<[u8]>, f64)>) -> Zset {
+    pub fn from_entries(entries: Vec<(Thin, f64)>) -> Zset {
         let hasher = RandomState::new();
-        let mut by_member: HashTable<(Box<[u8]>, f64)> = HashTable::with_capacity(entries.len());
+        let mut by_member: HashTable<(Thin, f64)> = HashTable::with_capacity(entries.len());
         let mut order = Vec::with_capacity(entries.len());
         let mut repeated = Vec::new();
         for (member, score) in entries {
-            let hash = hasher.hash_one(&*member);
-            let rehash = |(m, _): &(Box<[u8]>, f64)| hasher.hash_one(&**m);
-            match by_member.entry(hash, |(m, _)| *m == member, rehash) {
+            let hash = hasher.hash_one(member.bytes());
+            let rehash = |(m, _): &(Thin, f64)| hasher.hash_one(m.bytes());
+            match by_member.entry(hash, |(m, _)| m.bytes() == member.bytes(), rehash) {
                 hash_table::Entry::Vacant(vacant) => {
                     // As in `insert`: the order points at the table's own
                     // member.
-                    let inserted = vacant.insert((member, score));
-                    order.push((Score(score), MemberRef::to(&inserted.get().0)));
+                    order.push((Score(score), MemberRef::to(member.as_ptr())));
+                    vacant.insert((member, score));
                 }
                 hash_table::Entry::Occupied(_) => repeated.push((member, score)),
             }
@@ -241,7 +252,7 @@ impl Zset {
             ordered: order.into_iter().collect(),
         };
         for (member, score) in repeated {
-            zset.insert(&member, score);
+            zset.insert(member.bytes(), score);
         }
         zset
     }
@@ -287,16 +298,16 @@ mod tests {
         /// the set is the one their ZADDs in turn make.
         #[test]
         fn a_bulk_built_set_is_the_one_its_inserts_make(entries in proptest::collection::vec((0u8..20, 0u8..4), 0..200), sorted in any::<bool>()) {
-            let mut entries: Vec<(Box<[u8]>, f64)> = entries
+            let mut entries: Vec<(Thin, f64)> = entries
                 .into_iter()
-                .map(|(member, score)| (vec![b'm'; member as usize].into(), f64::from(score)))
+                .map(|(member, score)| (Thin::new(&vec![b'm'; member as usize]), f64::from(score)))
                 .collect();
             if sorted {
-                entries.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                entries.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.bytes().cmp(b.0.bytes())));
             }
             let mut inserted = Zset::default();
             for (member, score) in &entries {
-                inserted.insert(member, *score);
+                inserted.insert(member.bytes(), *score);
             }
             let built = Zset::from_entries(entries);
             let got: Vec<(Vec<u8>, f64)> = built.iter().map(|(m, s)| (m.to_vec(), s)).collect();
