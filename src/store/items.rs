@@ -47,8 +47,8 @@ fn read_len(bytes: &[u8], at: usize) -> usize {
 }
 
 fn len_bytes(len: usize) -> [u8; LEN] {
-    // A value or id longer than 4 GiB cannot arrive: Redis caps a bulk
-    // string at 512 MB (proto-max-bulk-len, at most 4 GiB - 1).
+    // A Redis string is at most proto-max-bulk-len (512 MB unless raised);
+    // one of 4 GiB or more would need it raised past that.
     u32::try_from(len)
         .expect("a value under 4 GiB")
         .to_le_bytes()
@@ -225,19 +225,14 @@ impl Items {
         }
         let mut slots = Slots::default();
         slots[slot] = Some(value);
-        let item = Item::build(id, &slots);
-        let added = item.cost() as isize;
-        let hasher = &self.hasher;
-        self.table
-            .insert_unique(hash, item, |item| hasher.hash_one(item.id()));
-        self.counts[slot] += 1;
-        added
+        self.add(hash, id, &slots)
     }
 
     /// Sets the slots `values` of item `id` (a new item is built whole, in
     /// one allocation); the heap bytes added.
     pub fn set_many(&mut self, id: &[u8], values: &[(usize, &[u8])]) -> isize {
-        if self.find(id).is_some() {
+        let hash = self.hasher.hash_one(id);
+        if self.table.find(hash, |item| item.id() == id).is_some() {
             return values
                 .iter()
                 .map(|&(slot, value)| self.set(slot, id, value))
@@ -245,18 +240,22 @@ impl Items {
         }
         let mut slots = Slots::default();
         for &(slot, value) in values {
-            if slots[slot].is_none() {
-                self.counts[slot] += 1;
-            }
             slots[slot] = Some(value);
         }
-        let item = Item::build(id, &slots);
+        self.add(hash, id, &slots)
+    }
+
+    /// Adds item `id`, known to be absent (`hash` is its hash), with the
+    /// values `slots`; the heap bytes added.
+    fn add(&mut self, hash: u64, id: &[u8], slots: &Slots<'_>) -> isize {
+        for (count, value) in self.counts.iter_mut().zip(slots) {
+            *count += usize::from(value.is_some());
+        }
+        let item = Item::build(id, slots);
         let added = item.cost() as isize;
         let hasher = &self.hasher;
         self.table
-            .insert_unique(self.hasher.hash_one(id), item, |item| {
-                hasher.hash_one(item.id())
-            });
+            .insert_unique(hash, item, |item| hasher.hash_one(item.id()));
         added
     }
 

@@ -14,7 +14,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::defrag::{move_bytes, DefragCursor, Pace, Relocate};
-use super::hash::{heap, Bytes, Hash, Stored, StoredNumber, StoredRecord, ZSET_ENTRY_OVERHEAD};
+use super::hash::{
+    heap, Bytes, Hash, Stored, StoredNumber, StoredRecord, TextForm as _, ZSET_ENTRY_OVERHEAD,
+};
 use super::items::{item_slot, ItemHash, Items};
 use super::record::Record;
 use super::thin::Thin;
@@ -435,9 +437,9 @@ impl Store for MemoryStore {
 
     fn set_record(&mut self, partition: &[u8], record: &Record) {
         if let Some(Stored::Typed(old)) = self.records.get_mut(partition) {
-            let before = old.head.as_ref().map_or(0, |h| heap(h.len()));
+            let before = old.heap();
             old.clone_from(record);
-            let after = old.head.as_ref().map_or(0, |h| heap(h.len()));
+            let after = old.heap();
             self.add_bytes(after as isize - before as isize);
             return;
         }
