@@ -10,9 +10,11 @@ pub(super) fn grant(
     expiry_ms: i64,
     token: &[u8],
 ) {
+    // Values first, then the place: a store that keeps an item's scores in
+    // the item (a native queue) grows it once.
     store.hset(HashKey::InflightTask, id, payload);
-    store.zadd(ZsetKey::Inflight, id, expiry_ms as f64);
     store.hset(HashKey::Lease, id, token);
+    store.zadd(ZsetKey::Inflight, id, expiry_ms as f64);
 }
 
 /// Fenced: true when `token` is the item's current lease token.

@@ -44,11 +44,13 @@ pub(super) fn place(
     record.carry = owed % share;
     let advance = i64::try_from(owed / share).unwrap_or(i64::MAX);
     let next = start.saturating_add(advance).min(MAX_VIRTUAL_TIME);
-    admission::enter_queue(store, partition, item.id, start);
-    set_next(store, item.partition, next);
+    // The item first, then its place: a store that keeps an item's scores
+    // in the item (a native queue) builds it once, with room for its score.
     let meta = format_meta(item.weight, item.partition);
     let changed_meta = (stored_meta != Some(meta.as_slice())).then_some(meta.as_slice());
     store.set_item(item.id, (HashKey::Task, item.payload), changed_meta);
+    admission::enter_queue(store, partition, item.id, start);
+    set_next(store, item.partition, next);
 }
 
 /// A new item enters the queue through [`place`] at `now_ms`. True when

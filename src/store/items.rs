@@ -1,19 +1,24 @@
-//! The per-item hashes of a queue (`task`, `meta`, `inflight_task`, `lease`,
-//! `delayed_task`, `dead_task`, `dead_reason`) kept as one table of items:
-//! an item is one allocation holding its id and its value in each of those
-//! hashes, so a queued item costs one allocation and one table slot for
-//! its payload and meta instead of a field and a value in each of two
-//! hashes. Each hash is read and written as a hash (an [`ItemHash`] view),
-//! so the store answers the hash commands as before.
+//! Everything a queue keeps by item id, as one table of items: the
+//! per-item hashes (`task`, `meta`, `inflight_task`, `lease`,
+//! `delayed_task`, `dead_task`, `dead_reason`) and the scores of the sorted
+//! sets of item ids (`queue`, `inflight`, `delayed`, `dead`). An item is one
+//! allocation holding its id, its score in each of those sets and its value
+//! in each of those hashes; each set's (score, item) [`Order`] points at the
+//! item's id. So a queued item costs one allocation, one table slot and one
+//! order entry, where separate keys would cost a copy of its id, a map slot
+//! and an allocation in each. Each hash is read and written as a hash (an
+//! [`ItemHash`] view) and each set as a sorted set ([`ItemOrder`]), so the
+//! store answers the keys' commands as before.
 
 use std::borrow::Cow;
 
 use ahash::RandomState;
 use hashbrown::HashTable;
 
-use super::defrag::{move_bytes, walk_buckets, Pace, Relocate};
-use super::hash::heap;
-use super::{HashKey, HashPage};
+use super::defrag::{walk_buckets, Pace, Relocate};
+use super::order::{Order, Pointer};
+use super::thin::Thin;
+use super::{HashKey, HashPage, ZsetKey};
 
 /// The hashes whose fields are item ids, in slot order.
 pub const ITEM_HASHES: [HashKey; 7] = [
@@ -26,21 +31,65 @@ pub const ITEM_HASHES: [HashKey; 7] = [
     HashKey::DeadReason,
 ];
 
+/// The sorted sets whose members are item ids; their scores are slots
+/// after the hashes'.
+pub const ITEM_ORDERS: [ZsetKey; 4] = [
+    ZsetKey::Queue,
+    ZsetKey::Inflight,
+    ZsetKey::Delayed,
+    ZsetKey::Dead,
+];
+
+/// Slots of an item: a value per hash, then a score per sorted set.
+const SLOTS: usize = ITEM_HASHES.len() + ITEM_ORDERS.len();
+
 /// Where hash `key` is kept among the item hashes, if it is one.
 pub fn item_slot(key: HashKey) -> Option<usize> {
     ITEM_HASHES.iter().position(|&k| k == key)
 }
 
-/// What an item costs beyond its allocation: its slot in the table (a
-/// boxed slice and a control byte, at the table's load). Measured against
-/// `used_memory` (tests/native.rs).
-pub const ITEM_ENTRY_OVERHEAD: usize = 32;
+/// Which of the item orders sorted set `key` is, if it is one.
+pub fn order_slot(key: ZsetKey) -> Option<usize> {
+    ITEM_ORDERS.iter().position(|&k| k == key)
+}
 
-/// The header: the mask of the slots present (one byte), the id's length
-/// (u32, little-endian).
-const HEADER: usize = 5;
+/// The item slot of order `order`'s score.
+fn score_slot(order: usize) -> usize {
+    ITEM_HASHES.len() + order
+}
+
+/// The order a slot's score belongs to, if it is a score's.
+fn order_of(slot: usize) -> Option<usize> {
+    slot.checked_sub(ITEM_HASHES.len())
+}
+
+/// What an item costs beyond its allocation: its slot in the table (a
+/// thin pointer and a control byte, at the table's load). Measured against
+/// `used_memory` (tests/native.rs).
+pub const ITEM_ENTRY_OVERHEAD: usize = 16;
+/// What a score costs beyond its 8 bytes in the item: its entry in the
+/// order's B-tree (16 bytes, in nodes about half full under a queue's
+/// ascending inserts). Measured against `used_memory` (tests/native.rs).
+pub const ORDER_ENTRY_OVERHEAD: usize = 32;
+
+/// Heap bytes a slot costs beyond its bytes in the item.
+fn slot_overhead(slot: usize) -> usize {
+    if order_of(slot).is_some() {
+        ORDER_ENTRY_OVERHEAD
+    } else {
+        0
+    }
+}
+
+/// The header: the mask of the slots present (u16), then the id's length
+/// (u32): the id's length and bytes from [`ID_AT`] are a thin string, which
+/// the orders point at.
+const HEADER: usize = 6;
+const ID_AT: usize = 2;
 /// A value's length before its bytes.
 const LEN: usize = 4;
+/// A score's bytes (an f64, little-endian; no length before it).
+const SCORE: usize = 8;
 
 fn read_len(bytes: &[u8], at: usize) -> usize {
     u32::from_le_bytes(bytes[at..at + LEN].try_into().expect("four bytes")) as usize
@@ -54,92 +103,160 @@ fn len_bytes(len: usize) -> [u8; LEN] {
         .to_le_bytes()
 }
 
-/// An item's values by slot, borrowed.
-type Slots<'a> = [Option<&'a [u8]>; ITEM_HASHES.len()];
+fn score_of(bytes: &[u8]) -> f64 {
+    f64::from_le_bytes(bytes.try_into().expect("eight bytes"))
+}
 
-/// One item: `mask, id length, id`, then each present slot's `length,
-/// bytes` in slot order, in one exact-size allocation.
+/// The length prefix a slot's content has in the item.
+fn prefix(slot: usize) -> usize {
+    if order_of(slot).is_some() {
+        0
+    } else {
+        LEN
+    }
+}
+
+/// An item's contents by slot (a score's eight bytes), borrowed.
+type Slots<'a> = [Option<&'a [u8]>; SLOTS];
+
+/// One item: `mask, id length, id`, then each present slot's entry in slot
+/// order (a value's `length, bytes`; a score's eight bytes), in one
+/// exact-size allocation: a [`Thin`] string, so its table slot is 8 bytes.
 #[derive(Debug, Clone)]
-struct Item(Box<[u8]>);
+struct Item(Thin);
 
 impl Item {
-    fn mask(&self) -> u8 {
-        self.0[0]
+    fn raw(&self) -> &[u8] {
+        self.0.bytes()
+    }
+
+    fn raw_mut(&mut self) -> &mut [u8] {
+        self.0.bytes_mut()
+    }
+
+    fn mask(&self) -> u16 {
+        u16::from_le_bytes([self.raw()[0], self.raw()[1]])
+    }
+
+    fn set_mask(&mut self, mask: u16) {
+        self.raw_mut()[..ID_AT].copy_from_slice(&mask.to_le_bytes());
+    }
+
+    fn has(&self, slot: usize) -> bool {
+        self.mask() & (1 << slot) != 0
     }
 
     fn id(&self) -> &[u8] {
-        &self.0[HEADER..HEADER + read_len(&self.0, 1)]
+        &self.raw()[HEADER..HEADER + read_len(self.raw(), ID_AT)]
     }
 
-    /// The present slots with their values, in slot order.
-    fn values(&self) -> impl Iterator<Item = (usize, &[u8])> {
+    /// The id as a thin string: what an order's entry points at.
+    fn id_ptr(&self) -> *const u8 {
+        self.raw()[ID_AT..].as_ptr()
+    }
+
+    /// The length of the entry of slot `slot` starting at `at`.
+    fn entry_len(&self, slot: usize, at: usize) -> usize {
+        match order_of(slot) {
+            Some(_) => SCORE,
+            None => LEN + read_len(self.raw(), at),
+        }
+    }
+
+    /// The present slots with their contents, in slot order.
+    fn contents(&self) -> impl Iterator<Item = (usize, &[u8])> {
         let mask = self.mask();
-        let mut at = HEADER + read_len(&self.0, 1);
-        (0..ITEM_HASHES.len())
+        let mut at = HEADER + read_len(self.raw(), ID_AT);
+        (0..SLOTS)
             .filter(move |slot| mask & (1 << slot) != 0)
             .map(move |slot| {
-                let len = read_len(&self.0, at);
-                let value = &self.0[at + LEN..at + LEN + len];
-                at += LEN + len;
-                (slot, value)
+                let entry = self.entry_len(slot, at);
+                let content = &self.raw()[at + prefix(slot)..at + entry];
+                at += entry;
+                (slot, content)
             })
     }
 
-    fn value(&self, slot: usize) -> Option<&[u8]> {
-        if self.mask() & (1 << slot) == 0 {
+    fn content(&self, slot: usize) -> Option<&[u8]> {
+        if !self.has(slot) {
             return None;
         }
-        self.values().find(|&(s, _)| s == slot).map(|(_, v)| v)
+        self.contents().find(|&(s, _)| s == slot).map(|(_, c)| c)
     }
 
-    /// Its values by slot.
+    fn score(&self, order: usize) -> Option<f64> {
+        self.content(score_slot(order)).map(score_of)
+    }
+
+    /// Its contents by slot.
     fn slots(&self) -> Slots<'_> {
         let mut slots = Slots::default();
-        for (slot, value) in self.values() {
-            slots[slot] = Some(value);
+        for (slot, content) in self.contents() {
+            slots[slot] = Some(content);
         }
         slots
     }
 
-    /// An item of `id` with the values `slots`.
+    /// An item of `id` with the contents `slots`, written in place. One
+    /// with no score gets room for one: an item out of every order is
+    /// about to enter one (`queue` after its values are set, `inflight`
+    /// after its lease), which then spares a rebuild.
     fn build(id: &[u8], slots: &Slots<'_>) -> Item {
-        let size = HEADER + id.len() + slots.iter().flatten().map(|v| LEN + v.len()).sum::<usize>();
-        let mut bytes = Vec::with_capacity(size);
-        bytes.push(0);
-        bytes.extend_from_slice(&len_bytes(id.len()));
-        bytes.extend_from_slice(id);
-        let mut mask = 0u8;
-        for (slot, value) in slots.iter().enumerate() {
-            if let Some(value) = value {
+        let scored = slots[ITEM_HASHES.len()..].iter().any(Option::is_some);
+        let room = if scored { 0 } else { SCORE };
+        let present = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| Some((slot, (*c)?)));
+        let size = HEADER
+            + id.len()
+            + present
+                .clone()
+                .map(|(slot, c)| prefix(slot) + c.len())
+                .sum::<usize>()
+            + room;
+        Item(Thin::filled(size, |bytes| {
+            let mut mask = 0u16;
+            let mut at = HEADER + id.len();
+            for (slot, content) in present {
                 mask |= 1 << slot;
-                bytes.extend_from_slice(&len_bytes(value.len()));
-                bytes.extend_from_slice(value);
+                if prefix(slot) > 0 {
+                    bytes[at..at + LEN].copy_from_slice(&len_bytes(content.len()));
+                }
+                at += prefix(slot);
+                bytes[at..at + content.len()].copy_from_slice(content);
+                at += content.len();
             }
-        }
-        bytes[0] = mask;
-        Item(bytes.into_boxed_slice())
+            bytes[..ID_AT].copy_from_slice(&mask.to_le_bytes());
+            bytes[ID_AT..HEADER].copy_from_slice(&len_bytes(id.len()));
+            bytes[HEADER..HEADER + id.len()].copy_from_slice(id);
+        }))
     }
 
-    /// This item with slot `slot` set to `value`, in an allocation of its
-    /// exact size.
-    fn with(&self, slot: usize, value: &[u8]) -> Item {
+    /// This item with the slots `changes` names set to their contents, in
+    /// an allocation of its exact size.
+    fn with(&self, changes: &Slots<'_>) -> Item {
         let mut slots = self.slots();
-        slots[slot] = Some(value);
+        for (slot, change) in slots.iter_mut().zip(changes) {
+            if change.is_some() {
+                *slot = *change;
+            }
+        }
         Item::build(self.id(), &slots)
     }
 
-    /// Where slot `slot`'s entry starts (or would), its length with its
-    /// length prefix if present, and where the entries end: bytes after
-    /// that are room left by earlier changes.
+    /// Where slot `slot`'s entry starts (or would), its length if present,
+    /// and where the entries end: bytes after that are room left by
+    /// earlier changes.
     fn locate(&self, slot: usize) -> (usize, Option<usize>, usize) {
         let mask = self.mask();
-        let mut at = HEADER + read_len(&self.0, 1);
+        let mut at = HEADER + read_len(self.raw(), ID_AT);
         let (mut start, mut present) = (None, None);
-        for s in (0..ITEM_HASHES.len()).filter(|s| mask & (1 << s) != 0) {
+        for s in (0..SLOTS).filter(|s| mask & (1 << s) != 0) {
             if s >= slot && start.is_none() {
                 start = Some(at);
             }
-            let entry = LEN + read_len(&self.0, at);
+            let entry = self.entry_len(s, at);
             if s == slot {
                 present = Some(entry);
             }
@@ -148,52 +265,110 @@ impl Item {
         (start.unwrap_or(at), present, at)
     }
 
-    /// Sets slot `slot` to `value` within this allocation; false when it
+    /// Sets slot `slot` to `content` within this allocation; false when it
     /// does not fit (the caller rebuilds the item).
-    fn set_in_place(&mut self, slot: usize, value: &[u8]) -> bool {
+    fn set_in_place(&mut self, slot: usize, content: &[u8]) -> bool {
         let (start, present, end) = self.locate(slot);
         let old = present.unwrap_or(0);
-        let new = LEN + value.len();
-        if end - old + new > self.0.len() {
+        let new = prefix(slot) + content.len();
+        let raw = self.raw_mut();
+        if end - old + new > raw.len() {
             return false;
         }
-        self.0.copy_within(start + old..end, start + new);
-        self.0[start..start + LEN].copy_from_slice(&len_bytes(value.len()));
-        self.0[start + LEN..start + new].copy_from_slice(value);
-        self.0[0] |= 1 << slot;
+        raw.copy_within(start + old..end, start + new);
+        if prefix(slot) > 0 {
+            raw[start..start + LEN].copy_from_slice(&len_bytes(content.len()));
+        }
+        raw[start + prefix(slot)..start + new].copy_from_slice(content);
+        self.set_mask(self.mask() | 1 << slot);
         true
     }
 
     /// Removes slot `slot` within this allocation (the room it leaves
-    /// stays, for the next value set): its value if `keep` (else empty),
+    /// stays, for the next value set): its content if `keep` (else empty),
     /// None when absent.
     fn take_in_place(&mut self, slot: usize, keep: bool) -> Option<Vec<u8>> {
         let (start, present, end) = self.locate(slot);
         let old = present?;
-        let value = if keep {
-            self.0[start + LEN..start + old].to_vec()
+        let content = if keep {
+            self.raw()[start + prefix(slot)..start + old].to_vec()
         } else {
             Vec::new()
         };
-        self.0.copy_within(start + old..end, start);
-        self.0[0] &= !(1 << slot);
-        Some(value)
+        self.raw_mut().copy_within(start + old..end, start);
+        self.set_mask(self.mask() & !(1 << slot));
+        Some(content)
+    }
+
+    /// The pointers of the order entries that point at this item, looked
+    /// up while it is where they point (to re-point them once it moves).
+    fn pointers<'o>(
+        &self,
+        orders: &'o [Order; ITEM_ORDERS.len()],
+    ) -> [Option<Pointer<'o>>; ITEM_ORDERS.len()] {
+        std::array::from_fn(|order| {
+            let score = self.score(order)?;
+            orders[order].pointer(score, self.id_ptr())
+        })
     }
 
     fn cost(&self) -> usize {
-        heap(self.0.len()) + ITEM_ENTRY_OVERHEAD
+        Thin::heap_of(self.raw().len()) + ITEM_ENTRY_OVERHEAD
+    }
+}
+
+/// Re-points `pointers` (an item's order entries) at `item`, where that
+/// item has moved to.
+fn repoint(pointers: [Option<Pointer<'_>>; ITEM_ORDERS.len()], item: &Item) {
+    for pointer in pointers.into_iter().flatten() {
+        pointer.set(item.id_ptr());
     }
 }
 
 /// The items of one queue. The table is hashed by a per-process random
 /// hasher (clients choose ids); nothing read from it depends on its order
-/// (`sorted` and `fields` sort).
-#[derive(Debug, Clone, Default)]
+/// (`sorted` and `fields` sort, the orders are B-trees). Invariant: each
+/// order holds exactly one entry per item with that order's score, with
+/// that score, pointing at the item's id.
+#[derive(Debug, Default)]
 pub struct Items {
     table: HashTable<Item>,
     hasher: RandomState,
-    /// How many items have each slot: each hash's length.
-    counts: [usize; ITEM_HASHES.len()],
+    /// How many items have each slot: each hash's and set's length.
+    counts: [usize; SLOTS],
+    orders: [Order; ITEM_ORDERS.len()],
+}
+
+// SAFETY: the orders' raw pointers only point into this value's own items
+// (plain heap bytes), so moving the whole value to another thread — the
+// lazy-free thread drops a queue — moves what they point at with it.
+unsafe impl Send for Items {}
+
+impl Clone for Items {
+    /// A copy whose orders point at its own items.
+    fn clone(&self) -> Self {
+        let table = self.table.clone();
+        let hasher = self.hasher.clone();
+        let find = |id: &[u8]| {
+            table
+                .find(hasher.hash_one(id), |item| item.id() == id)
+                .expect("an ordered item is in the table")
+                .id_ptr()
+        };
+        let orders = std::array::from_fn(|order| {
+            Order::collect(
+                self.orders[order]
+                    .iter()
+                    .map(|(id, score)| (score, find(id))),
+            )
+        });
+        Items {
+            table,
+            hasher,
+            counts: self.counts,
+            orders,
+        }
+    }
 }
 
 impl Items {
@@ -207,76 +382,140 @@ impl Items {
         self.table.len()
     }
 
-    /// Sets slot `slot` of item `id` to `value`; the heap bytes added
-    /// (negative: freed).
-    fn set(&mut self, slot: usize, id: &[u8], value: &[u8]) -> isize {
+    /// Sets slot `slot` of item `id` to `content`; the heap bytes added
+    /// (negative: freed). A score is set as a sorted set's ZADD sets it:
+    /// an equal one changes nothing.
+    fn set(&mut self, slot: usize, id: &[u8], content: &[u8]) -> isize {
         let hash = self.hasher.hash_one(id);
-        if let Some(item) = self.table.find_mut(hash, |item| item.id() == id) {
-            if item.value(slot).is_none() {
-                self.counts[slot] += 1;
+        let Items {
+            table,
+            counts,
+            orders,
+            ..
+        } = self;
+        let Some(item) = table.find_mut(hash, |item| item.id() == id) else {
+            let mut slots = Slots::default();
+            slots[slot] = Some(content);
+            return self.add(hash, id, &slots);
+        };
+        let mut added = 0;
+        match (item.content(slot), order_of(slot)) {
+            (None, _) => {
+                counts[slot] += 1;
+                added += slot_overhead(slot) as isize;
             }
-            if item.set_in_place(slot, value) {
-                return 0;
+            (Some(old), Some(order)) => {
+                let old = score_of(old);
+                if old == score_of(content) {
+                    return 0;
+                }
+                orders[order].remove(old, item.id_ptr());
             }
-            let new = item.with(slot, value);
-            let added = new.cost() as isize - item.cost() as isize;
-            *item = new;
-            return added;
+            (Some(_), None) => {}
         }
-        let mut slots = Slots::default();
-        slots[slot] = Some(value);
-        self.add(hash, id, &slots)
-    }
-
-    /// Sets the slots `values` of item `id` (a new item is built whole, in
-    /// one allocation); the heap bytes added.
-    pub fn set_many(&mut self, id: &[u8], values: &[(usize, &[u8])]) -> isize {
-        let hash = self.hasher.hash_one(id);
-        if self.table.find(hash, |item| item.id() == id).is_some() {
-            return values
-                .iter()
-                .map(|&(slot, value)| self.set(slot, id, value))
-                .sum();
+        if !item.set_in_place(slot, content) {
+            let mut change = Slots::default();
+            change[slot] = Some(content);
+            added += Items::rebuild(item, &change, orders);
         }
-        let mut slots = Slots::default();
-        for &(slot, value) in values {
-            slots[slot] = Some(value);
+        if let Some(order) = order_of(slot) {
+            orders[order].insert(score_of(content), item.id_ptr());
         }
-        self.add(hash, id, &slots)
-    }
-
-    /// Adds item `id`, known to be absent (`hash` is its hash), with the
-    /// values `slots`; the heap bytes added.
-    fn add(&mut self, hash: u64, id: &[u8], slots: &Slots<'_>) -> isize {
-        for (count, value) in self.counts.iter_mut().zip(slots) {
-            *count += usize::from(value.is_some());
-        }
-        let item = Item::build(id, slots);
-        let added = item.cost() as isize;
-        let hasher = &self.hasher;
-        self.table
-            .insert_unique(hash, item, |item| hasher.hash_one(item.id()));
         added
     }
 
-    /// Removes slot `slot` of item `id`: its value if `keep` (else empty)
+    /// Sets the values `values` (of hashes, not scores) of item `id`, in
+    /// one allocation: a new item is built whole, an item they do not fit
+    /// in is rebuilt once. The heap bytes added.
+    pub fn set_many(&mut self, id: &[u8], values: &[(usize, &[u8])]) -> isize {
+        let hash = self.hasher.hash_one(id);
+        let mut slots = Slots::default();
+        let Items {
+            table,
+            counts,
+            orders,
+            ..
+        } = self;
+        let Some(item) = table.find_mut(hash, |item| item.id() == id) else {
+            for &(slot, value) in values {
+                slots[slot] = Some(value);
+            }
+            return self.add(hash, id, &slots);
+        };
+        let mut rebuild = false;
+        for &(slot, value) in values {
+            debug_assert!(order_of(slot).is_none(), "a value, not a score");
+            counts[slot] += usize::from(!item.has(slot));
+            if !item.set_in_place(slot, value) {
+                slots[slot] = Some(value);
+                rebuild = true;
+            }
+        }
+        if rebuild {
+            Items::rebuild(item, &slots, orders)
+        } else {
+            0
+        }
+    }
+
+    /// Replaces `item` with itself changed by `changes`, re-pointing its
+    /// order entries at the new allocation; the heap bytes added.
+    fn rebuild(item: &mut Item, changes: &Slots<'_>, orders: &[Order; ITEM_ORDERS.len()]) -> isize {
+        let new = item.with(changes);
+        repoint(item.pointers(orders), &new);
+        let added = new.cost() as isize - item.cost() as isize;
+        *item = new;
+        added
+    }
+
+    /// Adds item `id`, known to be absent (`hash` is its hash), with the
+    /// contents `slots`; the heap bytes added.
+    fn add(&mut self, hash: u64, id: &[u8], slots: &Slots<'_>) -> isize {
+        let mut added = 0;
+        for (slot, content) in slots.iter().enumerate() {
+            if content.is_some() {
+                self.counts[slot] += 1;
+                added += slot_overhead(slot);
+            }
+        }
+        let item = Item::build(id, slots);
+        added += item.cost();
+        let hasher = &self.hasher;
+        let entry = self
+            .table
+            .insert_unique(hash, item, |item| hasher.hash_one(item.id()));
+        let item = entry.get();
+        for (order, slot) in (0..ITEM_ORDERS.len()).map(|o| (o, score_slot(o))) {
+            if let Some(score) = slots[slot] {
+                self.orders[order].insert(score_of(score), item.id_ptr());
+            }
+        }
+        added as isize
+    }
+
+    /// Removes slot `slot` of item `id`: its content if `keep` (else empty)
     /// and the heap bytes freed, None when it was absent.
     fn take(&mut self, slot: usize, id: &[u8], keep: bool) -> Option<(Vec<u8>, usize)> {
         let hash = self.hasher.hash_one(id);
         let entry = self.table.find_entry(hash, |item| item.id() == id).ok()?;
-        let mask = entry.get().mask();
-        if mask & (1 << slot) == 0 {
-            return None;
+        let item = entry.get();
+        let old = item.content(slot)?;
+        if let Some(order) = order_of(slot) {
+            // The order's entry first: it points at the item.
+            self.orders[order].remove(score_of(old), item.id_ptr());
         }
         self.counts[slot] -= 1;
-        if mask == 1 << slot {
-            // Its last value: the item goes.
+        let freed = slot_overhead(slot);
+        if item.mask() == 1 << slot {
+            // Its last slot: the item goes.
             let (mut item, _) = entry.remove();
-            let freed = item.cost();
-            return item.take_in_place(slot, keep).map(|value| (value, freed));
+            let freed = freed + item.cost();
+            return item
+                .take_in_place(slot, keep)
+                .map(|content| (content, freed));
         }
-        let value = entry.into_mut().take_in_place(slot, keep)?;
-        Some((value, 0))
+        let content = entry.into_mut().take_in_place(slot, keep)?;
+        Some((content, freed))
     }
 
     /// Room for `additional` more items without growing the table.
@@ -289,19 +528,26 @@ impl Items {
     /// Heap bytes held, counted afresh (the store keeps it as it goes).
     #[cfg(test)]
     fn cost(&self) -> usize {
-        self.table.iter().map(Item::cost).sum()
+        let scores: usize = self.orders.iter().map(Order::len).sum();
+        self.table.iter().map(Item::cost).sum::<usize>() + scores * ORDER_ENTRY_OVERHEAD
     }
 
     /// One step of active defrag from bucket `from`: offers each item's
-    /// allocation to `mover` (its bytes, hence its id and hash, unchanged).
+    /// allocation to `mover` (its bytes, hence its id and hash, unchanged)
+    /// and re-points its order entries when it moves.
     pub(super) fn defrag(
         &mut self,
         from: usize,
         pace: &mut Pace<impl FnMut() -> bool>,
         mover: &mut impl Relocate,
     ) -> Option<usize> {
+        let orders = &self.orders;
         walk_buckets(&mut self.table, from, pace, |item| {
-            move_bytes(&mut item.0, mover);
+            let pointers = item.pointers(orders);
+            if item.0.relocate(mover) {
+                // Nothing read the entries between the move and here.
+                repoint(pointers, item);
+            }
         })
     }
 }
@@ -330,7 +576,10 @@ impl<'a> ItemHash<&'a Items> {
     }
 
     pub fn get_bytes(&self, field: &[u8]) -> Option<Cow<'a, [u8]>> {
-        self.items.find(field)?.value(self.slot).map(Cow::Borrowed)
+        self.items
+            .find(field)?
+            .content(self.slot)
+            .map(Cow::Borrowed)
     }
 
     /// Every field with its value, in no order.
@@ -339,7 +588,7 @@ impl<'a> ItemHash<&'a Items> {
         self.items
             .table
             .iter()
-            .filter_map(move |item| item.value(slot).map(|v| (item.id(), v)))
+            .filter_map(move |item| item.content(slot).map(|v| (item.id(), v)))
     }
 
     /// Every field, borrowed, in no order.
@@ -405,6 +654,51 @@ impl ItemHash<&mut Items> {
     }
 }
 
+/// One sorted set of item ids: the items' scores in one order, answered
+/// as a sorted set (the same operations as [`super::zset::Zset`]'s).
+pub struct ItemOrder<R> {
+    items: R,
+    order: usize,
+}
+
+impl<R> ItemOrder<R> {
+    /// Order `order` of `items` (`&Items` to read, `&mut Items` to write).
+    pub fn of(items: R, order: usize) -> Self {
+        ItemOrder { items, order }
+    }
+}
+
+impl<'a> ItemOrder<&'a Items> {
+    pub fn score(&self, member: &[u8]) -> Option<f64> {
+        self.items.find(member)?.score(self.order)
+    }
+
+    /// The (score, member) order.
+    pub fn order(&self) -> &'a Order {
+        &self.items.orders[self.order]
+    }
+
+    /// Every member (for deleting the whole set).
+    pub fn members(&self) -> Vec<Box<[u8]>> {
+        self.order().iter().map(|(id, _)| id.into()).collect()
+    }
+}
+
+impl ItemOrder<&mut Items> {
+    /// Sets `member`'s score; the heap bytes added.
+    pub fn insert(self, member: &[u8], score: f64) -> isize {
+        self.items
+            .set(score_slot(self.order), member, &score.to_le_bytes())
+    }
+
+    /// Removes `member`: the heap bytes freed, None when it was not one.
+    pub fn remove(self, member: &[u8]) -> Option<usize> {
+        self.items
+            .take(score_slot(self.order), member, false)
+            .map(|(_, freed)| freed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -413,49 +707,140 @@ mod tests {
 
     use super::*;
 
-    proptest! {
-        /// The items answer as seven separate hashes would, and their
-        /// byte count is what they hold.
-        #[test]
-        fn items_answer_as_separate_hashes(
-            ops in prop::collection::vec(
-                (0..ITEM_HASHES.len(), 0u8..6, prop::option::of(prop::collection::vec(any::<u8>(), 0..40))),
-                1..200,
+    /// An operation on the items: a value set in a hash (with the meta too
+    /// when `both`), a score set in a sorted set, or a slot removed (a
+    /// take when `keep`).
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set {
+            slot: usize,
+            id: u8,
+            value: Vec<u8>,
+            both: bool,
+        },
+        Score {
+            order: usize,
+            id: u8,
+            score: u8,
+        },
+        Remove {
+            slot: usize,
+            id: u8,
+            keep: bool,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (
+                0..ITEM_HASHES.len(),
+                0u8..6,
+                prop::collection::vec(any::<u8>(), 0..40),
+                any::<bool>()
             )
-        ) {
+                .prop_map(|(slot, id, value, both)| Op::Set {
+                    slot,
+                    id,
+                    value,
+                    both
+                }),
+            (0..ITEM_ORDERS.len(), 0u8..6, 0u8..4).prop_map(|(order, id, score)| Op::Score {
+                order,
+                id,
+                score
+            }),
+            (0..SLOTS, 0u8..6, any::<bool>()).prop_map(|(slot, id, keep)| Op::Remove {
+                slot,
+                id,
+                keep
+            }),
+        ]
+    }
+
+    /// The orders of `items` as (member, score) lists.
+    fn orders_of(items: &Items) -> Vec<Vec<(Vec<u8>, f64)>> {
+        (0..ITEM_ORDERS.len())
+            .map(|order| {
+                ItemOrder::of(items, order)
+                    .order()
+                    .iter()
+                    .map(|(m, s)| (m.to_vec(), s))
+                    .collect()
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// The items answer as seven separate hashes and four separate
+        /// sorted sets would (every value and score, each set's order,
+        /// when an item goes), their byte count is what they hold, and a
+        /// clone stands on its own.
+        #[test]
+        fn items_answer_as_separate_hashes_and_sets(ops in prop::collection::vec(op(), 1..200)) {
             let mut items = Items::default();
             let mut hashes: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = vec![BTreeMap::new(); ITEM_HASHES.len()];
+            let mut sets: Vec<BTreeMap<Vec<u8>, f64>> = vec![BTreeMap::new(); ITEM_ORDERS.len()];
             let mut bytes: isize = 0;
-            for (slot, id, value) in ops {
-                let id = vec![b'i'; usize::from(id)];
-                match value {
+            for op in ops {
+                match op {
                     // Two values at once, as an enqueue writes payload and meta.
-                    Some(value) if id.len() == 5 => {
+                    Op::Set { slot, id, value, both: true } => {
+                        let id = vec![b'i'; usize::from(id)];
                         let other = (slot + 1) % ITEM_HASHES.len();
                         bytes += items.set_many(&id, &[(slot, &value), (other, b"meta")]);
                         hashes[slot].insert(id.clone(), value);
                         hashes[other].insert(id, b"meta".to_vec());
                     }
-                    Some(value) => {
+                    Op::Set { slot, id, value, both: false } => {
+                        let id = vec![b'i'; usize::from(id)];
                         bytes += ItemHash::of(&mut items, slot).set_bytes(&id, &value);
                         hashes[slot].insert(id, value);
                     }
-                    // A removal by HDEL (which drops the value) or by a take.
-                    None if id.len() % 2 == 0 => {
-                        let freed = ItemHash::of(&mut items, slot).remove(&id);
-                        bytes -= freed.unwrap_or(0) as isize;
-                        prop_assert_eq!(freed.is_some(), hashes[slot].remove(&id).is_some());
+                    Op::Score { order, id, score } => {
+                        let id = vec![b'i'; usize::from(id)];
+                        let score = f64::from(score);
+                        bytes += ItemOrder::of(&mut items, order).insert(&id, score);
+                        sets[order].insert(id, score);
                     }
-                    None => {
-                        let taken = ItemHash::of(&mut items, slot).take_bytes(&id);
-                        bytes -= taken.as_ref().map_or(0, |&(_, freed)| freed as isize);
-                        prop_assert_eq!(taken.map(|(v, _)| v), hashes[slot].remove(&id));
+                    Op::Remove { slot, id, keep } => {
+                        let id = vec![b'i'; usize::from(id)];
+                        if let Some(order) = order_of(slot) {
+                            let freed = ItemOrder::of(&mut items, order).remove(&id);
+                            bytes -= freed.unwrap_or(0) as isize;
+                            prop_assert_eq!(freed.is_some(), sets[order].remove(&id).is_some());
+                        } else if keep {
+                            let taken = ItemHash::of(&mut items, slot).take_bytes(&id);
+                            bytes -= taken.as_ref().map_or(0, |&(_, freed)| freed as isize);
+                            prop_assert_eq!(taken.map(|(v, _)| v), hashes[slot].remove(&id));
+                        } else {
+                            // A removal by HDEL, which drops the value.
+                            let freed = ItemHash::of(&mut items, slot).remove(&id);
+                            bytes -= freed.unwrap_or(0) as isize;
+                            prop_assert_eq!(freed.is_some(), hashes[slot].remove(&id).is_some());
+                        }
                     }
                 }
                 prop_assert_eq!(bytes as usize, items.cost());
             }
+            let copy = items.clone();
+            let expected_orders: Vec<Vec<(Vec<u8>, f64)>> = sets
+                .iter()
+                .map(|set| {
+                    let mut entries: Vec<(Vec<u8>, f64)> = set.clone().into_iter().collect();
+                    entries.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+                    entries
+                })
+                .collect();
+            prop_assert_eq!(orders_of(&items), expected_orders.clone());
+            drop(items);
+            prop_assert_eq!(orders_of(&copy), expected_orders);
+            for (order, set) in sets.iter().enumerate() {
+                for (id, score) in set {
+                    prop_assert_eq!(ItemOrder::of(&copy, order).score(id), Some(*score));
+                }
+            }
             for (slot, hash) in hashes.iter().enumerate() {
-                let view = ItemHash::of(&items, slot);
+                let view = ItemHash::of(&copy, slot);
                 prop_assert_eq!(view.len(), hash.len());
                 let sorted: Vec<(Vec<u8>, Vec<u8>)> =
                     view.sorted().into_iter().map(|(f, v)| (f.to_vec(), v.into_owned())).collect();
@@ -465,8 +850,9 @@ mod tests {
                     prop_assert_eq!(got.as_deref(), Some(&value[..]));
                 }
             }
-            let ids: std::collections::BTreeSet<&Vec<u8>> = hashes.iter().flat_map(BTreeMap::keys).collect();
-            prop_assert_eq!(items.len(), ids.len());
+            let ids: std::collections::BTreeSet<&Vec<u8>> =
+                hashes.iter().flat_map(BTreeMap::keys).chain(sets.iter().flat_map(BTreeMap::keys)).collect();
+            prop_assert_eq!(copy.len(), ids.len());
         }
     }
 }

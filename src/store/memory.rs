@@ -14,10 +14,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::defrag::{move_bytes, DefragCursor, Pace, Relocate};
-use super::hash::{
-    heap, Bytes, Hash, Stored, StoredNumber, StoredRecord, TextForm as _, ZSET_ENTRY_OVERHEAD,
-};
-use super::items::{item_slot, ItemHash, Items};
+use super::hash::{heap, Bytes, Hash, Stored, StoredNumber, StoredRecord, TextForm as _};
+use super::items::{item_slot, order_slot, ItemHash, ItemOrder, Items};
+use super::order::Order;
 use super::record::Record;
 use super::thin::Thin;
 use super::zset::Zset;
@@ -26,11 +25,14 @@ use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 /// One queue's keys as plain collections.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
+    /// Every sorted set whose members are not item ids; the places of the
+    /// item orders stay empty.
     zsets: [Zset; ZsetKey::ALL.len()],
     /// Every hash of bytes; the places of the typed ones and of the item
     /// hashes below stay empty.
     hashes: [Hash<Bytes>; HashKey::ALL.len()],
-    /// The hashes of item ids (`task`, `meta`, ...): one allocation per item.
+    /// The hashes and sorted sets of item ids (`task`, `meta`, `queue`,
+    /// ...): one allocation per item.
     items: Items,
     /// `partitions`: the records, typed, in scan order.
     records: Hash<StoredRecord>,
@@ -107,6 +109,33 @@ macro_rules! on_hash_ref {
     };
 }
 
+/// Runs `$body` on sorted set `$key` of `$store` as `$zset`, an item order
+/// or a set of its own; `$borrow` is `&` to read, `&mut` to write.
+macro_rules! on_zset {
+    ($store:expr, $key:expr, |$zset:ident| $body:expr) => {
+        on_zset!(@ (&mut) $store, $key, |$zset| $body)
+    };
+    (@ ($($borrow:tt)+) $store:expr, $key:expr, |$zset:ident| $body:expr) => {
+        match order_slot($key) {
+            Some(order) => {
+                let $zset = ItemOrder::of($($borrow)+ $store.items, order);
+                $body
+            }
+            None => {
+                let $zset = $($borrow)+ $store.zsets[$key.index()];
+                $body
+            }
+        }
+    };
+}
+
+/// As [`on_zset`], reading.
+macro_rules! on_zset_ref {
+    ($store:expr, $key:expr, |$zset:ident| $body:expr) => {
+        on_zset!(@ (&) $store, $key, |$zset| $body)
+    };
+}
+
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
@@ -119,7 +148,12 @@ impl MemoryStore {
 
     /// The members of a sorted set in (score, member) order, borrowed.
     pub fn zset_iter(&self, key: ZsetKey) -> impl Iterator<Item = (&[u8], f64)> {
-        self.zsets[key.index()].iter()
+        self.order(key).iter()
+    }
+
+    /// The (score, member) order of sorted set `key`.
+    fn order(&self, key: ZsetKey) -> &Order {
+        on_zset_ref!(self, key, |zset| zset.order())
     }
 
     /// All fields of a hash, sorted.
@@ -148,7 +182,7 @@ impl MemoryStore {
 
     /// Whether `member` is a member of sorted set `key`.
     pub fn zset_contains(&self, key: ZsetKey, member: &[u8]) -> bool {
-        self.zsets[key.index()].score(member).is_some()
+        on_zset_ref!(self, key, |zset| zset.score(member)).is_some()
     }
 
     /// The fields of a hash, borrowed, in no order.
@@ -184,17 +218,13 @@ impl MemoryStore {
     /// order), built in bulk (see [`Zset::from_entries`]); a set that
     /// holds members already takes them one by one.
     pub fn fill_zset(&mut self, key: ZsetKey, entries: Vec<(Thin, f64)>) {
-        if !self.zsets[key.index()].is_empty() {
+        if order_slot(key).is_some() || !self.zsets[key.index()].is_empty() {
             for (member, score) in entries {
                 self.zadd(key, member.bytes(), score);
             }
             return;
         }
-        let zset = Zset::from_entries(entries);
-        let added: usize = zset
-            .iter()
-            .map(|(member, _)| Thin::heap_of(member.len()) + ZSET_ENTRY_OVERHEAD)
-            .sum();
+        let (zset, added) = Zset::from_entries(entries);
         self.bytes += added;
         self.zsets[key.index()] = zset;
     }
@@ -211,7 +241,7 @@ impl MemoryStore {
     /// Whether `key` holds anything (EXISTS in the keys layout).
     pub fn holds(&self, key: QueueKey) -> bool {
         if let Some(zset) = ZsetKey::of(key) {
-            !self.zsets[zset.index()].is_empty()
+            self.order(zset).len() != 0
         } else if let Some(hash) = HashKey::of(key) {
             !on_hash_ref!(self, hash, |h| h.is_empty())
         } else {
@@ -221,7 +251,7 @@ impl MemoryStore {
 
     /// Entries held, over every sorted set and hash (what freeing costs).
     pub fn entries(&self) -> usize {
-        let zsets: usize = self.zsets.iter().map(Zset::len).sum();
+        let zsets: usize = ZsetKey::ALL.iter().map(|&key| self.order(key).len()).sum();
         let hashes: usize = self.hashes.iter().map(Hash::len).sum();
         let numbers: usize = self.numbers.iter().map(Hash::len).sum();
         zsets + hashes + self.items.len() + numbers + self.records.len()
@@ -299,30 +329,29 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
-        self.zsets[key.index()].score(member)
+        on_zset_ref!(self, key, |zset| zset.score(member))
     }
 
     fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
-        if self.zsets[key.index()].insert(member, score) {
-            self.bytes += Thin::heap_of(member.len()) + ZSET_ENTRY_OVERHEAD;
-        }
+        let added = on_zset!(self, key, |zset| zset.insert(member, score));
+        self.add_bytes(added);
     }
 
     fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
-        let removed = self.zsets[key.index()].remove(member);
-        if removed {
-            self.bytes -= Thin::heap_of(member.len()) + ZSET_ENTRY_OVERHEAD;
+        let freed = on_zset!(self, key, |zset| zset.remove(member));
+        if let Some(freed) = freed {
+            self.bytes -= freed;
         }
-        removed
+        freed.is_some()
     }
 
     fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
-        let (member, score) = self.zsets[key.index()].iter().next()?;
+        let (member, score) = self.order(key).iter().next()?;
         Some((member.to_vec(), score))
     }
 
     fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
-        self.zsets[key.index()]
+        self.order(key)
             .iter()
             .take_while(|&(_, s)| s <= max)
             .take(limit)
@@ -342,7 +371,7 @@ impl Store for MemoryStore {
         }
         // The first entry scored above `above`: the least member of the next
         // score up.
-        self.zsets[key.index()]
+        self.order(key)
             .iter_from(above.next_up(), b"")
             .take_while(|&(_, s)| s <= max)
             .take(limit)
@@ -351,12 +380,12 @@ impl Store for MemoryStore {
     }
 
     fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
-        let (member, _) = self.zsets[key.index()].iter_from(0.0, from).next()?;
+        let (member, _) = self.order(key).iter_from(0.0, from).next()?;
         Some(member.to_vec())
     }
 
     fn zcard(&mut self, key: ZsetKey) -> u64 {
-        self.zsets[key.index()].len() as u64
+        self.order(key).len() as u64
     }
 
     fn zmembers_from(
@@ -366,7 +395,8 @@ impl Store for MemoryStore {
         limit: usize,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
         // O(offset + limit): a B-tree has no ranks.
-        Ok(self.zsets[key.index()]
+        Ok(self
+            .order(key)
             .iter()
             .skip(offset)
             .take(limit)
@@ -376,8 +406,8 @@ impl Store for MemoryStore {
 
     fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
         // O(count): a B-tree has no ranks (STATS counts expired leases).
-        let zset = &self.zsets[key.index()];
-        Ok(zset.iter().take_while(|&(_, s)| s <= max).count() as u64)
+        let order = self.order(key);
+        Ok(order.iter().take_while(|&(_, s)| s <= max).count() as u64)
     }
 
     fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
@@ -481,7 +511,7 @@ impl Store for MemoryStore {
             }
             _ => {
                 if let Some(zset) = ZsetKey::of(key) {
-                    let members = self.zsets[zset.index()].members();
+                    let members = on_zset_ref!(self, zset, |z| z.members());
                     for member in members {
                         self.zrem(zset, &member);
                     }

@@ -13,6 +13,7 @@ mod items;
 pub mod keys;
 pub mod memory;
 pub mod number;
+mod order;
 pub mod record;
 pub mod thin;
 mod zset;

@@ -27,23 +27,28 @@ fn layout(len: usize) -> Layout {
 
 impl Thin {
     pub fn new(bytes: &[u8]) -> Thin {
-        let len = u32::try_from(bytes.len()).expect("a byte string under 4 GiB");
-        let layout = layout(bytes.len());
+        Thin::filled(bytes.len(), |into| into.copy_from_slice(bytes))
+    }
+
+    /// A thin string of `len` bytes, written by `fill` in place.
+    pub fn filled(len: usize, fill: impl FnOnce(&mut [u8])) -> Thin {
+        let prefix = u32::try_from(len).expect("a byte string under 4 GiB");
+        let layout = layout(len);
         // SAFETY: the layout's size is at least PREFIX, never zero.
         let Some(start) = NonNull::new(unsafe { alloc::alloc(layout) }) else {
             alloc::handle_alloc_error(layout);
         };
-        // SAFETY: the allocation holds PREFIX + len bytes, written in full.
+        // SAFETY: the allocation holds PREFIX + len bytes: the length is
+        // written, and the bytes zeroed before `fill` sees them.
         unsafe {
             start
                 .as_ptr()
-                .copy_from_nonoverlapping(len.to_le_bytes().as_ptr(), PREFIX);
-            start
-                .as_ptr()
-                .add(PREFIX)
-                .copy_from_nonoverlapping(bytes.as_ptr(), bytes.len());
+                .copy_from_nonoverlapping(prefix.to_le_bytes().as_ptr(), PREFIX);
+            start.as_ptr().add(PREFIX).write_bytes(0, len);
         }
-        Thin(start)
+        let mut thin = Thin(start);
+        fill(thin.bytes_mut());
+        thin
     }
 
     /// Where it starts: what [`Thin::bytes_at`] reads.
@@ -68,6 +73,14 @@ impl Thin {
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: our own allocation, alive while `self` is.
         unsafe { Thin::bytes_at(self.as_ptr()) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: our own allocation, borrowed mutably through `self`.
+        unsafe {
+            let len = self.bytes().len();
+            std::slice::from_raw_parts_mut(self.0.as_ptr().add(PREFIX), len)
+        }
     }
 
     /// Heap bytes a thin string of `len` bytes takes, as the allocator

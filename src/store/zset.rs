@@ -1,78 +1,17 @@
-//! A sorted set in plain memory (`MemoryStore`'s): members to scores in a
-//! hash table, and the (score, member) order in a B-tree whose entries
-//! point at the table's own copy of each member, so a member is stored and
-//! allocated once. A member is a [`Thin`] string, so the table's slot and
-//! the order's entry each hold an 8-byte pointer to it.
-
-use std::cell::Cell;
-use std::collections::BTreeSet;
-use std::ops::Bound;
+//! A sorted set in plain memory (`MemoryStore`'s, for the sets whose
+//! members are not item ids): members to scores in a hash table, and the
+//! (score, member) [`Order`] pointing at the table's own copy of each
+//! member, so a member is stored and allocated once. A member is a
+//! [`Thin`] string, so the table's slot and the order's entry each hold an
+//! 8-byte pointer to it.
 
 use ahash::RandomState;
 use hashbrown::{hash_table, HashTable};
 
 use super::defrag::{walk_buckets, Pace, Relocate};
+use super::hash::ZSET_ENTRY_OVERHEAD;
+use super::order::Order;
 use super::thin::Thin;
-
-/// A score with the total order Redis uses for finite doubles.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Score(f64);
-impl Eq for Score {}
-impl PartialOrd for Score {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Score {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
-/// A thin member string the B-tree orders by, owned elsewhere: by the
-/// table's member (whose allocation moves only when active defrag moves
-/// it, never when the table rehashes) or, for a lookup, by the caller for
-/// the call's length ([`Thin::with_key`]). The pointer is a `Cell` so
-/// defrag can re-point an entry in place: the bytes it points at are equal
-/// before and after, so the B-tree's order never changes.
-#[derive(Clone)]
-struct MemberRef(Cell<*const u8>);
-
-impl MemberRef {
-    fn to(start: *const u8) -> Self {
-        MemberRef(Cell::new(start))
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: an entry of `ordered` points at a member of `by_member`,
-        // is removed before that member is and re-pointed as soon as
-        // defrag moves it (see `Zset::defrag`); a lookup key points at a
-        // thin string made for the call that made it.
-        unsafe { Thin::bytes_at(self.0.get()) }
-    }
-}
-
-impl PartialEq for MemberRef {
-    fn eq(&self, other: &Self) -> bool {
-        self.bytes() == other.bytes()
-    }
-}
-impl Eq for MemberRef {}
-impl PartialOrd for MemberRef {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for MemberRef {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.bytes().cmp(other.bytes())
-    }
-}
-impl std::fmt::Debug for MemberRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(self.bytes()))
-    }
-}
 
 /// One sorted set. Invariant: `ordered` holds exactly one entry per member
 /// of `by_member`, with its score, pointing at that member's bytes. The
@@ -81,7 +20,12 @@ impl std::fmt::Debug for MemberRef {
 pub struct Zset {
     by_member: HashTable<(Thin, f64)>,
     hasher: RandomState,
-    ordered: BTreeSet<(Score, MemberRef)>,
+    ordered: Order,
+}
+
+/// Heap bytes a member of `len` bytes costs.
+fn cost(len: usize) -> usize {
+    Thin::heap_of(len) + ZSET_ENTRY_OVERHEAD
 }
 
 // SAFETY: the raw pointers only point into this value's own table members
@@ -95,7 +39,7 @@ impl Clone for Zset {
         let mut copy = Zset {
             by_member: HashTable::with_capacity(self.len()),
             hasher: RandomState::new(),
-            ordered: BTreeSet::new(),
+            ordered: Order::default(),
         };
         for (member, score) in self.iter() {
             copy.insert(member, score);
@@ -125,65 +69,49 @@ impl Zset {
             .map(|&(_, score)| score)
     }
 
-    /// Sets `member`'s score; true when it was not a member yet.
-    pub fn insert(&mut self, member: &[u8], score: f64) -> bool {
+    /// Sets `member`'s score; the heap bytes added.
+    pub fn insert(&mut self, member: &[u8], score: f64) -> isize {
         let hash = self.hash_of(member);
         if let Some((stored, old)) = self.by_member.find_mut(hash, |(m, _)| m.bytes() == member) {
-            if *old == score {
-                return false;
+            if *old != score {
+                self.ordered.remove(*old, stored.as_ptr());
+                self.ordered.insert(score, stored.as_ptr());
+                *old = score;
             }
-            let stored = MemberRef::to(stored.as_ptr());
-            self.ordered.remove(&(Score(*old), stored.clone()));
-            self.ordered.insert((Score(score), stored));
-            *old = score;
-            return false;
+            return 0;
         }
         // The order points at the table's own member.
         let member = Thin::new(member);
-        let stored = MemberRef::to(member.as_ptr());
+        self.ordered.insert(score, member.as_ptr());
+        let added = cost(member.bytes().len()) as isize;
         let hasher = &self.hasher;
         self.by_member
             .insert_unique(hash, (member, score), |(m, _)| hasher.hash_one(m.bytes()));
-        self.ordered.insert((Score(score), stored));
-        true
+        added
     }
 
-    /// Removes `member`; true when it was a member.
-    pub fn remove(&mut self, member: &[u8]) -> bool {
+    /// Removes `member`: the heap bytes freed, None when it was not one.
+    pub fn remove(&mut self, member: &[u8]) -> Option<usize> {
         let hash = self.hash_of(member);
-        let Ok(entry) = self
+        let entry = self
             .by_member
             .find_entry(hash, |(m, _)| m.bytes() == member)
-        else {
-            return false;
-        };
+            .ok()?;
         // The order's entry first: it points at the member removed next.
         let (stored, score) = entry.get();
-        self.ordered
-            .remove(&(Score(*score), MemberRef::to(stored.as_ptr())));
+        self.ordered.remove(*score, stored.as_ptr());
         entry.remove();
-        true
+        Some(cost(member.len()))
+    }
+
+    /// The (score, member) order.
+    pub fn order(&self) -> &Order {
+        &self.ordered
     }
 
     /// (member, score) in ascending (score, member) order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], f64)> {
-        self.ordered.iter().map(|(s, m)| (m.bytes(), s.0))
-    }
-
-    /// Entries from the least one at or after (`score`, `member`).
-    pub fn iter_from<'a>(
-        &'a self,
-        score: f64,
-        member: &[u8],
-    ) -> impl Iterator<Item = (&'a [u8], f64)> {
-        // The lookup key lives for the range's start only: the range finds
-        // its first entry when made.
-        Thin::with_key(member, |key| {
-            let start = (Score(score), MemberRef::to(key));
-            self.ordered
-                .range((Bound::Included(start), Bound::Unbounded))
-        })
-        .map(|(s, m)| (m.bytes(), s.0))
+        self.ordered.iter()
     }
 
     /// Every member (for deleting the whole set).
@@ -204,18 +132,14 @@ impl Zset {
         pace: &mut Pace<impl FnMut() -> bool>,
         mover: &mut impl Relocate,
     ) -> Option<usize> {
-        // The key's cell only ever changes to equal bytes (below): its
-        // order never moves.
-        #[allow(clippy::mutable_key_type)]
         let ordered = &self.ordered;
         walk_buckets(&mut self.by_member, from, pace, |(member, score)| {
             // The order's entry, found while it points at the member's live
             // bytes; none (the invariant broken) leaves it where it is.
-            if let Some((_, order)) = ordered.get(&(Score(*score), MemberRef::to(member.as_ptr())))
-            {
+            if let Some(pointer) = ordered.pointer(*score, member.as_ptr()) {
                 if member.relocate(mover) {
                     // Nothing read the entry between the move and here.
-                    order.0.set(member.as_ptr());
+                    pointer.set(member.as_ptr());
                 }
             }
         })
@@ -226,11 +150,13 @@ impl Zset {
     /// rather than one B-tree insert per member. Linear when `entries`
     /// come in ascending (score, member) order with distinct members (a
     /// sorted set read whole); any order is still right, only slower.
-    pub fn from_entries(entries: Vec<(Thin, f64)>) -> Zset {
+    /// The heap bytes it holds come with it.
+    pub fn from_entries(entries: Vec<(Thin, f64)>) -> (Zset, usize) {
         let hasher = RandomState::new();
         let mut by_member: HashTable<(Thin, f64)> = HashTable::with_capacity(entries.len());
         let mut order = Vec::with_capacity(entries.len());
         let mut repeated = Vec::new();
+        let mut added = 0;
         for (member, score) in entries {
             let hash = hasher.hash_one(member.bytes());
             let rehash = |(m, _): &(Thin, f64)| hasher.hash_one(m.bytes());
@@ -238,23 +164,22 @@ impl Zset {
                 hash_table::Entry::Vacant(vacant) => {
                     // As in `insert`: the order points at the table's own
                     // member.
-                    order.push((Score(score), MemberRef::to(member.as_ptr())));
+                    order.push((score, member.as_ptr()));
+                    added += cost(member.bytes().len());
                     vacant.insert((member, score));
                 }
                 hash_table::Entry::Occupied(_) => repeated.push((member, score)),
             }
         }
-        // Sorting a sorted run is one pass; the B-tree is then built from
-        // it leaf by leaf.
         let mut zset = Zset {
             by_member,
             hasher,
-            ordered: order.into_iter().collect(),
+            ordered: Order::collect(order),
         };
         for (member, score) in repeated {
-            zset.insert(member.bytes(), score);
+            added = added.wrapping_add_signed(zset.insert(member.bytes(), score));
         }
-        zset
+        (zset, added)
     }
 }
 
@@ -309,7 +234,7 @@ mod tests {
             for (member, score) in &entries {
                 inserted.insert(member.bytes(), *score);
             }
-            let built = Zset::from_entries(entries);
+            let (built, _) = Zset::from_entries(entries);
             let got: Vec<(Vec<u8>, f64)> = built.iter().map(|(m, s)| (m.to_vec(), s)).collect();
             let expected: Vec<(Vec<u8>, f64)> = inserted.iter().map(|(m, s)| (m.to_vec(), s)).collect();
             prop_assert_eq!(&got, &expected);
