@@ -565,6 +565,69 @@ fn cycle_batch_on(
     }
 }
 
+/// The items of one batched lease (and of its one ack).
+const BATCH: usize = 10;
+
+/// One pipelined batch of `n` batched cycles of connection `worker`: `n`
+/// leases of [`BATCH`] items, then `n` acks of their pairs (module and
+/// native), or `n` XREADGROUPs of COUNT [`BATCH`] then `n` XACKs of their
+/// ids (Streams); the backlog must not run dry.
+fn batch_cycle_batch(system: System, con: &mut Connection, worker: usize, n: usize) {
+    if system == System::Streams {
+        let mut reads = redis::pipe();
+        for _ in 0..n {
+            reads
+                .cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg("g")
+                .arg(format!("c{worker}"))
+                .arg("COUNT")
+                .arg(BATCH)
+                .arg("STREAMS")
+                .arg("s")
+                .arg(">");
+        }
+        let replies: Vec<redis::streams::StreamReadReply> = reads.query(con).unwrap();
+        let mut acks = redis::pipe();
+        for reply in replies {
+            let ids = &reply.keys.first().expect("backlog ran dry").ids;
+            assert_eq!(ids.len(), BATCH, "backlog ran dry");
+            let ack = acks.cmd("XACK").arg("s").arg("g");
+            for entry in ids {
+                ack.arg(&entry.id);
+            }
+            ack.ignore();
+        }
+        let _: () = acks.query(con).unwrap();
+        return;
+    }
+    let queue = queue_of(system);
+    let mut leases = redis::pipe();
+    for _ in 0..n {
+        leases
+            .cmd("VTRR.LEASE")
+            .arg(queue)
+            .arg(60_000)
+            .arg("COUNT")
+            .arg(BATCH);
+    }
+    let replies: Vec<Vec<Vec<Value>>> = leases.query(con).unwrap();
+    let mut acks = redis::pipe();
+    for leased in replies {
+        assert_eq!(leased.len(), BATCH, "backlog ran dry");
+        let ack = acks.cmd("VTRR.ACK").arg(queue);
+        for lease in leased {
+            let (id, token): (Vec<u8>, Vec<u8>) = (
+                redis::from_redis_value(lease[0].clone()).unwrap(),
+                redis::from_redis_value(lease[2].clone()).unwrap(),
+            );
+            ack.arg(id).arg(token);
+        }
+        ack.ignore();
+    }
+    let _: () = acks.query(con).unwrap();
+}
+
 /// A delay that never falls due during a run: deferred items stay delayed.
 const HOUR_MS: u64 = 3_600_000;
 
@@ -1039,6 +1102,30 @@ impl Bench<'_> {
         )
     }
 
+    /// Lease + ack in batches of [`BATCH`]: one LEASE of that COUNT and one
+    /// ACK of its pairs against one XREADGROUP of that COUNT and one XACK of
+    /// its ids (module, native and Streams: the others have no such calls).
+    fn batch_cycle(&mut self, partitions: usize) -> BTreeMap<System, Run> {
+        reset(&mut self.admin);
+        let systems = [System::Module, System::Native, System::Streams];
+        let run_seconds = self.sizes.slice.as_secs_f64() * self.sizes.rounds as f64;
+        for system in systems {
+            // Batches move items faster than single cycles.
+            let needed = 1_000 + (2.0 * system.cycle_rate_bound() * run_seconds) as usize;
+            fill_backlog(&mut self.admin, system, needed, partitions);
+        }
+        let pipeline = self.sizes.pipeline / BATCH;
+        interleaved(
+            self.server,
+            self.sizes,
+            &mut self.admin,
+            &systems,
+            pipeline.max(1),
+            |_| BATCH,
+            |system, con, worker, _, n| batch_cycle_batch(system, con, worker, n),
+        )
+    }
+
     /// Reclaim of `reclaim_items` expired leases in one call, `reclaim_calls`
     /// times per system, the systems taking turns.
     fn reclaim(&mut self, partitions: usize) -> BTreeMap<System, Run> {
@@ -1139,7 +1226,7 @@ impl Bench<'_> {
         let sizes = self.sizes;
         writeln!(
             self.report,
-            "## Throughput: the same work each way\n\n{} connections, pipeline {} (enqueue 100/call: pipeline {}, so {} items per round trip), payload {} bytes. Each repeat sets up every system's keys, then runs {} rounds in which each system works for {} ms in turn (reclaim: {} calls per system, taking turns), so drifts in the machine's speed hit every system alike. {} repeats: items/s as median (min–max); latency = one pipelined batch round trip (p50/p99, µs; reclaim: the call, and its rate is that of the median call); `server µs/call` from INFO commandstats. `module ÷ this` is the module's rate over this system's within each repeat: median (min–max); `native ÷ this` the same for `native`. `module` is a queue in the keys layout (vtrr-queue's keys, every server started with `default-layout keys`); `native` sends the same commands to a queue of its own in the native layout (the whole queue in one key of the module's type), made with `vtrr.default-layout native` set around its creation (the enqueue rows: around its first item, of a partition of its own), its layout checked in `VTRR.STATS` before it is measured. The issue's targets for `native` (not asserted): enqueue 1/call ≥ 0.8× Streams, enqueue 100/call ≥ 1.0× Streams, lease+ack cycle ≥ 1.0× Streams.\n",
+            "## Throughput: the same work each way\n\n{} connections, pipeline {} (enqueue 100/call: pipeline {}, so {} items per round trip), payload {} bytes. Each repeat sets up every system's keys, then runs {} rounds in which each system works for {} ms in turn (reclaim: {} calls per system, taking turns), so drifts in the machine's speed hit every system alike. {} repeats: items/s as median (min–max); latency = one pipelined batch round trip (p50/p99, µs; reclaim: the call, and its rate is that of the median call); `server µs/call` from INFO commandstats. `module ÷ this` is the module's rate over this system's within each repeat: median (min–max); `native ÷ this` the same for `native`. `module` is a queue in the keys layout (vtrr-queue's keys, every server started with `default-layout keys`); `native` sends the same commands to a queue of its own in the native layout (the whole queue in one key of the module's type), made with `vtrr.default-layout native` set around its creation (the enqueue rows: around its first item, of a partition of its own), its layout checked in `VTRR.STATS` before it is measured. `lease+ack, batches of 10`: one LEASE COUNT 10 and one ACK of its ten pairs against one XREADGROUP COUNT 10 and one XACK of its ten ids (module, native and Streams only; pipeline {} batches). The issue's targets for `native` (not asserted): enqueue 1/call ≥ 0.8× Streams, enqueue 100/call ≥ 1.0× Streams, lease+ack cycle ≥ 1.0× Streams, batches of 10 ≥ 1.0× Streams.\n",
             sizes.connections,
             sizes.pipeline,
             sizes.pipeline_100,
@@ -1148,7 +1235,8 @@ impl Bench<'_> {
             sizes.rounds,
             sizes.slice.as_millis(),
             sizes.reclaim_calls,
-            sizes.repeats
+            sizes.repeats,
+            (sizes.pipeline / BATCH).max(1)
         )
         .unwrap();
         let (mut rows, mut steady_rows) = (0, 0);
@@ -1162,10 +1250,11 @@ impl Bench<'_> {
                 &'static str,
                 fn(&mut Bench<'_>, usize) -> BTreeMap<System, Run>,
             );
-            let scenarios: [Scenario; 4] = [
+            let scenarios: [Scenario; 5] = [
                 ("enqueue 1/call", |b, p| b.enqueue(p, 1)),
                 ("enqueue 100/call", |b, p| b.enqueue(p, 100)),
                 ("lease+ack cycle", |b, p| b.cycle(&System::ALL, p, 1_000)),
+                ("lease+ack, batches of 10", |b, p| b.batch_cycle(p)),
                 ("reclaim 10k expired", |b, p| b.reclaim(p)),
             ];
             for (name, scenario) in scenarios {
