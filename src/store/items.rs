@@ -150,9 +150,11 @@ impl Item {
         &self.raw()[HEADER..HEADER + read_len(self.raw(), ID_AT)]
     }
 
-    /// The id as a thin string: what an order's entry points at.
+    /// The id as a thin string: what an order's entry points at, taken
+    /// from the allocation's own pointer (not through a borrow of its
+    /// bytes, which a later write through `raw_mut` would outlive).
     fn id_ptr(&self) -> *const u8 {
-        self.raw()[ID_AT..].as_ptr()
+        self.0.bytes_ptr().wrapping_add(ID_AT)
     }
 
     /// The length of the entry of slot `slot` starting at `at`.
@@ -308,8 +310,15 @@ impl Item {
     ) -> [Option<Pointer<'o>>; ITEM_ORDERS.len()] {
         std::array::from_fn(|order| {
             let score = self.score(order)?;
-            orders[order].pointer(score, self.id_ptr())
+            // SAFETY: this item is live for the call.
+            unsafe { orders[order].pointer(score, self.id_ptr()) }
         })
+    }
+
+    /// Whether every order it has a score in holds its entry (the
+    /// invariant; active defrag leaves an item that breaks it where it is).
+    fn all_found(&self, pointers: &[Option<Pointer<'_>>; ITEM_ORDERS.len()]) -> bool {
+        (0..ITEM_ORDERS.len()).all(|order| self.score(order).is_none() || pointers[order].is_some())
     }
 
     fn cost(&self) -> usize {
@@ -355,7 +364,9 @@ impl Clone for Items {
                 .expect("an ordered item is in the table")
                 .id_ptr()
         };
-        let orders = std::array::from_fn(|order| {
+        // SAFETY: each pointer is an item of the copy's table, which the
+        // copy owns and re-points as the original does.
+        let orders = std::array::from_fn(|order| unsafe {
             Order::collect(
                 self.orders[order]
                     .iter()
@@ -409,7 +420,9 @@ impl Items {
                 if old == score_of(content) {
                     return 0;
                 }
-                orders[order].remove(old, item.id_ptr());
+                // SAFETY: the item is live; its entry goes back below.
+                let removed = unsafe { orders[order].remove(old, item.id_ptr()) };
+                debug_assert!(removed, "a score has its entry");
             }
             (Some(_), None) => {}
         }
@@ -419,7 +432,9 @@ impl Items {
             added += Items::rebuild(item, &change, orders);
         }
         if let Some(order) = order_of(slot) {
-            orders[order].insert(score_of(content), item.id_ptr());
+            // SAFETY: the item is in the table, which re-points the entry
+            // whenever the item moves and removes it before freeing it.
+            unsafe { orders[order].insert(score_of(content), item.id_ptr()) };
         }
         added
     }
@@ -444,7 +459,8 @@ impl Items {
         };
         let mut rebuild = false;
         for &(slot, value) in values {
-            debug_assert!(order_of(slot).is_none(), "a value, not a score");
+            // A score set here would move without its entry.
+            assert!(order_of(slot).is_none(), "a value, not a score");
             counts[slot] += usize::from(!item.has(slot));
             if !item.set_in_place(slot, value) {
                 slots[slot] = Some(value);
@@ -487,7 +503,8 @@ impl Items {
         let item = entry.get();
         for (order, slot) in (0..ITEM_ORDERS.len()).map(|o| (o, score_slot(o))) {
             if let Some(score) = slots[slot] {
-                self.orders[order].insert(score_of(score), item.id_ptr());
+                // SAFETY: as in `set`: the item is in the table.
+                unsafe { self.orders[order].insert(score_of(score), item.id_ptr()) };
             }
         }
         added as isize
@@ -502,7 +519,9 @@ impl Items {
         let old = item.content(slot)?;
         if let Some(order) = order_of(slot) {
             // The order's entry first: it points at the item.
-            self.orders[order].remove(score_of(old), item.id_ptr());
+            // SAFETY: the item is live until it leaves the table below.
+            let removed = unsafe { self.orders[order].remove(score_of(old), item.id_ptr()) };
+            debug_assert!(removed, "a score has its entry");
         }
         self.counts[slot] -= 1;
         let freed = slot_overhead(slot);
@@ -528,6 +547,9 @@ impl Items {
     /// Heap bytes held, counted afresh (the store keeps it as it goes).
     #[cfg(test)]
     fn cost(&self) -> usize {
+        for (order, entries) in self.orders.iter().enumerate() {
+            assert_eq!(self.counts[score_slot(order)], entries.len());
+        }
         let scores: usize = self.orders.iter().map(Order::len).sum();
         self.table.iter().map(Item::cost).sum::<usize>() + scores * ORDER_ENTRY_OVERHEAD
     }
@@ -544,7 +566,7 @@ impl Items {
         let orders = &self.orders;
         walk_buckets(&mut self.table, from, pace, |item| {
             let pointers = item.pointers(orders);
-            if item.0.relocate(mover) {
+            if item.all_found(&pointers) && item.0.relocate(mover) {
                 // Nothing read the entries between the move and here.
                 repoint(pointers, item);
             }

@@ -3,10 +3,12 @@
 //! test twin. Every operation does what the Redis command on the key it
 //! names does, so the core over either store has one semantics.
 //!
-//! A sorted set keeps a member map and a (score, member) order; a hash a
-//! field map (and, for the partition records, a fixed-seed hash order: the
-//! cursor of `hscan`, which survives changes as HSCAN's does). Maps use a
-//! per-process random hasher, since clients choose ids. Nothing a reply or
+//! The sorted sets and hashes of item ids are one table of items (each set
+//! an order of (score, item), see `items`); another sorted set keeps a
+//! member map and a (score, member) order; a hash a field map (and, for
+//! the partition records, a fixed-seed hash order: the cursor of `hscan`,
+//! which survives changes as HSCAN's does). Maps use a per-process random
+//! hasher, since clients choose ids. Nothing a reply or
 //! a write depends on is read in map order: `hfields` sorts, the encoding
 //! sorts, `hscan` walks the hash order.
 
@@ -215,8 +217,10 @@ impl MemoryStore {
     }
 
     /// Sets sorted set `key` to `entries` (a sorted set read whole, in
-    /// order), built in bulk (see [`Zset::from_entries`]); a set that
-    /// holds members already takes them one by one.
+    /// order): an empty set of its own is built in bulk (see
+    /// [`Zset::from_entries`]); an item order, or a set that holds members
+    /// already, takes them one by one (each an insert at the order's end
+    /// when they come in order, into items that kept room for a score).
     pub fn fill_zset(&mut self, key: ZsetKey, entries: Vec<(Thin, f64)>) {
         if order_slot(key).is_some() || !self.zsets[key.index()].is_empty() {
             for (member, score) in entries {

@@ -31,7 +31,6 @@ impl Ord for Score {
 /// length ([`Thin::with_key`]). The pointer is a `Cell` so an entry is
 /// re-pointed in place: the bytes it points at are equal before and
 /// after, so the B-tree's order never changes.
-#[derive(Clone)]
 struct MemberRef(Cell<*const u8>);
 
 impl MemberRef {
@@ -72,7 +71,16 @@ impl std::fmt::Debug for MemberRef {
 
 /// The (score, member) order of one sorted set. Its owner keeps one entry
 /// per member, pointing at the member's live thin string (see
-/// [`MemberRef`]); every `*const u8` taken or given is such a string.
+/// [`MemberRef`]).
+///
+/// # Safety
+///
+/// Every `*const u8` the unsafe methods take points at a live thin string
+/// (a [`Thin`]'s allocation, or a length and bytes laid out the same way):
+/// for the call when it is a lookup key, and until the entry is removed or
+/// re-pointed when it is stored. The owner removes an entry before freeing
+/// its member and re-points it (through [`Order::pointer`], looked up while
+/// the old place is live) when the member moves.
 #[derive(Default, Debug)]
 pub struct Order(BTreeSet<(Score, MemberRef)>);
 
@@ -84,19 +92,33 @@ impl Order {
         self.0.len()
     }
 
-    pub fn insert(&mut self, score: f64, member: *const u8) {
+    /// Adds the entry (`score`, the member at `member`).
+    ///
+    /// # Safety
+    ///
+    /// As the type's: `member` stays live until the entry is removed or
+    /// re-pointed.
+    pub unsafe fn insert(&mut self, score: f64, member: *const u8) {
         self.0.insert((Score(score), MemberRef::to(member)));
     }
 
     /// Removes the entry (`score`, the bytes at `member`); true when there
     /// was one.
-    pub fn remove(&mut self, score: f64, member: *const u8) -> bool {
+    ///
+    /// # Safety
+    ///
+    /// As the type's: `member` is live for the call.
+    pub unsafe fn remove(&mut self, score: f64, member: *const u8) -> bool {
         self.0.remove(&(Score(score), MemberRef::to(member)))
     }
 
     /// The pointer of entry (`score`, the bytes at `member`), to re-point
     /// once the member has moved (look it up while it has not).
-    pub fn pointer(&self, score: f64, member: *const u8) -> Option<Pointer<'_>> {
+    ///
+    /// # Safety
+    ///
+    /// As the type's: `member` is live for the call.
+    pub unsafe fn pointer(&self, score: f64, member: *const u8) -> Option<Pointer<'_>> {
         self.0
             .get(&(Score(score), MemberRef::to(member)))
             .map(|(_, entry)| &entry.0)
@@ -125,7 +147,11 @@ impl Order {
     /// The order of `entries` (score, member pointer): built leaf by leaf
     /// when they come in ascending (score, member) order with distinct
     /// members, as a sorted set read whole does; any order is still right.
-    pub fn collect(entries: impl IntoIterator<Item = (f64, *const u8)>) -> Order {
+    ///
+    /// # Safety
+    ///
+    /// As [`Order::insert`]'s, for every member.
+    pub unsafe fn collect(entries: impl IntoIterator<Item = (f64, *const u8)>) -> Order {
         // A B-tree collected sorts its entries (one pass over a sorted
         // run), then builds its nodes in bulk.
         Order(

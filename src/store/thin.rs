@@ -1,7 +1,8 @@
 //! A byte string behind one thin pointer: its length and its bytes in one
 //! allocation, so a table slot or a B-tree entry that holds or points at it
-//! takes 8 bytes instead of a slice's 16 (a sorted set's member is held by
-//! its map and pointed at by its order, once per queued item).
+//! takes 8 bytes instead of a slice's 16 (a sorted set's member, held by
+//! its map and pointed at by its order; an item, held by its table, whose
+//! id its orders point at).
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -73,6 +74,12 @@ impl Thin {
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: our own allocation, alive while `self` is.
         unsafe { Thin::bytes_at(self.as_ptr()) }
+    }
+
+    /// Where its bytes start, as a raw pointer of the allocation's own
+    /// (valid while it lives and has not moved).
+    pub fn bytes_ptr(&self) -> *const u8 {
+        self.0.as_ptr().wrapping_add(PREFIX)
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {

@@ -41,7 +41,7 @@ impl Clone for Zset {
             hasher: RandomState::new(),
             ordered: Order::default(),
         };
-        for (member, score) in self.iter() {
+        for (member, score) in self.ordered.iter() {
             copy.insert(member, score);
         }
         copy
@@ -74,15 +74,21 @@ impl Zset {
         let hash = self.hash_of(member);
         if let Some((stored, old)) = self.by_member.find_mut(hash, |(m, _)| m.bytes() == member) {
             if *old != score {
-                self.ordered.remove(*old, stored.as_ptr());
-                self.ordered.insert(score, stored.as_ptr());
+                // SAFETY: the table's own member, kept until it is removed
+                // (below, after its entry) or moved by defrag (re-pointed).
+                unsafe {
+                    let removed = self.ordered.remove(*old, stored.as_ptr());
+                    debug_assert!(removed, "a member has its entry");
+                    self.ordered.insert(score, stored.as_ptr());
+                }
                 *old = score;
             }
             return 0;
         }
         // The order points at the table's own member.
         let member = Thin::new(member);
-        self.ordered.insert(score, member.as_ptr());
+        // SAFETY: as above; the member goes into the table next.
+        unsafe { self.ordered.insert(score, member.as_ptr()) };
         let added = cost(member.bytes().len()) as isize;
         let hasher = &self.hasher;
         self.by_member
@@ -99,7 +105,9 @@ impl Zset {
             .ok()?;
         // The order's entry first: it points at the member removed next.
         let (stored, score) = entry.get();
-        self.ordered.remove(*score, stored.as_ptr());
+        // SAFETY: the member is live until `entry.remove()` below.
+        let removed = unsafe { self.ordered.remove(*score, stored.as_ptr()) };
+        debug_assert!(removed, "a member has its entry");
         entry.remove();
         Some(cost(member.len()))
     }
@@ -107,11 +115,6 @@ impl Zset {
     /// The (score, member) order.
     pub fn order(&self) -> &Order {
         &self.ordered
-    }
-
-    /// (member, score) in ascending (score, member) order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], f64)> {
-        self.ordered.iter()
     }
 
     /// Every member (for deleting the whole set).
@@ -136,7 +139,8 @@ impl Zset {
         walk_buckets(&mut self.by_member, from, pace, |(member, score)| {
             // The order's entry, found while it points at the member's live
             // bytes; none (the invariant broken) leaves it where it is.
-            if let Some(pointer) = ordered.pointer(*score, member.as_ptr()) {
+            // SAFETY: the member is live: it has not moved yet.
+            if let Some(pointer) = unsafe { ordered.pointer(*score, member.as_ptr()) } {
                 if member.relocate(mover) {
                     // Nothing read the entry between the move and here.
                     pointer.set(member.as_ptr());
@@ -174,7 +178,8 @@ impl Zset {
         let mut zset = Zset {
             by_member,
             hasher,
-            ordered: Order::collect(order),
+            // SAFETY: each pointer is a member the table now owns.
+            ordered: unsafe { Order::collect(order) },
         };
         for (member, score) in repeated {
             added = added.wrapping_add_signed(zset.insert(member.bytes(), score));
@@ -211,7 +216,7 @@ mod tests {
             drop(zset);
             let mut expected: Vec<(Vec<u8>, f64)> = model.into_iter().collect();
             expected.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-            let got: Vec<(Vec<u8>, f64)> = copy.iter().map(|(m, s)| (m.to_vec(), s)).collect();
+            let got: Vec<(Vec<u8>, f64)> = copy.order().iter().map(|(m, s)| (m.to_vec(), s)).collect();
             prop_assert_eq!(&got, &expected);
             prop_assert_eq!(copy.len(), expected.len());
             for (member, score) in &expected {
@@ -235,8 +240,8 @@ mod tests {
                 inserted.insert(member.bytes(), *score);
             }
             let (built, _) = Zset::from_entries(entries);
-            let got: Vec<(Vec<u8>, f64)> = built.iter().map(|(m, s)| (m.to_vec(), s)).collect();
-            let expected: Vec<(Vec<u8>, f64)> = inserted.iter().map(|(m, s)| (m.to_vec(), s)).collect();
+            let got: Vec<(Vec<u8>, f64)> = built.order().iter().map(|(m, s)| (m.to_vec(), s)).collect();
+            let expected: Vec<(Vec<u8>, f64)> = inserted.order().iter().map(|(m, s)| (m.to_vec(), s)).collect();
             prop_assert_eq!(&got, &expected);
             prop_assert_eq!(built.len(), inserted.len());
             for (member, score) in &expected {

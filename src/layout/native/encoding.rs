@@ -113,14 +113,16 @@ pub fn add_chunk(queue: &mut MemoryStore, chunk: &[u8]) -> Result<(), DecodeErro
     if given_twice {
         return Err(DecodeError("an entry is given twice"));
     }
-    for key in ZsetKey::ALL {
-        for (member, score) in added.zset_iter(key) {
-            queue.zadd(key, member, score);
-        }
-    }
+    // Values before scores: an item then grows once, into the room it
+    // keeps for a score.
     for key in HashKey::ALL {
         for (field, value) in added.hash_sorted(key) {
             queue.hset(key, field, &value);
+        }
+    }
+    for key in ZsetKey::ALL {
+        for (member, score) in added.zset_iter(key) {
+            queue.zadd(key, member, score);
         }
     }
     if let Some(value) = added.raw_current_virtual_time() {
