@@ -107,6 +107,17 @@ pub fn ack_pairs() -> RedisError {
     err("ERR ACK must be followed by one or more <id> <token> pairs, and be the last option".into())
 }
 
+pub fn ack_costs() -> RedisError {
+    err("ERR ACKCOST must be followed by one or more <id> <token> <cost> triples, and be the last option".into())
+}
+
+/// A reported cost is in the units of a weight, and bounded as one.
+pub fn cost() -> RedisError {
+    err(format!(
+        "ERR cost must be an integer between 1 and {MAX_WEIGHT}"
+    ))
+}
+
 pub fn exclusive(first: &str, second: &str) -> RedisError {
     err(format!("ERR {first} and {second} cannot be combined"))
 }

@@ -156,6 +156,7 @@ register!(
     enqueue::DEFER,
     lease::LEASE,
     lease::ACK,
+    lease::ACKCOST,
     lease::RENEW,
     lease::NACK,
     reclaim::RECLAIM,

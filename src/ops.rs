@@ -18,8 +18,8 @@ use crate::config::Replication;
 use crate::core::key_view::KeyView;
 use crate::core::partitions::Record;
 use crate::core::{
-    self, check, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest, Leased,
-    LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank, Stats,
+    self, check, Ack, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest,
+    Leased, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank, Stats,
 };
 use crate::layout::native::load_chunk;
 use crate::layout::open::{may_write_every_key, Caller, OpenError, Propagate};
@@ -150,7 +150,7 @@ pub fn lease(
     queue: &[u8],
     at: &Moment,
     ask: &LeaseAsk,
-    acks: &[(&[u8], &[u8])],
+    acks: &[Ack<'_>],
 ) -> Result<Granted, RedisError> {
     let now_ms = at.now_ms;
     let LeaseAsk {
@@ -177,7 +177,7 @@ pub fn lease(
         let mut args = apply(queue, now_ms, operation);
         if acked.contains(&true) {
             let took = acks.iter().zip(acked).filter(|(_, &took)| took);
-            args.ack_first(queue, took.map(|(&(id, token), _)| (id, token)));
+            args.ack_first(queue, took.map(|(ack, _)| ack));
         }
         args
     };
@@ -260,11 +260,17 @@ fn lease_drawing(
     Ok(outcome)
 }
 
-/// `VTRR.ACK`: the number of pairs whose token was current.
-pub fn ack(ctx: &Context, queue: &[u8], pairs: &[(&[u8], &[u8])]) -> Result<u64, RedisError> {
+/// `VTRR.ACK` and `VTRR.ACKCOST`: the number of leases whose token was
+/// current.
+pub fn ack(ctx: &Context, queue: &[u8], acks: &[Ack<'_>]) -> Result<u64, RedisError> {
+    let op = if acks.iter().any(|ack| ack.cost.is_some()) {
+        CoreOp::AckCost
+    } else {
+        CoreOp::Ack
+    };
     Call::client(ctx, queue).verbatim(
-        CoreOp::Ack,
-        |store, anomalies| Ok(core::ack(store, pairs, anomalies)),
+        op,
+        |store, anomalies| Ok(core::ack(store, acks, anomalies)),
         |&acked| Done::new(c"vtrr.ack").count(&info::ACKED, acked),
     )
 }

@@ -70,6 +70,28 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
         &["VTRR.ACK", "q", &id, &token, "", "t"],
         "ERR id must not be empty",
     );
+    case(&["VTRR.ACKCOST", "q", &id, &token], &arity("vtrr.ackcost"));
+    case(
+        &["VTRR.ACKCOST", "q", &id, &token, "2", &id],
+        &arity("vtrr.ackcost"),
+    );
+    let cost = "ERR cost must be an integer between 1 and 1000000000";
+    for bad in ["0", "-3", "1.5", "1000000001", "x"] {
+        case(&["VTRR.ACKCOST", "q", &id, &token, bad], cost);
+        // A bad cost in a later triple refuses the first one's ack too.
+        case(
+            &["VTRR.ACKCOST", "q", &id, &token, "2", &id, &token, bad],
+            cost,
+        );
+        case(
+            &["VTRR.LEASE", "q", "100", "ACKCOST", &id, &token, bad],
+            cost,
+        );
+    }
+    case(
+        &["VTRR.LEASE", "q", "100", "ACKCOST", &id, &token],
+        "ERR ACKCOST must be followed by one or more <id> <token> <cost> triples, and be the last option",
+    );
     case(&["VTRR.RENEW", "q", &id, &token], &arity("vtrr.renew"));
     case(&["VTRR.RENEW", "q", &id, &token, "-5"], lease_ms);
     case(
@@ -172,6 +194,7 @@ fn commands_declare_arity_flags_and_key_position() {
         ),
         ("vtrr.lease", -3, vec!["write", "module", "fast"]),
         ("vtrr.ack", -4, vec!["write", "module", "fast"]),
+        ("vtrr.ackcost", -5, vec!["write", "module", "fast"]),
         ("vtrr.renew", 5, vec!["write", "module", "fast"]),
         ("vtrr.reclaim", -2, vec!["write", "module"]),
         ("vtrr.stats", 2, vec!["readonly", "module", "fast"]),

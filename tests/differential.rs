@@ -86,14 +86,30 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
             // Settling a lease in the same call (ACK is the last option).
             if rng.chance(40) {
                 if let Some((id, pair)) = leased(rng) {
-                    words.extend(["ACK".into(), id.clone(), "{t}".into()]);
+                    if rng.chance(50) {
+                        words.extend(["ACK".into(), id.clone(), "{t}".into()]);
+                    } else {
+                        words.extend(["ACKCOST".into(), id.clone(), "{t}".into()]);
+                        words.push(pick(rng, &["1", "3", "40"]).into());
+                    }
                     token_of = Some((id, pair));
                 }
             }
         }
         8 | 9 => {
             if let Some((id, pair)) = leased(rng) {
-                words.extend(["VTRR.ACK".into(), "{q}".into(), id.clone(), "{t}".into()]);
+                if rng.chance(50) {
+                    words.extend(["VTRR.ACK".into(), "{q}".into(), id.clone(), "{t}".into()]);
+                } else {
+                    // A cost below, at or above the weights enqueued (1..=3).
+                    words.extend([
+                        "VTRR.ACKCOST".into(),
+                        "{q}".into(),
+                        id.clone(),
+                        "{t}".into(),
+                    ]);
+                    words.push(pick(rng, &["1", "3", "40"]).into());
+                }
                 token_of = Some((id, pair));
             } else {
                 words.extend(["VTRR.ACK".into(), "{q}".into(), id, "0".repeat(32)]);

@@ -217,6 +217,8 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
             "x2",
             token,
         ],
+        vec!["VTRR.ACKCOST", q, id, token, "5", id, token, "1"],
+        vec!["VTRR.LEASE", q, "60000", "ACKCOST", id, token, "3"],
         vec!["VTRR.RENEW", q, id, token, "60000"],
         vec!["VTRR.NACK", q, id, token, "DELAY", "10"],
         vec!["VTRR.NACK", q, id, token, "DEAD"],
@@ -459,11 +461,12 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Every command the fuzz calls.
-const FUZZED: [&str; 18] = [
+const FUZZED: [&str; 19] = [
     "VTRR.ENQUEUE",
     "VTRR.DEFER",
     "VTRR.LEASE",
     "VTRR.ACK",
+    "VTRR.ACKCOST",
     "VTRR.RENEW",
     "VTRR.NACK",
     "VTRR.RECLAIM",
@@ -483,7 +486,7 @@ const FUZZED: [&str; 18] = [
 /// The commands of shaped calls, weighted so items keep flowing: enough
 /// enqueues and leases to nack, enough deaths to revive, and caps and
 /// pauses that come and go.
-const SHAPED_MIX: [&str; 28] = [
+const SHAPED_MIX: [&str; 29] = [
     "VTRR.ENQUEUE",
     "VTRR.ENQUEUE",
     "VTRR.ENQUEUE",
@@ -497,6 +500,7 @@ const SHAPED_MIX: [&str; 28] = [
     "VTRR.NACK",
     "VTRR.NACK",
     "VTRR.ACK",
+    "VTRR.ACKCOST",
     "VTRR.RENEW",
     "VTRR.RECLAIM",
     "VTRR.STATS",
@@ -578,6 +582,12 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
         "VTRR.ACK" => {
             for _ in 0..1 + rng.below(2) {
                 args.extend(lease_pair(rng, leases));
+            }
+        }
+        "VTRR.ACKCOST" => {
+            for _ in 0..1 + rng.below(2) {
+                args.extend(lease_pair(rng, leases));
+                args.push(one_of(rng, &["1", "7", "1000000000"]));
             }
         }
         "VTRR.RENEW" => {

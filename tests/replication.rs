@@ -79,16 +79,20 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
             }
             3 | 4 => {
                 if let Some(token) = key_hget(con, queue, "lease", &id) {
-                    let command = if rng.chance(70) {
-                        "VTRR.ACK"
-                    } else {
-                        "VTRR.RENEW"
+                    let command = match rng.below(10) {
+                        0..=3 => "VTRR.ACK",
+                        4..=6 => "VTRR.ACKCOST",
+                        _ => "VTRR.RENEW",
                     };
                     let mut cmd = redis::cmd(command);
                     cmd.arg(queue).arg(&id).arg(token);
-                    if command == "VTRR.RENEW" {
-                        cmd.arg(1 + rng.below(30));
-                    }
+                    match command {
+                        "VTRR.RENEW" => cmd.arg(1 + rng.below(30)),
+                        // Below, at and above the weights (1..=3): charges
+                        // that move held items, heads and parkings.
+                        "VTRR.ACKCOST" => cmd.arg(1 + rng.below(12)),
+                        _ => &mut cmd,
+                    };
                     let _: i64 = cmd.query(con).unwrap();
                 }
             }

@@ -41,6 +41,7 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
         ("VTRR.ENQUEUE", vec!["other", "p", "x", "1", "X"]),
         ("VTRR.LEASE", vec!["other", "1000"]),
         ("VTRR.ACK", vec!["other", "o", "t"]),
+        ("VTRR.ACKCOST", vec!["other", "o", "t", "2"]),
         ("VTRR.RENEW", vec!["other", "o", "t", "1000"]),
         ("VTRR.RECLAIM", vec!["other"]),
         ("VTRR.STATS", vec!["other"]),

@@ -1526,3 +1526,65 @@ fn the_timer_finishes_a_parking_longer_than_one_call_with_no_traffic() {
     assert_eq!(among_first(&leases, 6, "small"), 3);
     assert_invariants(&mut con, "q");
 }
+
+/// `VTRR.LEASE <queue> 60000 [ACKCOST <id> <token> <cost>]`, as a worker
+/// that reports each job's cost with its next lease: the lease, if any.
+fn lease_reporting(
+    con: &mut Connection,
+    queue: &str,
+    done: Option<(&Lease, u64)>,
+) -> Option<Lease> {
+    let mut cmd = redis::cmd("VTRR.LEASE");
+    cmd.arg(queue).arg(60_000);
+    let Some(((id, _, token, _), cost)) = done else {
+        return cmd.query(con).unwrap();
+    };
+    cmd.arg("ACKCOST").arg(id).arg(token).arg(cost);
+    let (acked, lease): (Vec<i64>, Option<Lease>) = cmd.query(con).unwrap();
+    assert_eq!(acked, [1]);
+    lease
+}
+
+#[test]
+fn a_partition_reporting_ten_times_its_weight_gets_a_tenth_of_the_service_across_a_reload() {
+    let server = Server::builder()
+        .args(&["--enable-debug-command", "yes"])
+        .spawn();
+    let mut con = server.connect();
+    enqueue_many(&mut con, "costs", "heavy", 0..1000, 1);
+    enqueue_many(&mut con, "costs", "light", 0..3000, 1);
+    let mut served: Vec<String> = Vec::new();
+    let mut last: Option<Lease> = None;
+    for round in 0..1200 {
+        if round == 600 {
+            // Charges owed, offsets and heads survive a save and a load.
+            let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+        }
+        let done = last.as_ref().map(|lease| {
+            let cost = if partition_of(&lease.0) == "heavy" {
+                10
+            } else {
+                1
+            };
+            (lease, cost)
+        });
+        last = lease_reporting(&mut con, "costs", done);
+        let lease = last.as_ref().expect("both partitions stay backlogged");
+        served.push(partition_of(&lease.0));
+    }
+    // Ten light jobs for each heavy one over the run (heavy's items queued
+    // before its first charge are served at their places while its backlog
+    // is parked, what they cost owed and paid by its backlog after).
+    let heavy = served.iter().filter(|p| *p == "heavy").count();
+    let light = served.len() - heavy;
+    let ratio = light as f64 / heavy as f64;
+    assert!(
+        (9.0..=11.0).contains(&ratio),
+        "light {light}, heavy {heavy}"
+    );
+    let problems: Vec<Value> = redis::cmd("VTRR.CHECK")
+        .arg("costs")
+        .query(&mut con)
+        .unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+}

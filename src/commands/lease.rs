@@ -1,9 +1,10 @@
-//! The lease family: `VTRR.LEASE`, `VTRR.ACK`, `VTRR.RENEW`, `VTRR.NACK`.
+//! The lease family: `VTRR.LEASE`, `VTRR.ACK`, `VTRR.ACKCOST`, `VTRR.RENEW`,
+//! `VTRR.NACK`.
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, id, queue_name, Command};
-use crate::core::{Leased, Nack, Nacked};
+use crate::core::{Ack, Leased, Nack, Nacked};
 use crate::server::blocking::{block_on_key, Waiter};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::store::keys::{key_name, QueueKey};
@@ -14,7 +15,7 @@ pub const LEASE: Command = Command {
         name: "vtrr.lease",
         flags: "write fast",
         arity: -3,
-        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; ACK first finishes leases; BLOCK waits for one",
+        summary: "Leases the items with the lowest virtual time, after reclaiming expired leases; ACK (or ACKCOST) first finishes leases; BLOCK waits for one",
         complexity: "O(log N) per item leased and per pair acked, plus at most vtrr.reclaim-batch due items",
         key_flags: KEY_WRITE,
     },
@@ -31,6 +32,18 @@ pub const ACK: Command = Command {
         key_flags: KEY_WRITE,
     },
     handler: ack,
+};
+
+pub const ACKCOST: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.ackcost",
+        flags: "write fast",
+        arity: -5,
+        summary: "Finishes leased items whose lease token is current, charging each one's partition the cost its worker reports instead of its weight",
+        complexity: "O(log N) per item",
+        key_flags: KEY_WRITE,
+    },
+    handler: ackcost,
 };
 
 pub const NACK: Command = Command {
@@ -66,19 +79,17 @@ struct LeaseArgs {
     count: Option<usize>,
     /// WITHCOUNTERS: each lease reply carries the nack count too.
     with_counters: bool,
-    /// With ACK: whether each pair finished its item, replied first.
+    /// With ACK or ACKCOST: whether each lease it names finished its item,
+    /// replied first.
     acked: Option<Vec<bool>>,
 }
 
-/// The (id, token) pairs of a `VTRR.LEASE ... ACK`.
-type AckPairs<'a> = Vec<(&'a [u8], &'a [u8])>;
-
-/// Parses `VTRR.LEASE`; then the BLOCK timeout, if any, and the pairs
-/// ACK names.
+/// Parses `VTRR.LEASE`; then the BLOCK timeout, if any, and the leases
+/// ACK or ACKCOST names.
 fn parse_lease<'a>(
     ctx: &Context,
     argv: &'a [RedisString],
-) -> Result<(LeaseArgs, Option<i64>, AckPairs<'a>), RedisError> {
+) -> Result<(LeaseArgs, Option<i64>, Vec<Ack<'a>>), RedisError> {
     check_arity(argv, &LEASE)?;
     let queue = queue_name(ctx, &argv[1])?.to_vec();
     let lease_ms = args::lease_ms(&argv[2])?;
@@ -103,13 +114,8 @@ fn parse_lease<'a>(
                 )?)
             }
             "WITHCOUNTERS" => with_counters = true,
-            "ACK" => {
-                let pairs = options.rest();
-                if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
-                    return Err(error::ack_pairs());
-                }
-                acks = Some(id_token_pairs(pairs)?);
-            }
+            "ACK" => acks = Some(id_token_pairs(options.rest()).ok_or_else(error::ack_pairs)??),
+            "ACKCOST" => acks = Some(id_token_costs(options.rest()).ok_or_else(error::ack_costs)??),
             _ => return Err(error::syntax()),
         }
     }
@@ -126,11 +132,36 @@ fn parse_lease<'a>(
     ))
 }
 
-/// `<id> <token> ...` as pairs, every id checked.
-fn id_token_pairs(argv: &[RedisString]) -> Result<AckPairs<'_>, RedisError> {
-    argv.chunks_exact(2)
-        .map(|pair| Ok((id(&pair[0])?, pair[1].as_slice())))
-        .collect()
+/// `<id> <token> ...` as plain acks, every id checked; None when they are
+/// not one or more pairs.
+fn id_token_pairs(argv: &[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisError>> {
+    if argv.is_empty() || !argv.len().is_multiple_of(2) {
+        return None;
+    }
+    Some(
+        argv.chunks_exact(2)
+            .map(|pair| Ok(Ack::pair(id(&pair[0])?, pair[1].as_slice())))
+            .collect(),
+    )
+}
+
+/// `<id> <token> <cost> ...` as acks with costs, every id and cost
+/// checked; None when they are not one or more triples.
+fn id_token_costs(argv: &[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisError>> {
+    if argv.is_empty() || !argv.len().is_multiple_of(3) {
+        return None;
+    }
+    Some(
+        argv.chunks_exact(3)
+            .map(|triple| {
+                Ok(Ack {
+                    id: id(&triple[0])?,
+                    token: triple[1].as_slice(),
+                    cost: Some(args::cost(&triple[2])?),
+                })
+            })
+            .collect(),
+    )
 }
 
 fn lease_reply(leased: Leased) -> RedisValue {
@@ -153,11 +184,7 @@ fn nothing(request: &LeaseArgs) -> RedisValue {
 
 /// Finishes the leases of `acks`, reclaims, then leases now: whether each
 /// ack took, and no leases when nothing is queued.
-fn grant(
-    ctx: &Context,
-    request: &LeaseArgs,
-    acks: &[(&[u8], &[u8])],
-) -> Result<ops::Granted, RedisError> {
+fn grant(ctx: &Context, request: &LeaseArgs, acks: &[Ack<'_>]) -> Result<ops::Granted, RedisError> {
     let ask = ops::LeaseAsk {
         lease_ms: request.lease_ms,
         count: request.count.unwrap_or(1),
@@ -200,7 +227,7 @@ fn serve_blocked(ctx: &Context, request: &LeaseArgs) -> Option<RedisResult> {
     }
 }
 
-/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS] [ACK <id> <token> ...]
+/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS] [ACK <id> <token> ... | ACKCOST <id> <token> <cost> ...]
 fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let (mut request, block, acks) = parse_lease(ctx, &argv)?;
     let granted = grant(ctx, &request, &acks)?;
@@ -235,12 +262,24 @@ fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 /// VTRR.ACK <name> <id> <token> [<id> <token> ...]
 fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &ACK)?;
-    if !argv.len().is_multiple_of(2) {
-        return Err(RedisError::WrongArity);
-    }
+    let acks = id_token_pairs(&argv[2..]).ok_or(RedisError::WrongArity)?;
     let queue = queue_name(ctx, &argv[1])?;
-    let pairs = id_token_pairs(&argv[2..])?;
-    let acked = ops::ack(ctx, queue, &pairs)?;
+    let acks = acks?;
+    let acked = ops::ack(ctx, queue, &acks)?;
+    Ok(RedisValue::Integer(acked as i64))
+}
+
+/// VTRR.ACKCOST <name> <id> <token> <cost> [<id> <token> <cost> ...]
+///
+/// A command of its own rather than a `COST` option of VTRR.ACK: ACK's
+/// repeated pairs take any bytes as ids and tokens, so no keyword among
+/// them could be told from an id.
+fn ackcost(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &ACKCOST)?;
+    let acks = id_token_costs(&argv[2..]).ok_or(RedisError::WrongArity)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let acks = acks?;
+    let acked = ops::ack(ctx, queue, &acks)?;
     Ok(RedisValue::Integer(acked as i64))
 }
 

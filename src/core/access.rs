@@ -14,6 +14,8 @@ pub enum CoreOp {
     Defer,
     Lease,
     Ack,
+    /// `VTRR.ACKCOST`: an ACK whose charges move a partition's items.
+    AckCost,
     Renew,
     Nack,
     Reclaim,
@@ -112,6 +114,31 @@ const ACK: &[QueueKey] = &[
     QueueKey::Policy,
 ];
 
+/// An ACK, and what a charge moves (`admission::shift`): the partition's
+/// held items, head and next virtual time, the parking it starts, and the
+/// current virtual time a refund stops at.
+const ACK_COST: &[QueueKey] = &[
+    QueueKey::Inflight,
+    QueueKey::InflightTask,
+    QueueKey::Lease,
+    QueueKey::Meta,
+    QueueKey::Timeouts,
+    QueueKey::Nacks,
+    QueueKey::Queue,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Parking,
+    QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
+    QueueKey::Policy,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::CurrentVirtualTime,
+];
+
 const RENEW: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Lease];
 
 /// What a change of a partition's settings (or the default cap) may touch:
@@ -207,6 +234,7 @@ impl CoreOp {
             CoreOp::Enqueue => ENQUEUE,
             CoreOp::Defer => DEFER,
             CoreOp::Ack => ACK,
+            CoreOp::AckCost => ACK_COST,
             CoreOp::Renew => RENEW,
             CoreOp::Lease
             | CoreOp::Nack
@@ -265,6 +293,7 @@ impl CoreOp {
             CoreOp::Defer => "defer",
             CoreOp::Lease => "lease",
             CoreOp::Ack => "ack",
+            CoreOp::AckCost => "ack (with costs)",
             CoreOp::Renew => "renew",
             CoreOp::Nack => "nack",
             CoreOp::Reclaim => "reclaim",
@@ -385,7 +414,7 @@ mod tests {
         };
         let acked = ack(
             &mut store.scoped(CoreOp::Ack),
-            &[(&first.id, &first.token)],
+            &[Ack::pair(&first.id, &first.token)],
             &mut anomalies,
         );
         assert_eq!(acked, 1);

@@ -2,7 +2,7 @@
 //! LEASE pops, and which wait in `held`, where it never looks.
 //!
 //! The head rule: a partition under control (a cap, the queue's default
-//! cap, a pause, or items still held) keeps at most one item, its *head*,
+//! cap, a pause, items still held, or a charge owed) keeps at most one item, its *head*,
 //! in `queue`, and only while it may be served; the rest wait in `held`.
 //! A partition that was never under control keeps all its items in
 //! `queue`, exactly as the Lua scripts do.
@@ -13,8 +13,9 @@
 //! record). Meanwhile they are served at their own times when the
 //! partition may be served, and parked when LEASE meets them otherwise; a
 //! rejoin (RESUME, a raised cap) waits until they are all held, and the
-//! partition with it. So no item in `queue` ever owes a rejoin's shift: a
-//! rejoin moves the whole backlog in O(1), by the record's `offset`.
+//! partition with it, and so does a charge (a reported cost, [`shift`]).
+//! So no item in `queue` ever owes a rejoin's or a charge's shift: either
+//! moves the whole backlog in O(1), by the record's `offset`.
 //!
 //! Every change goes through a [`Partition`] opened here and written back
 //! by [`close`], which settles it first: promotes the next held item when
@@ -274,6 +275,66 @@ fn finish_parking(store: &mut impl Store, partition: &mut Partition) {
     if owed {
         rejoin(store, partition);
     }
+    let charged = std::mem::take(&mut partition.record.owed);
+    shift_held(store, partition, charged);
+}
+
+/// Moves the partition's queued items and its next virtual time `by` later
+/// (earlier when negative): a charge (`charge`). At once when its queued
+/// items are all held or its head, in O(log N) (the offset, the head's
+/// score); otherwise its items in `queue` are parked first (a bounded walk,
+/// as when it comes under control) and the move is owed until they are
+/// all held, so its items keep their order.
+pub fn shift(store: &mut impl Store, partition: &mut Partition, by: i64) {
+    if by == 0 {
+        return;
+    }
+    if partition.record.parking != Parking::Done {
+        // Its walk goes on from where it is (starting it again would
+        // restart it from the front at every charge).
+        partition.record.owed = partition.record.owed.saturating_add(by);
+        return;
+    }
+    if partition.record.in_queue() > 0 {
+        partition.record.owed = partition.record.owed.saturating_add(by);
+        park_from_start(store, partition);
+        return;
+    }
+    shift_held(store, partition, by);
+}
+
+/// [`shift`] of a partition whose queued items are all held or its head.
+/// Moved earlier, its first item stops at the current virtual time + 1:
+/// a refund brings a partition to the front, never before it.
+fn shift_held(store: &mut impl Store, partition: &mut Partition, by: i64) {
+    let head = partition
+        .record
+        .head
+        .as_ref()
+        .and_then(|head| Some((head.clone(), store.zscore(ZsetKey::Queue, head)? as i64)));
+    let first_held = held::first(store, &partition.name, partition.record.offset).map(|(at, _)| at);
+    let first = match (&head, first_held) {
+        (Some((_, at)), Some(held)) => Some((*at).min(held)),
+        (Some((_, at)), None) => Some(*at),
+        (None, held) => held,
+    };
+    let by = match first {
+        Some(first) if by < 0 => match read_current_virtual_time(store) {
+            Ok(current) => by.max(current.saturating_add(1).saturating_sub(first).min(0)),
+            Err(_) => 0, // no time to stop at: no refund
+        },
+        _ => by,
+    };
+    if by == 0 {
+        return;
+    }
+    if first_held.is_some() {
+        partition.record.offset = partition.record.offset.saturating_add(by);
+    }
+    if let Some((head, at)) = head {
+        store.zadd(ZsetKey::Queue, &head, at.saturating_add(by) as f64);
+    }
+    move_next(store, &partition.name, by, None);
 }
 
 /// Parks the items in `queue` of the partitions whose parking is under way
@@ -366,12 +427,25 @@ fn park_own(
             continue;
         };
         // A head is in `queue` by the rule, not left over.
+        // (Not one the walk already moved: a head parked below.)
         if owner.record.parking != Parking::Done
             && owner.record.head.as_deref() != Some(id.as_slice())
+            && store.zrem(ZsetKey::Queue, &id)
         {
-            store.zrem(ZsetKey::Queue, &id);
             hold_item(store, owner, &id, score as i64);
             outcome.parked += 1;
+            // A head chosen while the walk was under way (a new item of a
+            // partition that came under control) may come after what the
+            // walk finds: it goes back to `held`, and the lowest is
+            // admitted when the partition settles.
+            let head_after = owner.record.head.as_ref().is_some_and(|head| {
+                store
+                    .zscore(ZsetKey::Queue, head)
+                    .is_some_and(|at| at > score)
+            });
+            if head_after {
+                park_head(store, owner);
+            }
         }
         match other {
             Some(other) => {

@@ -6,9 +6,9 @@ use super::dead::bury_without_payload;
 use super::due::due_at;
 use super::meta::{self, partition_of};
 use super::partitions::{read_default_cap, State};
-use super::types::{Anomaly, CoreError, Due, Leased};
+use super::types::{Ack, Anomaly, CoreError, Due, Leased};
 use super::virtual_time::{parse_current_virtual_time, Placing};
-use super::{counters, leased};
+use super::{charge, counters, leased};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// What `VTRR.LEASE` asks for.
@@ -137,38 +137,42 @@ pub fn lease(
     Ok(outcome)
 }
 
-/// `VTRR.ACK`: finishes each (id, token) pair whose token is current. The
-/// slot each frees lets its partition's next held item into `queue`. The
+/// `VTRR.ACK` and `VTRR.ACKCOST`: finishes each lease whose token is
+/// current. The slot each frees lets its partition's next held item into
+/// `queue`; a reported cost is charged to its partition (`charge`). The
 /// number finished.
-pub fn ack(store: &mut impl Store, pairs: &[(&[u8], &[u8])], anomalies: &mut Vec<Anomaly>) -> u64 {
-    let acked = ack_each(store, pairs, anomalies);
+pub fn ack(store: &mut impl Store, acks: &[Ack<'_>], anomalies: &mut Vec<Anomaly>) -> u64 {
+    let acked = ack_each(store, acks, anomalies);
     acked.iter().filter(|&&took| took).count() as u64
 }
 
-/// [`ack`], telling for each pair, in order, whether it finished its item
+/// [`ack`], telling for each lease, in order, whether it finished its item
 /// (`VTRR.LEASE ... ACK` replies it: a lost lease among the acks is
 /// reported, not an error).
 pub fn ack_each(
     store: &mut impl Store,
-    pairs: &[(&[u8], &[u8])],
+    acks: &[Ack<'_>],
     anomalies: &mut Vec<Anomaly>,
 ) -> Vec<bool> {
-    let mut acked = Vec::with_capacity(pairs.len());
+    let mut acked = Vec::with_capacity(acks.len());
     let mut default_cap = None;
-    for (id, token) in pairs {
-        let took = leased::holds(store, id, token);
+    for ack in acks {
+        let took = leased::holds(store, ack.id, ack.token);
         acked.push(took);
         if !took {
             continue;
         }
         let default_cap = *default_cap.get_or_insert_with(|| read_default_cap(store, anomalies));
-        let name = partition_of(store, id);
-        let mut partition = admission::open(store, &name, default_cap, anomalies);
+        let meta = meta::read(store, ack.id);
+        let mut partition = admission::open(store, &meta.partition, default_cap, anomalies);
         partition.record.leave(State::Leased);
         partition.record.totals.acked += 1;
+        if let Some(cost) = ack.cost {
+            charge::charge(store, &mut partition, meta.weight, cost);
+        }
         admission::close(store, partition);
-        leased::end(store, id);
-        meta::forget(store, id);
+        leased::end(store, ack.id);
+        meta::forget(store, ack.id);
     }
     acked
 }

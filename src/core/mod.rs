@@ -11,7 +11,8 @@
 //!   RESUME, PARTITIONS, RECOUNT), stats, check
 //! - due (what falls due: the step LEASE and the timer run first), delay,
 //!   reclaim
-//! - scoring (where an item enters the queue)
+//! - charge (a reported cost charged to a partition), scoring (where an
+//!   item enters the queue)
 //! - admission (the head rule, settling, parking), leased (a lease's state)
 //! - ranks (the rankings of partitions and the queue's totals, kept from
 //!   each record change)
@@ -21,6 +22,7 @@
 
 pub mod access;
 mod admission;
+mod charge;
 pub mod check;
 mod controls;
 pub mod convert;
@@ -63,7 +65,7 @@ pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME}
 pub use ranks::Rank;
 pub use reclaim::reclaim;
 pub use stats::{stats, Stats};
-pub use types::{Anomaly, CoreError, Due, Leased, NewItem};
+pub use types::{Ack, Anomaly, CoreError, Due, Leased, NewItem};
 pub use virtual_time::read_current_virtual_time;
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ impl Record {
             || self.held > 0
             || self.head.is_some()
             || self.parking != Parking::Done
+            || self.owed != 0
     }
 
     /// Its queued items still in `queue`, its head aside.

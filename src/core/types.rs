@@ -110,6 +110,27 @@ pub struct NewItem<'a> {
     pub payload: &'a [u8],
 }
 
+/// One lease a worker finishes (`VTRR.ACK`, `VTRR.ACKCOST`): fenced by its
+/// token, and, when the worker reported one, the cost the item turned out
+/// to have, in the units of its weight (see `charge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack<'a> {
+    pub id: &'a [u8],
+    pub token: &'a [u8],
+    pub cost: Option<u64>,
+}
+
+impl<'a> Ack<'a> {
+    /// A plain ACK's (id, token) pair: its partition keeps the weight.
+    pub fn pair(id: &'a [u8], token: &'a [u8]) -> Self {
+        Ack {
+            id,
+            token,
+            cost: None,
+        }
+    }
+}
+
 /// One granted lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Leased {

@@ -10,6 +10,7 @@ use std::io::Write as _;
 use redis_module::{raw, Context};
 use smallvec::SmallVec;
 
+use crate::core::Ack;
 use crate::server::api::api;
 use crate::server::strings::OwnedString;
 
@@ -105,13 +106,15 @@ pub fn replicate_verbatim(ctx: &Context) {
 }
 
 /// The arguments of one `VTRR.APPLY`, each copied once, straight into the
-/// string the server propagates; and those of the `VTRR.ACK` that goes
-/// first, when the call settled leases before it leased (`VTRR.LEASE ...
-/// ACK`: an ACK is deterministic, so replicas redo it as itself).
+/// string the server propagates; and those of the `VTRR.ACK` (or
+/// `VTRR.ACKCOST`) that goes first, when the call settled leases before it
+/// leased (`VTRR.LEASE ... ACK`: an ACK is deterministic, so replicas redo
+/// it as itself).
 #[derive(Default)]
 pub struct ApplyArgs {
     args: SmallVec<[OwnedString; 12]>,
     ack_first: Vec<OwnedString>,
+    ack_costs: bool,
 }
 
 impl ApplyArgs {
@@ -119,16 +122,20 @@ impl ApplyArgs {
         self.args.push(OwnedString::new(arg));
     }
 
-    /// `VTRR.ACK <queue> <id> <token> ...` of `pairs`, propagated first.
-    pub fn ack_first<'a>(
-        &mut self,
-        queue: &[u8],
-        pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-    ) {
+    /// `VTRR.ACK <queue> <id> <token> ...` of `acks`, propagated first;
+    /// `VTRR.ACKCOST <queue> <id> <token> <cost> ...` when they carry costs
+    /// (one call's acks all do or all do not).
+    pub fn ack_first<'a>(&mut self, queue: &[u8], acks: impl Iterator<Item = &'a Ack<'a>>) {
         self.ack_first.push(OwnedString::new(queue));
-        for (id, token) in pairs {
-            self.ack_first.push(OwnedString::new(id));
-            self.ack_first.push(OwnedString::new(token));
+        let mut digits = itoa::Buffer::new();
+        for ack in acks {
+            self.ack_first.push(OwnedString::new(ack.id));
+            self.ack_first.push(OwnedString::new(ack.token));
+            if let Some(cost) = ack.cost {
+                self.ack_costs = true;
+                self.ack_first
+                    .push(OwnedString::new(digits.format(cost).as_bytes()));
+            }
         }
     }
 }
@@ -137,7 +144,12 @@ impl ApplyArgs {
 /// (the server wraps the two in MULTI/EXEC).
 pub fn replicate_apply(ctx: &Context, args: &ApplyArgs) {
     if !args.ack_first.is_empty() {
-        replicate(ctx, c"VTRR.ACK", &args.ack_first);
+        let command = if args.ack_costs {
+            c"VTRR.ACKCOST"
+        } else {
+            c"VTRR.ACK"
+        };
+        replicate(ctx, command, &args.ack_first);
     }
     replicate(ctx, c"VTRR.APPLY", &args.args);
 }

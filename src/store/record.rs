@@ -89,6 +89,10 @@ pub struct Record {
     /// The weights of its queued items cancelled (`dead::cancel`); given
     /// back to its virtual time when it has nothing queued.
     pub gap: u64,
+    /// Virtual time charged (reported cost over declared weight, see
+    /// `core::charge`) and not yet applied to its queued items: they are
+    /// being parked, and move once all of them are held.
+    pub owed: i64,
     pub parking: Parking,
     /// The id this partition has in `queue` while under control.
     pub head: Option<Vec<u8>>,
@@ -124,6 +128,7 @@ impl Default for Record {
             carry: 0,
             offset: 0,
             gap: 0,
+            owed: 0,
             parking: Parking::Done,
             head: None,
             waiting_since: None,
@@ -144,12 +149,18 @@ const SINCE_RANKINGS: &[u8] = b"t";
 /// ranked wait as the first total.
 const SINCE_AGED_WAITS: &[u8] = b"u";
 
+/// Marks records that carry a charge owed (after the ranked queued count):
+/// written only then, so a queue that reports no costs keeps `u` records,
+/// and a version that knows only `u` refuses a `w` one.
+const SINCE_COSTS: &[u8] = b"w";
+
 impl Record {
     /// `<queued> <held> <leased> <delayed> <dead>`, then, only when any
     /// differs from its default, `<cap|-> <share> <paused> <carry> <offset>
     /// <gap> <parking> u <waiting-since|-> <ranked-since|-> <enqueued>
     /// <leased> <acked> <nacked> <dead> <expired> <ranked-queued>[ <head
-    /// id>]` (the head id, any bytes, comes last). The first rankings wrote
+    /// id>]` (the head id, any bytes, comes last); with a charge owed, `w`
+    /// in place of `u` and `<owed>` after `<ranked-queued>`. The first rankings wrote
     /// `t` and no `ranked-since`; earlier versions `0` for `t` and nothing
     /// up to the head.
     /// Written on every change of a partition's counts, so it is short in
@@ -168,6 +179,7 @@ impl Record {
             || self.carry != 0
             || self.offset != 0
             || self.gap != 0
+            || self.owed != 0
             || self.parking != Parking::Done
             || self.head.is_some()
             || self.waiting_since.is_some()
@@ -189,7 +201,11 @@ impl Record {
                 Parking::RejoinOwed => 2,
             };
             push(&mut out, digits.format(parking));
-            out.extend_from_slice(SINCE_AGED_WAITS);
+            out.extend_from_slice(if self.owed == 0 {
+                SINCE_AGED_WAITS
+            } else {
+                SINCE_COSTS
+            });
             out.push(b' ');
             for since in [self.waiting_since, self.ranked_since] {
                 match since {
@@ -201,6 +217,9 @@ impl Record {
                 push(&mut out, digits.format(count));
             }
             push(&mut out, digits.format(self.ranked_queued));
+            if self.owed != 0 {
+                push(&mut out, digits.format(self.owed));
+            }
             if let Some(head) = &self.head {
                 out.extend_from_slice(head);
                 return out;
@@ -258,7 +277,7 @@ impl Record {
         record.gap = number(fields.next())?;
         let parking: i64 = number(fields.next())?;
         let slot = fields.next()?;
-        if slot == SINCE_AGED_WAITS || slot == SINCE_RANKINGS {
+        if slot == SINCE_COSTS || slot == SINCE_AGED_WAITS || slot == SINCE_RANKINGS {
             record.parking = match parking {
                 0 => Parking::Done,
                 1 => Parking::Underway,
@@ -272,7 +291,7 @@ impl Record {
             record.waiting_since = since()?;
             // A record of the first rankings ranked its wait as it was (to
             // the grain): its place stands for its wait until it moves.
-            record.ranked_since = if slot == SINCE_AGED_WAITS {
+            record.ranked_since = if slot != SINCE_RANKINGS {
                 since()?
             } else {
                 record.waiting_since
@@ -283,6 +302,9 @@ impl Record {
             }
             record.totals = Totals::from_values(totals);
             record.ranked_queued = number(fields.next())?;
+            if slot == SINCE_COSTS {
+                record.owed = number(fields.next())?;
+            }
         } else {
             let earlier_shift_bound: i64 = number(Some(slot))?;
             record.parking = match (parking, earlier_shift_bound) {
@@ -347,6 +369,7 @@ mod tests {
             carry: 2,
             offset: -5,
             gap: 9,
+            owed: -11,
             parking: Parking::RejoinOwed,
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
             waiting_since: Some(1_700_000_000_123),
@@ -367,6 +390,16 @@ mod tests {
             ..Record::default()
         };
         assert_eq!(Record::parse(&negative.format()), Some(negative));
+        let owing = Record {
+            queued: 1,
+            owed: 4,
+            ..Record::default()
+        };
+        assert_eq!(
+            owing.format(),
+            b"1 0 0 0 0 - 1 0 0 0 0 0 w - - 0 0 0 0 0 0 0 4"
+        );
+        assert_eq!(Record::parse(&owing.format()), Some(owing));
     }
 
     #[test]

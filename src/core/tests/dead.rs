@@ -134,7 +134,10 @@ fn cancel_deletes_an_item_in_any_state() {
     }
     // The cancelled lease can be neither renewed nor acked.
     assert!(!renew(&mut store, b"leased", &token, 10, 100));
-    assert_eq!(ack(&mut store, &[(b"leased", &token)], &mut Vec::new()), 0);
+    assert_eq!(
+        ack(&mut store, &[Ack::pair(b"leased", &token)], &mut Vec::new()),
+        0
+    );
     // And nothing brings it back.
     assert!(run_due(&mut store, 1_000, 100).unwrap() == Due::default());
 }

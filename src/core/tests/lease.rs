@@ -74,7 +74,7 @@ fn ack_is_fenced_by_the_token() {
     assert_eq!(
         ack(
             &mut store,
-            &[(b"a1", b"wrong"), (b"zz", b"token-1")],
+            &[Ack::pair(b"a1", b"wrong"), Ack::pair(b"zz", b"token-1")],
             &mut Vec::new()
         ),
         0
@@ -83,7 +83,7 @@ fn ack_is_fenced_by_the_token() {
     assert_eq!(
         ack(
             &mut store,
-            &[(b"a1", b"token-1"), (b"a1", b"token-1")],
+            &[Ack::pair(b"a1", b"token-1"), Ack::pair(b"a1", b"token-1")],
             &mut Vec::new()
         ),
         1
@@ -118,7 +118,11 @@ fn ack_each_tells_which_pairs_finished_their_item() {
     let (a1, a2) = (&leased[0], &leased[1]);
     let acked = ack_each(
         &mut store,
-        &[(&a1.id, &a1.token), (&a2.id, b"stale"), (&a1.id, &a1.token)],
+        &[
+            Ack::pair(&a1.id, &a1.token),
+            Ack::pair(&a2.id, b"stale"),
+            Ack::pair(&a1.id, &a1.token),
+        ],
         &mut Vec::new(),
     );
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Unit and property tests of the VTRR core over the in-memory store, one
 //! file per concept.
 
+mod charge;
 mod controls;
 mod dead;
 mod delay;

@@ -44,7 +44,10 @@ fn a_plain_nack_requeues_rescored_and_counts_apart_from_timeouts() {
     assert_eq!(store.zscore(ZsetKey::Queue, b"a"), Some(3.0));
     assert_eq!(store.hget(HashKey::Task, b"a").unwrap(), b"a");
     // The old token no longer acks.
-    assert_eq!(ack(&mut store, &[(b"a", &token)], &mut Vec::new()), 0);
+    assert_eq!(
+        ack(&mut store, &[Ack::pair(b"a", &token)], &mut Vec::new()),
+        0
+    );
 }
 
 #[test]
@@ -113,7 +116,10 @@ fn lease_with_counters_reports_nacks() {
     let leased = lease(&mut store, &request, tokens()).unwrap().leased;
     assert_eq!((leased[0].timeouts, leased[0].nacks), (0, Some(1)));
     let token = leased[0].token.clone();
-    assert_eq!(ack(&mut store, &[(b"a", &token)], &mut Vec::new()), 1);
+    assert_eq!(
+        ack(&mut store, &[Ack::pair(b"a", &token)], &mut Vec::new()),
+        1
+    );
     assert_eq!(store.hlen(HashKey::Nacks), 0);
 }
 

@@ -37,6 +37,11 @@ enum Op {
     Ack {
         pick: usize,
     },
+    /// `VTRR.ACKCOST`: an ack charging its partition `cost`.
+    AckCost {
+        pick: usize,
+        cost: u64,
+    },
     Renew {
         pick: usize,
         lease_ms: i64,
@@ -111,6 +116,7 @@ fn op_with_controls() -> impl Strategy<Value = Op> {
         1 => (0u8..6).prop_map(|partition| Op::Pause { partition }),
         1 => (0u8..6).prop_map(|partition| Op::Resume { partition }),
         1 => prop::option::of(1u64..=3).prop_map(|cap| Op::DefaultCap { cap }),
+        1 => (any::<usize>(), 1u64..=20).prop_map(|(pick, cost)| Op::AckCost { pick, cost }),
     ]
 }
 
@@ -145,6 +151,10 @@ struct Simulation {
     tokens: u64,
     /// Items that left for good (acked or cancelled).
     finished: usize,
+    /// A cost was reported: service is then fair by cost, not by weight,
+    /// and guarantees (1) and (2), stated in weights, no longer apply (the
+    /// bound by cost is `charge.rs`'s property).
+    charged: bool,
     /// Weight of queued items cancelled per partition since it was last idle.
     gaps: BTreeMap<u8, u64>,
     /// The tenant controls as set.
@@ -189,6 +199,7 @@ impl Simulation {
             newcomers: Vec::new(),
             tokens: 0,
             finished: 0,
+            charged: false,
             gaps: BTreeMap::new(),
             caps: BTreeMap::new(),
             shares: BTreeMap::new(),
@@ -443,12 +454,34 @@ impl Simulation {
                     prop_assert_eq!(
                         ack(
                             &mut self.store.scoped(CoreOp::Ack),
-                            &[(&id, &token)],
+                            &[Ack::pair(&id, &token)],
                             &mut Vec::new()
                         ),
                         1
                     );
                     self.finished += 1;
+                }
+            }
+            Op::AckCost { pick, cost } => {
+                let inflight = self.store.zset_entries(ZsetKey::Inflight);
+                if !inflight.is_empty() {
+                    let id = inflight[pick % inflight.len()].0.clone();
+                    let token = self.store.hget(HashKey::Lease, &id).unwrap();
+                    let finished = Ack {
+                        id: &id,
+                        token: &token,
+                        cost: Some(cost),
+                    };
+                    prop_assert_eq!(
+                        ack(
+                            &mut self.store.scoped(CoreOp::AckCost),
+                            &[finished],
+                            &mut Vec::new()
+                        ),
+                        1
+                    );
+                    self.finished += 1;
+                    self.charged = true;
                 }
             }
             Op::Renew { pick, lease_ms } => {
@@ -656,6 +689,9 @@ impl Simulation {
         busy: &HashSet<u8>,
         popped: &[u8],
     ) -> Result<(), TestCaseError> {
+        if self.charged {
+            return Ok(());
+        }
         let (popped_partition, popped_weight) = self.items[popped];
         self.gaps.retain(|partition, _| waiting.contains(partition));
         // Virtual time charged at an old share stays charged: a reshared

@@ -112,7 +112,10 @@ fn a_controlled_partition_with_nothing_queued_re_enters_after_the_current_time()
     enqueue(&mut store, 0, &[item("X", "x2", 1)]).unwrap();
     assert_eq!(store.hget(HashKey::HeldAt, b"x2"), Some(b"3".to_vec()));
     let token = store.hget(HashKey::Lease, b"x1").unwrap();
-    assert_eq!(ack(&mut store, &[(b"x1", &token)], &mut Vec::new()), 1);
+    assert_eq!(
+        ack(&mut store, &[Ack::pair(b"x1", &token)], &mut Vec::new()),
+        1
+    );
     // b3 and x2 tie at 3; member order serves b3 first.
     assert_eq!(lease_ids(&mut store, 0, 2), ["b3", "x2"]);
 }

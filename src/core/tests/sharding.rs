@@ -424,7 +424,7 @@ fn simulate(setting: &Setting) -> Run {
         if let Rotation::Weighted { .. } = setting.rotation {
             worker.charge[i] += weight as f64 / worker.backlogged[i].max(1) as f64;
         }
-        let pair = [(leased.id.as_slice(), leased.token.as_slice())];
+        let pair = [Ack::pair(&leased.id, &leased.token)];
         assert_eq!(ack(&mut stores[i], &pair, &mut Vec::new()), 1);
         assert_eq!(tenants[f].sub_queue, i);
 
