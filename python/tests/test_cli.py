@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import redis
 from redis.crc import key_slot
 from servers import Cluster, Server, free_port
 
@@ -377,3 +378,20 @@ def test_web_serves_the_named_queues_with_the_options_given(
         web.wait(10)
     assert f'vtrr_queue_items{{queue="{queue.name}",state="queued"}} 5.0' in body
     assert body.count("vtrr_partition_items{") == 3 * 5, "two tenants and `other`, five states"
+
+
+def test_worker_cost_time_charges_each_partition_its_jobs_run_time(
+    server: Server, queue: vtrr.Queue, client: redis.Redis
+) -> None:
+    queue.enqueue_many(vtrr.Item("slow", f"s{i}", b"sleep:0.03") for i in range(20))
+    queue.enqueue_many(vtrr.Item("quick", f"q{i}", b"") for i in range(20))
+    done = vtrr_run("worker", "jobs:record", "--queue", queue.name, "--cost", "time",
+                    "--exit-when-idle", "--block-ms", "100", url_env=server.url)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    order = [entry.decode().split(":")[0] for entry in client.lrange(f"done:{queue.name}", 0, -1)]
+    assert sorted(order) == sorted([f"s{i}" for i in range(20)] + [f"q{i}" for i in range(20)])
+    # Each 30 ms job charges its tenant about 30 turns of the quick one's.
+    slow_early = [item for item in order[: order.index("q19")] if item.startswith("s")]
+    assert len(slow_early) <= 6, order
+    refused = vtrr_cli(server.url, "worker", "jobs:record", "--queue", queue.name, "--cost", "ms")
+    assert refused.returncode == 2 and "invalid choice: 'ms'" in refused.stderr

@@ -42,6 +42,33 @@ def test_ack_and_lease_settles_and_leases_in_one_call(queue: vtrr.Queue) -> None
         queue.ack_and_lease([], 30_000, 1)
 
 
+def test_ack_with_costs_charges_each_partition_what_its_job_cost(queue: vtrr.Queue) -> None:
+    queue.enqueue_many(Item(p, f"{p}{n}", b"") for n in range(8) for p in ("a", "b"))
+    first = queue.lease(30_000)
+    assert first is not None and first.id == "a0"
+    # Declared weight 1, reported 5: a's next items move 4 turns back.
+    assert queue.ack(first, costs=[5]) == 1
+    order = [lease.id for lease in queue.lease_many(30_000, 6)]
+    assert order == ["b0", "b1", "b2", "b3", "b4", "a1"], order
+
+
+def test_ack_and_lease_reports_costs_and_bad_costs_change_nothing(queue: vtrr.Queue) -> None:
+    queue.enqueue_many(Item(p, f"{p}{n}", b"") for n in range(8) for p in ("a", "b"))
+    a0, b0 = queue.lease_many(30_000, 2)
+    for costs, error in (
+        ([0, 1], vtrr.InvalidArgument),
+        ([1, 1_000_000_001], vtrr.InvalidArgument),
+        ([1, 2, 3], ValueError),
+    ):
+        with pytest.raises(error):
+            queue.ack_and_lease([a0, b0], 30_000, 1, costs=costs)
+    assert queue.stats().inflight == 2, "a refused call acks nothing"
+    got = queue.ack_and_lease([a0, b0], 30_000, 3, costs=[9, 1])
+    assert got.acked == (True, True)
+    assert [lease.id for lease in got.leases] == ["b1", "b2", "b3"]
+    assert queue.check() == []
+
+
 def test_nack_tells_where_the_item_went_and_release_counts_no_nack(queue: vtrr.Queue) -> None:
     queue.set_policy(max_nacks=0)
     queue.enqueue("p", "a", b"")
@@ -214,6 +241,8 @@ def test_async_queue_speaks_the_same_commands(server: Server, queue_name: str) -
         got = await queue.ack_and_lease(leases, 1000, 1)
         assert (got.acked, [lease.id for lease in got.leases]) == ((True, False), ["b"])
         assert await queue.nack(got.leases[0]) is vtrr.NackOutcome.QUEUED
+        again = await queue.lease_many(1000, 1)
+        assert await queue.ack(*again, costs=[7]) == 1
         assert (await queue.stats()).inflight == 0
         with pytest.raises(vtrr.InvalidArgument):
             await queue.enqueue("p", "", b"")

@@ -183,7 +183,11 @@ def test_lease_routes_renew_nack_dead_revive_cancel(rc: redis.RedisCluster) -> N
     assert len(seen) == 9 and seen[first.id].nacks == 1
     dead_id = "job-4"
     assert sq.nack(seen.pop(dead_id), dead=True)
-    assert sq.ack(*seen.values()) == 8, "one ACK per sub-queue, the leases grouped"
+    with pytest.raises(ValueError, match="one cost per lease"):
+        sq.ack(*seen.values(), costs=[3])
+    assert sq.ack(*seen.values(), costs=[3] * 8) == 8, (
+        "one ACKCOST per sub-queue, the leases and their costs grouped"
+    )
 
     [dead] = sq.dead()
     assert (dead.id, dead.payload, dead.partition, dead.reason) == (

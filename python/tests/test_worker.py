@@ -82,6 +82,49 @@ def test_one_worker_serves_partitions_in_turn(queue: vtrr.Queue) -> None:
     assert max(light_positions) <= 12, order
 
 
+def test_a_tenant_whose_jobs_cost_ten_times_their_weight_gets_a_tenth_of_the_service(
+    queue: vtrr.Queue,
+) -> None:
+    # Both tenants declare weight 1; the heavy one's handler reports 10.
+    queue.enqueue_many(Item("heavy", f"h{i:04}", b"x") for i in range(300))
+    queue.enqueue_many(Item("light", f"l{i:04}", b"x") for i in range(300))
+    served = {"heavy": 0, "light": 0}
+    worker: Worker
+
+    def handler(job: Job) -> None:
+        tenant = "heavy" if job.id.startswith("h") else "light"
+        job.cost = 10 if tenant == "heavy" else 1
+        served[tenant] += 1
+        if served["light"] == 200:
+            worker.stop()
+
+    worker = Worker(queue, handler, block_ms=100, cost="time")
+    worker.run()
+    # Equal weights alone would serve them alike (200 each).
+    ratio = served["light"] / served["heavy"]
+    assert 8 <= ratio <= 12, served
+    assert queue.check() == []
+
+
+def test_cost_time_reports_each_jobs_run_time_in_milliseconds(queue: vtrr.Queue) -> None:
+    queue.enqueue_many(Item("slow", f"s{i}", b"x") for i in range(40))
+    queue.enqueue_many(Item("quick", f"q{i}", b"x") for i in range(40))
+    order: list[str] = []
+
+    def handler(job: Job) -> None:
+        order.append(job.id)
+        if job.id.startswith("s"):
+            time.sleep(0.03)
+
+    Worker(queue, handler, block_ms=100, cost="time", exit_when_idle=True).run()
+    # A 30 ms job charges its tenant about 30 turns: the quick tenant's
+    # 40 items are all served before the slow one's tenth.
+    slow_before_quick_done = [item for item in order[: order.index("q39")] if item.startswith("s")]
+    assert len(slow_before_quick_done) <= 6, order
+    assert sorted(order) == sorted([f"s{i}" for i in range(40)] + [f"q{i}" for i in range(40)])
+    assert queue.check() == []
+
+
 def test_a_failing_handler_is_nacked_with_backoff_until_the_policy_dead_letters_it(
     queue: vtrr.Queue,
 ) -> None:
@@ -204,6 +247,8 @@ def test_worker_arguments_are_checked() -> None:
         Worker(vtrr.Queue(redis.Redis(), "q"), lambda job: None, block_ms=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="block_ms"):
         Worker(vtrr.Queue(redis.Redis(), "q"), lambda job: None, block_ms=0)
+    with pytest.raises(ValueError, match="cost"):
+        Worker(vtrr.Queue(redis.Redis(), "q"), lambda job: None, cost="tokens")  # type: ignore[arg-type]
 
 
 def test_a_lease_that_arrives_after_shutdown_goes_back_unrun(queue: vtrr.Queue) -> None:

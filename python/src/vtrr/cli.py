@@ -291,6 +291,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             ),
             grace_seconds=args.grace_seconds,
             exit_when_idle=args.exit_when_idle,
+            cost=args.cost,
         )
     except (TypeError, ValueError) as error:
         print(f"vtrr worker: {error}", file=sys.stderr)
@@ -473,6 +474,13 @@ def parser() -> argparse.ArgumentParser:
     worker.add_argument("--grace-seconds", type=float, default=30.0)
     worker.add_argument(
         "--exit-when-idle", action="store_true", help="stop once a lease finds nothing"
+    )
+    worker.add_argument(
+        "--cost",
+        choices=["time"],
+        default=None,
+        help="charge each finished job's partition its run time in ms (or the handler's "
+        "job.cost) in place of its weight (VTRR.ACKCOST)",
     )
     worker.add_argument("--log-level", default="INFO")
     worker.set_defaults(run=cmd_worker)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import redis
@@ -126,9 +126,15 @@ class Queue:
         """Lease up to `count` items."""
         return self.run(commands.lease_many(self.name, lease_ms, count, block_ms))
 
-    def ack(self, *leases: Fenced) -> int:
-        """Fenced ACK: how many of the leases were still current (and are now done)."""
-        return self.run(commands.ack(self.name, [(lease.id, lease.token) for lease in leases]))
+    def ack(self, *leases: Fenced, costs: Sequence[int] | None = None) -> int:
+        """Fenced ACK: how many of the leases were still current (and are now done).
+
+        With `costs` (one per lease, in the weights' units: what each job
+        really cost), `VTRR.ACKCOST`: each partition is charged its job's
+        cost in place of the weight it was queued with.
+        """
+        pairs = [(lease.id, lease.token) for lease in leases]
+        return self.run(commands.ack(self.name, pairs, costs))
 
     def renew(self, lease: Fenced, lease_ms: int) -> bool:
         """Fenced re-lease for `lease_ms` from now; False when the lease is lost."""
@@ -141,10 +147,12 @@ class Queue:
         count: int,
         *,
         block_ms: int | None = None,
+        costs: Sequence[int] | None = None,
     ) -> AckedLeases:
-        """ACK the `done` leases and lease up to `count` items, in one round trip."""
+        """ACK the `done` leases (charging `costs`, as `ack`) and lease up to
+        `count` items, in one round trip."""
         pairs = [(lease.id, lease.token) for lease in done]
-        return self.run(commands.ack_and_lease(self.name, pairs, lease_ms, count, block_ms))
+        return self.run(commands.ack_and_lease(self.name, pairs, lease_ms, count, block_ms, costs))
 
     def nack(
         self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False
@@ -316,10 +324,9 @@ class AsyncQueue:
     ) -> list[Lease]:
         return await self.run(commands.lease_many(self.name, lease_ms, count, block_ms))
 
-    async def ack(self, *leases: Fenced) -> int:
-        return await self.run(
-            commands.ack(self.name, [(lease.id, lease.token) for lease in leases])
-        )
+    async def ack(self, *leases: Fenced, costs: Sequence[int] | None = None) -> int:
+        pairs = [(lease.id, lease.token) for lease in leases]
+        return await self.run(commands.ack(self.name, pairs, costs))
 
     async def renew(self, lease: Fenced, lease_ms: int) -> bool:
         return await self.run(commands.renew(self.name, lease.id, lease.token, lease_ms))
@@ -331,9 +338,12 @@ class AsyncQueue:
         count: int,
         *,
         block_ms: int | None = None,
+        costs: Sequence[int] | None = None,
     ) -> AckedLeases:
         pairs = [(lease.id, lease.token) for lease in done]
-        return await self.run(commands.ack_and_lease(self.name, pairs, lease_ms, count, block_ms))
+        return await self.run(
+            commands.ack_and_lease(self.name, pairs, lease_ms, count, block_ms, costs)
+        )
 
     async def nack(
         self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False

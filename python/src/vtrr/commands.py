@@ -8,10 +8,10 @@ once, so the two stay the same.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
-from .limits import check_item
+from .limits import MAX_COST, check_int, check_item
 from .types import (
     AckedLeases,
     DeadItem,
@@ -127,8 +127,28 @@ def _pairs(leases: Iterable[tuple[str, str]]) -> list[Arg]:
     return pairs
 
 
-def ack(name: str, leases: Iterable[tuple[str, str]]) -> Command[int]:
-    return Command(("VTRR.ACK", name, *_pairs(leases)), _int)
+def _acks(leases: Iterable[tuple[str, str]], costs: Sequence[int] | None) -> list[Arg]:
+    """`<id> <token> ...` pairs, or `<id> <token> <cost> ...` triples with `costs`."""
+    if costs is None:
+        return _pairs(leases)
+    leases = list(leases)
+    if len(costs) != len(leases):
+        raise ValueError(f"{len(costs)} costs for {len(leases)} leases: one cost per lease")
+    triples: list[Arg] = []
+    for (item_id, token), cost in zip(leases, costs, strict=True):
+        check_int("cost", cost, 1, MAX_COST)
+        triples += [encode(item_id), token, cost]
+    if not triples:
+        raise ValueError("ack needs at least one lease")
+    return triples
+
+
+def ack(
+    name: str, leases: Iterable[tuple[str, str]], costs: Sequence[int] | None = None
+) -> Command[int]:
+    """`VTRR.ACK`, or `VTRR.ACKCOST` charging each lease's cost (one per lease)."""
+    command = "VTRR.ACK" if costs is None else "VTRR.ACKCOST"
+    return Command((command, name, *_acks(leases, costs)), _int)
 
 
 def _acked_leases(reply: Any) -> AckedLeases:
@@ -142,11 +162,14 @@ def ack_and_lease(
     lease_ms: int,
     count: int,
     block_ms: int | None = None,
+    costs: Sequence[int] | None = None,
 ) -> Command[AckedLeases]:
-    """`VTRR.LEASE ... ACK`: the acks at once, then up to `count` leases."""
-    pairs = _pairs(leases)
+    """`VTRR.LEASE ... ACK` (`ACKCOST` with `costs`): the acks at once, then up
+    to `count` leases."""
+    option = "ACK" if costs is None else "ACKCOST"
+    acks = _acks(leases, costs)
     return Command(
-        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, "WITHCOUNTERS", "ACK", *pairs),
+        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, "WITHCOUNTERS", option, *acks),
         _acked_leases,
     )
 

@@ -2,7 +2,8 @@
 
 A worker's dispatcher sends an `Exchange` and reads an `Exchanged`: its
 NACKs (`WITHSTATE`) and RENEWs pipelined, then one `VTRR.LEASE ... COUNT n
-ACK ...` that finishes the succeeded leases and leases the next items. The
+ACK ...` (`ACKCOST ...` when it reports costs) that finishes the succeeded
+leases and leases the next items. The
 commands and how their replies combine are here, once; `Queue`,
 `AsyncQueue` and `ShardedQueue` only send them.
 """
@@ -38,9 +39,21 @@ class Exchange:
     count: int = 0
     block_ms: int | None = None
     """Wait for an item up to this long (0: forever), only when it leases."""
+    costs: tuple[int, ...] | None = None
+    """What each ACK's job cost (one per ack), charged in place of its weight."""
+
+    def __post_init__(self) -> None:
+        if self.costs is not None and len(self.costs) != len(self.acks):
+            raise ValueError(f"{len(self.costs)} costs for {len(self.acks)} acks")
 
     def is_empty(self) -> bool:
         return not (self.acks or self.nacks or self.renews or self.count)
+
+    def ack_costs(self) -> list[list[int] | None]:
+        """Each ack's `costs` argument when it is sent alone."""
+        if self.costs is None:
+            return [None] * len(self.acks)
+        return [[cost] for cost in self.costs]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,14 +83,17 @@ def commands_of(name: str, exchange: Exchange) -> list[Command[Any]]:
     if exchange.count and pairs:
         sent.append(
             commands.ack_and_lease(
-                name, pairs, exchange.lease_ms, exchange.count, exchange.block_ms
+                name, pairs, exchange.lease_ms, exchange.count, exchange.block_ms, exchange.costs
             )
         )
     elif exchange.count:
         sent.append(commands.lease_many(name, exchange.lease_ms, exchange.count, exchange.block_ms))
     else:
         # Nothing to lease: one ACK per pair, each telling whether it took.
-        sent += [commands.ack(name, [pair]) for pair in pairs]
+        sent += [
+            commands.ack(name, [pair], costs)
+            for pair, costs in zip(pairs, exchange.ack_costs(), strict=True)
+        ]
     return sent
 
 

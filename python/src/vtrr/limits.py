@@ -15,6 +15,8 @@ from .errors import InvalidArgument
 from .types import Item
 
 MAX_WEIGHT: Final = 1_000_000_000
+MAX_COST: Final = 1_000_000_000
+"""A reported cost (VTRR.ACKCOST), in the weights' units."""
 MAX_MS: Final = 315_360_000_000
 """lease-ms and delay-ms: ten years."""
 MAX_BLOCK_MS: Final = 31_536_000_000

@@ -506,14 +506,23 @@ class ShardedQueue:
                 leases[(got.id, got.token)] = got
         return list(leases.values())
 
-    def ack(self, *leases: ShardedLease) -> int:
-        """Fenced ACK, one call per sub-queue concerned: how many were still current."""
-        groups: dict[int, list[ShardedLease]] = {}
-        for lease in leases:
-            groups.setdefault(lease.shard, []).append(lease)
+    def ack(self, *leases: ShardedLease, costs: Sequence[int] | None = None) -> int:
+        """Fenced ACK (charging `costs`, one per lease, as `Queue.ack`), one call
+        per sub-queue concerned: how many were still current."""
+        if costs is not None and len(costs) != len(leases):
+            raise ValueError(f"{len(costs)} costs for {len(leases)} leases: one cost per lease")
+        groups: dict[int, list[tuple[ShardedLease, int | None]]] = {}
+        for n, lease in enumerate(leases):
+            groups.setdefault(lease.shard, []).append((lease, None if costs is None else costs[n]))
         if not groups:
             raise ValueError("ack needs at least one lease")
-        return sum(self.sub_queues[i].ack(*group) for i, group in groups.items())
+        return sum(
+            self.sub_queues[i].ack(
+                *(lease for lease, _ in group),
+                costs=None if costs is None else [cost for _, cost in group if cost is not None],
+            )
+            for i, group in groups.items()
+        )
 
     def renew(self, lease: ShardedLease, lease_ms: int) -> bool:
         """Fenced re-lease for `lease_ms` from now, in the lease's sub-queue."""
@@ -576,8 +585,13 @@ class ShardedQueue:
             settle(lease, lambda lease: self.renew(lease, sent.lease_ms), None)
             for lease in sent.renews
         )
+
+        def finish(costs: list[int] | None) -> Callable[[ShardedLease], bool]:
+            return lambda lease: self.ack(lease, costs=costs) == 1
+
         acked = tuple(
-            settle(lease, lambda lease: self.ack(lease) == 1, False) for lease in sent.acks
+            settle(lease, finish(costs), False)
+            for lease, costs in zip(sent.acks, sent.ack_costs(), strict=True)
         )
         try:
             leases = self._lease_up_to(sent.lease_ms, sent.count, sent.block_ms)

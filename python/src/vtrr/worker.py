@@ -5,7 +5,8 @@ jobs. Each round trip of the dispatcher (`vtrr.exchange`) does everything
 due at once: the NACKs of failed jobs (`WITHSTATE`: where each item went),
 the RENEWs of every running lease when a third of the lease has passed, and
 one `VTRR.LEASE ... COUNT <free slots> ACK <succeeded jobs>` that finishes
-the jobs that returned and leases the next ones. Under load a round trip
+the jobs that returned and leases the next ones (`ACKCOST` with what each
+cost, when the worker reports costs). Under load a round trip
 settles and refills several handlers; a worker with nothing running waits
 in the server (`BLOCK`) rather than polling it.
 
@@ -44,7 +45,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterator
 from types import FrameType
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import redis
 import redis.asyncio
@@ -53,7 +54,7 @@ import redis.exceptions
 from .client import AsyncQueue, Queue
 from .errors import InvalidArgument, ModuleNotLoaded, NoPermission, WrongType
 from .exchange import Exchange, Exchanged, GiveBack
-from .limits import MAX_BLOCK_MS, MAX_MS, check_int
+from .limits import MAX_BLOCK_MS, MAX_COST, MAX_MS, check_int
 from .types import Fenced, NackOutcome
 
 logger = logging.getLogger("vtrr.worker")
@@ -147,6 +148,10 @@ class Job:
     """When its handler started (time.monotonic())."""
     ran_for: float = 0.0
     """How long its handler ran, in seconds, once it returned or raised."""
+    cost: int | None = None
+    """What the job really cost, in the weights' units, set by its handler
+    (tokens, bytes) when the worker reports costs (`Worker(cost="time")`);
+    left unset, the job reports its run time in milliseconds."""
 
     @property
     def id(self) -> str:
@@ -215,6 +220,17 @@ def _outcome(error: BaseException | None, job: Job, backoff: Backoff) -> _Outcom
     return _Outcome(ack=False, delay_ms=backoff.delay_ms(job.nacks), error=error)
 
 
+def _cost(job: Job) -> int:
+    """What `job` reports it cost: its handler's figure, else its run time in ms."""
+    if job.cost is not None:
+        try:
+            return check_int("cost", job.cost, 1, MAX_COST)
+        except (TypeError, ValueError) as error:
+            # A bad figure must not stop the ACK: the measured time stands in.
+            logger.warning("%s: job.cost ignored (%s); its run time is reported", job.id, error)
+    return min(MAX_COST, max(1, round(job.ran_for * 1000)))
+
+
 def _key(lease: Fenced) -> tuple[str, str]:
     return (lease.id, lease.token)
 
@@ -272,6 +288,11 @@ class _Dispatch:
             else:
                 self._settling.append((job, _outcome(error, job, self.worker.backoff)))
         acks = tuple(job.lease for job, outcome in self._settling if outcome.ack)
+        costs = (
+            tuple(_cost(job) for job, outcome in self._settling if outcome.ack)
+            if self.worker.cost is not None
+            else None
+        )
         nacks = tuple(
             GiveBack(job.lease, outcome.delay_ms, outcome.dead)
             for job, outcome in self._settling
@@ -287,7 +308,7 @@ class _Dispatch:
         may_ask = not self.running or self._settling or now >= self._idle_until
         count = max(0, self._free()) if leasing and may_ask else 0
         block_ms = self.worker.block_ms if count and not self.running else None
-        sent = Exchange(self.worker.lease_ms, acks, nacks, renews, count, block_ms)
+        sent = Exchange(self.worker.lease_ms, acks, nacks, renews, count, block_ms, costs)
         return None if sent.is_empty() else sent
 
     def absorb(self, sent: Exchange, got: Exchanged, now: float) -> list[Job]:
@@ -457,6 +478,12 @@ class Worker:
     rotation); a coroutine function runs as that many asyncio tasks over an
     `AsyncQueue` (`run()` starts the event loop; `await run_async()` inside
     one). Either way one dispatcher talks to the server.
+
+    `cost="time"`: each job that returns is charged to its partition what
+    it really cost instead of the weight it was queued with (`VTRR.ACKCOST`
+    in the same round trip): its handler's run time in milliseconds, or
+    the figure the handler set on `job.cost`. So a tenant whose jobs run
+    ten times longer than their weights say gets a tenth of the service.
     """
 
     def __init__(
@@ -471,6 +498,7 @@ class Worker:
         grace_seconds: float = 30.0,
         hooks: Hooks | None = None,
         exit_when_idle: bool = False,
+        cost: Literal["time"] | None = None,
     ) -> None:
         check_int("concurrency", concurrency, 1, 100_000)
         check_int("lease_ms", lease_ms, 3, MAX_MS)  # renewed every third
@@ -478,6 +506,8 @@ class Worker:
         check_int("block_ms", block_ms, 1, MAX_BLOCK_MS)
         if grace_seconds < 0:
             raise ValueError("grace_seconds must not be negative")
+        if cost not in (None, "time"):
+            raise ValueError(f"cost must be None or 'time', not {cost!r}")
         self.is_async = inspect.iscoroutinefunction(handler)
         if self.is_async and not isinstance(queue, AsyncQueue):
             raise TypeError("a coroutine handler needs a vtrr.AsyncQueue (over redis.asyncio)")
@@ -494,6 +524,7 @@ class Worker:
         self.grace_seconds = grace_seconds
         self.hooks = hooks or Hooks()
         self.exit_when_idle = exit_when_idle
+        self.cost = cost
         self.stopping = threading.Event()
 
     def stop(self) -> None:
