@@ -8,7 +8,7 @@ use crate::layout::native::LoadError;
 use crate::layout::open::OpenError;
 use crate::limits::{
     MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
-    MAX_POLICY_LIMIT, MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
+    MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
 };
 use crate::store::KeyKind;
 use crate::text::{printable_line, Quoted};
@@ -62,6 +62,24 @@ pub fn policy_limit(option: &str) -> RedisError {
 pub fn concurrency(option: &str) -> RedisError {
     err(format!(
         "ERR {option} must be an integer between 1 and {MAX_CONCURRENCY}, or NONE"
+    ))
+}
+
+pub fn rate() -> RedisError {
+    err(format!(
+        "ERR RATE must be an integer between 1 and {MAX_RATE}, or NONE"
+    ))
+}
+
+pub fn rate_per() -> RedisError {
+    err(format!(
+        "ERR RATE <n> must be followed by PER <ms>, an integer between 1 and {MAX_RATE_PER_MS}"
+    ))
+}
+
+pub fn burst() -> RedisError {
+    err(format!(
+        "ERR BURST must be an integer between 1 and {MAX_RATE}, and follow RATE <n> PER <ms>"
     ))
 }
 

@@ -18,6 +18,11 @@ pub const DEAD_DEFAULT_COUNT: usize = 10;
 pub const MAX_CONCURRENCY: i64 = 1_000_000_000;
 /// The largest share.
 pub const MAX_SHARE: i64 = 1_000_000;
+/// The largest RATE and BURST, in weight units (as a weight).
+pub const MAX_RATE: i64 = 1_000_000_000;
+/// The longest PER of a rate: a day (the bucket counts token-milliseconds
+/// in 64 bits: a full one is at most `MAX_RATE * MAX_RATE_PER_MS`).
+pub const MAX_RATE_PER_MS: i64 = 86_400_000;
 /// How many partitions `VTRR.PARTITIONS` asks HSCAN for without COUNT.
 pub const PARTITIONS_DEFAULT_COUNT: usize = 10;
 /// The largest COUNT of `VTRR.PARTITIONS`: one call's work stays bounded.

@@ -207,6 +207,9 @@ pub fn lease(
                 if outcome.due.promoted > 0 {
                     done.before.push(c"vtrr.promote");
                 }
+                if outcome.due.refilled > 0 {
+                    done.before.push(c"vtrr.refill");
+                }
                 done
             };
             if outcome.skipped_enough {
@@ -687,6 +690,8 @@ fn due_event(due: &Due) -> &'static CStr {
         c"vtrr.reclaim"
     } else if due.promoted > 0 {
         c"vtrr.promote"
+    } else if due.refilled > 0 {
+        c"vtrr.refill"
     } else if due.dead_lettered > 0 {
         DEAD_EVENT
     } else {
@@ -943,6 +948,9 @@ impl<'a> Call<'a> {
                 store.signal_ready();
             }
         }
+        // A partition's next token came to be listed or moved: the timer
+        // reads when the queue next falls due.
+        let recheck = done.recheck || store.wrote(QueueKey::Throttled);
         drop(store);
         self.log_anomalies(&anomalies);
         self.log_anomalies(done.anomalies);
@@ -958,7 +966,7 @@ impl<'a> Call<'a> {
         for due_ms in done.watch {
             watch(self.ctx, self.queue, due_ms);
         }
-        if done.recheck {
+        if recheck {
             let db = selected_db(self.ctx);
             with_index(|index| index.recheck.insert((db, self.queue.to_vec())));
         }

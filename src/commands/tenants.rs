@@ -9,6 +9,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::{args, bulk, check_arity, queue_name, Command};
 use crate::core::{LimitChange, PartitionView, Rank};
 use crate::server::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
+use crate::store::Rate;
 use crate::{error, limits, ops};
 
 pub const LIMIT: Command = Command {
@@ -16,7 +17,7 @@ pub const LIMIT: Command = Command {
         name: "vtrr.limit",
         flags: "write fast",
         arity: -3,
-        summary: "Sets or reads a partition's concurrency cap and share",
+        summary: "Sets or reads a partition's concurrency cap, share and rate limit",
         complexity: "O(log N)",
         key_flags: KEY_WRITE,
     },
@@ -107,15 +108,44 @@ fn cap(n: Option<u64>) -> RedisValue {
     n.map_or(RedisValue::Null, int)
 }
 
+/// `RATE <n> PER <ms>` (with an optional BURST, which defaults to n), or
+/// `RATE NONE`.
+fn rate(options: &mut args::Options<'_>) -> Result<Option<Rate>, RedisError> {
+    let raw = options.value()?;
+    if raw.as_slice().eq_ignore_ascii_case(b"NONE") {
+        return Ok(None);
+    }
+    let amount = args::int_in(raw.as_slice(), 1, limits::MAX_RATE, error::rate)? as u64;
+    if options.next_name().as_deref() != Some("PER") {
+        return Err(error::rate_per());
+    }
+    let per = options.value().map_err(|_| error::rate_per())?;
+    let per_ms = args::int_in(per.as_slice(), 1, limits::MAX_RATE_PER_MS, error::rate_per)?;
+    Ok(Some(Rate {
+        amount,
+        per_ms: per_ms as u64,
+        burst: amount,
+    }))
+}
+
 /// VTRR.LIMIT <name> <partition> [CONCURRENCY <n>|NONE] [SHARE <s>]
+/// [RATE <n> PER <ms> [BURST <b>] | RATE NONE]
 fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &LIMIT)?;
     let queue = queue_name(ctx, &argv[1])?;
     let name = partition(&argv[2])?;
     let mut changes = Vec::new();
+    let mut burst = None;
     let mut options = args::Options::new(&argv[3..]);
     while let Some(option) = options.next_name() {
         changes.push(match option.as_str() {
+            "RATE" => LimitChange::Rate(rate(&mut options)?),
+            "BURST" => {
+                let raw = options.value()?;
+                burst =
+                    Some(args::int_in(raw.as_slice(), 1, limits::MAX_RATE, error::burst)? as u64);
+                continue;
+            }
             "CONCURRENCY" => {
                 LimitChange::Concurrency(concurrency(options.value()?, "CONCURRENCY")?)
             }
@@ -131,6 +161,15 @@ fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             _ => return Err(error::syntax()),
         });
     }
+    if let Some(burst) = burst {
+        let Some(LimitChange::Rate(Some(rate))) = changes
+            .iter_mut()
+            .rfind(|change| matches!(change, LimitChange::Rate(_)))
+        else {
+            return Err(error::burst());
+        };
+        rate.burst = burst;
+    }
     if !changes.is_empty() {
         ops::set_limit(ctx, queue, name, &changes)?;
         return Ok(RedisValue::SimpleStringStatic("OK"));
@@ -140,6 +179,9 @@ fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("concurrency", cap(record.cap)),
         ("share", int(record.share)),
         ("paused", int(u64::from(record.paused))),
+        ("rate", cap(record.rate.map(|rate| rate.amount))),
+        ("per-ms", cap(record.rate.map(|rate| rate.per_ms))),
+        ("burst", cap(record.rate.map(|rate| rate.burst))),
     ]))
 }
 
@@ -181,6 +223,18 @@ fn view(view: PartitionView) -> RedisValue {
         ("concurrency-in-force", cap(view.cap_in_force)),
         ("share", int(record.share)),
         ("paused", int(u64::from(record.paused))),
+        ("rate", cap(record.rate.map(|rate| rate.amount))),
+        ("per-ms", cap(record.rate.map(|rate| rate.per_ms))),
+        ("burst", cap(record.rate.map(|rate| rate.burst))),
+        (
+            "tokens",
+            view.tokens.map_or(RedisValue::Null, RedisValue::Integer),
+        ),
+        (
+            "next-token-ms",
+            view.next_token_ms
+                .map_or(RedisValue::Null, RedisValue::Integer),
+        ),
         (
             "waiting-ms",
             view.waiting_ms

@@ -52,8 +52,9 @@ pub enum CoreOp {
 }
 
 /// What every call that counts items per partition opens: the partition
-/// records, the default cap (`policy`) and the held items a freed slot or
-/// a new item may move.
+/// records, the default cap (`policy`), the held items a freed slot or a
+/// new item may move, and `throttled`, where a rate-limited partition waits
+/// for its next token.
 const ENQUEUE: &[QueueKey] = &[
     QueueKey::Queue,
     QueueKey::Inflight,
@@ -72,6 +73,7 @@ const ENQUEUE: &[QueueKey] = &[
     QueueKey::RankDead,
     QueueKey::Totals,
     QueueKey::Policy,
+    QueueKey::Throttled,
 ];
 
 const DEFER: &[QueueKey] = &[
@@ -93,6 +95,7 @@ const DEFER: &[QueueKey] = &[
     QueueKey::RankDead,
     QueueKey::Totals,
     QueueKey::Policy,
+    QueueKey::Throttled,
 ];
 
 const ACK: &[QueueKey] = &[
@@ -112,6 +115,7 @@ const ACK: &[QueueKey] = &[
     QueueKey::RankDead,
     QueueKey::Totals,
     QueueKey::Policy,
+    QueueKey::Throttled,
 ];
 
 /// An ACK, and what a charge moves (`admission::shift`): the partition's
@@ -137,6 +141,7 @@ const ACK_COST: &[QueueKey] = &[
     QueueKey::Policy,
     QueueKey::PartitionVirtualTime,
     QueueKey::CurrentVirtualTime,
+    QueueKey::Throttled,
 ];
 
 const RENEW: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Lease];
@@ -159,6 +164,7 @@ const CONTROL: &[QueueKey] = &[
     QueueKey::Policy,
     QueueKey::PartitionVirtualTime,
     QueueKey::CurrentVirtualTime,
+    QueueKey::Throttled,
 ];
 
 const PARTITIONS: &[QueueKey] = &[
@@ -209,6 +215,7 @@ const CANCEL: &[QueueKey] = &[
     QueueKey::Meta,
     QueueKey::Timeouts,
     QueueKey::Nacks,
+    QueueKey::Throttled,
 ];
 
 const STATS: &[QueueKey] = &[
@@ -225,7 +232,12 @@ const STATS: &[QueueKey] = &[
     QueueKey::Totals,
 ];
 
-const NEXT_DUE: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Delayed, QueueKey::Parking];
+const NEXT_DUE: &[QueueKey] = &[
+    QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Parking,
+    QueueKey::Throttled,
+];
 
 impl CoreOp {
     /// The keys the operation touches; no other is opened for it.

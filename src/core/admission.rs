@@ -2,7 +2,7 @@
 //! LEASE pops, and which wait in `held`, where it never looks.
 //!
 //! The head rule: a partition under control (a cap, the queue's default
-//! cap, a pause, items still held, or a charge owed) keeps at most one item, its *head*,
+//! cap, a pause, a rate, items still held, or a charge owed) keeps at most one item, its *head*,
 //! in `queue`, and only while it may be served; the rest wait in `held`.
 //! A partition that was never under control keeps all its items in
 //! `queue`, exactly as the Lua scripts do.
@@ -26,6 +26,7 @@ use super::held;
 use super::meta::partition_of;
 use super::partitions::{self, Parking, Record, State, Stored};
 use super::ranks;
+use super::throttle;
 use super::types::{Anomaly, Due};
 use super::virtual_time::{move_next, next_of, read_current_virtual_time};
 use crate::store::{Store, ZsetKey};
@@ -149,6 +150,9 @@ fn settle(store: &mut impl Store, partition: &mut Partition) {
         park_head(store, partition);
     } else if partition.record.held > 0 && partition.record.head.is_none() {
         admit_head(store, partition);
+    }
+    if partition.record.rate.is_some() {
+        throttle::list(store, &partition.name, &partition.record);
     }
 }
 

@@ -131,6 +131,10 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
         .into_iter()
         .map(|(name, _)| name)
         .collect();
+    let mut throttled: HashMap<Vec<u8>, f64> = store
+        .zrange_upto(ZsetKey::Throttled, f64::INFINITY, usize::MAX)
+        .into_iter()
+        .collect();
     for name in store.hfields(HashKey::Partitions)? {
         let Some(Ok(record)) = store.record(&name) else {
             problems.push(format!(
@@ -212,6 +216,18 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 show(&name)
             ));
         }
+        let waits_for = if record.queued > 0 {
+            record.token_due()
+        } else {
+            None
+        };
+        let listed = throttled.remove(&name);
+        if listed != waits_for.map(|due| due as f64) {
+            problems.push(format!(
+                "partition {} waits for its next token until {waits_for:?} but throttled lists it at {listed:?}",
+                show(&name)
+            ));
+        }
         if let Some(head) = &record.head {
             if store.zscore(ZsetKey::Queue, head).is_none() {
                 problems.push(format!(
@@ -232,6 +248,12 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
     for name in parking {
         problems.push(format!(
             "parking lists partition {} which has no record",
+            show(&name)
+        ));
+    }
+    for name in throttled.into_keys() {
+        problems.push(format!(
+            "throttled lists partition {} which has no record",
             show(&name)
         ));
     }

@@ -15,7 +15,7 @@ use super::partitions::{
 use super::ranks::{self, waited, Rank};
 use super::types::{Anomaly, CoreError, Due};
 use super::virtual_time::read_placing;
-use crate::store::{HashKey, Store, ZsetKey};
+use crate::store::{HashKey, Rate, Store, ZsetKey};
 
 /// One change of `VTRR.LIMIT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub enum LimitChange {
     /// A cap, or (None) the queue's default.
     Concurrency(Option<u64>),
     Share(u64),
+    /// A rate limit, or (None) none (see `throttle`).
+    Rate(Option<Rate>),
 }
 
 /// A partition as `VTRR.PARTITIONS` shows it.
@@ -36,6 +38,10 @@ pub struct PartitionView {
     pub cap_in_force: Option<u64>,
     /// How long its line has waited (ms): None with nothing queued.
     pub waiting_ms: Option<i64>,
+    /// With a rate: the whole tokens its bucket holds now, and when it
+    /// next holds one if it holds none (Unix ms).
+    pub tokens: Option<i64>,
+    pub next_token_ms: Option<i64>,
 }
 
 fn read_count(store: &mut impl Store, field: &str) -> Option<u64> {
@@ -93,16 +99,24 @@ pub fn set_limit(
     let before = partition.record.clone();
     let cap_before = partition.record.cap_in_force(at.default_cap);
     let was_capped = partition.record.cap.is_some();
+    let was_rated = partition.record.rate.is_some();
     for change in changes {
         match *change {
             LimitChange::Concurrency(cap) => partition.record.cap = cap,
             LimitChange::Share(share) => partition.record.share = share,
+            LimitChange::Rate(rate) => {
+                partition.record.set_rate(rate);
+                if rate.is_none() {
+                    store.zrem(ZsetKey::Throttled, name);
+                }
+            }
         }
     }
     if was_capped != partition.record.cap.is_some() {
         adjust_count(store, CAPPED_COUNT_FIELD, !was_capped);
     }
-    if raised(cap_before, partition.record.cap_in_force(at.default_cap)) {
+    let unrated = was_rated && partition.record.rate.is_none();
+    if unrated || raised(cap_before, partition.record.cap_in_force(at.default_cap)) {
         admission::rejoin(store, &mut partition);
     }
     let changed = partition.record != before;
@@ -217,9 +231,13 @@ fn view(
         parse_virtual_time,
     )
     .flatten();
+    let mut refilled = record.clone();
+    refilled.refill(now_ms);
     PartitionView {
         cap_in_force: record.cap_in_force(default_cap),
         waiting_ms: record.waiting_since.map(|since| waited(since, now_ms)),
+        tokens: refilled.tokens(),
+        next_token_ms: refilled.token_due(),
         partition,
         record,
         virtual_time,

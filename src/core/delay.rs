@@ -56,18 +56,21 @@ pub(super) fn postpone(store: &mut impl Store, id: &[u8], payload: &[u8], due_ms
 }
 
 /// Promotes up to `limit` delayed items due at `now_ms` into the queue, in
-/// ascending (due, id) order. One without a payload is dead-lettered.
+/// ascending (due, id) order. One without a payload is dead-lettered. How
+/// many it took.
 pub(super) fn promote_at(
     store: &mut impl Store,
     at: &Placing,
     now_ms: i64,
     limit: usize,
     outcome: &mut Due,
-) {
+) -> usize {
     if limit == 0 {
-        return;
+        return 0;
     }
-    for (id, _due) in store.zrange_upto(ZsetKey::Delayed, now_ms as f64, limit) {
+    let due = store.zrange_upto(ZsetKey::Delayed, now_ms as f64, limit);
+    let taken = due.len();
+    for (id, _due) in due {
         store.zrem(ZsetKey::Delayed, &id);
         let payload = store.htake(HashKey::DelayedTask, &id);
         let meta = meta::read(store, &id);
@@ -88,4 +91,5 @@ pub(super) fn promote_at(
         }
         admission::close(store, partition);
     }
+    taken
 }

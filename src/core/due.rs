@@ -5,12 +5,14 @@
 use super::admission::{park_queued, MAX_PARKED_PER_CALL};
 use super::delay::promote_at;
 use super::reclaim::reclaim_at;
+use super::throttle::refill_due;
 use super::types::{CoreError, Due};
 use super::virtual_time::{read_placing, Placing};
 use crate::store::{Store, ZsetKey};
 
 /// Everything of a queue due at `now_ms`, at most `limit` items: expired
-/// leases first, then due delayed items.
+/// leases first, then due delayed items, then rate-limited partitions
+/// whose next token is due.
 pub(super) fn due_at(
     store: &mut impl Store,
     at: &Placing,
@@ -19,7 +21,9 @@ pub(super) fn due_at(
     outcome: &mut Due,
 ) {
     let reclaimed = reclaim_at(store, at, now_ms, limit, outcome);
-    promote_at(store, at, now_ms, limit.saturating_sub(reclaimed), outcome);
+    let limit = limit.saturating_sub(reclaimed);
+    let promoted = promote_at(store, at, now_ms, limit, outcome);
+    refill_due(store, at, now_ms, limit.saturating_sub(promoted), outcome);
 }
 
 /// The timer's run on one queue: [`due_at`], then up to
@@ -33,7 +37,7 @@ pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due,
 }
 
 /// When the queue next has something for the timer: the earliest lease
-/// expiry or delayed item's due time (rounded up: a fractional score
+/// expiry, delayed item's due time or partition's next token (rounded up: a fractional score
 /// written by another client must not make the timer look before anything
 /// is due), or at once while a parking is under way.
 pub fn next_due(store: &mut impl Store) -> Option<i64> {
@@ -43,5 +47,6 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
     let mut first = |key| store.zfirst(key).map(|(_, score)| score.ceil() as i64);
     let expiry = first(ZsetKey::Inflight);
     let delayed = first(ZsetKey::Delayed);
-    expiry.into_iter().chain(delayed).min()
+    let token = first(ZsetKey::Throttled);
+    expiry.into_iter().chain(delayed).chain(token).min()
 }

@@ -4,7 +4,7 @@
 use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::dead::bury_without_payload;
 use super::due::due_at;
-use super::meta::{self, partition_of};
+use super::meta;
 use super::partitions::{read_default_cap, State};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
 use super::virtual_time::{parse_current_virtual_time, Placing};
@@ -73,9 +73,10 @@ pub fn lease(
         };
         store.zrem(ZsetKey::Queue, &id);
         let anomalies = &mut outcome.due.anomalies;
-        let name = partition_of(store, &id);
-        let mut partition = admission::open(store, &name, at.default_cap, anomalies);
+        let meta = meta::read(store, &id);
+        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
         partition.now_ms = Some(request.now_ms);
+        partition.record.refill(request.now_ms);
         if partition.record.head.as_deref() == Some(id.as_slice()) {
             partition.record.head = None;
         }
@@ -100,6 +101,7 @@ pub fn lease(
             continue;
         };
         partition.served(request.now_ms);
+        partition.record.spend(meta.weight);
         admission::close(store, partition);
         let token = new_token();
         leased::grant(store, &id, &payload, expiry_ms, &token);

@@ -43,6 +43,7 @@ mod ranks;
 mod reclaim;
 mod scoring;
 mod stats;
+mod throttle;
 mod types;
 mod virtual_time;
 

@@ -40,12 +40,14 @@ impl Record {
         self.cap.or(default_cap)
     }
 
-    /// Whether one more of its items may be leased now. While a parking
+    /// Whether one more of its items may be leased now (its bucket as last
+    /// refilled: LEASE and the due step refill it first). While a parking
     /// is under way its items are served at their own times as usual; once
     /// a rejoin is owed, not until the whole backlog has rejoined.
     pub fn servable(&self, default_cap: Option<u64>) -> bool {
         !self.paused
             && self.parking != Parking::RejoinOwed
+            && self.has_token()
             && self
                 .cap_in_force(default_cap)
                 .is_none_or(|cap| self.leased < cap)
@@ -59,6 +61,7 @@ impl Record {
             || self.head.is_some()
             || self.parking != Parking::Done
             || self.owed != 0
+            || self.rate.is_some()
     }
 
     /// Its queued items still in `queue`, its head aside.

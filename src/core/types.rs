@@ -94,6 +94,9 @@ pub struct Due {
     pub promoted: u64,
     /// Items moved to the dead-letter set.
     pub dead_lettered: u64,
+    /// Rate-limited partitions whose next token came due: they may be
+    /// served again (`throttle`).
+    pub refilled: u64,
     /// Items of paused or capped partitions moved from `queue` to `held`.
     pub parked: u64,
     /// The timer's run stopped parking at its limit: more may be left.

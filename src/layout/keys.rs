@@ -200,6 +200,13 @@ impl<'ctx> KeysStore<'ctx> {
         self.slots.iter().flatten().any(|s| s.written)
     }
 
+    /// Whether this command wrote `which`.
+    pub fn wrote(&self, which: QueueKey) -> bool {
+        self.slots[which.index()]
+            .as_ref()
+            .is_some_and(|slot| slot.written)
+    }
+
     /// Signals the changed keys (for WATCH and client-side caching),
     /// propagates the call as `propagate` says (asked only when something
     /// changed) and fires `event` on `vtrr:<name>:queue`. Returns whether

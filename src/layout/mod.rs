@@ -150,6 +150,14 @@ impl<'ctx> QueueStore<'ctx> {
         }
     }
 
+    /// Whether the call wrote the logical key `which`.
+    pub fn wrote(&self, which: QueueKey) -> bool {
+        match self {
+            QueueStore::Keys(store) => store.wrote(which),
+            QueueStore::Native(store) => store.wrote(which),
+        }
+    }
+
     /// Commits the call (see [`KeysStore::commit`]); a native queue
     /// propagates it as a command whatever `propagate` says of effects: the
     /// same command on the same value writes the same.

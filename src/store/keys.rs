@@ -45,10 +45,11 @@ pub enum QueueKey {
     RankLeased,
     RankDead,
     Totals,
+    Throttled,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 25] = [
+    pub const ALL: [QueueKey; 26] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -74,6 +75,7 @@ impl QueueKey {
         QueueKey::RankLeased,
         QueueKey::RankDead,
         QueueKey::Totals,
+        QueueKey::Throttled,
     ];
 
     pub const fn index(self) -> usize {
@@ -107,6 +109,7 @@ impl QueueKey {
             QueueKey::RankLeased => "rank_leased",
             QueueKey::RankDead => "rank_dead",
             QueueKey::Totals => "totals",
+            QueueKey::Throttled => "throttled",
         }
     }
 
@@ -121,7 +124,8 @@ impl QueueKey {
             | QueueKey::RankQueued
             | QueueKey::RankWaiting
             | QueueKey::RankLeased
-            | QueueKey::RankDead => KeyKind::Zset,
+            | QueueKey::RankDead
+            | QueueKey::Throttled => KeyKind::Zset,
             QueueKey::CurrentVirtualTime => KeyKind::String,
             _ => KeyKind::Hash,
         }
@@ -158,6 +162,10 @@ pub enum ZsetKey {
     RankLeased,
     /// `vtrr:<name>:rank_dead`: partition -> minus its dead count.
     RankDead,
+    /// `vtrr:<name>:throttled`: rate-limited partition with items queued
+    /// and no token -> when its bucket next holds one (Unix ms; see
+    /// `core::throttle`).
+    Throttled,
 }
 
 /// The hashes of a queue.
@@ -202,7 +210,7 @@ impl ZsetKey {
         ZsetKey::ALL.into_iter().find(|z| QueueKey::from(*z) == key)
     }
 
-    pub const ALL: [ZsetKey; 10] = [
+    pub const ALL: [ZsetKey; 11] = [
         ZsetKey::Queue,
         ZsetKey::Inflight,
         ZsetKey::Delayed,
@@ -213,6 +221,7 @@ impl ZsetKey {
         ZsetKey::RankWaiting,
         ZsetKey::RankLeased,
         ZsetKey::RankDead,
+        ZsetKey::Throttled,
     ];
 
     pub const fn index(self) -> usize {
@@ -261,6 +270,7 @@ impl From<ZsetKey> for QueueKey {
             ZsetKey::RankWaiting => QueueKey::RankWaiting,
             ZsetKey::RankLeased => QueueKey::RankLeased,
             ZsetKey::RankDead => QueueKey::RankDead,
+            ZsetKey::Throttled => QueueKey::Throttled,
         }
     }
 }

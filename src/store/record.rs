@@ -93,6 +93,17 @@ pub struct Record {
     /// `core::charge`) and not yet applied to its queued items: they are
     /// being parked, and move once all of them are held.
     pub owed: i64,
+    /// Its rate limit (`VTRR.LIMIT ... RATE`): a token bucket that each
+    /// lease spends its item's weight from (see `core::throttle`).
+    pub rate: Option<Rate>,
+    /// The bucket, in token-milliseconds (a token is `rate.per_ms` of them,
+    /// so a refill of `amount` tokens per `per_ms` adds `amount` per
+    /// millisecond, in integers): below 0 after a lease heavier than what
+    /// was left.
+    pub bucket: i64,
+    /// When the bucket was last refilled (Unix ms); None: full, as of any
+    /// time (a rate just set, by a command without a clock).
+    pub refilled_at: Option<i64>,
     pub parking: Parking,
     /// The id this partition has in `queue` while under control.
     pub head: Option<Vec<u8>>,
@@ -129,6 +140,9 @@ impl Default for Record {
             offset: 0,
             gap: 0,
             owed: 0,
+            rate: None,
+            bucket: 0,
+            refilled_at: None,
             parking: Parking::Done,
             head: None,
             waiting_since: None,
@@ -149,18 +163,28 @@ const SINCE_RANKINGS: &[u8] = b"t";
 /// ranked wait as the first total.
 const SINCE_AGED_WAITS: &[u8] = b"u";
 
-/// Marks records that carry a charge owed (after the ranked queued count):
-/// written only then, so a queue that reports no costs keeps `u` records,
-/// and a version that knows only `u` refuses a `w` one.
+/// Marks records that carry a charge owed or a rate limit (after the
+/// ranked queued count): written only then, so a queue without either keeps
+/// `u` records, and a version that knows only `u` refuses a `w` one.
 const SINCE_COSTS: &[u8] = b"w";
+
+/// A partition's rate limit: `amount` weight units per `per_ms`
+/// milliseconds, at most `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub amount: u64,
+    pub per_ms: u64,
+    pub burst: u64,
+}
 
 impl Record {
     /// `<queued> <held> <leased> <delayed> <dead>`, then, only when any
     /// differs from its default, `<cap|-> <share> <paused> <carry> <offset>
     /// <gap> <parking> u <waiting-since|-> <ranked-since|-> <enqueued>
     /// <leased> <acked> <nacked> <dead> <expired> <ranked-queued>[ <head
-    /// id>]` (the head id, any bytes, comes last); with a charge owed, `w`
-    /// in place of `u` and `<owed>` after `<ranked-queued>`. The first rankings wrote
+    /// id>]` (the head id, any bytes, comes last); with a charge owed or a
+    /// rate, `w` in place of `u` and `<owed> <rate|-> <per-ms> <burst>
+    /// <bucket> <refilled-at>` after `<ranked-queued>`. The first rankings wrote
     /// `t` and no `ranked-since`; earlier versions `0` for `t` and nothing
     /// up to the head.
     /// Written on every change of a partition's counts, so it is short in
@@ -180,6 +204,7 @@ impl Record {
             || self.offset != 0
             || self.gap != 0
             || self.owed != 0
+            || self.refilled_at.is_some()
             || self.parking != Parking::Done
             || self.head.is_some()
             || self.waiting_since.is_some()
@@ -201,11 +226,8 @@ impl Record {
                 Parking::RejoinOwed => 2,
             };
             push(&mut out, digits.format(parking));
-            out.extend_from_slice(if self.owed == 0 {
-                SINCE_AGED_WAITS
-            } else {
-                SINCE_COSTS
-            });
+            let costs = self.owed != 0 || self.rate.is_some();
+            out.extend_from_slice(if costs { SINCE_COSTS } else { SINCE_AGED_WAITS });
             out.push(b' ');
             for since in [self.waiting_since, self.ranked_since] {
                 match since {
@@ -217,8 +239,21 @@ impl Record {
                 push(&mut out, digits.format(count));
             }
             push(&mut out, digits.format(self.ranked_queued));
-            if self.owed != 0 {
+            if costs {
                 push(&mut out, digits.format(self.owed));
+                match self.rate {
+                    Some(rate) => {
+                        for n in [rate.amount, rate.per_ms, rate.burst] {
+                            push(&mut out, digits.format(n));
+                        }
+                    }
+                    None => out.extend_from_slice(b"- 0 0 "),
+                }
+                push(&mut out, digits.format(self.bucket));
+                match self.refilled_at {
+                    Some(at) => push(&mut out, digits.format(at)),
+                    None => push(&mut out, "-"),
+                }
             }
             if let Some(head) = &self.head {
                 out.extend_from_slice(head);
@@ -304,6 +339,22 @@ impl Record {
             record.ranked_queued = number(fields.next())?;
             if slot == SINCE_COSTS {
                 record.owed = number(fields.next())?;
+                let amount = fields.next()?;
+                let (per_ms, burst) = (number(fields.next())?, number(fields.next())?);
+                record.rate = match amount {
+                    b"-" => None,
+                    // Zero in any of them would divide by zero: unreadable.
+                    raw => Some(Rate {
+                        amount: number(Some(raw)).filter(|&n: &u64| n > 0)?,
+                        per_ms: Some(per_ms).filter(|&n: &u64| n > 0)?,
+                        burst: Some(burst).filter(|&n: &u64| n > 0)?,
+                    }),
+                };
+                record.bucket = number(fields.next())?;
+                record.refilled_at = match fields.next()? {
+                    b"-" => None,
+                    raw => Some(number(Some(raw))?),
+                };
             }
         } else {
             let earlier_shift_bound: i64 = number(Some(slot))?;
@@ -325,7 +376,7 @@ impl Record {
     }
 
     pub fn has_settings(&self) -> bool {
-        self.cap.is_some() || self.share != 1 || self.paused
+        self.cap.is_some() || self.share != 1 || self.paused || self.rate.is_some()
     }
 }
 
@@ -370,6 +421,13 @@ mod tests {
             offset: -5,
             gap: 9,
             owed: -11,
+            rate: Some(Rate {
+                amount: 3,
+                per_ms: 250,
+                burst: 9,
+            }),
+            bucket: -40,
+            refilled_at: Some(1_700_000_000_200),
             parking: Parking::RejoinOwed,
             head: Some(b"id with spaces \x00 and bytes".to_vec()),
             waiting_since: Some(1_700_000_000_123),
@@ -397,9 +455,26 @@ mod tests {
         };
         assert_eq!(
             owing.format(),
-            b"1 0 0 0 0 - 1 0 0 0 0 0 w - - 0 0 0 0 0 0 0 4"
+            b"1 0 0 0 0 - 1 0 0 0 0 0 w - - 0 0 0 0 0 0 0 4 - 0 0 0 -"
         );
         assert_eq!(Record::parse(&owing.format()), Some(owing));
+        let throttled = Record {
+            queued: 2,
+            rate: Some(Rate {
+                amount: 5,
+                per_ms: 1000,
+                burst: 10,
+            }),
+            bucket: -250,
+            refilled_at: Some(1_700_000_000_000),
+            head: Some(b"h 1".to_vec()),
+            ..Record::default()
+        };
+        assert_eq!(
+            throttled.format(),
+            b"2 0 0 0 0 - 1 0 0 0 0 0 w - - 0 0 0 0 0 0 0 0 5 1000 10 -250 1700000000000 h 1"
+        );
+        assert_eq!(Record::parse(&throttled.format()), Some(throttled));
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod properties;
 mod reclaim;
 mod scoring;
 mod sharding;
+mod throttle;
 
 use crate::core::*;
 use crate::store::memory::MemoryStore;

@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use proptest::prelude::*;
 
 use super::{apply_limit, apply_policy};
+use crate::core::partitions::Record;
 use crate::core::*;
 use crate::store::memory::MemoryStore;
-use crate::store::{HashKey, Store, ZsetKey};
+use crate::store::{HashKey, Rate, Store, ZsetKey};
 
 /// The items with these ids, of one partition and weight.
 fn new_items_of<'a>(partition: &'a [u8], weight: u64, ids: &'a [Vec<u8>]) -> Vec<NewItem<'a>> {
@@ -88,6 +89,11 @@ enum Op {
     DefaultCap {
         cap: Option<u64>,
     },
+    /// `VTRR.LIMIT ... RATE <amount> PER <per_ms> BURST <burst>` (or NONE).
+    Rate {
+        partition: u8,
+        rate: Option<(u64, u64, u64)>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -117,6 +123,7 @@ fn op_with_controls() -> impl Strategy<Value = Op> {
         1 => (0u8..6).prop_map(|partition| Op::Resume { partition }),
         1 => prop::option::of(1u64..=3).prop_map(|cap| Op::DefaultCap { cap }),
         1 => (any::<usize>(), 1u64..=20).prop_map(|(pick, cost)| Op::AckCost { pick, cost }),
+        1 => (0u8..6, prop::option::of((1u64..=3, 1u64..=20, 1u64..=4))).prop_map(|(partition, rate)| Op::Rate { partition, rate }),
     ]
 }
 
@@ -155,6 +162,13 @@ struct Simulation {
     /// and guarantees (1) and (2), stated in weights, no longer apply (the
     /// bound by cost is `charge.rs`'s property).
     charged: bool,
+    /// A rate limit was set: guarantees (1) and (2) are about partitions
+    /// served whenever their turn comes, which a throttled one is not (its
+    /// bound is `throttle.rs`'s property).
+    rated: bool,
+    /// During a LEASE: the rate-limited partitions' records, refilled to
+    /// the lease's time and spent as it leases (whether each has a token).
+    buckets: BTreeMap<u8, Record>,
     /// Weight of queued items cancelled per partition since it was last idle.
     gaps: BTreeMap<u8, u64>,
     /// The tenant controls as set.
@@ -200,6 +214,8 @@ impl Simulation {
             tokens: 0,
             finished: 0,
             charged: false,
+            rated: false,
+            buckets: BTreeMap::new(),
             gaps: BTreeMap::new(),
             caps: BTreeMap::new(),
             shares: BTreeMap::new(),
@@ -234,7 +250,8 @@ impl Simulation {
     }
 
     fn servable(&self, partition: u8, leased: &BTreeMap<u8, u64>) -> bool {
-        !self.paused.contains(&partition)
+        self.buckets.get(&partition).is_none_or(Record::has_token)
+            && !self.paused.contains(&partition)
             && self
                 .cap_in_force(partition)
                 .is_none_or(|cap| leased.get(&partition).copied().unwrap_or(0) < cap)
@@ -393,6 +410,17 @@ impl Simulation {
                 }
                 let mut waiting = self.waiting();
                 let mut leased_now = self.leased_per_partition();
+                self.buckets = self
+                    .store
+                    .hash_entries(HashKey::Partitions)
+                    .into_iter()
+                    .filter_map(|(name, raw)| {
+                        let mut record = Record::parse(&raw)?;
+                        record.rate?;
+                        record.refill(self.now_ms);
+                        Some((name[1], record))
+                    })
+                    .collect();
                 let tokens = &mut self.tokens;
                 let request = LeaseRequest {
                     now_ms: self.now_ms,
@@ -438,7 +466,11 @@ impl Simulation {
                     let queued_partitions: HashSet<u8> = waiting.iter().map(|(p, _)| *p).collect();
                     self.observe_pop(&queued_partitions, &busy, &leased.id)?;
                     waiting.retain(|(_, w)| w.id != leased.id);
-                    *leased_now.entry(self.items[&leased.id].0).or_insert(0) += 1;
+                    let (partition, weight) = self.items[&leased.id];
+                    *leased_now.entry(partition).or_insert(0) += 1;
+                    if let Some(bucket) = self.buckets.get_mut(&partition) {
+                        bucket.spend(weight);
+                    }
                 }
                 // A LEASE that returned fewer than asked left nothing servable.
                 if !outcome.skipped_enough && leased_count < usize::from(count) {
@@ -636,6 +668,19 @@ impl Simulation {
                 apply_policy(&mut self.store, &[PolicyChange::DefaultConcurrency(cap)]);
                 self.default_cap = cap;
             }
+            Op::Rate { partition, rate } => {
+                let rate = rate.map(|(amount, per_ms, burst)| Rate {
+                    amount,
+                    per_ms,
+                    burst,
+                });
+                apply_limit(
+                    &mut self.store,
+                    Self::name(partition),
+                    LimitChange::Rate(rate),
+                );
+                self.rated = true;
+            }
         }
         let leased = self.leased_per_partition();
         let over: HashSet<u8> = leased
@@ -689,7 +734,7 @@ impl Simulation {
         busy: &HashSet<u8>,
         popped: &[u8],
     ) -> Result<(), TestCaseError> {
-        if self.charged {
+        if self.charged || self.rated {
             return Ok(());
         }
         let (popped_partition, popped_weight) = self.items[popped];

@@ -34,6 +34,8 @@ pub struct NativeStore<'ctx> {
     /// The value, once there is one.
     value: Option<ptr::NonNull<MemoryStore>>,
     written: bool,
+    /// The logical keys written, one bit per `QueueKey::index`.
+    written_keys: u32,
     /// A member was added to `queue` (blocked clients may be served).
     added: bool,
     /// This call made the value (the queue did not exist before it).
@@ -86,6 +88,7 @@ impl<'ctx> NativeStore<'ctx> {
             access,
             value: None,
             written: false,
+            written_keys: 0,
             added: false,
             created: false,
         };
@@ -129,6 +132,7 @@ impl<'ctx> NativeStore<'ctx> {
         );
         assert!(self.access == Access::Write, "a write on a read-only open");
         self.written = true;
+        self.written_keys |= 1 << which.index();
         let created = &mut self.created;
         let value = *self.value.get_or_insert_with(|| {
             *created = true;
@@ -166,12 +170,20 @@ impl<'ctx> NativeStore<'ctx> {
         // SAFETY: as in `read`.
         let (result, removed) = remove(unsafe { value.as_mut() });
         self.written |= removed;
+        if removed {
+            self.written_keys |= 1 << which.index();
+        }
         result
     }
 
     /// Whether this call wrote anything so far.
     pub fn changed(&self) -> bool {
         self.written
+    }
+
+    /// Whether this call wrote the logical key `which`.
+    pub fn wrote(&self, which: QueueKey) -> bool {
+        self.written_keys & (1 << which.index()) != 0
     }
 
     /// Propagates the call with `propagate` — or, when the call created
