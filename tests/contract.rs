@@ -555,12 +555,19 @@ fn idle_lifecycle_and_tenant_calls_do_not_abort_a_watching_client_and_real_chang
     set_policy(&mut worker, "q", &["DEFAULT-CONCURRENCY", "4"]);
     let keys = all_queue_keys("q");
     let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    // Without a rate: rate, per-ms and burst are nil (keys in order).
     let settings = |cap: Value, paused: i64, share: i64| {
         Value::Array(vec![
+            bulk("burst"),
+            Value::Nil,
             bulk("concurrency"),
             cap,
             bulk("paused"),
             Value::Int(paused),
+            bulk("per-ms"),
+            Value::Nil,
+            bulk("rate"),
+            Value::Nil,
             bulk("share"),
             Value::Int(share),
         ])
@@ -998,10 +1005,16 @@ fn tenant_commands_work_inside_multi_and_lua() {
     assert_eq!(
         replies[4],
         Value::Array(vec![
+            bulk("burst"),
+            Value::Nil,
             bulk("concurrency"),
             Value::Int(1),
             bulk("paused"),
             Value::Int(0),
+            bulk("per-ms"),
+            Value::Nil,
+            bulk("rate"),
+            Value::Nil,
             bulk("share"),
             Value::Int(2),
         ])
@@ -1091,10 +1104,16 @@ fn tenant_commands_work_inside_multi_and_lua() {
     assert_eq!(
         got[9],
         Value::Array(vec![
+            bulk("burst"),
+            Value::Nil,
             bulk("concurrency"),
             Value::Nil,
             bulk("paused"),
             Value::Int(1),
+            bulk("per-ms"),
+            Value::Nil,
+            bulk("rate"),
+            Value::Nil,
             bulk("share"),
             Value::Int(2),
         ])

@@ -156,6 +156,12 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
             match rng.below(3) {
                 0 => words.extend(["CONCURRENCY".into(), pick(rng, &["1", "2", "NONE"]).into()]),
                 1 => words.extend(["SHARE".into(), pick(rng, &["1", "2", "5"]).into()]),
+                2 if rng.chance(50) => words.extend([
+                    "RATE".into(),
+                    pick(rng, &["1", "3", "NONE"]).into(),
+                    "PER".into(),
+                    pick(rng, &["1", "10", "100"]).into(),
+                ]),
                 _ => {}
             }
         }

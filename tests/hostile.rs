@@ -240,6 +240,17 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
         vec!["VTRR.REVIVE", q, "r1"],
         vec!["VTRR.CANCEL", q, "c1", "c2"],
         vec!["VTRR.LIMIT", q, "p", "CONCURRENCY", "2", "SHARE", "3"],
+        vec![
+            "VTRR.LIMIT",
+            q,
+            "p",
+            "RATE",
+            "5",
+            "PER",
+            "1000",
+            "BURST",
+            "2",
+        ],
         vec!["VTRR.PAUSE", q, "p"],
         vec!["VTRR.RESUME", q, "p"],
         vec!["VTRR.PARTITIONS", q, "CURSOR", "0", "COUNT", "10"],
@@ -398,7 +409,7 @@ fn log_lines_take_client_text_as_text() {
 
 /// Argument values chosen to break parsers.
 fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
-    const WORDS: [&str; 48] = [
+    const WORDS: [&str; 51] = [
         "fz",
         "wt",
         "",
@@ -421,6 +432,9 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
         "count",
         "LIMIT",
         "BLOCK",
+        "RATE",
+        "PER",
+        "BURST",
         "p:x",
         "nan",
         // The lifecycle commands' options and bounds.

@@ -486,6 +486,22 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 if share {
                     cmd.arg("SHARE").arg(1 + rng.below(4));
                 }
+                // A rate limit: its bucket refills by the clock of each
+                // LEASE and timer run, which replicas replay.
+                match rng.below(4) {
+                    0 => {
+                        cmd.arg("RATE")
+                            .arg(1 + rng.below(5))
+                            .arg("PER")
+                            .arg(1 + rng.below(50))
+                            .arg("BURST")
+                            .arg(1 + rng.below(3));
+                    }
+                    1 => {
+                        cmd.arg("RATE").arg("NONE");
+                    }
+                    _ => {}
+                }
                 let _: () = cmd.query(con).unwrap();
             }
             18 => {

@@ -773,6 +773,10 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
     let concurrency = "ERR CONCURRENCY must be an integer between 1 and 1000000000, or NONE";
     let default = "ERR DEFAULT-CONCURRENCY must be an integer between 1 and 1000000000, or NONE";
     let share = "ERR SHARE must be an integer between 1 and 1000000";
+    let rate = "ERR RATE must be an integer between 1 and 1000000000, or NONE";
+    let per = "ERR RATE <n> must be followed by PER <ms>, an integer between 1 and 86400000";
+    let burst =
+        "ERR BURST must be an integer between 1 and 1000000000, and follow RATE <n> PER <ms>";
     let count = "ERR COUNT must be an integer between 1 and 10000";
     let cursor = "ERR invalid cursor";
     let syntax = "ERR syntax error";
@@ -795,7 +799,48 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
         case(&["VTRR.LIMIT", "q", "p", "CONCURRENCY", bad], concurrency);
         case(&["VTRR.LIMIT", "q", "p", "SHARE", bad], share);
         case(&["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", bad], default);
+        case(&["VTRR.LIMIT", "q", "p", "RATE", bad, "PER", "1000"], rate);
+        case(&["VTRR.LIMIT", "q", "p", "RATE", "5", "PER", bad], per);
+        case(
+            &[
+                "VTRR.LIMIT",
+                "q",
+                "p",
+                "RATE",
+                "5",
+                "PER",
+                "10",
+                "BURST",
+                bad,
+            ],
+            burst,
+        );
     }
+    case(&["VTRR.LIMIT", "q", "p", "RATE", "5"], per);
+    case(&["VTRR.LIMIT", "q", "p", "RATE", "5", "BURST", "3"], per);
+    case(
+        &["VTRR.LIMIT", "q", "p", "RATE", "5", "PER", "86400001"],
+        per,
+    );
+    case(&["VTRR.LIMIT", "q", "p", "BURST", "3"], burst);
+    case(
+        &["VTRR.LIMIT", "q", "p", "RATE", "NONE", "BURST", "3"],
+        burst,
+    );
+    case(
+        &[
+            "VTRR.LIMIT",
+            "q",
+            "p",
+            "CONCURRENCY",
+            "2",
+            "RATE",
+            "0",
+            "PER",
+            "10",
+        ],
+        rate,
+    );
     case(&["VTRR.LIMIT", "q", "p", "SHARE", "1000001"], share);
     case(&["VTRR.LIMIT", "q", "p", "SHARE", "NONE"], share);
     // A good option before a bad one is not applied either.
@@ -1587,4 +1632,115 @@ fn a_partition_reporting_ten_times_its_weight_gets_a_tenth_of_the_service_across
         .query(&mut con)
         .unwrap();
     assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
+fn a_throttled_tenant_is_served_at_its_rate_while_others_run_at_full_speed_across_a_reload() {
+    let server = Server::builder()
+        .args(&["--enable-debug-command", "yes"])
+        .spawn();
+    let mut con = server.connect();
+    set_limit(
+        &mut con,
+        "rates",
+        "slow",
+        &["RATE", "20", "PER", "1000", "BURST", "5"],
+    );
+    enqueue_many(&mut con, "rates", "slow", 0..500, 1);
+    enqueue_many(&mut con, "rates", "fast", 0..30_000, 1);
+    let started = Instant::now();
+    let mut served: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reloading = None;
+    while started.elapsed() < Duration::from_millis(1500) {
+        if reloading.is_none() && started.elapsed() > Duration::from_millis(700) {
+            // The bucket and its place in `throttled` survive a save and a load.
+            let reload = Instant::now();
+            let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+            reloading = Some(reload.elapsed().as_secs_f64());
+        }
+        let leases: Vec<Lease> = redis::cmd("VTRR.LEASE")
+            .arg("rates")
+            .arg(60_000)
+            .arg("COUNT")
+            .arg(10)
+            .query(&mut con)
+            .unwrap();
+        // Every call is served in full: the throttled tenant's turns go to
+        // the other, and nothing is leased and put back.
+        assert_eq!(leases.len(), 10);
+        ack_all(&mut con, "rates", &leases);
+        for (id, ..) in &leases {
+            *served.entry(partition_of(id)).or_default() += 1;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let slow = served.get("slow").copied().unwrap_or(0) as f64;
+    // Its burst of 5, then 20 a second: never more, and not much less (a
+    // bucket full during the reload's pause gains nothing then).
+    let paused = reloading.unwrap_or(0.0);
+    assert!(
+        slow <= 5.0 + 20.0 * elapsed + 1.0,
+        "{served:?} in {elapsed} s"
+    );
+    assert!(
+        slow >= 5.0 + 20.0 * (elapsed - paused - 0.3) - 1.0,
+        "{served:?} in {elapsed} s, {paused} s of it reloading"
+    );
+    assert!(served["fast"] as f64 > 10.0 * slow, "{served:?}");
+    let shown = view(&mut con, "rates", "slow");
+    assert_eq!(
+        (
+            field(&shown, "rate"),
+            field(&shown, "per-ms"),
+            field(&shown, "burst")
+        ),
+        (Some(20), Some(1000), Some(5))
+    );
+    assert!(field(&shown, "tokens").unwrap() <= 5, "{shown:?}");
+    let problems: Vec<Value> = redis::cmd("VTRR.CHECK")
+        .arg("rates")
+        .query(&mut con)
+        .unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
+fn a_blocked_lease_wakes_when_a_throttled_partitions_next_token_is_due() {
+    let server = Server::start();
+    let mut con = server.connect();
+    set_limit(&mut con, "rates", "p", &["RATE", "1", "PER", "400"]);
+    enqueue_many(&mut con, "rates", "p", 0..3, 1);
+    let first = lease(&mut con, "rates", 60_000).expect("its one token");
+    assert_eq!(first.0, b"p:0000");
+    assert!(
+        lease(&mut con, "rates", 60_000).is_none(),
+        "no token: nothing leased"
+    );
+    let shown = view(&mut con, "rates", "p");
+    let due = field(&shown, "next-token-ms").expect("its next token is due");
+    assert_eq!(field(&shown, "tokens"), Some(0));
+    let started = Instant::now();
+    let woken: Option<Lease> = redis::cmd("VTRR.LEASE")
+        .arg("rates")
+        .arg(60_000)
+        .arg("BLOCK")
+        .arg(5_000)
+        .query(&mut con)
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(
+        woken.expect("woken by the token, not the timeout").0,
+        b"p:0001"
+    );
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_millis(1500),
+        "waited {waited:?} for a token due at {due}"
+    );
+    set_limit(&mut con, "rates", "p", &["RATE", "NONE"]);
+    assert_eq!(lease(&mut con, "rates", 60_000).unwrap().0, b"p:0002");
+    let shown = view(&mut con, "rates", "p");
+    assert_eq!(
+        (field(&shown, "rate"), field(&shown, "tokens")),
+        (None, None)
+    );
 }

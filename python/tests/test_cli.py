@@ -171,12 +171,14 @@ def test_limit_shows_and_sets_a_partitions_settings(server: Server, queue: vtrr.
     assert shown.returncode == 0, shown.stderr
     assert dict(line.split(None, 1) for line in shown.stdout.splitlines()) == {
         "partition": "alice", "concurrency": "none", "paused": "False", "share": "1",
+        "rate": "none", "burst": "none",
     }  # fmt: skip
     set_both = vtrr_run(
         "limit", name, "alice", "--concurrency", "2", "--share", "3", "--url", server.url, "--json"
     )
     assert json.loads(set_both.stdout) == {
         "partition": "alice", "concurrency": 2, "paused": False, "share": 3,
+        "rate": None, "burst": None,
     }  # fmt: skip
     assert queue.limit("alice") == vtrr.PartitionSettings(concurrency=2, paused=False, share=3)
     cleared = vtrr_run("limit", name, "alice", "--concurrency", "none", "--url", server.url)
@@ -395,3 +397,18 @@ def test_worker_cost_time_charges_each_partition_its_jobs_run_time(
     assert len(slow_early) <= 6, order
     refused = vtrr_cli(server.url, "worker", "jobs:record", "--queue", queue.name, "--cost", "ms")
     assert refused.returncode == 2 and "invalid choice: 'ms'" in refused.stderr
+
+
+def test_limit_sets_shows_and_removes_a_rate(server: Server, queue: vtrr.Queue) -> None:
+    done = vtrr_cli(server.url, "limit", queue.name, "slow", "--rate", "5/1000", "--burst", "2",
+                    "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert (shown["rate"], shown["burst"]) == ("5/1000", 2)
+    assert queue.limit("slow").rate == vtrr.Rate(amount=5, per_ms=1000, burst=2)
+    removed = vtrr_cli(server.url, "limit", queue.name, "slow", "--rate", "none")
+    assert removed.returncode == 0 and queue.limit("slow").rate is None
+    lonely = vtrr_cli(server.url, "limit", queue.name, "slow", "--burst", "2")
+    assert lonely.returncode == 2 and "--burst needs --rate" in lonely.stderr
+    bad = vtrr_cli(server.url, "limit", queue.name, "slow", "--rate", "fast")
+    assert bad.returncode == 2 and "expected N/MS or none" in bad.stderr

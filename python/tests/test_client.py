@@ -69,6 +69,23 @@ def test_ack_and_lease_reports_costs_and_bad_costs_change_nothing(queue: vtrr.Qu
     assert queue.check() == []
 
 
+def test_a_rate_limit_is_set_shown_enforced_at_lease_and_removed(queue: vtrr.Queue) -> None:
+    queue.set_limit("slow", rate=vtrr.Rate(amount=2, per_ms=60_000))
+    assert queue.limit("slow").rate == vtrr.Rate(amount=2, per_ms=60_000, burst=2)
+    queue.enqueue_many(Item(p, f"{p}{n}", b"") for n in range(4) for p in ("slow", "fast"))
+    leased = [lease.id for lease in queue.lease_many(30_000, 8)]
+    assert sorted(leased) == ["fast0", "fast1", "fast2", "fast3", "slow0", "slow1"]
+    view = queue.partition("slow")
+    assert (view.queued, view.held, view.tokens) == (2, 2, 0), "held, not leased and put back"
+    assert view.next_token_ms is not None and view.next_token_ms > time.time() * 1000
+    with pytest.raises(vtrr.InvalidArgument, match="RATE"):
+        queue.set_limit("slow", rate=vtrr.Rate(amount=0, per_ms=1000))
+    queue.set_limit("slow", rate="NONE")
+    assert queue.limit("slow").rate is None
+    assert sorted(lease.id for lease in queue.lease_many(30_000, 8)) == ["slow2", "slow3"]
+    assert queue.check() == []
+
+
 def test_nack_tells_where_the_item_went_and_release_counts_no_nack(queue: vtrr.Queue) -> None:
     queue.set_policy(max_nacks=0)
     queue.enqueue("p", "a", b"")

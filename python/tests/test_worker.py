@@ -106,6 +106,32 @@ def test_a_tenant_whose_jobs_cost_ten_times_their_weight_gets_a_tenth_of_the_ser
     assert queue.check() == []
 
 
+def test_a_throttled_tenant_is_served_at_its_rate_while_others_run_at_full_speed(
+    queue: vtrr.Queue,
+) -> None:
+    queue.set_limit("slow", rate=vtrr.Rate(amount=10, per_ms=1000, burst=2))
+    queue.enqueue_many(Item("slow", f"s{i:03}", b"x") for i in range(200))
+    queue.enqueue_many(Item("fast", f"f{i:05}", b"x") for i in range(20_000))
+    served = {"slow": 0, "fast": 0}
+    started = time.monotonic()
+    worker: Worker
+
+    def handler(job: Job) -> None:
+        served["slow" if job.id.startswith("s") else "fast"] += 1
+        if time.monotonic() - started > 1.5:
+            worker.stop()
+
+    worker = Worker(queue, handler, concurrency=4, block_ms=100)
+    worker.run()
+    elapsed = time.monotonic() - started
+    # Its burst of 2, then 10 a second; the other tenant takes every turn left.
+    assert served["slow"] <= 2 + 10 * elapsed + 1, (served, elapsed)
+    assert served["slow"] >= 2 + 10 * (elapsed - 0.5) - 1, (served, elapsed)
+    assert served["fast"] > 20 * served["slow"], served
+    assert queue.partition("slow").held > 0, "its backlog waits in held, not leased"
+    assert queue.check() == []
+
+
 def test_cost_time_reports_each_jobs_run_time_in_milliseconds(queue: vtrr.Queue) -> None:
     queue.enqueue_many(Item("slow", f"s{i}", b"x") for i in range(40))
     queue.enqueue_many(Item("quick", f"q{i}", b"x") for i in range(40))

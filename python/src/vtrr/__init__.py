@@ -30,6 +30,7 @@ from .types import (
     PartitionView,
     Policy,
     Rank,
+    Rate,
     Stats,
     Totals,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "Policy",
     "Queue",
     "Rank",
+    "Rate",
     "Retry",
     "SerializationError",
     "ShardedLease",

@@ -29,14 +29,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
 from .client import Queue
 from .commands import Limit
 from .errors import VTRRError
-from .types import RANKS, DeadItem, PartitionView, Rank, encode
+from .types import RANKS, DeadItem, PartitionView, Rank, Rate, encode
 from .worker import Backoff, Worker
 
 
@@ -225,9 +225,19 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_limit(args: argparse.Namespace) -> int:
     """Set what was given, then show the partition's settings as they now are."""
     queue = _queue(args)
-    if args.concurrency is not None or args.share is not None:
-        queue.set_limit(args.partition, concurrency=args.concurrency, share=args.share)
+    if args.burst is not None and not isinstance(args.rate, Rate):
+        print("vtrr limit: --burst needs --rate N/MS", file=sys.stderr)
+        return 2
+    if isinstance(args.rate, Rate) and args.burst is not None:
+        args.rate = dataclasses.replace(args.rate, burst=args.burst)
+    if args.concurrency is not None or args.share is not None or args.rate is not None:
+        queue.set_limit(
+            args.partition, concurrency=args.concurrency, share=args.share, rate=args.rate
+        )
     settings = dataclasses.asdict(queue.limit(args.partition))
+    rate = settings.pop("rate")
+    settings["rate"] = None if rate is None else f"{rate['amount']}/{rate['per_ms']}"
+    settings["burst"] = None if rate is None else rate["burst"]
     _record(args, {"partition": args.partition, **settings}, missing="none")
     return 0
 
@@ -377,6 +387,17 @@ def _limit(text: str) -> Limit:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer or none, not {text!r}") from None
+
+
+def _rate(text: str) -> Rate | Literal["NONE"]:
+    """`N/MS` (N weight units every MS milliseconds), or `none`."""
+    if text.lower() == "none":
+        return "NONE"
+    amount, _, per_ms = text.partition("/")
+    try:
+        return Rate(amount=int(amount), per_ms=int(per_ms))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N/MS or none, not {text!r}") from None
 
 
 def _positive(text: str) -> float:
@@ -531,6 +552,13 @@ def parser() -> argparse.ArgumentParser:
         help="at most N of its items leased at once; none: the queue's default",
     )
     limit.add_argument("--share", type=int, metavar="S", help="S times a share-1 partition's")
+    limit.add_argument(
+        "--rate",
+        type=_rate,
+        metavar="N/MS|none",
+        help="leased at most N weight units every MS ms, enforced at LEASE; none: no limit",
+    )
+    limit.add_argument("--burst", type=int, metavar="B", help="with --rate: at most B at once")
     limit.set_defaults(run=cmd_limit)
     policy = command("policy", "when items go dead, the default cap: set what is given, then show")
     for option, meaning in (

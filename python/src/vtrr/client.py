@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import redis
 import redis.asyncio
@@ -33,6 +33,7 @@ from .types import (
     PartitionView,
     Policy,
     Rank,
+    Rate,
     Stats,
 )
 
@@ -237,9 +238,15 @@ class Queue:
         return self.run(commands.get_limit(self.name, partition))
 
     def set_limit(
-        self, partition: str, *, concurrency: Limit = None, share: int | None = None
+        self,
+        partition: str,
+        *,
+        concurrency: Limit = None,
+        share: int | None = None,
+        rate: Rate | Literal["NONE"] | None = None,
     ) -> None:
-        self.run(commands.set_limit(self.name, partition, concurrency, share))
+        """Sets what is given: a cap, a share, a rate limit (`"NONE"` removes one)."""
+        self.run(commands.set_limit(self.name, partition, concurrency, share, rate))
 
     def pause(self, partition: str) -> bool:
         return self.run(commands.pause(self.name, partition))
@@ -410,9 +417,14 @@ class AsyncQueue:
         return await self.run(commands.get_limit(self.name, partition))
 
     async def set_limit(
-        self, partition: str, *, concurrency: Limit = None, share: int | None = None
+        self,
+        partition: str,
+        *,
+        concurrency: Limit = None,
+        share: int | None = None,
+        rate: Rate | Literal["NONE"] | None = None,
     ) -> None:
-        await self.run(commands.set_limit(self.name, partition, concurrency, share))
+        await self.run(commands.set_limit(self.name, partition, concurrency, share, rate))
 
     async def pause(self, partition: str) -> bool:
         return await self.run(commands.pause(self.name, partition))

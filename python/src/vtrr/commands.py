@@ -23,6 +23,7 @@ from .types import (
     PartitionView,
     Policy,
     Rank,
+    Rate,
     Stats,
     Totals,
     decode,
@@ -311,12 +312,19 @@ def cancel(name: str, ids: Iterable[str]) -> Command[int]:
     return _ids("VTRR.CANCEL", name, ids)
 
 
+def _rate(f: Mapping[str, Any]) -> Rate | None:
+    if f["rate"] is None:
+        return None
+    return Rate(amount=int(f["rate"]), per_ms=int(f["per-ms"]), burst=int(f["burst"]))
+
+
 def _settings(reply: Any) -> PartitionSettings:
     f = _fields(reply)
     return PartitionSettings(
         concurrency=_opt_int(f["concurrency"]),
         paused=int(f["paused"]) == 1,
         share=int(f["share"]),
+        rate=_rate(f),
     )
 
 
@@ -324,10 +332,29 @@ def get_limit(name: str, partition: str) -> Command[PartitionSettings]:
     return Command(("VTRR.LIMIT", name, encode(partition)), _settings)
 
 
-def set_limit(name: str, partition: str, concurrency: Limit, share: int | None) -> Command[None]:
-    options = (*_limit_arg("CONCURRENCY", concurrency), *_limit_arg("SHARE", share))
+def _rate_args(rate: Rate | Literal["NONE"] | None) -> tuple[Arg, ...]:
+    if rate is None:
+        return ()
+    if rate == "NONE":
+        return ("RATE", "NONE")
+    burst = () if rate.burst is None else ("BURST", rate.burst)
+    return ("RATE", rate.amount, "PER", rate.per_ms, *burst)
+
+
+def set_limit(
+    name: str,
+    partition: str,
+    concurrency: Limit,
+    share: int | None,
+    rate: Rate | Literal["NONE"] | None = None,
+) -> Command[None]:
+    options = (
+        *_limit_arg("CONCURRENCY", concurrency),
+        *_limit_arg("SHARE", share),
+        *_rate_args(rate),
+    )
     if not options:
-        raise ValueError("set_limit needs concurrency or share")
+        raise ValueError("set_limit needs concurrency, share or rate")
     return Command(("VTRR.LIMIT", name, encode(partition), *options), _ok)
 
 
@@ -354,6 +381,9 @@ def _view(reply: Any) -> PartitionView:
         concurrency_in_force=_opt_int(f["concurrency-in-force"]),
         virtual_time=_opt_int(f["virtual-time"]),
         waiting_ms=_opt_int(f["waiting-ms"]),
+        rate=_rate(f),
+        tokens=_opt_int(f["tokens"]),
+        next_token_ms=_opt_int(f["next-token-ms"]),
         totals=Totals(
             enqueued=int(f["enqueued-total"]),
             leased=int(f["leased-total"]),

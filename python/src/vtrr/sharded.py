@@ -54,7 +54,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import redis
 import redis.exceptions
@@ -74,6 +74,7 @@ from .types import (
     PartitionView,
     Policy,
     Rank,
+    Rate,
     Stats,
     Totals,
     encode,
@@ -742,14 +743,22 @@ class ShardedQueue:
         return self.queue_for(partition).limit(partition)
 
     def set_limit(
-        self, partition: str, *, concurrency: Limit = None, share: int | None = None
+        self,
+        partition: str,
+        *,
+        concurrency: Limit = None,
+        share: int | None = None,
+        rate: Rate | Literal["NONE"] | None = None,
     ) -> None:
-        """A partition's cap and share, in its sub-queue.
+        """A partition's cap, share and rate, in its sub-queue (a partition
+        lives in one sub-queue, so its cap and rate hold whole).
 
         A share holds within the partition's sub-queue; the rotation counts
         partitions, not shares, so across sub-queues it is not kept.
         """
-        self.queue_for(partition).set_limit(partition, concurrency=concurrency, share=share)
+        self.queue_for(partition).set_limit(
+            partition, concurrency=concurrency, share=share, rate=rate
+        )
 
     def pause(self, partition: str) -> bool:
         return self.queue_for(partition).pause(partition)

@@ -114,6 +114,16 @@ class Totals:
     expired: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rate:
+    """A partition's rate limit: `amount` weight units per `per_ms` ms, at most
+    `burst` at once (`amount` when None), enforced at LEASE (VTRR.LIMIT ... RATE)."""
+
+    amount: int
+    per_ms: int
+    burst: int | None = None
+
+
 Rank = Literal["queued", "oldest", "leased", "dead"]
 RANKS: tuple[Rank, ...] = ("queued", "oldest", "leased", "dead")
 
@@ -137,6 +147,11 @@ class PartitionView:
     #: was last leased from, whichever is later (ms); None with none queued.
     waiting_ms: int | None
     totals: Totals
+    rate: Rate | None = None
+    #: With a rate: the whole tokens its bucket holds (negative while it
+    #: pays back an overdraft), and when its next is due while it has none.
+    tokens: int | None = None
+    next_token_ms: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,6 +161,7 @@ class PartitionSettings:
     concurrency: int | None
     paused: bool
     share: int
+    rate: Rate | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
