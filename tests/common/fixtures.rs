@@ -1,4 +1,4 @@
-//! A queue in every state (all twenty logical keys present) and, for it, every
+//! A queue in every state (every logical key present) and, for it, every
 //! call that opens each of the module's own keys.
 
 use super::{
@@ -6,14 +6,26 @@ use super::{
     lease, let_expire, nack, quiet_server, reclaim, set_policy, Server, ALL_SUFFIXES,
 };
 
-/// Queue `name` with an item in every state, so all twenty keys exist:
-/// `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
+/// Queue `name` with an item in every state, so every key exists: `t0`
+/// leased and acked first by partition `t`, whose rate (one a day) it spent,
+/// so `t1` waits in `held` for a token (`throttled`); `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
 /// queued after one expired lease and one nack (so `timeouts` and `nacks`
 /// hold it), `d` delayed by a minute, all of partition `p`; `h1` held
 /// (its partition `h` is paused, so it waits in `held`); partition `k`
 /// paused with more items in `queue` than one call parks, so its parking
 /// is under way (`parking`); and a MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
 pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
+    let rated: String = command(&["VTRR.LIMIT", name, "t", "RATE", "1", "PER", "86400000"])
+        .query(con)
+        .unwrap();
+    assert_eq!(rated, "OK");
+    enqueue_items(con, name, &[("t", "t0", 1, b"T0"), ("t", "t1", 1, b"T1")]);
+    let (id, _, t_token, _) = lease(con, name, 60_000).unwrap();
+    assert_eq!(id, b"t0");
+    let acked: i64 = command(&["VTRR.ACK", name, "t0", &t_token])
+        .query(con)
+        .unwrap();
+    assert_eq!(acked, 1);
     enqueue_items(
         con,
         name,
@@ -151,7 +163,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         "default-cap",
     ];
     let ranked_and_stats = [RANKED, &["stats"]].concat();
-    let openers: [(&str, &[&str]); 16] = [
+    let openers: [(&str, &[&str]); 17] = [
         (
             "delayed",
             &[
@@ -297,6 +309,25 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         ("rank_leased", RANKED),
         ("rank_dead", RANKED),
         ("totals", &ranked_and_stats),
+        (
+            "throttled",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
     ];
     openers
         .into_iter()

@@ -5,9 +5,9 @@
 /// vtrr-queue's nine (`SUFFIXES`), then the module's own (delayed and dead
 /// items, nack counts, the dead-letter policy and default cap, held items
 /// of partitions under control, per-partition records, the partitions
-/// whose parking is under way, the rankings of partitions and the queue's
-/// totals).
-pub const ALL_SUFFIXES: [&str; 25] = [
+/// whose parking is under way, the rankings of partitions, the queue's
+/// totals, and the rate-limited partitions waiting for a token).
+pub const ALL_SUFFIXES: [&str; 26] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -33,6 +33,7 @@ pub const ALL_SUFFIXES: [&str; 25] = [
     "rank_leased",
     "rank_dead",
     "totals",
+    "throttled",
 ];
 
 /// The nine key suffixes of a queue that vtrr-queue knows: the first nine

@@ -51,7 +51,7 @@ _QUEUE_KEY_SUFFIXES = frozenset(
         "inflight", "inflight_task", "lease", "timeouts", "delayed", "delayed_task",
         "nacks", "dead", "dead_task", "dead_reason", "policy", "held", "held_at",
         "partitions", "parking", "rank_queued", "rank_waiting", "rank_leased", "rank_dead",
-        "totals",
+        "totals", "throttled",
     }
 )  # fmt: skip
 _TOTALS = tuple(field.name for field in dataclasses.fields(Totals))
