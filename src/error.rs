@@ -132,7 +132,7 @@ pub fn ack_costs() -> RedisError {
 /// A reported cost is in the units of a weight, and bounded as one.
 pub fn cost() -> RedisError {
     err(format!(
-        "ERR cost must be an integer between 1 and {MAX_WEIGHT}"
+        "ERR cost must be an integer between 0 and {MAX_WEIGHT}"
     ))
 }
 

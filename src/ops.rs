@@ -285,26 +285,30 @@ pub fn renew(
     ctx: &Context,
     queue: &[u8],
     at: &Moment,
-    id: &[u8],
-    token: &[u8],
+    lease: Ack<'_>,
     lease_ms: i64,
 ) -> Result<bool, RedisError> {
     let now_ms = at.now_ms;
     let expiry = now_ms.saturating_add(lease_ms);
+    let op = match lease.cost {
+        Some(_) => CoreOp::RenewCost,
+        None => CoreOp::Renew,
+    };
     Call::client(ctx, queue).applied(
-        CoreOp::Renew,
+        op,
         |_| {
             apply(
                 queue,
                 now_ms,
                 Operation::Renew {
-                    id,
-                    token,
+                    id: lease.id,
+                    token: lease.token,
                     lease_ms,
+                    cost: lease.cost,
                 },
             )
         },
-        |store, _| Ok(core::renew(store, id, token, now_ms, lease_ms)),
+        |store, anomalies| Ok(core::renew(store, &lease, now_ms, lease_ms, anomalies)),
         |&renewed| match renewed {
             true => Done::new(c"vtrr.renew")
                 .count(&info::RENEWED, 1)

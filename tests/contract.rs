@@ -75,8 +75,9 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
         &["VTRR.ACKCOST", "q", &id, &token, "2", &id],
         &arity("vtrr.ackcost"),
     );
-    let cost = "ERR cost must be an integer between 1 and 1000000000";
-    for bad in ["0", "-3", "1.5", "1000000001", "x"] {
+    let cost = "ERR cost must be an integer between 0 and 1000000000";
+    for bad in ["-1", "-3", "1.5", "1000000001", "x"] {
+        case(&["VTRR.RENEW", "q", &id, &token, "100", "COST", bad], cost);
         case(&["VTRR.ACKCOST", "q", &id, &token, bad], cost);
         // A bad cost in a later triple refuses the first one's ack too.
         case(
@@ -94,6 +95,15 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     );
     case(&["VTRR.RENEW", "q", &id, &token], &arity("vtrr.renew"));
     case(&["VTRR.RENEW", "q", &id, &token, "-5"], lease_ms);
+    case(
+        &["VTRR.RENEW", "q", &id, &token, "-5", "COST", "3"],
+        lease_ms,
+    );
+    case(&["VTRR.RENEW", "q", &id, &token, "100", "COST"], syntax);
+    case(
+        &["VTRR.RENEW", "q", &id, &token, "100", "BOGUS", "3"],
+        syntax,
+    );
     case(
         &["VTRR.RECLAIM", "q", "LIMIT", "0"],
         "ERR LIMIT must be a positive integer",
@@ -195,7 +205,7 @@ fn commands_declare_arity_flags_and_key_position() {
         ("vtrr.lease", -3, vec!["write", "module", "fast"]),
         ("vtrr.ack", -4, vec!["write", "module", "fast"]),
         ("vtrr.ackcost", -5, vec!["write", "module", "fast"]),
-        ("vtrr.renew", 5, vec!["write", "module", "fast"]),
+        ("vtrr.renew", -5, vec!["write", "module", "fast"]),
         ("vtrr.reclaim", -2, vec!["write", "module"]),
         ("vtrr.stats", 2, vec!["readonly", "module", "fast"]),
         ("vtrr.check", 2, vec!["readonly", "module"]),

@@ -119,6 +119,9 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
             if let Some((id, pair)) = leased(rng) {
                 words.extend(["VTRR.RENEW".into(), "{q}".into(), id.clone(), "{t}".into()]);
                 words.push(pick(rng, &["1", "60000"]).into());
+                if rng.chance(50) {
+                    words.extend(["COST".into(), pick(rng, &["0", "2", "9"]).into()]);
+                }
                 token_of = Some((id, pair));
             }
         }
@@ -156,11 +159,14 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
             match rng.below(3) {
                 0 => words.extend(["CONCURRENCY".into(), pick(rng, &["1", "2", "NONE"]).into()]),
                 1 => words.extend(["SHARE".into(), pick(rng, &["1", "2", "5"]).into()]),
+                // Periods long enough that no token comes between the two
+                // views' reads (each at its own clock): a partition spends
+                // its burst and waits, the same on both.
                 2 if rng.chance(50) => words.extend([
                     "RATE".into(),
                     pick(rng, &["1", "3", "NONE"]).into(),
                     "PER".into(),
-                    pick(rng, &["1", "10", "100"]).into(),
+                    pick(rng, &["60000", "86400000"]).into(),
                 ]),
                 _ => {}
             }

@@ -607,6 +607,9 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
         "VTRR.RENEW" => {
             args.extend(lease_pair(rng, leases));
             args.push(one_of(rng, &["1", "60000"]));
+            if rng.chance(50) {
+                args.extend([b"COST".to_vec(), one_of(rng, &["0", "7", "1000000000"])]);
+            }
         }
         "VTRR.NACK" => {
             args.extend(lease_pair(rng, leases));

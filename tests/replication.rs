@@ -87,6 +87,9 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
                     let mut cmd = redis::cmd(command);
                     cmd.arg(queue).arg(&id).arg(token);
                     match command {
+                        "VTRR.RENEW" if rng.chance(50) => {
+                            cmd.arg(1 + rng.below(30)).arg("COST").arg(rng.below(6))
+                        }
                         "VTRR.RENEW" => cmd.arg(1 + rng.below(30)),
                         // Below, at and above the weights (1..=3): charges
                         // that move held items, heads and parkings.
@@ -590,6 +593,37 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     // last items of partitions of their own land in `queue`.
     set_policy(con, queue, &DEAD_LETTER_POLICY);
     set_policy(con, queue, &["DEFAULT-CONCURRENCY", "NONE"]);
+    // A partition waiting a day for its next token (`throttled`): its
+    // first item leased (with what lay before it), its second held.
+    let _: () = redis::cmd("VTRR.LIMIT")
+        .arg(queue)
+        .arg("rated")
+        .arg(vec!["RATE", "1", "PER", "86400000"])
+        .query(con)
+        .unwrap();
+    let rated = fresh(2, &mut made);
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg(queue)
+        .arg(vec!["rated", rated[0].as_str(), "1", "R"])
+        .arg(vec!["rated", rated[1].as_str(), "1", "R"])
+        .query(con)
+        .unwrap();
+    let mut leased_ids: Vec<Vec<u8>> = Vec::new();
+    while !leased_ids.iter().any(|id| *id == rated[0].as_bytes()) {
+        let reply: Value = redis::cmd("VTRR.LEASE")
+            .arg(queue)
+            .arg(600_000)
+            .arg("COUNT")
+            .arg(10)
+            .query(con)
+            .unwrap();
+        let got = leases_in(&reply);
+        assert!(
+            !got.is_empty(),
+            "the rated partition's first item is leased"
+        );
+        leased_ids.extend(got.into_iter().map(|(id, ..)| id));
+    }
     for round in 0..2 {
         let mut cmd = redis::cmd("VTRR.ENQUEUE");
         cmd.arg(queue);

@@ -56,7 +56,7 @@ def test_ack_and_lease_reports_costs_and_bad_costs_change_nothing(queue: vtrr.Qu
     queue.enqueue_many(Item(p, f"{p}{n}", b"") for n in range(8) for p in ("a", "b"))
     a0, b0 = queue.lease_many(30_000, 2)
     for costs, error in (
-        ([0, 1], vtrr.InvalidArgument),
+        ([-1, 1], vtrr.InvalidArgument),
         ([1, 1_000_000_001], vtrr.InvalidArgument),
         ([1, 2, 3], ValueError),
     ):
@@ -66,6 +66,20 @@ def test_ack_and_lease_reports_costs_and_bad_costs_change_nothing(queue: vtrr.Qu
     got = queue.ack_and_lease([a0, b0], 30_000, 3, costs=[9, 1])
     assert got.acked == (True, True)
     assert [lease.id for lease in got.leases] == ["b1", "b2", "b3"]
+    assert queue.check() == []
+
+
+def test_renew_with_a_cost_charges_the_partition_while_the_job_runs(queue: vtrr.Queue) -> None:
+    queue.enqueue_many(Item(p, f"{p}{n}", b"") for n in range(6) for p in ("a", "b"))
+    first = queue.lease(30_000)
+    assert first is not None and first.id == "a0"
+    assert queue.renew(first, 30_000, cost=3), "renewed, and a charged 3 so far"
+    order = [lease.id for lease in queue.lease_many(30_000, 5)]
+    assert order == ["b0", "b1", "b2", "b3", "a1"], order
+    with pytest.raises(vtrr.InvalidArgument, match="cost"):
+        queue.renew(first, 30_000, cost=-1)
+    # The finish reports the rest: 0 more, so a's whole charge is the 3.
+    assert queue.ack(first, costs=[0]) == 1
     assert queue.check() == []
 
 

@@ -132,6 +132,26 @@ def test_a_throttled_tenant_is_served_at_its_rate_while_others_run_at_full_speed
     assert queue.check() == []
 
 
+def test_cost_time_charges_a_long_job_as_it_runs_by_its_renewals(queue: vtrr.Queue) -> None:
+    queue.enqueue_many(Item("long", f"l{i}", b"x") for i in range(3))
+    seen: list[int | None] = []
+
+    def handler(job: Job) -> None:
+        if job.id != "l0":
+            return
+        before = queue.partition("long").virtual_time
+        time.sleep(0.4)  # renewed every 30 ms, each reporting its run time
+        after = queue.partition("long").virtual_time
+        seen.extend([before, after])
+
+    Worker(queue, handler, lease_ms=90, block_ms=100, cost="time", exit_when_idle=True).run()
+    before, after = seen
+    assert before is not None and after is not None
+    # Charged about 300 ms of its 400 while it still ran (the rest at its ACK).
+    assert after - before >= 200, seen
+    assert queue.check() == []
+
+
 def test_cost_time_reports_each_jobs_run_time_in_milliseconds(queue: vtrr.Queue) -> None:
     queue.enqueue_many(Item("slow", f"s{i}", b"x") for i in range(40))
     queue.enqueue_many(Item("quick", f"q{i}", b"x") for i in range(40))

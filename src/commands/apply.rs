@@ -5,6 +5,7 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, Command};
+use crate::core::Ack;
 use crate::replication::replay::{Apply, Operation, ParseError};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::server::from_master_or_aof;
@@ -67,8 +68,9 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             id,
             token,
             lease_ms,
+            cost,
         } => {
-            ops::renew(ctx, queue, &at, id, token, lease_ms)?;
+            ops::renew(ctx, queue, &at, Ack { id, token, cost }, lease_ms)?;
         }
         Operation::Nack { id, token, how } => {
             ops::nack(ctx, queue, &at, id, token, how)?;

@@ -77,7 +77,7 @@ impl<'a> Options<'a> {
 /// A positive count for `option` (COUNT, LIMIT).
 /// A reported cost (`VTRR.ACKCOST`), in the units of a weight.
 pub fn cost(raw: &RedisString) -> Result<u64, RedisError> {
-    int_in(raw.as_slice(), 1, limits::MAX_WEIGHT, error::cost).map(|cost| cost as u64)
+    int_in(raw.as_slice(), 0, limits::MAX_WEIGHT, error::cost).map(|cost| cost as u64)
 }
 
 pub fn positive(raw: &RedisString, option: &str) -> Result<i64, RedisError> {

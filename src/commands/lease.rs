@@ -62,8 +62,8 @@ pub const RENEW: Command = Command {
     info: CommandInfo {
         name: "vtrr.renew",
         flags: "write fast",
-        arity: 5,
-        summary: "Extends a lease whose token is current",
+        arity: -5,
+        summary: "Extends a lease whose token is current; COST charges its partition what the job cost since its last report",
         complexity: "O(log N)",
         key_flags: KEY_WRITE,
     },
@@ -283,18 +283,29 @@ fn ackcost(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(acked as i64))
 }
 
-/// VTRR.RENEW <name> <id> <token> <lease-ms>
+/// VTRR.RENEW <name> <id> <token> <lease-ms> [COST <cost>]
 fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &RENEW)?;
     let queue = queue_name(ctx, &argv[1])?;
     let id = id(&argv[2])?;
     let lease_ms = args::lease_ms(&argv[4])?;
+    let mut cost = None;
+    let mut options = args::Options::new(&argv[5..]);
+    while let Some(option) = options.next_name() {
+        match option.as_str() {
+            "COST" => cost = Some(args::cost(options.value()?)?),
+            _ => return Err(error::syntax()),
+        }
+    }
     let renewed = ops::renew(
         ctx,
         queue,
         &ops::Moment::now(),
-        id,
-        argv[3].as_slice(),
+        Ack {
+            id,
+            token: argv[3].as_slice(),
+            cost,
+        },
         lease_ms,
     )?;
     Ok(RedisValue::Integer(i64::from(renewed)))

@@ -17,6 +17,8 @@ pub enum CoreOp {
     /// `VTRR.ACKCOST`: an ACK whose charges move a partition's items.
     AckCost,
     Renew,
+    /// `VTRR.RENEW ... COST`: a renewal whose report charges the partition.
+    RenewCost,
     Nack,
     Reclaim,
     /// The timer's run on a queue: expired leases, due delayed items.
@@ -246,7 +248,7 @@ impl CoreOp {
             CoreOp::Enqueue => ENQUEUE,
             CoreOp::Defer => DEFER,
             CoreOp::Ack => ACK,
-            CoreOp::AckCost => ACK_COST,
+            CoreOp::AckCost | CoreOp::RenewCost => ACK_COST,
             CoreOp::Renew => RENEW,
             CoreOp::Lease
             | CoreOp::Nack
@@ -307,6 +309,7 @@ impl CoreOp {
             CoreOp::Ack => "ack",
             CoreOp::AckCost => "ack (with costs)",
             CoreOp::Renew => "renew",
+            CoreOp::RenewCost => "renew (with a cost)",
             CoreOp::Nack => "nack",
             CoreOp::Reclaim => "reclaim",
             CoreOp::RunDue => "run_due",
@@ -432,10 +435,22 @@ mod tests {
         assert_eq!(acked, 1);
         assert!(renew(
             &mut store.scoped(CoreOp::Renew),
-            &second.id,
-            &second.token,
+            &Ack::pair(&second.id, &second.token),
             0,
-            20
+            20,
+            &mut anomalies,
+        ));
+        let report = Ack {
+            id: &second.id,
+            token: &second.token,
+            cost: Some(7),
+        };
+        assert!(renew(
+            &mut store.scoped(CoreOp::RenewCost),
+            &report,
+            0,
+            20,
+            &mut anomalies,
         ));
         let how = Nack::Dead;
         let nacked = nack(

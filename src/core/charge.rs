@@ -9,8 +9,11 @@
 //! So a partition's virtual time is exact for its finished items and off
 //! by at most the weight of its items in flight (their costs are not known
 //! yet), as in Kubernetes' API Priority and Fairness and the VTC scheduler.
-//! An expired or nacked lease keeps its weight: only a finish reports a
-//! cost. A refund (cost below weight) brings a partition's items to the
+//! A long job may report as it goes (`VTRR.RENEW ... COST`): each report
+//! is charged in full, and the finish reports what it cost since the last,
+//! charged less the weight; so a job's charges add up to its whole cost
+//! less its weight, however it reported. An expired or nacked lease keeps
+//! its weight and what its renewals reported. A refund (cost below weight) brings a partition's items to the
 //! front of the queue at most: a partition banks no credit, as an idle one
 //! re-enters at the current virtual time.
 

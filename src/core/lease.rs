@@ -179,16 +179,31 @@ pub fn ack_each(
     acked
 }
 
-/// `VTRR.RENEW`: moves the lease's expiry to `now_ms + lease_ms` when `token`
-/// is current.
-pub fn renew(store: &mut impl Store, id: &[u8], token: &[u8], now_ms: i64, lease_ms: i64) -> bool {
-    if !leased::holds(store, id, token) {
+/// `VTRR.RENEW`: moves the lease's expiry to `now_ms + lease_ms` when its
+/// token is current; with a cost (`RENEW ... COST`), charges the item's
+/// partition what the job cost since its last report, in full (its weight
+/// is settled by the ACKCOST that ends it: `charge`).
+pub fn renew(
+    store: &mut impl Store,
+    lease: &Ack<'_>,
+    now_ms: i64,
+    lease_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) -> bool {
+    if !leased::holds(store, lease.id, lease.token) {
         return false;
     }
     store.zadd(
         ZsetKey::Inflight,
-        id,
+        lease.id,
         now_ms.saturating_add(lease_ms) as f64,
     );
+    if let Some(cost) = lease.cost.filter(|&cost| cost > 0) {
+        let default_cap = read_default_cap(store, anomalies);
+        let meta = meta::read(store, lease.id);
+        let mut partition = admission::open(store, &meta.partition, default_cap, anomalies);
+        charge::charge(store, &mut partition, 0, cost);
+        admission::close(store, partition);
+    }
     true
 }

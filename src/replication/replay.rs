@@ -36,6 +36,8 @@ pub enum Operation<'a> {
         id: &'a [u8],
         token: &'a [u8],
         lease_ms: i64,
+        /// `RENEW ... COST`: what the job cost since its last report.
+        cost: Option<u64>,
     },
     Nack {
         id: &'a [u8],
@@ -101,12 +103,16 @@ impl Apply<'_> {
                 id,
                 token,
                 lease_ms,
+                cost,
             } => {
                 emit(b"RENEW");
                 emit(digits.format(self.now_ms).as_bytes());
                 emit(id);
                 emit(token);
                 emit(digits.format(*lease_ms).as_bytes());
+                if let Some(cost) = cost {
+                    emit(digits.format(*cost).as_bytes());
+                }
             }
             Operation::Nack { id, token, how } => {
                 emit(b"NACK");
@@ -167,10 +173,17 @@ impl Apply<'_> {
                 due_limit: count(due_limit)?,
                 tokens: tokens.to_vec(),
             },
-            (b"RENEW", [id, token, lease_ms]) => Operation::Renew {
+            (b"RENEW", [id, token, lease_ms, cost @ ..]) if cost.len() <= 1 => Operation::Renew {
                 id,
                 token,
                 lease_ms: integer(lease_ms)?,
+                cost: match cost {
+                    [cost] => Some(
+                        u64::try_from(integer(cost)?)
+                            .map_err(|_| ParseError::Malformed("a negative cost"))?,
+                    ),
+                    _ => None,
+                },
             },
             (b"NACK", [id, token, how]) => Operation::Nack {
                 id,
@@ -276,6 +289,13 @@ mod tests {
                 id: b"x",
                 token: b"t",
                 lease_ms: 5,
+                cost: None,
+            },
+            Operation::Renew {
+                id: b"x",
+                token: b"t",
+                lease_ms: 5,
+                cost: Some(12),
             },
             Operation::Nack {
                 id: b"x",

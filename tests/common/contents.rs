@@ -147,8 +147,10 @@ pub fn layout_of(con: &mut redis::Connection, name: &str) -> String {
     }
 }
 
-/// A reply (a partition's view, STATS) without its waits (`waiting-ms`,
-/// `oldest_waiting_ms`: measured when asked), a map or a flat array.
+/// A reply (a partition's view, STATS) without what is measured when asked
+/// (`waiting-ms`, `oldest_waiting_ms`, a bucket's `tokens`) or from a
+/// clock reading a few ms apart between two queues (`next-token-ms`), a
+/// map or a flat array; the records they come from are in the content.
 pub fn without_wait(view: &redis::Value) -> redis::Value {
     let is_wait = |v: &redis::Value| {
         let name = match v {
@@ -156,7 +158,10 @@ pub fn without_wait(view: &redis::Value) -> redis::Value {
             redis::Value::SimpleString(name) => name.as_bytes(),
             _ => return false,
         };
-        name == b"waiting-ms" || name == b"oldest_waiting_ms"
+        matches!(
+            name,
+            b"waiting-ms" | b"oldest_waiting_ms" | b"tokens" | b"next-token-ms"
+        )
     };
     match view {
         redis::Value::Map(pairs) => {

@@ -137,9 +137,14 @@ class Queue:
         pairs = [(lease.id, lease.token) for lease in leases]
         return self.run(commands.ack(self.name, pairs, costs))
 
-    def renew(self, lease: Fenced, lease_ms: int) -> bool:
-        """Fenced re-lease for `lease_ms` from now; False when the lease is lost."""
-        return self.run(commands.renew(self.name, lease.id, lease.token, lease_ms))
+    def renew(self, lease: Fenced, lease_ms: int, *, cost: int | None = None) -> bool:
+        """Fenced re-lease for `lease_ms` from now; False when the lease is lost.
+
+        With `cost`, what the job has cost since its last report (or its lease),
+        charged to its partition now; the ACK that finishes it (`costs=`)
+        then reports only the rest.
+        """
+        return self.run(commands.renew(self.name, lease.id, lease.token, lease_ms, cost))
 
     def ack_and_lease(
         self,
@@ -335,8 +340,8 @@ class AsyncQueue:
         pairs = [(lease.id, lease.token) for lease in leases]
         return await self.run(commands.ack(self.name, pairs, costs))
 
-    async def renew(self, lease: Fenced, lease_ms: int) -> bool:
-        return await self.run(commands.renew(self.name, lease.id, lease.token, lease_ms))
+    async def renew(self, lease: Fenced, lease_ms: int, *, cost: int | None = None) -> bool:
+        return await self.run(commands.renew(self.name, lease.id, lease.token, lease_ms, cost))
 
     async def ack_and_lease(
         self,

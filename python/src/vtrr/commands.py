@@ -137,7 +137,7 @@ def _acks(leases: Iterable[tuple[str, str]], costs: Sequence[int] | None) -> lis
         raise ValueError(f"{len(costs)} costs for {len(leases)} leases: one cost per lease")
     triples: list[Arg] = []
     for (item_id, token), cost in zip(leases, costs, strict=True):
-        check_int("cost", cost, 1, MAX_COST)
+        check_int("cost", cost, 0, MAX_COST)
         triples += [encode(item_id), token, cost]
     if not triples:
         raise ValueError("ack needs at least one lease")
@@ -175,8 +175,14 @@ def ack_and_lease(
     )
 
 
-def renew(name: str, item_id: str, token: str, lease_ms: int) -> Command[bool]:
-    return Command(("VTRR.RENEW", name, encode(item_id), token, lease_ms), _bool)
+def renew(
+    name: str, item_id: str, token: str, lease_ms: int, cost: int | None = None
+) -> Command[bool]:
+    """`VTRR.RENEW`; with `cost`, `COST`: what the job cost since its last report."""
+    args: tuple[Arg, ...] = ("VTRR.RENEW", name, encode(item_id), token, lease_ms)
+    if cost is not None:
+        args += ("COST", check_int("cost", cost, 0, MAX_COST))
+    return Command(args, _bool)
 
 
 def _nack_outcome(reply: Any) -> NackOutcome | None:

@@ -40,11 +40,22 @@ class Exchange:
     block_ms: int | None = None
     """Wait for an item up to this long (0: forever), only when it leases."""
     costs: tuple[int, ...] | None = None
-    """What each ACK's job cost (one per ack), charged in place of its weight."""
+    """What each ACK's job cost since its last report (one per ack), charged
+    in place of its weight."""
+    renew_costs: tuple[int, ...] | None = None
+    """What each renewed job cost since its last report (one per renewal)."""
 
     def __post_init__(self) -> None:
         if self.costs is not None and len(self.costs) != len(self.acks):
             raise ValueError(f"{len(self.costs)} costs for {len(self.acks)} acks")
+        if self.renew_costs is not None and len(self.renew_costs) != len(self.renews):
+            raise ValueError(f"{len(self.renew_costs)} costs for {len(self.renews)} renewals")
+
+    def renew_costs_each(self) -> list[int | None]:
+        """Each renewal's cost argument."""
+        if self.renew_costs is None:
+            return [None] * len(self.renews)
+        return list(self.renew_costs)
 
     def is_empty(self) -> bool:
         return not (self.acks or self.nacks or self.renews or self.count)
@@ -77,7 +88,8 @@ def commands_of(name: str, exchange: Exchange) -> list[Command[Any]]:
         for give in exchange.nacks
     ]
     sent += [
-        commands.renew(name, lease.id, lease.token, exchange.lease_ms) for lease in exchange.renews
+        commands.renew(name, lease.id, lease.token, exchange.lease_ms, cost)
+        for lease, cost in zip(exchange.renews, exchange.renew_costs_each(), strict=True)
     ]
     pairs = [(lease.id, lease.token) for lease in exchange.acks]
     if exchange.count and pairs:

@@ -525,9 +525,10 @@ class ShardedQueue:
             for i, group in groups.items()
         )
 
-    def renew(self, lease: ShardedLease, lease_ms: int) -> bool:
-        """Fenced re-lease for `lease_ms` from now, in the lease's sub-queue."""
-        return self.sub_queues[lease.shard].renew(lease, lease_ms)
+    def renew(self, lease: ShardedLease, lease_ms: int, *, cost: int | None = None) -> bool:
+        """Fenced re-lease for `lease_ms` from now (reporting `cost` as
+        `Queue.renew`), in the lease's sub-queue."""
+        return self.sub_queues[lease.shard].renew(lease, lease_ms, cost=cost)
 
     def nack(
         self, lease: ShardedLease, *, delay_ms: int | None = None, dead: bool = False
@@ -582,9 +583,13 @@ class ShardedQueue:
             return lambda lease: self.nack(lease, delay_ms=give.delay_ms, dead=give.dead)
 
         nacked = tuple(settle(give.lease, give_back(give), None) for give in sent.nacks)
+
+        def extend(cost: int | None) -> Callable[[ShardedLease], bool]:
+            return lambda lease: self.renew(lease, sent.lease_ms, cost=cost)
+
         renewed: tuple[bool | None, ...] = tuple(
-            settle(lease, lambda lease: self.renew(lease, sent.lease_ms), None)
-            for lease in sent.renews
+            settle(lease, extend(cost), None)
+            for lease, cost in zip(sent.renews, sent.renew_costs_each(), strict=True)
         )
 
         def finish(costs: list[int] | None) -> Callable[[ShardedLease], bool]:

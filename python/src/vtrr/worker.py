@@ -149,9 +149,13 @@ class Job:
     ran_for: float = 0.0
     """How long its handler ran, in seconds, once it returned or raised."""
     cost: int | None = None
-    """What the job really cost, in the weights' units, set by its handler
-    (tokens, bytes) when the worker reports costs (`Worker(cost="time")`);
-    left unset, the job reports its run time in milliseconds."""
+    """What the job really cost in all, in the weights' units, set by its
+    handler (tokens, bytes) when the worker reports costs
+    (`Worker(cost="time")`); left unset, the job reports its run time in
+    milliseconds. What its renewals reported meanwhile (run time) is
+    subtracted at the end."""
+    reported_ms: int = 0
+    """Run time its renewals have reported (`RENEW ... COST`), in ms."""
 
     @property
     def id(self) -> str:
@@ -221,14 +225,22 @@ def _outcome(error: BaseException | None, job: Job, backoff: Backoff) -> _Outcom
 
 
 def _cost(job: Job) -> int:
-    """What `job` reports it cost: its handler's figure, else its run time in ms."""
+    """What `job` reports at its ACK: its handler's figure, else its run time
+    in ms (at least 1), less what its renewals reported."""
+    total = min(MAX_COST, max(1, round(job.ran_for * 1000)))
     if job.cost is not None:
         try:
-            return check_int("cost", job.cost, 1, MAX_COST)
+            total = check_int("cost", job.cost, 0, MAX_COST)
         except (TypeError, ValueError) as error:
             # A bad figure must not stop the ACK: the measured time stands in.
             logger.warning("%s: job.cost ignored (%s); its run time is reported", job.id, error)
-    return min(MAX_COST, max(1, round(job.ran_for * 1000)))
+    return max(0, total - job.reported_ms)
+
+
+def _unreported_ms(job: Job, now: float) -> int:
+    """The run time of a running `job` its renewals have not reported yet."""
+    ran_ms = round((now - job.started) * 1000)
+    return min(MAX_COST, max(0, ran_ms - job.reported_ms))
 
 
 def _key(lease: Fenced) -> tuple[str, str]:
@@ -299,16 +311,23 @@ class _Dispatch:
             if not outcome.ack
         )
         renews: tuple[Fenced, ...] = ()
+        renew_costs = None
         if now >= self._next_renew:
             settling = {_key(job.lease) for job, _ in self._settling}
-            renews = tuple(job.lease for key, job in self.running.items() if key not in settling)
+            running = [job for key, job in self.running.items() if key not in settling]
+            renews = tuple(job.lease for job in running)
+            if self.worker.cost is not None:
+                # A long job is charged as it runs: its run time so far.
+                renew_costs = tuple(_unreported_ms(job, now) for job in running)
             self._next_renew = now + self.worker.lease_ms / 3000
         # Nothing running: wait in the server. Else ask again only with
         # something to settle, or once the queue may have filled.
         may_ask = not self.running or self._settling or now >= self._idle_until
         count = max(0, self._free()) if leasing and may_ask else 0
         block_ms = self.worker.block_ms if count and not self.running else None
-        sent = Exchange(self.worker.lease_ms, acks, nacks, renews, count, block_ms, costs)
+        sent = Exchange(
+            self.worker.lease_ms, acks, nacks, renews, count, block_ms, costs, renew_costs
+        )
         return None if sent.is_empty() else sent
 
     def absorb(self, sent: Exchange, got: Exchanged, now: float) -> list[Job]:
@@ -318,11 +337,15 @@ class _Dispatch:
             self.running.pop(_key(job.lease), None)
             self._report(job, outcome, next(acked) if outcome.ack else next(nacked))
         self._settling = []
-        for lease, renewed in zip(sent.renews, got.renewed, strict=True):
+        for lease, renewed, cost in zip(
+            sent.renews, got.renewed, sent.renew_costs_each(), strict=True
+        ):
             holder = self.running.get(_key(lease))
             # None: not asked (its node out of reach); the next renewal asks.
             if renewed is False and holder is not None:
                 holder.lost.set()
+            if renewed and holder is not None and cost is not None:
+                holder.reported_ms += cost
         if sent.count and len(got.leases) < sent.count:
             self._idle_until = now + IDLE_POLL_SECONDS
         jobs = [Job(lease, self.worker.queue.name) for lease in got.leases]
@@ -482,8 +505,10 @@ class Worker:
     `cost="time"`: each job that returns is charged to its partition what
     it really cost instead of the weight it was queued with (`VTRR.ACKCOST`
     in the same round trip): its handler's run time in milliseconds, or
-    the figure the handler set on `job.cost`. So a tenant whose jobs run
-    ten times longer than their weights say gets a tenth of the service.
+    the figure the handler set on `job.cost`. A long job is charged as it
+    runs: each renewal reports its run time since the last (`RENEW ...
+    COST`), and the ACK the rest. So a tenant whose jobs run ten times
+    longer than their weights say gets a tenth of the service.
     """
 
     def __init__(

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::layout::native::encoding::encode_to_vec;
+use crate::store::HashKey;
 
 fn enqueue_n(store: &mut MemoryStore, partition: &str, weight: u64, n: usize) {
     let ids: Vec<String> = (0..n).map(|k| format!("{partition}-{k:04}")).collect();
@@ -197,6 +198,83 @@ fn a_partition_with_nothing_queued_is_charged_on_its_next_items() {
     let served = serve(&mut store, 30, |_| None);
     let at = served.iter().position(|p| p == "once").unwrap();
     assert!((18..=22).contains(&at), "served at {at}: {served:?}");
+}
+
+/// Reports `reports` by RENEW ... COST on `leased`, then finishes it with
+/// ACKCOST `last`.
+fn report_and_ack(store: &mut MemoryStore, leased: &Leased, reports: &[u64], last: u64) {
+    for &cost in reports {
+        let report = Ack {
+            id: &leased.id,
+            token: &leased.token,
+            cost: Some(cost),
+        };
+        assert!(renew(
+            &mut store.scoped(CoreOp::RenewCost),
+            &report,
+            10,
+            60_000,
+            &mut Vec::new()
+        ));
+    }
+    assert_eq!(ack_cost(store, leased, Some(last)), 1);
+}
+
+#[test]
+fn a_job_reporting_as_it_goes_is_charged_its_whole_cost_however_it_reports() {
+    // One store hears 12 at the end; the other 5 and 4 on renewals, then 3.
+    let mut at_once = MemoryStore::new();
+    let mut as_it_goes = MemoryStore::new();
+    for store in [&mut at_once, &mut as_it_goes] {
+        apply_limit(store, "a", LimitChange::Share(2));
+        enqueue_n(store, "a", 2, 6);
+        enqueue_n(store, "b", 1, 6);
+    }
+    let first = lease_at(&mut at_once, 1, 60_000, 1, 16).unwrap().leased;
+    let same = lease_at(&mut as_it_goes, 1, 60_000, 1, 16).unwrap().leased;
+    assert_eq!(first[0].id, same[0].id);
+    report_and_ack(&mut at_once, &first[0], &[], 12);
+    report_and_ack(&mut as_it_goes, &same[0], &[5, 4], 3);
+    assert_eq!(
+        at_once.hash_entries(HashKey::Partitions),
+        as_it_goes.hash_entries(HashKey::Partitions)
+    );
+    let order = |store: &mut MemoryStore| lease_ids(store, 20, 12);
+    assert_eq!(order(&mut at_once), order(&mut as_it_goes));
+    assert_sound(&mut as_it_goes);
+}
+
+#[test]
+fn a_renewal_report_is_charged_at_once_and_stays_when_the_lease_expires() {
+    let mut store = MemoryStore::new();
+    apply_policy(&mut store, &[PolicyChange::DefaultConcurrency(Some(100))]);
+    enqueue_n(&mut store, "a", 1, 5);
+    enqueue_n(&mut store, "b", 1, 5);
+    let leased = lease_at(&mut store, 0, 50, 1, 16).unwrap().leased;
+    assert_eq!(leased[0].id, b"a-0000");
+    let report = Ack {
+        id: &leased[0].id,
+        token: &leased[0].token,
+        cost: Some(3),
+    };
+    assert!(renew(
+        &mut store.scoped(CoreOp::RenewCost),
+        &report,
+        10,
+        50,
+        &mut Vec::new()
+    ));
+    // a's next items moved 3 turns back before the job ended...
+    assert_eq!(
+        lease_ids(&mut store, 20, 4),
+        ["b-0000", "b-0001", "b-0002", "b-0003"]
+    );
+    // ...and its expired lease keeps that charge (its item requeued behind
+    // a's backlog, as any reclaim): a's next is where the charge put it,
+    // level with b's last.
+    let served = lease_ids(&mut store, 100, 3);
+    assert_eq!(served, ["a-0001", "b-0004", "a-0002"]);
+    assert_sound(&mut store);
 }
 
 proptest! {

@@ -133,7 +133,13 @@ fn cancel_deletes_an_item_in_any_state() {
         assert_eq!(store.hlen(key), 0, "{key:?}");
     }
     // The cancelled lease can be neither renewed nor acked.
-    assert!(!renew(&mut store, b"leased", &token, 10, 100));
+    assert!(!renew(
+        &mut store,
+        &Ack::pair(b"leased", &token),
+        10,
+        100,
+        &mut Vec::new()
+    ));
     assert_eq!(
         ack(&mut store, &[Ack::pair(b"leased", &token)], &mut Vec::new()),
         0

@@ -104,9 +104,21 @@ fn renew_moves_the_expiry_only_with_the_current_token() {
     let mut store = MemoryStore::new();
     enqueue(&mut store, 0, &[item("A", "a1", 1)]).unwrap();
     lease_at(&mut store, 0, 100, 1, 1000).unwrap();
-    assert!(!renew(&mut store, b"a1", b"old", 50, 1000));
+    assert!(!renew(
+        &mut store,
+        &Ack::pair(b"a1", b"old"),
+        50,
+        1000,
+        &mut Vec::new()
+    ));
     assert_eq!(store.zscore(ZsetKey::Inflight, b"a1"), Some(100.0));
-    assert!(renew(&mut store, b"a1", b"token-1", 50, 1000));
+    assert!(renew(
+        &mut store,
+        &Ack::pair(b"a1", b"token-1"),
+        50,
+        1000,
+        &mut Vec::new()
+    ));
     assert_eq!(store.zscore(ZsetKey::Inflight, b"a1"), Some(1050.0));
 }
 

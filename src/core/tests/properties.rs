@@ -46,6 +46,8 @@ enum Op {
     Renew {
         pick: usize,
         lease_ms: i64,
+        /// `RENEW ... COST`: what the job cost since its last report.
+        cost: Option<u64>,
     },
     Advance {
         ms: i64,
@@ -101,7 +103,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u8..6, 1u64..=8, 1u8..=6).prop_map(|(partition, weight, count)| Op::Enqueue { partition, weight, count }),
         5 => (1u8..=3, 1i64..=40).prop_map(|(count, lease_ms)| Op::Lease { count, lease_ms }),
         2 => any::<usize>().prop_map(|pick| Op::Ack { pick }),
-        1 => (any::<usize>(), 1i64..=40).prop_map(|(pick, lease_ms)| Op::Renew { pick, lease_ms }),
+        1 => (any::<usize>(), 1i64..=40).prop_map(|(pick, lease_ms)| Op::Renew { pick, lease_ms, cost: None }),
         2 => (1i64..=30).prop_map(|ms| Op::Advance { ms }),
         1 => Just(Op::Reclaim),
         2 => (0u8..6, 1u64..=8, 1u8..=4, 0i64..=50).prop_map(|(partition, weight, count, delay_ms)| Op::Defer { partition, weight, count, delay_ms }),
@@ -123,6 +125,7 @@ fn op_with_controls() -> impl Strategy<Value = Op> {
         1 => (0u8..6).prop_map(|partition| Op::Resume { partition }),
         1 => prop::option::of(1u64..=3).prop_map(|cap| Op::DefaultCap { cap }),
         1 => (any::<usize>(), 1u64..=20).prop_map(|(pick, cost)| Op::AckCost { pick, cost }),
+        1 => (any::<usize>(), 1i64..=40, 0u64..=10).prop_map(|(pick, lease_ms, cost)| Op::Renew { pick, lease_ms, cost: Some(cost) }),
         1 => (0u8..6, prop::option::of((1u64..=3, 1u64..=20, 1u64..=4))).prop_map(|(partition, rate)| Op::Rate { partition, rate }),
     ]
 }
@@ -516,18 +519,32 @@ impl Simulation {
                     self.charged = true;
                 }
             }
-            Op::Renew { pick, lease_ms } => {
+            Op::Renew {
+                pick,
+                lease_ms,
+                cost,
+            } => {
                 let inflight = self.store.zset_entries(ZsetKey::Inflight);
                 if !inflight.is_empty() {
                     let id = inflight[pick % inflight.len()].0.clone();
                     let token = self.store.hget(HashKey::Lease, &id).unwrap();
+                    let op = match cost {
+                        Some(_) => CoreOp::RenewCost,
+                        None => CoreOp::Renew,
+                    };
+                    let lease = Ack {
+                        id: &id,
+                        token: &token,
+                        cost,
+                    };
                     prop_assert!(renew(
-                        &mut self.store.scoped(CoreOp::Renew),
-                        &id,
-                        &token,
+                        &mut self.store.scoped(op),
+                        &lease,
                         self.now_ms,
-                        lease_ms
+                        lease_ms,
+                        &mut Vec::new()
                     ));
+                    self.charged |= cost.is_some();
                 }
             }
             Op::Advance { ms } => self.now_ms += ms,
