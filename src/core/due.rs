@@ -2,10 +2,9 @@
 //! on first by every LEASE and by the timer; and the timer's share of the
 //! parking of partitions that came under control.
 
-use super::admission::{park_queued, MAX_PARKED_PER_CALL};
+use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::delay::promote_at;
 use super::reclaim::reclaim_at;
-use super::throttle::refill_due;
 use super::types::{CoreError, Due};
 use super::virtual_time::{read_placing, Placing};
 use crate::store::{Store, ZsetKey};
@@ -49,4 +48,32 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
     let delayed = first(ZsetKey::Delayed);
     let token = first(ZsetKey::Throttled);
     expiry.into_iter().chain(delayed).chain(token).min()
+}
+
+/// The due step's part: up to `limit` partitions whose next token is due
+/// at `now_ms` are refilled, and may be served again. How many it took.
+fn refill_due(
+    store: &mut impl Store,
+    at: &Placing,
+    now_ms: i64,
+    limit: usize,
+    outcome: &mut Due,
+) -> usize {
+    if limit == 0 {
+        return 0;
+    }
+    let due = store.zrange_upto(ZsetKey::Throttled, now_ms as f64, limit);
+    for (name, _) in &due {
+        let mut partition = admission::open(store, name, at.default_cap, &mut outcome.anomalies);
+        if partition.record.rate.is_none() {
+            // Listed by another client, or left by one: nothing to wait for.
+            store.zrem(ZsetKey::Throttled, name);
+        }
+        partition.record.refill(now_ms);
+        if partition.record.has_token() {
+            outcome.refilled += 1;
+        }
+        admission::close(store, partition);
+    }
+    due.len()
 }

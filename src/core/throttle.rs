@@ -7,7 +7,7 @@
 //! refuse and reschedule: a partition without a token has nothing in
 //! `queue`, keeps its place and its items' virtual times, and is listed in
 //! `throttled` with when its next token is due. The due step of every LEASE
-//! and the timer refill those due and let their heads back in.
+//! and the timer refill those due and let their heads back in (`due`).
 //!
 //! Integers only, so replicas refill exactly as the primary: the bucket
 //! counts token-milliseconds (a token is `per_ms` of them), refilled by
@@ -16,10 +16,7 @@
 //! zero: an item heavier than the burst is served, and what it overdrew is
 //! paid back before the next.
 
-use super::admission;
 use super::partitions::Record;
-use super::types::Due;
-use super::virtual_time::Placing;
 use crate::store::{Rate, Store, ZsetKey};
 
 impl Record {
@@ -122,32 +119,4 @@ pub(super) fn list(store: &mut impl Store, name: &[u8], record: &Record) {
         }
         None => {}
     }
-}
-
-/// The due step's part: up to `limit` partitions whose next token is due
-/// at `now_ms` are refilled, and may be served again. How many it took.
-pub(super) fn refill_due(
-    store: &mut impl Store,
-    at: &Placing,
-    now_ms: i64,
-    limit: usize,
-    outcome: &mut Due,
-) -> usize {
-    if limit == 0 {
-        return 0;
-    }
-    let due = store.zrange_upto(ZsetKey::Throttled, now_ms as f64, limit);
-    for (name, _) in &due {
-        let mut partition = admission::open(store, name, at.default_cap, &mut outcome.anomalies);
-        if partition.record.rate.is_none() {
-            // Listed by another client, or left by one: nothing to wait for.
-            store.zrem(ZsetKey::Throttled, name);
-        }
-        partition.record.refill(now_ms);
-        if partition.record.has_token() {
-            outcome.refilled += 1;
-        }
-        admission::close(store, partition);
-    }
-    due.len()
 }
