@@ -7,7 +7,7 @@ use crate::core::CoreError;
 use crate::layout::native::LoadError;
 use crate::layout::open::OpenError;
 use crate::limits::{
-    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
+    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT, MAX_PERIOD_MS,
     MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
 };
 use crate::store::KeyKind;
@@ -140,6 +140,44 @@ pub fn exclusive(first: &str, second: &str) -> RedisError {
     err(format!("ERR {first} and {second} cannot be combined"))
 }
 
+/// `VTRR.SCHEDULE ... EVERY`.
+pub fn every() -> RedisError {
+    err(format!(
+        "ERR EVERY must be an integer between 1 and {MAX_PERIOD_MS} (a year)"
+    ))
+}
+
+/// `VTRR.SCHEDULE ... CRON` that croner does not read.
+pub fn cron(why: &str) -> RedisError {
+    err(format!(
+        "ERR CRON is not a valid pattern: {}",
+        Quoted(why.as_bytes())
+    ))
+}
+
+pub fn time_zone(given: &[u8]) -> RedisError {
+    err(format!(
+        "ERR TZ must be an IANA time zone name such as Europe/Paris, not '{}'",
+        Quoted(given)
+    ))
+}
+
+pub fn missed() -> RedisError {
+    err("ERR MISSED must be one of skip, one, all".into())
+}
+
+/// A required option left out.
+pub fn required(option: &str) -> RedisError {
+    err(format!("ERR {option} is required"))
+}
+
+/// `VTRR.SCHEDULES ... COUNT` and `RUNS`.
+pub fn between(option: &str, min: i64, max: i64) -> RedisError {
+    err(format!(
+        "ERR {option} must be an integer between {min} and {max}"
+    ))
+}
+
 pub fn positive(option: &str) -> RedisError {
     err(format!("ERR {option} must be a positive integer"))
 }
@@ -198,6 +236,7 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
             "ERR vtrr:{}:current_virtual_time is not an integer",
             Quoted(queue)
         )),
+        CoreError::NoRunAhead => err("ERR the schedule has no run after now".to_string()),
         CoreError::Store(refused) => err(format!(
             "ERR {} {} failed: {}",
             refused.command,

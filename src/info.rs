@@ -11,6 +11,8 @@ pub static RENEWED: AtomicU64 = AtomicU64::new(0);
 pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
 pub static DEFERRED: AtomicU64 = AtomicU64::new(0);
 pub static PROMOTED: AtomicU64 = AtomicU64::new(0);
+/// Runs of recurring schedules enqueued.
+pub static SCHEDULE_RUNS: AtomicU64 = AtomicU64::new(0);
 pub static NACKED: AtomicU64 = AtomicU64::new(0);
 /// Leases given back unrun by NACK ... RELEASE (not counted as nacked).
 pub static RELEASED: AtomicU64 = AtomicU64::new(0);
@@ -52,6 +54,7 @@ pub fn section(ctx: &InfoContext) -> RedisResult<()> {
         .field("items_reclaimed", get(&RECLAIMED))?
         .field("items_deferred", get(&DEFERRED))?
         .field("items_promoted", get(&PROMOTED))?
+        .field("schedule_runs", get(&SCHEDULE_RUNS))?
         .field("items_nacked", get(&NACKED))?
         .field("items_released", get(&RELEASED))?
         .field("items_dead_lettered", get(&DEAD_LETTERED))?

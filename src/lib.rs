@@ -28,7 +28,9 @@ use redis_module_macros::{
     role_changed_event_handler,
 };
 
-use commands::{apply, cancel, dead_letter, enqueue, lease, reclaim, stats, tenants, Command};
+use commands::{
+    apply, cancel, dead_letter, enqueue, lease, reclaim, schedule, stats, tenants, Command,
+};
 use layout::native::QUEUE_TYPE;
 use server::command_info;
 
@@ -68,8 +70,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         );
         return Status::Err;
     }
-    timer::request_rebuild();
     timer::reschedule(ctx);
+    timer::request_rebuild(ctx);
     Status::Ok
 }
 
@@ -86,15 +88,15 @@ fn on_config_changed(ctx: &Context, changed: &[&str]) {
 }
 
 #[loading_event_handler]
-fn on_loading(_ctx: &Context, event: LoadingSubevent) {
+fn on_loading(ctx: &Context, event: LoadingSubevent) {
     if event == LoadingSubevent::Ended {
-        timer::request_rebuild();
+        timer::request_rebuild(ctx);
     }
 }
 
 #[role_changed_event_handler]
-fn on_role_changed(_ctx: &Context, _role: ServerRole) {
-    timer::request_rebuild();
+fn on_role_changed(ctx: &Context, _role: ServerRole) {
+    timer::request_rebuild(ctx);
 }
 
 // Redis's allocator exists only inside Redis; unit tests run without it.
@@ -172,6 +174,9 @@ register!(
     tenants::RESUME,
     tenants::PARTITIONS,
     tenants::RECOUNT,
+    schedule::SCHEDULE,
+    schedule::UNSCHEDULE,
+    schedule::SCHEDULES,
     commands::layout::CONVERT,
     apply::APPLY,
     commands::layout::LOAD,

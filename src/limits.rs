@@ -31,3 +31,13 @@ pub const MAX_PARTITIONS_COUNT: i64 = 10_000;
 /// walks past `OFFSET` entries: this bounds its work; the cursor form lists
 /// the rest).
 pub const MAX_TOP_OFFSET: i64 = 100_000;
+/// The longest `EVERY` period of a schedule: a year.
+pub const MAX_PERIOD_MS: i64 = 365 * 86_400_000;
+/// The longest cron pattern of a schedule.
+pub const MAX_CRON_LEN: usize = 256;
+/// How many schedules `VTRR.SCHEDULES` asks HSCAN for without COUNT.
+pub const SCHEDULES_DEFAULT_COUNT: usize = 10;
+/// The largest COUNT and RUNS of `VTRR.SCHEDULES`: a cron run is a search
+/// of about 20 µs, so one call's work stays within milliseconds.
+pub const MAX_SCHEDULES_COUNT: i64 = 100;
+pub const MAX_SCHEDULE_RUNS: i64 = 20;

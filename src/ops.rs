@@ -19,7 +19,8 @@ use crate::core::key_view::KeyView;
 use crate::core::partitions::Record;
 use crate::core::{
     self, check, Ack, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest,
-    Leased, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank, Stats,
+    Leased, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank,
+    Schedule, ScheduleView, Stats,
 };
 use crate::layout::native::load_chunk;
 use crate::layout::open::{may_write_every_key, Caller, OpenError, Propagate};
@@ -32,7 +33,7 @@ use crate::store::keys;
 use crate::store::memory::MemoryStore;
 use crate::store::QueueKey;
 use crate::text::Quoted;
-use crate::timer::index::with_index;
+use crate::timer::{self, index::with_index};
 use crate::{config, error, info};
 
 /// When a time-dependent operation runs, and the lease tokens it draws: the
@@ -389,6 +390,61 @@ pub fn run_due(
     }
 }
 
+/// `VTRR.SCHEDULE`: the schedule's next run (Unix ms).
+pub fn schedule(
+    ctx: &Context,
+    queue: &[u8],
+    at: &Moment,
+    name: &[u8],
+    schedule: &Schedule,
+) -> Result<i64, RedisError> {
+    let now_ms = at.now_ms;
+    let definition = schedule.encode();
+    Call::client(ctx, queue).applied(
+        CoreOp::Schedule,
+        |_| {
+            let definition = &definition;
+            apply(queue, now_ms, Operation::Schedule { name, definition })
+        },
+        |store, _| core::schedule(store, now_ms, name, schedule),
+        |&next| Done::new(c"vtrr.schedule").watch(next),
+    )
+}
+
+/// `VTRR.UNSCHEDULE`: how many of the schedules named there were.
+pub fn unschedule(ctx: &Context, queue: &[u8], names: &[&[u8]]) -> Result<u64, RedisError> {
+    Call::client(ctx, queue).verbatim(
+        CoreOp::Unschedule,
+        |store, _| Ok(core::unschedule(store, names)),
+        |_| Done::new(c"vtrr.unschedule"),
+    )
+}
+
+/// `VTRR.SCHEDULES` by cursor: the next cursor and a page of schedules.
+pub fn schedules_page(
+    ctx: &Context,
+    queue: &[u8],
+    cursor: u64,
+    count: usize,
+    runs: usize,
+) -> Result<(u64, Vec<ScheduleView>), RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Schedules, |store, _| {
+        core::schedules_page(store, cursor, count, runs)
+    })
+}
+
+/// `VTRR.SCHEDULES ... SCHEDULE <schedule>`.
+pub fn schedule_view(
+    ctx: &Context,
+    queue: &[u8],
+    name: &[u8],
+    runs: usize,
+) -> Result<Option<ScheduleView>, RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Schedules, |store, _| {
+        Ok(core::schedule_view(store, name, runs))
+    })
+}
+
 /// `VTRR.POLICY` without options: the policy and the default cap.
 pub fn policy(ctx: &Context, queue: &[u8]) -> Result<(Policy, Option<u64>), RedisError> {
     Call::client(ctx, queue).read(CoreOp::ReadPolicy, |store, anomalies| {
@@ -686,6 +742,7 @@ pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
 fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
     let db = selected_db(ctx);
     with_index(|index| index.note_due(db, queue, due_ms));
+    timer::wake_by(ctx, due_ms);
 }
 
 /// The event of a call that leased nothing: what it did to due items.
@@ -696,6 +753,8 @@ fn due_event(due: &Due) -> &'static CStr {
         c"vtrr.promote"
     } else if due.refilled > 0 {
         c"vtrr.refill"
+    } else if due.fired > 0 {
+        c"vtrr.fire"
     } else if due.dead_lettered > 0 {
         DEAD_EVENT
     } else {
@@ -962,6 +1021,7 @@ impl<'a> Call<'a> {
             self.log_anomalies(&due.anomalies);
             info::add(&info::RECLAIMED, due.reclaimed);
             info::add(&info::PROMOTED, due.promoted);
+            info::add(&info::SCHEDULE_RUNS, due.fired);
             info::add(&info::DEAD_LETTERED, due.dead_lettered);
         }
         for (counter, n) in done.counts {

@@ -502,6 +502,7 @@ fn a_module_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
             "rank_leased",
             "rank_dead",
             "throttled",
+            "schedule_due",
         ];
         let expected = if sorted_sets.contains(&suffix) {
             let _: () = redis::cmd("HSET")

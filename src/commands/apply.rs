@@ -5,7 +5,7 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, Command};
-use crate::core::Ack;
+use crate::core::{Ack, Schedule};
 use crate::replication::replay::{Apply, Operation, ParseError};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::server::from_master_or_aof;
@@ -83,6 +83,11 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         }
         Operation::Due { limit } => {
             ops::run_due(ctx, queue, now_ms, limit)?;
+        }
+        Operation::Schedule { name, definition } => {
+            let schedule = Schedule::decode(definition)
+                .ok_or_else(|| error::apply_malformed("not a schedule's definition"))?;
+            ops::schedule(ctx, queue, &at, name, &schedule)?;
         }
     }
     Ok(RedisValue::SimpleStringStatic("OK"))

@@ -11,6 +11,7 @@ pub mod enqueue;
 pub mod layout;
 pub mod lease;
 pub mod reclaim;
+pub mod schedule;
 pub mod stats;
 pub mod tenants;
 

@@ -51,6 +51,12 @@ pub enum CoreOp {
     /// `VTRR.CONVERT`: the whole queue, read in one layout and written in
     /// the other.
     Convert,
+    /// `VTRR.SCHEDULE`: sets a recurring schedule.
+    Schedule,
+    /// `VTRR.UNSCHEDULE`.
+    Unschedule,
+    /// `VTRR.SCHEDULES`: the schedules and their next runs.
+    Schedules,
 }
 
 /// What every call that counts items per partition opens: the partition
@@ -239,7 +245,11 @@ const NEXT_DUE: &[QueueKey] = &[
     QueueKey::Delayed,
     QueueKey::Parking,
     QueueKey::Throttled,
+    QueueKey::ScheduleDue,
 ];
+
+/// A schedule's definition and its next run; nothing of the items.
+const SCHEDULES: &[QueueKey] = &[QueueKey::Schedules, QueueKey::ScheduleDue];
 
 impl CoreOp {
     /// The keys the operation touches; no other is opened for it.
@@ -269,6 +279,7 @@ impl CoreOp {
             CoreOp::Cancel => CANCEL,
             CoreOp::Stats => STATS,
             CoreOp::NextDue => NEXT_DUE,
+            CoreOp::Schedule | CoreOp::Unschedule | CoreOp::Schedules => SCHEDULES,
         }
     }
 
@@ -286,6 +297,7 @@ impl CoreOp {
                 | CoreOp::Check
                 | CoreOp::Inspect
                 | CoreOp::NextDue
+                | CoreOp::Schedules
         )
     }
 
@@ -332,6 +344,9 @@ impl CoreOp {
             CoreOp::NextDue => "next_due",
             CoreOp::Convert => "convert",
             CoreOp::Inspect => "inspect",
+            CoreOp::Schedule => "schedule",
+            CoreOp::Unschedule => "unschedule",
+            CoreOp::Schedules => "schedules",
         }
     }
 }

@@ -8,6 +8,7 @@ use super::held;
 use super::numbers::parse_meta;
 use super::partitions::{read_default_cap, Parking};
 use super::ranks::{self, queue_totals, Rank};
+use super::schedule::Schedule;
 use super::types::CoreError;
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -114,6 +115,7 @@ pub fn check(store: &mut impl Store) -> Result<Vec<String>, CoreError> {
         }
     }
     check_partitions(store, &mut problems)?;
+    check_schedules(store, &mut problems)?;
     problems.sort();
     Ok(problems)
 }
@@ -308,6 +310,33 @@ fn check_rankings(store: &mut impl Store, problems: &mut Vec<String>) -> Result<
         problems.push(format!(
             "the queue's totals {queue:?} are below its partitions' {summed:?}"
         ));
+    }
+    Ok(())
+}
+
+/// Each schedule waiting for a run has a readable definition whose runs
+/// include it.
+fn check_schedules(store: &mut impl Store, problems: &mut Vec<String>) -> Result<(), CoreError> {
+    let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
+    for (name, due) in store.zrange_upto(ZsetKey::ScheduleDue, f64::INFINITY, usize::MAX) {
+        let definition = store
+            .hget(HashKey::Schedules, &name)
+            .and_then(|raw| Schedule::decode(&raw));
+        match definition {
+            None => problems.push(format!(
+                "schedule_due lists schedule {} which has no readable definition",
+                show(&name)
+            )),
+            Some(schedule) => {
+                let due = due as i64;
+                if schedule.timing.next_after(due.saturating_sub(1)) != Some(due) {
+                    problems.push(format!(
+                        "schedule {} waits for a run at {due} which its timing does not have",
+                        show(&name)
+                    ));
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -5,13 +5,14 @@
 use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::delay::promote_at;
 use super::reclaim::reclaim_at;
+use super::schedule::fire_at;
 use super::types::{CoreError, Due};
 use super::virtual_time::{read_placing, Placing};
 use crate::store::{Store, ZsetKey};
 
 /// Everything of a queue due at `now_ms`, at most `limit` items: expired
 /// leases first, then due delayed items, then rate-limited partitions
-/// whose next token is due.
+/// whose next token is due, then runs of recurring schedules.
 pub(super) fn due_at(
     store: &mut impl Store,
     at: &Placing,
@@ -22,7 +23,9 @@ pub(super) fn due_at(
     let reclaimed = reclaim_at(store, at, now_ms, limit, outcome);
     let limit = limit.saturating_sub(reclaimed);
     let promoted = promote_at(store, at, now_ms, limit, outcome);
-    refill_due(store, at, now_ms, limit.saturating_sub(promoted), outcome);
+    let limit = limit.saturating_sub(promoted);
+    let refilled = refill_due(store, at, now_ms, limit, outcome);
+    fire_at(store, at, now_ms, limit.saturating_sub(refilled), outcome);
 }
 
 /// The timer's run on one queue: [`due_at`], then up to
@@ -36,7 +39,8 @@ pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due,
 }
 
 /// When the queue next has something for the timer: the earliest lease
-/// expiry, delayed item's due time or partition's next token (rounded up: a fractional score
+/// expiry, delayed item's due time, partition's next token or schedule's
+/// next run (rounded up: a fractional score
 /// written by another client must not make the timer look before anything
 /// is due), or at once while a parking is under way.
 pub fn next_due(store: &mut impl Store) -> Option<i64> {
@@ -47,7 +51,13 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
     let expiry = first(ZsetKey::Inflight);
     let delayed = first(ZsetKey::Delayed);
     let token = first(ZsetKey::Throttled);
-    expiry.into_iter().chain(delayed).chain(token).min()
+    let run = first(ZsetKey::ScheduleDue);
+    expiry
+        .into_iter()
+        .chain(delayed)
+        .chain(token)
+        .chain(run)
+        .min()
 }
 
 /// The due step's part: up to `limit` partitions whose next token is due

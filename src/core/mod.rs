@@ -10,7 +10,7 @@
 //!   dead-letter set, its policy, revive, cancel), controls (LIMIT, PAUSE,
 //!   RESUME, PARTITIONS, RECOUNT), stats, check
 //! - due (what falls due: the step LEASE and the timer run first), delay,
-//!   reclaim
+//!   reclaim, schedule (recurring runs)
 //! - charge (a reported cost charged to a partition), scoring (where an
 //!   item enters the queue)
 //! - admission (the head rule, settling, parking), leased (a lease's state)
@@ -41,6 +41,7 @@ mod numbers;
 pub mod partitions;
 mod ranks;
 mod reclaim;
+mod schedule;
 mod scoring;
 mod stats;
 mod throttle;
@@ -65,6 +66,10 @@ pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
 pub use ranks::Rank;
 pub use reclaim::reclaim;
+pub use schedule::{
+    run_id, schedule, schedule_view, schedules_page, unschedule, Missed, Schedule, ScheduleView,
+    Timing, TimingError,
+};
 pub use stats::{stats, Stats};
 pub use types::{Ack, Anomaly, CoreError, Due, Leased, NewItem};
 pub use virtual_time::read_current_virtual_time;

@@ -9,6 +9,9 @@ use crate::text::Quoted;
 pub enum CoreError {
     /// `current_virtual_time` holds something that is not a number.
     CurrentVirtualTimeNotInteger,
+    /// `VTRR.SCHEDULE` with a timing that has no run after now (a cron
+    /// pattern whose years are past).
+    NoRunAhead,
     /// A read that is a call to the server (HSCAN, HKEYS, ZCOUNT) was
     /// refused; the operations that make one read before they write.
     Store(StoreError),
@@ -42,6 +45,9 @@ pub enum Anomaly {
     PartitionRecordUnreadable { partition: Vec<u8> },
     /// A `totals` counter was not a count; read as 0.
     TotalUnreadable { field: &'static str },
+    /// A schedule due in `schedule_due` had no readable definition in
+    /// `schedules`; it fires nothing and leaves `schedule_due`.
+    ScheduleUnreadable { schedule: Vec<u8> },
 }
 
 /// The sentence the operations layer logs (after `vtrr: queue <name>: `).
@@ -75,6 +81,11 @@ impl std::fmt::Display for Anomaly {
             Anomaly::TotalUnreadable { field } => {
                 write!(f, "totals field {field} is not a count; read as 0")
             }
+            Anomaly::ScheduleUnreadable { schedule } => write!(
+                f,
+                "schedule {} had no readable definition in schedules; it fires no more (VTRR.SCHEDULE sets it again)",
+                text(schedule)
+            ),
             Anomaly::PartitionVirtualTimeUnreadable { partition } => write!(
                 f,
                 "partition {} had an unreadable virtual time; read as 0",
@@ -97,6 +108,8 @@ pub struct Due {
     /// Rate-limited partitions whose next token came due: they may be
     /// served again (`throttle`).
     pub refilled: u64,
+    /// Runs of recurring schedules enqueued (`schedule`).
+    pub fired: u64,
     /// Items of paused or capped partitions moved from `queue` to `held`.
     pub parked: u64,
     /// The timer's run stopped parking at its limit: more may be left.

@@ -13,6 +13,7 @@
 //! | `DEFER` | `<due-ms> <partition> <id> <weight> <payload> [...]` |
 //! | `RECLAIM` | `<limit>` (VTRR.RECLAIM) |
 //! | `DUE` | `<limit>` (a timer run on the queue) |
+//! | `SCHEDULE` | `<schedule> <definition>` (VTRR.SCHEDULE; the definition as `schedules` stores it) |
 //!
 //! The version changes whenever the format or the meaning of an operation
 //! does; a server that meets a version it does not know applies nothing and
@@ -53,6 +54,11 @@ pub enum Operation<'a> {
     },
     Due {
         limit: usize,
+    },
+    /// `VTRR.SCHEDULE`: its next run is read from the clock.
+    Schedule {
+        name: &'a [u8],
+        definition: &'a [u8],
     },
 }
 
@@ -147,6 +153,12 @@ impl Apply<'_> {
                 emit(digits.format(self.now_ms).as_bytes());
                 emit(digits.format(*limit).as_bytes());
             }
+            Operation::Schedule { name, definition } => {
+                emit(b"SCHEDULE");
+                emit(digits.format(self.now_ms).as_bytes());
+                emit(name);
+                emit(definition);
+            }
         }
     }
 
@@ -216,6 +228,7 @@ impl Apply<'_> {
             (b"DUE", [limit]) => Operation::Due {
                 limit: count(limit)?,
             },
+            (b"SCHEDULE", [name, definition]) => Operation::Schedule { name, definition },
             _ => return Err(ParseError::Malformed("unknown operation or arguments")),
         };
         Ok(Apply { now_ms, operation })

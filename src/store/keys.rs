@@ -46,10 +46,12 @@ pub enum QueueKey {
     RankDead,
     Totals,
     Throttled,
+    Schedules,
+    ScheduleDue,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 26] = [
+    pub const ALL: [QueueKey; 28] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -76,6 +78,8 @@ impl QueueKey {
         QueueKey::RankDead,
         QueueKey::Totals,
         QueueKey::Throttled,
+        QueueKey::Schedules,
+        QueueKey::ScheduleDue,
     ];
 
     pub const fn index(self) -> usize {
@@ -110,6 +114,8 @@ impl QueueKey {
             QueueKey::RankDead => "rank_dead",
             QueueKey::Totals => "totals",
             QueueKey::Throttled => "throttled",
+            QueueKey::Schedules => "schedules",
+            QueueKey::ScheduleDue => "schedule_due",
         }
     }
 
@@ -125,7 +131,8 @@ impl QueueKey {
             | QueueKey::RankWaiting
             | QueueKey::RankLeased
             | QueueKey::RankDead
-            | QueueKey::Throttled => KeyKind::Zset,
+            | QueueKey::Throttled
+            | QueueKey::ScheduleDue => KeyKind::Zset,
             QueueKey::CurrentVirtualTime => KeyKind::String,
             _ => KeyKind::Hash,
         }
@@ -166,6 +173,9 @@ pub enum ZsetKey {
     /// and no token -> when its bucket next holds one (Unix ms; see
     /// `core::throttle`).
     Throttled,
+    /// `vtrr:<name>:schedule_due`: schedule -> when its next run falls due
+    /// (Unix ms; see `core::schedule`).
+    ScheduleDue,
 }
 
 /// The hashes of a queue.
@@ -202,6 +212,9 @@ pub enum HashKey {
     /// `vtrr:<name>:totals`: `enqueued`, `leased`, `acked`, `nacked`,
     /// `dead`, `expired` -> how many the queue has had (see `core::ranks`).
     Totals,
+    /// `vtrr:<name>:schedules`: schedule -> its definition (timing, missed
+    /// policy, partition, weight, payload; see `core::schedule`).
+    Schedules,
 }
 
 impl ZsetKey {
@@ -210,7 +223,7 @@ impl ZsetKey {
         ZsetKey::ALL.into_iter().find(|z| QueueKey::from(*z) == key)
     }
 
-    pub const ALL: [ZsetKey; 11] = [
+    pub const ALL: [ZsetKey; 12] = [
         ZsetKey::Queue,
         ZsetKey::Inflight,
         ZsetKey::Delayed,
@@ -222,6 +235,7 @@ impl ZsetKey {
         ZsetKey::RankLeased,
         ZsetKey::RankDead,
         ZsetKey::Throttled,
+        ZsetKey::ScheduleDue,
     ];
 
     pub const fn index(self) -> usize {
@@ -235,7 +249,7 @@ impl HashKey {
         HashKey::ALL.into_iter().find(|h| QueueKey::from(*h) == key)
     }
 
-    pub const ALL: [HashKey; 14] = [
+    pub const ALL: [HashKey; 15] = [
         HashKey::PartitionVirtualTime,
         HashKey::Task,
         HashKey::Meta,
@@ -250,6 +264,7 @@ impl HashKey {
         HashKey::HeldAt,
         HashKey::Partitions,
         HashKey::Totals,
+        HashKey::Schedules,
     ];
 
     pub const fn index(self) -> usize {
@@ -271,6 +286,7 @@ impl From<ZsetKey> for QueueKey {
             ZsetKey::RankLeased => QueueKey::RankLeased,
             ZsetKey::RankDead => QueueKey::RankDead,
             ZsetKey::Throttled => QueueKey::Throttled,
+            ZsetKey::ScheduleDue => QueueKey::ScheduleDue,
         }
     }
 }
@@ -292,6 +308,7 @@ impl From<HashKey> for QueueKey {
             HashKey::HeldAt => QueueKey::HeldAt,
             HashKey::Partitions => QueueKey::Partitions,
             HashKey::Totals => QueueKey::Totals,
+            HashKey::Schedules => QueueKey::Schedules,
         }
     }
 }
@@ -343,13 +360,15 @@ pub fn key_name(queue: &[u8], key: QueueKey) -> Vec<u8> {
 
 /// The queue name of a key whose entries fall due (`vtrr:<name>:inflight`,
 /// lease expiries; `vtrr:<name>:delayed`, delayed items;
-/// `vtrr:<name>:parking`, parkings under way, due at once), if it is one.
+/// `vtrr:<name>:parking`, parkings under way, due at once;
+/// `vtrr:<name>:schedule_due`, recurring runs), if it is one.
 pub fn queue_of_due_key(key: &[u8]) -> Option<&[u8]> {
     let rest = key.strip_prefix(PREFIX)?;
     let name = rest
         .strip_suffix(b":inflight")
         .or_else(|| rest.strip_suffix(b":delayed"))
-        .or_else(|| rest.strip_suffix(b":parking"))?;
+        .or_else(|| rest.strip_suffix(b":parking"))
+        .or_else(|| rest.strip_suffix(b":schedule_due"))?;
     (!name.is_empty()).then_some(name)
 }
 

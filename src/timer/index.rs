@@ -58,6 +58,11 @@ impl Index {
             .is_some_and(|(due, _, _)| *due <= now_ms)
     }
 
+    /// The earliest due time of any queue.
+    pub fn earliest(&self) -> Option<i64> {
+        self.schedule.first().map(|(due, _, _)| *due)
+    }
+
     /// Queues with a due time.
     pub fn tracked(&self) -> usize {
         self.schedule.len()

@@ -24,18 +24,20 @@ pub mod index;
 mod rebuild;
 mod tick;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis_module::Context;
 
 use crate::config;
-use crate::server::selected_db;
+use crate::server::{now_ms, selected_db};
 use crate::store::keys;
 use index::with_index;
 
 /// Id of the armed timer, 0 when none.
 static TIMER_ID: AtomicU64 = AtomicU64::new(0);
+/// When the armed timer fires (Unix ms).
+static ARMED_FOR_MS: AtomicI64 = AtomicI64::new(0);
 
 /// Keyspace events on zset and generic keys: another client (or a replicated
 /// effect) wrote an inflight or delayed key, so its queue is rechecked at the
@@ -67,9 +69,12 @@ pub fn on_swapdb(first: i32, second: i32) {
 }
 
 /// Rebuild the index from the keyspace (after loading, sync, role change,
-/// or module load on a populated server).
-pub fn request_rebuild() {
+/// or module load on a populated server), from the timer's next run, which
+/// comes at once: what fell due while the server was down (a schedule's
+/// runs above all) is acted on when it is back, not an interval later.
+pub fn request_rebuild(ctx: &Context) {
     with_index(|index| index.scan = Some((0, "0".to_string())));
+    wake_by(ctx, now_ms());
 }
 
 /// (Re)arms the timer for the current `vtrr.reclaim-interval-ms`; with 0 it
@@ -88,4 +93,22 @@ pub fn reschedule(ctx: &Context) {
 fn arm(ctx: &Context, after: Duration) {
     let id = ctx.create_timer(after, tick::tick, ());
     TIMER_ID.store(id, Ordering::Relaxed);
+    let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+    ARMED_FOR_MS.store(now_ms().saturating_add(after_ms), Ordering::Relaxed);
+}
+
+/// Something falls due at `due_ms`: a timer armed for later is brought
+/// forward, so a schedule's run or a delayed item is acted on when it is
+/// due rather than at the next interval. (Within a run the tick arms for
+/// the earliest due time itself.)
+pub fn wake_by(ctx: &Context, due_ms: i64) {
+    let armed = TIMER_ID.load(Ordering::Relaxed);
+    if armed == 0 || ARMED_FOR_MS.load(Ordering::Relaxed) <= due_ms {
+        return;
+    }
+    if ctx.stop_timer::<()>(armed).is_ok() {
+        TIMER_ID.store(0, Ordering::Relaxed);
+        let after = due_ms.saturating_sub(now_ms()).max(1) as u64;
+        arm(ctx, Duration::from_millis(after));
+    }
 }

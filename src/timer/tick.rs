@@ -5,7 +5,8 @@
 //! the operations layer. Each step looks at the clock between two pieces of
 //! work and stops once the budget is spent (after at least one piece, so
 //! every run makes progress); while work is left the next run comes after
-//! `RESUME_MS`, not a whole interval. A run with nothing due opens no key
+//! `RESUME_MS`, not a whole interval, and otherwise when the earliest due
+//! time it knows comes, at most an interval later. A run with nothing due opens no key
 //! for writing, so it signals nothing.
 
 use std::sync::atomic::Ordering;
@@ -40,7 +41,8 @@ pub fn tick(ctx: &Context, _: ()) {
     work_left |= recheck_written(ctx, deadline);
     // While writes are paused the dataset must not change: what is due
     // waits for the next run after the pause.
-    if ctx.get_flags().contains(ContextFlags::MASTER) && !writes_paused() {
+    let acts = ctx.get_flags().contains(ContextFlags::MASTER) && !writes_paused();
+    if acts {
         work_left |= act_on_due(ctx, now, deadline);
     }
     select_db(ctx, original_db);
@@ -59,10 +61,22 @@ pub fn tick(ctx: &Context, _: ()) {
         let next = if work_left {
             RESUME_MS
         } else {
-            interval as u64
+            sleep_ms(interval, acts.then(now_ms))
         };
         arm(ctx, Duration::from_millis(next));
     }
+}
+
+/// How long the timer sleeps with nothing left over: on a node that acts
+/// on due items (`now` given), until the earliest due time it knows (a
+/// schedule's run, a delayed item, a lease's expiry falls due on time, not
+/// up to an interval late); at most the interval.
+fn sleep_ms(interval: i64, now: Option<i64>) -> u64 {
+    let until_due =
+        now.and_then(|now| with_index(|index| index.earliest()).map(|due| due.saturating_sub(now)));
+    until_due
+        .map_or(interval, |ms| ms.clamp(RESUME_MS as i64, interval))
+        .max(1) as u64
 }
 
 /// Rereads the next due time of the queues written by others since the

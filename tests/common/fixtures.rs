@@ -13,7 +13,8 @@ use super::{
 /// hold it), `d` delayed by a minute, all of partition `p`; `h1` held
 /// (its partition `h` is paused, so it waits in `held`); partition `k`
 /// paused with more items in `queue` than one call parks, so its parking
-/// is under way (`parking`); and a MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
+/// is under way (`parking`); a schedule whose one run is in 2999
+/// (`schedules`, `schedule_due`); and a MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
 pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     let rated: String = command(&["VTRR.LIMIT", name, "t", "RATE", "1", "PER", "86400000"])
         .query(con)
@@ -60,6 +61,19 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     let paused: i64 = command(&["VTRR.PAUSE", name, "k"]).query(con).unwrap();
     assert_eq!(paused, 1);
     set_policy(con, name, &["MAX-TIMEOUTS", "3"]);
+    let _next_run: i64 = command(&[
+        "VTRR.SCHEDULE",
+        name,
+        "s",
+        "CRON",
+        "0 0 0 1 1 * 2999",
+        "PARTITION",
+        "s",
+        "PAYLOAD",
+        "S",
+    ])
+    .query(con)
+    .unwrap();
     // No partition is at its cap (the suites count on p's settings being
     // the defaults), so `rank_leased` is the one key left empty.
     let missing: Vec<&str> = ALL_SUFFIXES
@@ -109,7 +123,7 @@ pub fn queue_in_every_state_on_a_quiet_server() -> (Server, redis::Connection, S
 /// a's), each of which would change the queue or read the key if let
 /// through.
 pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
-    let calls: [(&str, Vec<&str>); 21] = [
+    let calls: [(&str, Vec<&str>); 24] = [
         ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
         (
             "defer",
@@ -140,6 +154,34 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             "default-cap",
             vec!["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "1"],
         ),
+        (
+            "schedule-set",
+            vec![
+                "VTRR.SCHEDULE",
+                "q",
+                "s2",
+                "EVERY",
+                "60000",
+                "PARTITION",
+                "p",
+                "PAYLOAD",
+                "N",
+            ],
+        ),
+        ("unschedule", vec!["VTRR.UNSCHEDULE", "q", "s"]),
+        ("schedules", vec!["VTRR.SCHEDULES", "q"]),
+    ];
+    // Every call that may fire a run, and the schedule commands.
+    const SCHEDULED: &[&str] = &[
+        "lease",
+        "nack",
+        "reclaim",
+        "check",
+        "revive",
+        "recount",
+        "schedule-set",
+        "unschedule",
+        "schedules",
     ];
     // What changes a partition's record may move its places in the
     // rankings and the queue's totals; STATS reads the longest wait and
@@ -163,7 +205,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         "default-cap",
     ];
     let ranked_and_stats = [RANKED, &["stats"]].concat();
-    let openers: [(&str, &[&str]); 17] = [
+    let openers: [(&str, &[&str]); 19] = [
         (
             "delayed",
             &[
@@ -328,6 +370,8 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "default-cap",
             ],
         ),
+        ("schedules", SCHEDULED),
+        ("schedule_due", SCHEDULED),
     ];
     openers
         .into_iter()

@@ -6,8 +6,9 @@
 /// items, nack counts, the dead-letter policy and default cap, held items
 /// of partitions under control, per-partition records, the partitions
 /// whose parking is under way, the rankings of partitions, the queue's
-/// totals, and the rate-limited partitions waiting for a token).
-pub const ALL_SUFFIXES: [&str; 26] = [
+/// totals, the rate-limited partitions waiting for a token, and the
+/// recurring schedules with their next runs).
+pub const ALL_SUFFIXES: [&str; 28] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -34,6 +35,8 @@ pub const ALL_SUFFIXES: [&str; 26] = [
     "rank_dead",
     "totals",
     "throttled",
+    "schedules",
+    "schedule_due",
 ];
 
 /// The nine key suffixes of a queue that vtrr-queue knows: the first nine

@@ -10,6 +10,7 @@ mod lease;
 mod nack;
 mod properties;
 mod reclaim;
+mod schedule;
 mod scoring;
 mod sharding;
 mod throttle;

@@ -1,0 +1,414 @@
+//! Recurring jobs fired by the server: a schedule enqueues one item per run,
+//! with the id `<schedule>:<due-ms>`, in the same call that moves the
+//! schedule to its next run. A schedule lives in two keys: its definition in
+//! `schedules` (hash) and its next run in `schedule_due` (sorted set, by
+//! due time), which the due step reads like `delayed`. The run's id makes a
+//! run enqueued twice impossible: an id already in the queue's life is not
+//! added again, and the next run is written in the same atomic call.
+//!
+//! Runs fall either every `period_ms` on the multiples of it since the Unix
+//! epoch (so a schedule set again with the same period keeps its runs, and
+//! their ids), or when a cron pattern matches in a time zone (croner's
+//! semantics, DST included; the zone database is compiled in, so a replica
+//! computes what its master did). A run is *missed* when the next one fell
+//! due before it fired (a stopped server, a failover, a long script); the
+//! schedule's policy says what then: `skip` fires none of them, `one` the
+//! latest, `all` every one (a bounded number per call, as every due step).
+
+use std::str::FromStr;
+
+use chrono::{DateTime, TimeZone};
+use chrono_tz::Tz;
+use croner::Cron;
+
+use super::scoring::{enter, is_present};
+use super::types::{Anomaly, CoreError, Due, NewItem};
+use super::virtual_time::Placing;
+use crate::limits::{MAX_CRON_LEN, MAX_PERIOD_MS, MAX_WEIGHT};
+use crate::store::number::canonical_int;
+use crate::store::{HashKey, Store, ZsetKey};
+
+/// When a schedule's runs fall.
+#[derive(Debug, Clone)]
+pub enum Timing {
+    /// Every `period_ms`, at its multiples since the Unix epoch.
+    Every { period_ms: i64 },
+    /// When `pattern` matches in `zone`.
+    Cron {
+        pattern: String,
+        zone: Tz,
+        cron: Box<Cron>,
+    },
+}
+
+/// Why a timing was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimingError {
+    /// EVERY out of 1..=MAX_PERIOD_MS.
+    Period,
+    /// The pattern is not one croner reads (its message).
+    Pattern(String),
+    /// Not an IANA time zone name.
+    Zone,
+}
+
+impl Timing {
+    pub fn every(period_ms: i64) -> Result<Timing, TimingError> {
+        if !(1..=MAX_PERIOD_MS).contains(&period_ms) {
+            return Err(TimingError::Period);
+        }
+        Ok(Timing::Every { period_ms })
+    }
+
+    /// A cron pattern (5 fields; 6 with seconds first; 7 with a year last;
+    /// or an alias such as `@daily`) in an IANA zone (UTC when None).
+    pub fn cron(pattern: &[u8], zone: Option<&[u8]>) -> Result<Timing, TimingError> {
+        let pattern = std::str::from_utf8(pattern)
+            .ok()
+            .filter(|p| p.len() <= MAX_CRON_LEN)
+            .ok_or_else(|| {
+                TimingError::Pattern("not a pattern of at most 256 ASCII characters".into())
+            })?;
+        let zone = match zone {
+            None => Tz::UTC,
+            Some(raw) => std::str::from_utf8(raw)
+                .ok()
+                .and_then(|name| Tz::from_str(name).ok())
+                .ok_or(TimingError::Zone)?,
+        };
+        let cron = Cron::from_str(pattern).map_err(|e| TimingError::Pattern(e.to_string()))?;
+        Ok(Timing::Cron {
+            pattern: pattern.to_string(),
+            zone,
+            cron: Box::new(cron),
+        })
+    }
+
+    /// The first run strictly after `t_ms`, if any (a pattern with a year
+    /// may have none left).
+    pub fn next_after(&self, t_ms: i64) -> Option<i64> {
+        match self {
+            Timing::Every { period_ms } => t_ms
+                .div_euclid(*period_ms)
+                .checked_add(1)?
+                .checked_mul(*period_ms),
+            Timing::Cron { zone, cron, .. } => {
+                let from = whole_second(zone, t_ms)?;
+                let next = cron.find_next_occurrence(&from, false).ok()?;
+                Some(next.timestamp_millis())
+            }
+        }
+    }
+
+    /// The last run at or before `t_ms`, if any.
+    fn latest_upto(&self, t_ms: i64) -> Option<i64> {
+        match self {
+            Timing::Every { period_ms } => Some(t_ms.div_euclid(*period_ms) * period_ms),
+            Timing::Cron { zone, cron, .. } => {
+                let from = whole_second(zone, t_ms)?;
+                let latest = cron.find_previous_occurrence(&from, true).ok()?;
+                Some(latest.timestamp_millis())
+            }
+        }
+    }
+
+    /// Whether two timings have the same runs (a schedule set again keeps
+    /// its next run then).
+    fn same_runs(&self, other: &Timing) -> bool {
+        match (self, other) {
+            (Timing::Every { period_ms: a }, Timing::Every { period_ms: b }) => a == b,
+            (
+                Timing::Cron {
+                    pattern: a,
+                    zone: za,
+                    ..
+                },
+                Timing::Cron {
+                    pattern: b,
+                    zone: zb,
+                    ..
+                },
+            ) => a == b && za == zb,
+            _ => false,
+        }
+    }
+}
+
+/// `t_ms` in `zone`, down to its whole second: cron patterns match whole
+/// seconds, and a search from a fraction would find that second itself.
+fn whole_second(zone: &Tz, t_ms: i64) -> Option<DateTime<Tz>> {
+    zone.timestamp_millis_opt(t_ms.div_euclid(1000).checked_mul(1000)?)
+        .single()
+}
+
+/// What a schedule does with runs it missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missed {
+    Skip,
+    One,
+    All,
+}
+
+impl Missed {
+    pub fn parse(raw: &[u8]) -> Option<Missed> {
+        [Missed::Skip, Missed::One, Missed::All]
+            .into_iter()
+            .find(|m| raw.eq_ignore_ascii_case(m.name().as_bytes()))
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Missed::Skip => "skip",
+            Missed::One => "one",
+            Missed::All => "all",
+        }
+    }
+}
+
+/// A schedule's definition: when, what it does with missed runs, and the
+/// item each run enqueues.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub timing: Timing,
+    pub missed: Missed,
+    pub partition: Vec<u8>,
+    pub weight: u64,
+    pub payload: Vec<u8>,
+}
+
+impl Schedule {
+    /// The definition as stored in `schedules` and carried by `VTRR.APPLY`:
+    /// length-prefixed fields (`<len>:<bytes>,`), binary-safe:
+    /// `every|cron`, the period or pattern, the zone (empty for every), the
+    /// missed policy, the weight, the partition, the payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48 + self.partition.len() + self.payload.len());
+        let mut field = |bytes: &[u8]| {
+            out.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+            out.push(b':');
+            out.extend_from_slice(bytes);
+            out.push(b',');
+        };
+        match &self.timing {
+            Timing::Every { period_ms } => {
+                field(b"every");
+                field(itoa::Buffer::new().format(*period_ms).as_bytes());
+                field(b"");
+            }
+            Timing::Cron { pattern, zone, .. } => {
+                field(b"cron");
+                field(pattern.as_bytes());
+                field(zone.name().as_bytes());
+            }
+        }
+        field(self.missed.name().as_bytes());
+        field(itoa::Buffer::new().format(self.weight).as_bytes());
+        field(&self.partition);
+        field(&self.payload);
+        out
+    }
+
+    /// Reads [`encode`](Self::encode)'s form back, checking every field as
+    /// the command does; None when it is not one.
+    pub fn decode(raw: &[u8]) -> Option<Schedule> {
+        let mut rest = raw;
+        let mut fields: [&[u8]; 7] = [&[]; 7];
+        for field in &mut fields {
+            let colon = rest.iter().position(|&b| b == b':')?;
+            let len: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+            let body = rest.get(colon + 1..)?;
+            if body.get(len) != Some(&b',') {
+                return None;
+            }
+            *field = &body[..len];
+            rest = &body[len + 1..];
+        }
+        if !rest.is_empty() {
+            return None;
+        }
+        let [kind, spec, zone, missed, weight, partition, payload] = fields;
+        let timing = match kind {
+            b"every" if zone.is_empty() => Timing::every(canonical_int(spec)?).ok()?,
+            b"cron" => Timing::cron(spec, Some(zone)).ok()?,
+            _ => return None,
+        };
+        let weight = canonical_int(weight).filter(|w| (1..=MAX_WEIGHT).contains(w))?;
+        Some(Schedule {
+            timing,
+            missed: Missed::parse(missed)?,
+            partition: partition.to_vec(),
+            weight: weight as u64,
+            payload: payload.to_vec(),
+        })
+    }
+}
+
+/// The id of a schedule's run due at `due_ms`.
+pub fn run_id(name: &[u8], due_ms: i64) -> Vec<u8> {
+    let mut id = Vec::with_capacity(name.len() + 21);
+    id.extend_from_slice(name);
+    id.push(b':');
+    id.extend_from_slice(itoa::Buffer::new().format(due_ms).as_bytes());
+    id
+}
+
+/// `VTRR.SCHEDULE`: sets schedule `name` (a new one, or a new definition
+/// of one). Its next run is the first after `now_ms`, unless it was set
+/// before with the same runs: then its next run stays (setting the same
+/// schedule again at every deploy moves nothing). The next run, or
+/// [`CoreError::NoRunAhead`] with nothing written.
+pub fn schedule(
+    store: &mut impl Store,
+    now_ms: i64,
+    name: &[u8],
+    schedule: &Schedule,
+) -> Result<i64, CoreError> {
+    let kept = store
+        .hget(HashKey::Schedules, name)
+        .and_then(|raw| Schedule::decode(&raw))
+        .filter(|old| old.timing.same_runs(&schedule.timing))
+        .and_then(|_| store.zscore(ZsetKey::ScheduleDue, name))
+        .map(|due| due as i64);
+    let next = match kept {
+        Some(next) => next,
+        None => schedule
+            .timing
+            .next_after(now_ms)
+            .ok_or(CoreError::NoRunAhead)?,
+    };
+    store.hset(HashKey::Schedules, name, &schedule.encode());
+    store.zadd(ZsetKey::ScheduleDue, name, next as f64);
+    Ok(next)
+}
+
+/// `VTRR.UNSCHEDULE`: removes each schedule named; how many there were.
+/// Runs already enqueued stay.
+pub fn unschedule(store: &mut impl Store, names: &[&[u8]]) -> u64 {
+    let mut removed = 0;
+    for name in names {
+        let had_due = store.zrem(ZsetKey::ScheduleDue, name);
+        let had_definition = store.hget(HashKey::Schedules, name).is_some();
+        store.hdel(HashKey::Schedules, name);
+        removed += u64::from(had_due || had_definition);
+    }
+    removed
+}
+
+/// A schedule as `VTRR.SCHEDULES` shows it.
+#[derive(Debug, Clone)]
+pub struct ScheduleView {
+    pub name: Vec<u8>,
+    /// None when the stored definition does not read as one.
+    pub schedule: Option<Schedule>,
+    /// Its next runs, the first being the one it waits for (none when it
+    /// has no run ahead).
+    pub runs: Vec<i64>,
+}
+
+/// `VTRR.SCHEDULES`: one HSCAN step over `schedules`, each with its next
+/// `runs` runs.
+pub fn schedules_page(
+    store: &mut impl Store,
+    cursor: u64,
+    count: usize,
+    runs: usize,
+) -> Result<(u64, Vec<ScheduleView>), CoreError> {
+    let (next, entries) = store.hscan(HashKey::Schedules, cursor, count)?;
+    let views = entries
+        .into_iter()
+        .map(|(name, raw)| view(store, name, &raw, runs))
+        .collect();
+    Ok((next, views))
+}
+
+/// `VTRR.SCHEDULES ... SCHEDULE <name>`: one schedule, if it exists.
+pub fn schedule_view(store: &mut impl Store, name: &[u8], runs: usize) -> Option<ScheduleView> {
+    let raw = store.hget(HashKey::Schedules, name)?;
+    Some(view(store, name.to_vec(), &raw, runs))
+}
+
+fn view(store: &mut impl Store, name: Vec<u8>, raw: &[u8], runs: usize) -> ScheduleView {
+    let schedule = Schedule::decode(raw);
+    let mut next = store
+        .zscore(ZsetKey::ScheduleDue, &name)
+        .map(|due| due as i64);
+    let mut upcoming = Vec::with_capacity(runs);
+    while let (Some(due), true) = (next, upcoming.len() < runs) {
+        upcoming.push(due);
+        next = schedule.as_ref().and_then(|s| s.timing.next_after(due));
+    }
+    ScheduleView {
+        name,
+        schedule,
+        runs: upcoming,
+    }
+}
+
+/// The due step's part: fires up to `limit` runs of the schedules due at
+/// `now_ms`, each enqueued at `now_ms` (scored as an ENQUEUE then), and
+/// moves each schedule to its next run as its missed policy says. How many
+/// it took: runs fired or found already in the queue's life, and missed
+/// runs skipped (each costs a search of the pattern).
+pub(super) fn fire_at(
+    store: &mut impl Store,
+    at: &Placing,
+    now_ms: i64,
+    limit: usize,
+    outcome: &mut Due,
+) -> usize {
+    let mut taken = 0;
+    while taken < limit {
+        taken += 1;
+        let Some((name, due)) = store
+            .zrange_upto(ZsetKey::ScheduleDue, now_ms as f64, 1)
+            .pop()
+        else {
+            break;
+        };
+        let due_ms = due as i64;
+        let Some(schedule) = store
+            .hget(HashKey::Schedules, &name)
+            .and_then(|raw| Schedule::decode(&raw))
+        else {
+            // Written by another client: nothing to fire; the definition,
+            // if any, stays for an operator to read or remove.
+            store.zrem(ZsetKey::ScheduleDue, &name);
+            outcome
+                .anomalies
+                .push(Anomaly::ScheduleUnreadable { schedule: name });
+            continue;
+        };
+        let timing = &schedule.timing;
+        let (run, next) = match schedule.missed {
+            Missed::All => (Some(due_ms), timing.next_after(due_ms)),
+            Missed::One => {
+                let latest = timing.latest_upto(now_ms).filter(|&l| l >= due_ms);
+                (Some(latest.unwrap_or(due_ms)), timing.next_after(now_ms))
+            }
+            Missed::Skip => {
+                let missed = timing.next_after(due_ms).is_some_and(|n| n <= now_ms);
+                ((!missed).then_some(due_ms), timing.next_after(now_ms))
+            }
+        };
+        if let Some(run) = run {
+            let id = run_id(&name, run);
+            if !is_present(store, &id) {
+                let item = NewItem {
+                    partition: &schedule.partition,
+                    id: &id,
+                    weight: schedule.weight,
+                    payload: &schedule.payload,
+                };
+                enter(store, at, now_ms, &item, &mut outcome.anomalies);
+                outcome.fired += 1;
+            }
+        }
+        match next {
+            Some(next) => store.zadd(ZsetKey::ScheduleDue, &name, next as f64),
+            None => {
+                store.zrem(ZsetKey::ScheduleDue, &name);
+            }
+        }
+    }
+    taken
+}
