@@ -226,6 +226,10 @@ fn commands_declare_arity_flags_and_key_position() {
         ("vtrr.resume", 3, vec!["write", "module", "fast"]),
         ("vtrr.partitions", -2, vec!["readonly", "module"]),
         ("vtrr.recount", 2, vec!["write", "module"]),
+        // Recurring schedules.
+        ("vtrr.schedule", -9, vec!["write", "denyoom", "module"]),
+        ("vtrr.unschedule", -3, vec!["write", "module", "fast"]),
+        ("vtrr.schedules", -2, vec!["readonly", "module"]),
         // Internal (vtrr.replication commands); not deny-oom: a replica
         // applies what its master did.
         ("vtrr.apply", -5, vec!["write", "module"]),

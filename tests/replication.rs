@@ -171,6 +171,22 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
             .collect()
     }
     set_policy(con, queue, &DEAD_LETTER_POLICY);
+    // A schedule firing every few milliseconds through the whole workload
+    // (runs fired by the timer and by LEASEs' due steps, all replicated),
+    // removed before the snapshots; and one whose only run is in 2999,
+    // left (`schedules`, `schedule_due`).
+    for (name, timing) in [
+        ("pulse", vec!["EVERY", "7"]),
+        ("far", vec!["CRON", "0 0 0 1 1 * 2999"]),
+    ] {
+        let _: i64 = redis::cmd("VTRR.SCHEDULE")
+            .arg(queue)
+            .arg(name)
+            .arg(timing)
+            .arg(vec!["PARTITION", "sched", "PAYLOAD", "S", "MISSED", "all"])
+            .query(con)
+            .unwrap();
+    }
     // Bulk first, so the random part works on hash tables and skip lists:
     // more than 512 delayed and dead items (Redis keeps a hash of up to 512
     // entries, a sorted set of up to 128, as a listpack).
@@ -593,6 +609,12 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     // last items of partitions of their own land in `queue`.
     set_policy(con, queue, &DEAD_LETTER_POLICY);
     set_policy(con, queue, &["DEFAULT-CONCURRENCY", "NONE"]);
+    // No run falls due after the workload either.
+    let _: i64 = redis::cmd("VTRR.UNSCHEDULE")
+        .arg(queue)
+        .arg("pulse")
+        .query(con)
+        .unwrap();
     // No token falls due after the workload: the timer would refill a
     // partition between the master's and a replica's snapshot.
     let controlled = (0..5)

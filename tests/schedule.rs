@@ -120,7 +120,6 @@ fn missed_runs_across_a_kill_and_an_aof_reload_follow_each_policy_and_none_is_en
         std::thread::sleep(Duration::from_millis(100));
         drain(&mut con, "q", &mut seen);
     }
-    let killed_at = server_time_ms(&mut con);
     server.kill();
     std::thread::sleep(Duration::from_millis(1_000));
     // Back with the timer off: the first LEASE's due step alone meets the
