@@ -10,7 +10,7 @@ GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 # make test runs every suite on both layouts on Redis 7.0. The matrix runs a
 # representative set on each other server: on the keys layout the suites
 # that meet the server's own behaviour (commands end to end, blocking, ACL,
-# cluster, replication, the timer, Lua), not those whose subject is the
+# cluster, replication, the timer and schedules, Lua), not those whose subject is the
 # module's own logic whatever the server (rankings, the bench's report) or
 # that set their layout themselves and so run in the native pass (native,
 # differential, defrag); on the native layout these. Of the slowest on the
@@ -20,7 +20,7 @@ GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 # layouts). CI stays within its 25 minutes so.
 MATRIX_SUITES := --test lifecycle --test lease --test enqueue --test reclaim --test stats --test contract --test faults \
                  --test blocking --test security --test cluster --test replication --test timer --test tenants \
-                 --test lua_compat --test worker
+                 --test lua_compat --test worker --test schedule
 NATIVE_MATRIX_SUITES := --test native --test differential --test lifecycle --test lease --test faults \
                         --test blocking --test defrag
 NATIVE_REPLICATION_SERVERS := redis-8.2

@@ -77,8 +77,9 @@ pub fn request_rebuild(ctx: &Context) {
     wake_by(ctx, now_ms());
 }
 
-/// (Re)arms the timer for the current `vtrr.reclaim-interval-ms`; with 0 it
-/// stays stopped.
+/// (Re)arms the timer for the current `vtrr.reclaim-interval-ms`, or
+/// sooner when something it knows of is due sooner; with 0 it stays
+/// stopped.
 pub fn reschedule(ctx: &Context) {
     let armed = TIMER_ID.swap(0, Ordering::Relaxed);
     if armed != 0 {
@@ -87,6 +88,9 @@ pub fn reschedule(ctx: &Context) {
     let interval = config::reclaim_interval_ms();
     if interval > 0 {
         arm(ctx, Duration::from_millis(interval as u64));
+        if let Some(due_ms) = with_index(|index| index.earliest()) {
+            wake_by(ctx, due_ms);
+        }
     }
 }
 
