@@ -186,9 +186,7 @@ fn entry(view: ScheduleView) -> RedisValue {
         ("schedule", bulk(view.name)),
         (
             "next-ms",
-            view.runs
-                .first()
-                .map_or(RedisValue::Null, |&t| RedisValue::Integer(t)),
+            view.next_ms.map_or(RedisValue::Null, RedisValue::Integer),
         ),
         (
             "runs",

@@ -300,8 +300,9 @@ pub struct ScheduleView {
     pub name: Vec<u8>,
     /// None when the stored definition does not read as one.
     pub schedule: Option<Schedule>,
-    /// Its next runs, the first being the one it waits for (none when it
-    /// has no run ahead).
+    /// The run it waits for (None when it has none ahead).
+    pub next_ms: Option<i64>,
+    /// Its next runs from `next_ms` on, as many as asked.
     pub runs: Vec<i64>,
 }
 
@@ -329,10 +330,11 @@ pub fn schedule_view(store: &mut impl Store, name: &[u8], runs: usize) -> Option
 
 fn view(store: &mut impl Store, name: Vec<u8>, raw: &[u8], runs: usize) -> ScheduleView {
     let schedule = Schedule::decode(raw);
-    let mut next = store
+    let next_ms = store
         .zscore(ZsetKey::ScheduleDue, &name)
         .map(|due| due as i64);
     let mut upcoming = Vec::with_capacity(runs);
+    let mut next = next_ms;
     while let (Some(due), true) = (next, upcoming.len() < runs) {
         upcoming.push(due);
         next = schedule.as_ref().and_then(|s| s.timing.next_after(due));
@@ -340,6 +342,7 @@ fn view(store: &mut impl Store, name: Vec<u8>, raw: &[u8], runs: usize) -> Sched
     ScheduleView {
         name,
         schedule,
+        next_ms,
         runs: upcoming,
     }
 }

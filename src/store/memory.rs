@@ -30,8 +30,8 @@ pub struct MemoryStore {
     /// Every sorted set whose members are not item ids; the places of the
     /// item orders stay empty.
     zsets: [Zset; ZsetKey::ALL.len()],
-    /// Every hash of bytes; the places of the typed ones and of the item
-    /// hashes below stay empty.
+    /// Every hash of bytes (`schedules` in scan order); the places of the
+    /// typed ones and of the item hashes below stay empty.
     hashes: [Hash<Bytes>; HashKey::ALL.len()],
     /// The hashes and sorted sets of item ids (`task`, `meta`, `queue`,
     /// ...): one allocation per item.
@@ -49,7 +49,14 @@ impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore {
             zsets: Default::default(),
-            hashes: Default::default(),
+            // `schedules` is listed by cursor (VTRR.SCHEDULES), in pages.
+            hashes: std::array::from_fn(|index| {
+                if index == HashKey::Schedules.index() {
+                    Hash::scanned()
+                } else {
+                    Hash::default()
+                }
+            }),
             items: Items::default(),
             records: Hash::scanned(),
             numbers: Default::default(),

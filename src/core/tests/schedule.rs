@@ -263,12 +263,35 @@ fn the_view_lists_the_next_runs() {
     let mut store = MemoryStore::new();
     set(&mut store, 0, "s", &every(100, Missed::One));
     let view = schedule_view(&mut store.scoped(CoreOp::Schedules), b"s", 3).unwrap();
-    assert_eq!(view.runs, [100, 200, 300]);
+    assert_eq!((view.next_ms, view.runs), (Some(100), vec![100, 200, 300]));
+    let view = schedule_view(&mut store.scoped(CoreOp::Schedules), b"s", 0).unwrap();
+    assert_eq!((view.next_ms, view.runs), (Some(100), vec![]));
     let (cursor, page) = schedules_page(&mut store.scoped(CoreOp::Schedules), 0, 10, 1).unwrap();
     assert_eq!(
         (cursor, page.len(), page[0].runs.clone()),
         (0, 1, vec![100])
     );
+}
+
+#[test]
+fn schedules_are_listed_in_bounded_pages() {
+    let mut store = MemoryStore::new();
+    for n in 0..50 {
+        set(&mut store, 0, &format!("s{n:02}"), &every(100, Missed::One));
+    }
+    let mut cursor = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        let (next, page) =
+            schedules_page(&mut store.scoped(CoreOp::Schedules), cursor, 7, 1).unwrap();
+        assert!(page.len() <= 14, "a page of {}", page.len());
+        seen.extend(page.into_iter().map(|view| view.name));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(seen.len(), 50);
 }
 
 proptest! {
