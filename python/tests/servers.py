@@ -110,11 +110,19 @@ class Server:
         except OSError:
             return ""
 
-    def kill_and_restart(self) -> None:
-        """SIGKILL, then start again on the same port and directory (it loads its AOF or RDB)."""
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing more is written; its files stay."""
         self.process.kill()
         self.process.wait()
+
+    def start(self) -> None:
+        """Start again on the same port and directory (it loads its AOF or RDB)."""
         self._launch()
+
+    def kill_and_restart(self) -> None:
+        """SIGKILL, then start again at once."""
+        self.kill()
+        self.start()
 
     def stop(self) -> None:
         if self.process.poll() is None:

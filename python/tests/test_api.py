@@ -129,6 +129,15 @@ NOT_SHARDED = {
     # plain Leases; a worker uses `exchange`, which does the same over the
     # sub-queues with ShardedLeases.
     "ack_and_lease",
+    # A schedule fires in one queue, and its runs would carry no weight
+    # envelope; and moving a schedule to a tenant of another sub-queue could
+    # not be one atomic change. Set one in its tenant's sub-queue,
+    # `sq.queue_for(partition).schedule(..., payload=wrap(payload, weight))`.
+    "schedule",
+    "unschedule",
+    "schedule_view",
+    "schedules_page",
+    "schedules",
 }
 # The types a ShardedQueue takes and gives in their place: its leases carry
 # their sub-queue, and its stats each sub-queue's own.

@@ -412,3 +412,66 @@ def test_limit_sets_shows_and_removes_a_rate(server: Server, queue: vtrr.Queue) 
     assert lonely.returncode == 2 and "--burst needs --rate" in lonely.stderr
     bad = vtrr_cli(server.url, "limit", queue.name, "slow", "--rate", "fast")
     assert bad.returncode == 2 and "expected N/MS or none" in bad.stderr
+
+
+def test_schedule_schedules_and_unschedule(server: Server, queue: vtrr.Queue) -> None:
+    name, url = queue.name, server.url
+    done = vtrr_run("schedule", name, "nightly", "--cron", "30 2 * * *", "--tz", "Europe/Paris",
+                    "--partition", "reports", "--payload", '{"r": 1}', "--weight", "2",
+                    "--missed", "all", "--url", url)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    nightly = queue.schedule_view("nightly")
+    assert nightly is not None and nightly.next_ms is not None
+    assert (nightly.cron, nightly.tz, nightly.missed, nightly.weight, nightly.payload) == (
+        "30 2 * * *", "Europe/Paris", "all", 2, b'{"r": 1}',
+    )  # fmt: skip
+    assert done.stdout.startswith(f"scheduled nightly in reports: next run {nightly.next_ms} (")
+    assert done.stdout.endswith(" UTC)\n")
+    tick = vtrr_run("schedule", name, "tick", "--every", "60000", "--partition", "ops",
+                    "--payload", "x", "--url", url, "--json")  # fmt: skip
+    next_ms = json.loads(tick.stdout)["next_ms"]
+    assert json.loads(tick.stdout) == {"schedule": "tick", "next_ms": next_ms}
+    assert next_ms % 60_000 == 0
+
+    table = vtrr_run("schedules", name, "--url", url).stdout.splitlines()
+    assert table[0].split() == [
+        "name", "every_ms", "cron", "tz", "missed", "partition", "weight", "next_ms", "payload",
+    ]  # fmt: skip
+    assert table[1].startswith("nightly") and "30 2 * * *  Europe/Paris  all" in table[1]
+    assert table[2].split() == ["tick", "60000", "-", "-", "one", "ops", "1", str(next_ms), "x"]
+    three = vtrr_run("schedules", name, "--runs", "3", "--url", url).stdout.splitlines()
+    assert three[0].split()[-2:] == ["runs", "payload"]
+    assert f"{next_ms},{next_ms + 60_000},{next_ms + 120_000}" in three[2]
+    rows = json.loads(vtrr_run("schedules", name, "--runs", "2", "--url", url, "--json").stdout)
+    assert {row["name"]: row["runs"] for row in rows}["tick"] == [next_ms, next_ms + 60_000]
+    assert {row["name"]: row["payload"] for row in rows} == {"nightly": '{"r": 1}', "tick": "x"}
+    one = vtrr_run("schedules", name, "--schedule", "tick", "--url", url, "--json")
+    assert [row["every_ms"] for row in json.loads(one.stdout)] == [60_000]
+    absent = vtrr_run("schedules", name, "--schedule", "nope", "--url", url)
+    assert (absent.returncode, absent.stdout) == (1, "no schedules\n")
+
+    removed = vtrr_run("unschedule", name, "tick", "nope", "--url", url)
+    assert (removed.returncode, removed.stdout) == (1, "unscheduled 1 of 2\n"), "exit 1: one absent"
+    as_json = vtrr_run("unschedule", name, "nightly", "--url", url, "--json")
+    assert (as_json.returncode, json.loads(as_json.stdout)) == (0, {"unscheduled": 1})
+    assert vtrr_run("schedules", name, "--url", url).stdout == "no schedules\n"
+
+
+def test_schedule_refusals(server: Server, queue: vtrr.Queue) -> None:
+    def schedule(*options: str) -> subprocess.CompletedProcess[str]:
+        return vtrr_run("schedule", queue.name, "s", "--partition", "p", "--payload", "",
+                        *options, "--url", server.url)  # fmt: skip
+
+    one_line_error(schedule("--cron", "every day"), "CRON is not a valid pattern")
+    one_line_error(schedule("--cron", "@daily", "--tz", "Atlantis"), "TZ must be an IANA time zone")
+    one_line_error(schedule("--every", "1000", "--tz", "UTC"), "TZ needs CRON")
+    one_line_error(schedule("--every", "0"), "EVERY must be an integer between 1 and 31536000000")
+    neither = schedule()
+    assert neither.returncode == 2 and "one of the arguments --every --cron is required" in (
+        neither.stderr
+    )
+    both = schedule("--every", "1000", "--cron", "@daily")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    missed = schedule("--every", "1000", "--missed", "some")
+    assert missed.returncode == 2 and "invalid choice: 'some'" in missed.stderr
+    assert queue.schedules_page() == (0, []), "nothing was written"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,11 @@ class Terminal:
 
     def __init__(self, *command: str) -> None:
         self.socket = "vtrr-top-" + uuid.uuid4().hex[:8]
-        self.tmux("new-session", "-d", "-x", "160", "-y", "50", "-s", "top", *command)
+        # COLUMNS and LINES too: under pytest the command got COLUMNS=80 and LINES=24, which
+        # Textual (shutil.get_terminal_size) takes over the pane's size, cutting off the
+        # table's right-hand columns.
+        size = ("-x", "160", "-y", "50", "-e", "COLUMNS=160", "-e", "LINES=50")
+        self.tmux("new-session", "-d", *size, "-s", "top", *command)
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -85,6 +90,42 @@ def test_top_shows_tenants_pauses_resumes_and_quits(queue: vtrr.Queue, terminal:
     until(lambda: "by oldest" in terminal.screen(), "the next ranking")
     terminal.keys("q")
     until(lambda: not terminal.running(), "vtrr top to quit")
+
+
+def line_of(screen: str, tenant: str) -> str:
+    lines = [line for line in screen.splitlines() if f" {tenant} " in line]
+    return lines[0] if lines else ""
+
+
+def test_top_shows_a_throttled_tenants_rate_and_when_its_next_token_is_due(
+    queue: vtrr.Queue, terminal: Terminal
+) -> None:
+    # alice: one token a minute, spent on the lease below: none left, the next due in ~60 s.
+    queue.set_limit("alice", rate=vtrr.Rate(1, 60_000))
+    queue.enqueue_many(Item("alice", f"a{i}", b"") for i in range(3))
+    lease = queue.lease(60_000)
+    assert lease is not None and lease.id == "a0" and queue.lease(60_000) is None
+    # bob: a full bucket of 8 (its burst); carol: no rate.
+    queue.set_limit("bob", rate=vtrr.Rate(5, 1000, burst=8))
+    queue.enqueue_many([Item("bob", "b0", b""), Item("carol", "c0", b"")])
+    until(lambda: all(line_of(terminal.screen(), t) for t in ("alice", "bob", "carol")), "rows")
+    screen = terminal.screen()
+    assert "rate" in screen and "tokens" in screen, screen
+    alice = line_of(screen, "alice")
+    due = re.search(r" 1/60000ms +0, next in (\d+\.\d) s ", alice)
+    assert due and 50 <= float(due[1]) <= 60, screen
+    assert re.search(r" 5/1000ms b8 +8 ", line_of(screen, "bob")), screen
+    carol = line_of(screen, "carol")
+    assert "ms" not in carol and re.search(r" - +- ", carol), screen
+    # The next refreshes count down to it.
+    until(
+        lambda: (
+            (now := re.search(r"next in (\d+\.\d) s", line_of(terminal.screen(), "alice")))
+            is not None
+            and float(now[1]) < float(due[1])
+        ),
+        "the countdown",
+    )
 
 
 def test_a_read_answered_while_the_app_closes_is_dropped(queue: vtrr.Queue) -> None:

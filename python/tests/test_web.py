@@ -271,6 +271,87 @@ def test_every_action_works_and_is_logged(
     assert all("\n" not in line for line in lines)
 
 
+def test_the_limit_form_sets_and_removes_a_rate_and_the_pages_show_it(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    tenant = "caf\udce9 <&>"
+    queue.enqueue_many(Item(tenant, f"t{n}", b"") for n in range(4))
+    q, t = url_of(queue.name), url_of(tenant)
+    form = {**BEARER, **HTMX, "Content-Type": "application/x-www-form-urlencoded"}
+    with web(client, [queue.name], write_token=TOKEN, interval_s=0.1) as http:
+
+        def limit(body: str) -> httpx.Response:
+            return http.post(f"/actions/limit?q={q}&t={t}", content=body, headers=form)
+
+        def tenant_page() -> str:
+            return unescape(http.get(f"/queue/tenant?q={q}&t={t}", headers=BEARER).text)
+
+        # No rate yet: the page says none and offers to set one, not to remove one.
+        page = tenant_page()
+        assert '<dt>rate</dt><dd class="rate">none</dd>' in page
+        assert 'name="per_ms"' in page and "remove rate" not in page
+        set_rate = limit("rate=1&per_ms=60000&burst=2")
+        assert set_rate.status_code == 200 and set_rate.headers["HX-Trigger"] == "vtrr-changed"
+        assert "rate 1/60000ms, burst 2" in unescape(set_rate.text)
+        assert queue.limit(tenant).rate == vtrr.Rate(1, 60_000, 2)
+        # Two leases spend its burst; its third item waits a minute for a token.
+        assert [lease.id for lease in queue.lease_many(60_000, 5)] == ["t0", "t1"]
+        assert queue.partition(tenant).tokens == 0
+        queue.enqueue("bob", "b1", b"")  # bob: no rate
+
+        page = tenant_page()
+        assert '<dt>rate</dt><dd class="rate">1/60000ms, burst 2</dd>' in page
+        assert '<dt>tokens</dt><dd class="tokens">0</dd>' in page
+        due = re.search(r'<dt>next token</dt><dd class="next-token">in (\d+\.\d) s</dd>', page)
+        assert due and 50 <= float(due[1]) <= 60, page
+        assert "remove rate" in page and 'name="rate" value="none"' in page
+        # The tables, ranked and live, show it in its row; bob has none.
+        for table in (f"/queue/tenants?q={q}", f"/queue?q={q}"):
+            html = unescape(http.get(table, headers=BEARER).text)
+            row = re.search(rf'<tr data-tenant="{re.escape(t)}".*?</tr>', html, re.S)
+            assert row, html
+            cells = re.findall(r'<td class="num (rate|tokens)">([^<]*)</td>', row[0])
+            assert cells[0] == ("rate", "1/60000ms, burst 2"), cells
+            assert re.fullmatch(r"0, next in \d+\.\d s", cells[1][1]), cells
+            bob = re.search(r'<tr data-tenant="bob".*?</tr>', html, re.S)
+            assert bob, html
+            bob_cells = re.findall(r'<td class="num (?:rate|tokens)">([^<]*)</td>', bob[0])
+            assert bob_cells == ["\N{EN DASH}", "\N{EN DASH}"], bob_cells
+
+        # Bad input: a 400 saying what is wrong, and nothing written (a rate written again
+        # would refill the bucket; the cap and share are unchanged too).
+        before = queue.limit(tenant)
+        for body, says in (
+            ("rate=five&per_ms=1000", "rate must be a whole number or none, not 'five'"),
+            ("rate=\u00b2&per_ms=1000", "rate must be a whole number or none"),
+            ("rate=5", "a rate needs per_ms"),
+            ("rate=5&per_ms=soon", "per_ms (the rate's period in ms) must be a whole number"),
+            ("rate=5&per_ms=1000&burst=-1", "burst (the most tokens the bucket holds) must be"),
+            ("per_ms=1000", "per_ms and burst go with a rate"),
+            ("share=4&burst=3", "per_ms and burst go with a rate"),
+            ("rate=none&per_ms=1000", "rate none removes the rate"),
+            # Out of the module's range: it refuses, having written none of the options.
+            ("concurrency=3&rate=0&per_ms=1000", "rate must be an integer between 1"),
+            ("share=4&rate=5&per_ms=86400001", "must be followed by per <ms>"),
+            ("rate=5&per_ms=1000&burst=0", "burst must be an integer between 1"),
+        ):
+            refused = limit(body)
+            assert refused.status_code == 400, (body, refused.text)
+            assert 'class="banner"' in refused.text
+            assert says in unescape(refused.text).lower(), (body, refused.text)
+            assert queue.limit(tenant) == before, body
+            assert queue.partition(tenant).tokens == 0, body
+
+        removed = limit("rate=none")
+        assert removed.status_code == 200 and "rate none" in removed.text
+        assert queue.limit(tenant).rate is None
+        page = tenant_page()
+        assert '<dt>rate</dt><dd class="rate">none</dd>' in page
+        assert "<dt>tokens</dt>" not in page and "remove rate" not in page
+        # Without its rate, its other items are leased at once.
+        assert {lease.id for lease in queue.lease_many(60_000, 5)} == {"t2", "t3", "b1"}
+
+
 def test_queues_are_discovered_by_scan(client: redis.Redis, queue: vtrr.Queue) -> None:
     queue.enqueue("a", "1", b"")
     client.set(f"vtrr-not-a-queue:{uuid.uuid4().hex}", "x")

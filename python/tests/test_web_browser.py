@@ -110,6 +110,56 @@ def test_backlog_appears_pause_and_revive_from_the_page(
         assert queue.stats().dead == 0 and queue.partition("carol").queued == 1
 
 
+def test_a_rate_is_set_and_removed_from_the_tenant_page(
+    browser: WebDriver, client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    tenant = "alice & <bob>"
+    queue.enqueue_many(Item(tenant, f"a{n}", b"") for n in range(5))
+    q, t = url_of(queue.name), url_of(tenant)
+
+    def shown(css: str) -> str:
+        found = browser.find_elements(By.CSS_SELECTOR, css)
+        return found[0].text if found else ""
+
+    def set_rate(rate: str, per_ms: str, burst: str) -> None:
+        for name, value in (("rate", rate), ("per_ms", per_ms), ("burst", burst)):
+            field = browser.find_element(By.CSS_SELECTOR, f"#tenant input[aria-label='{name}']")
+            field.clear()
+            field.send_keys(value)
+        browser.find_element(By.XPATH, "//div[@id='tenant']//button[text()='set rate']").click()
+
+    with serving(create_app(client, [queue.name], write_token=TOKEN, interval_s=0.2)) as base:
+        log_in(browser, base)
+        browser.get(f"{base}/queue/tenant?q={q}&t={t}")
+        assert shown("dd.rate") == "none"
+        assert browser.find_elements(By.XPATH, "//button[text()='remove rate']") == []
+        # Bad input: the flash says why, and nothing is written.
+        set_rate("five", "1000", "")
+        until(lambda: "rate must be a whole number or none" in shown("#flash"))
+        set_rate("2", "", "")
+        until(lambda: "a rate needs per_ms" in shown("#flash"))
+        assert queue.limit(tenant).rate is None and shown("dd.rate") == "none"
+
+        set_rate("2", "60000", "3")
+        until(lambda: "rate 2/60000ms, burst 3" in shown("#flash"))
+        assert queue.limit(tenant).rate == vtrr.Rate(2, 60_000, 3)
+        until(lambda: shown("dd.rate") == "2/60000ms, burst 3")  # the detail refreshes
+        assert shown("dd.tokens") == "3"
+
+        # Its burst spent behind the page's back: the live queue page shows it waiting.
+        assert [lease.id for lease in queue.lease_many(60_000, 5)] == ["a0", "a1", "a2"]
+        browser.get(f"{base}/queue?q={q}")
+        until(lambda: "2/60000ms, burst 3 0, next in" in row_of(browser, tenant))
+
+        browser.get(f"{base}/queue/tenant?q={q}&t={t}")
+        assert shown("dd.tokens") == "0" and shown("dd.next-token").startswith("in ")
+        browser.find_element(By.XPATH, "//button[text()='remove rate']").click()
+        until(lambda: "rate none" in shown("#flash"))
+        until(lambda: shown("dd.rate") == "none")
+        assert queue.limit(tenant).rate is None
+        assert browser.find_elements(By.XPATH, "//button[text()='remove rate']") == []
+
+
 def test_without_the_token_a_page_has_no_write_controls_and_cannot_write(
     browser: WebDriver, client: redis.Redis, queue: vtrr.Queue
 ) -> None:

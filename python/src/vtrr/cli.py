@@ -7,6 +7,8 @@
     vtrr limit files alice --concurrency 2 --share 3
     vtrr policy files --max-nacks 5
     vtrr cancel files job-17    vtrr enqueue files alice job-19 --payload '{"a": 1}'
+    vtrr schedule files nightly --cron '0 3 * * *' --tz Europe/Paris --partition ops --payload x
+    vtrr schedules files --runs 3   vtrr unschedule files nightly
     vtrr stats files --watch    vtrr partitions files --top 20 --by oldest
     vtrr top files              vtrr exporter --port 9808      vtrr web files
 
@@ -36,7 +38,7 @@ import redis
 from .client import Queue
 from .commands import Limit
 from .errors import VTRRError
-from .types import RANKS, DeadItem, PartitionView, Rank, Rate, encode
+from .types import MISSED, RANKS, DeadItem, PartitionView, Rank, Rate, ScheduleView, encode
 from .worker import Backoff, Worker
 
 
@@ -281,6 +283,51 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     )
     _say(args, {"id": args.id, "partition": args.partition, "enqueued": added}, line)
     return 0 if added else 1
+
+
+def _utc(ms: int) -> str:
+    """A Unix time in ms as people read it, in UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    next_ms = _queue(args).schedule(
+        args.name, every_ms=args.every, cron=args.cron, tz=args.tz, partition=args.partition,
+        payload=encode(args.payload), weight=args.weight, missed=args.missed,
+    )  # fmt: skip
+    line = f"scheduled {args.name} in {args.partition}: next run {next_ms} ({_utc(next_ms)})"
+    _say(args, {"schedule": args.name, "next_ms": next_ms}, line)
+    return 0
+
+
+def cmd_unschedule(args: argparse.Namespace) -> int:
+    removed = _queue(args).unschedule(*args.names)
+    _say(args, {"unscheduled": removed}, f"unscheduled {removed} of {len(args.names)}")
+    return 0 if removed == len(args.names) else 1
+
+
+_SCHEDULE_COLUMNS = (
+    "name", "every_ms", "cron", "tz", "missed", "partition", "weight", "next_ms", "payload",
+)  # fmt: skip
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    queue = _queue(args)
+    views: list[ScheduleView]
+    if args.schedule is not None:
+        one = queue.schedule_view(args.schedule, args.runs)
+        views = [] if one is None else [one]
+    else:
+        views = sorted(queue.schedules(count=100, runs=args.runs), key=lambda v: v.name)
+    rows = [dataclasses.asdict(view) for view in views]
+    columns: tuple[str, ...] = _SCHEDULE_COLUMNS
+    if not args.json:
+        # For people the runs after the next one, when asked for, as one column.
+        columns = (*columns[:-1], "runs", columns[-1]) if args.runs > 1 else columns
+        for row in rows:
+            row["runs"] = ",".join(str(run) for run in row["runs"])
+    _emit(args, rows, columns, "no schedules")
+    return 0 if views or args.schedule is None else 1
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -576,6 +623,38 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--payload", metavar="TEXT", help="the payload (default: stdin)")
     source.add_argument("--payload-file", metavar="PATH", help="read the payload from a file")
     enqueue.set_defaults(run=cmd_enqueue)
+
+    schedule = command(
+        "schedule", "a recurring job: the server enqueues <name>:<due-ms> at each run"
+    )
+    schedule.add_argument("name", help="the schedule's name")
+    timing = schedule.add_mutually_exclusive_group(required=True)
+    timing.add_argument(
+        "--every", type=int, metavar="MS", help="every MS ms, at its multiples since the epoch"
+    )
+    timing.add_argument(
+        "--cron", metavar="PATTERN", help="when the cron pattern matches (5 to 7 fields, @daily)"
+    )
+    schedule.add_argument("--tz", metavar="ZONE", help="with --cron: an IANA zone (default UTC)")
+    schedule.add_argument("--partition", required=True, help="the partition of its runs")
+    schedule.add_argument("--payload", required=True, metavar="TEXT", help="each run's payload")
+    schedule.add_argument("--weight", type=int, default=1, help="what each run costs its partition")
+    schedule.add_argument(
+        "--missed",
+        choices=MISSED,
+        default="one",
+        help="runs missed while none could fire: skip them, one (the latest; default), all",
+    )
+    schedule.set_defaults(run=cmd_schedule)
+    unschedule = command("unschedule", "remove schedules (runs already enqueued stay)")
+    unschedule.add_argument("names", nargs="+")
+    unschedule.set_defaults(run=cmd_unschedule)
+    schedules = command("schedules", "every schedule and its next run")
+    schedules.add_argument("--schedule", metavar="NAME", help="only this one")
+    schedules.add_argument(
+        "--runs", type=_integer_from(0), default=1, metavar="K", help="its next K runs (0 to 20)"
+    )
+    schedules.set_defaults(run=cmd_schedules)
 
     top_view = command("top", "a live view of the queue in the terminal (the top extra)")
     top_view.add_argument(

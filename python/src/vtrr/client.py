@@ -28,12 +28,14 @@ from .types import (
     Item,
     Layout,
     Lease,
+    Missed,
     NackOutcome,
     PartitionSettings,
     PartitionView,
     Policy,
     Rank,
     Rate,
+    ScheduleView,
     Stats,
 )
 
@@ -225,6 +227,58 @@ class Queue:
     def cancel(self, *ids: str) -> int:
         return self.run(commands.cancel(self.name, ids))
 
+    # Recurring schedules.
+    def schedule(
+        self,
+        name: str,
+        *,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        partition: str,
+        payload: bytes | str,
+        weight: int = 1,
+        missed: Missed = "one",
+    ) -> int:
+        """Set a recurring schedule; returns its next run's due time (Unix ms).
+
+        The server enqueues each run in `partition` as the item
+        `<name>:<due-ms>`: every `every_ms` (at its multiples since the
+        epoch) or when the `cron` pattern matches in `tz` (UTC when None);
+        exactly one of the two. `missed`: the runs that fell due while none
+        could fire (a stopped server), `"skip"`, `"one"` (the latest) or
+        `"all"`. Setting it again with the same timing keeps its next run.
+        """
+        return self.run(
+            commands.schedule(
+                self.name, name, every_ms=every_ms, cron=cron, tz=tz, partition=partition,
+                payload=payload, weight=weight, missed=missed,
+            )
+        )  # fmt: skip
+
+    def unschedule(self, *names: str) -> int:
+        """Remove schedules (their runs already enqueued stay); how many existed."""
+        return self.run(commands.unschedule(self.name, names))
+
+    def schedule_view(self, name: str, runs: int = 1) -> ScheduleView | None:
+        """One schedule with its next `runs` due times (0 to 20); None if there is none."""
+        return self.run(commands.schedule_view(self.name, name, runs))
+
+    def schedules_page(
+        self, cursor: int = 0, count: int | None = None, runs: int = 1
+    ) -> tuple[int, list[ScheduleView]]:
+        """One step of the schedule scan; go on until the cursor is 0."""
+        return self.run(commands.schedules_page(self.name, cursor, count, runs))
+
+    def schedules(self, count: int | None = None, runs: int = 1) -> Iterator[ScheduleView]:
+        """Every schedule, in bounded steps (one may appear twice, as in HSCAN)."""
+        cursor = 0
+        while True:
+            cursor, views = self.schedules_page(cursor, count, runs)
+            yield from views
+            if cursor == 0:
+                return
+
     # Settings.
     def policy(self) -> Policy:
         return self.run(commands.get_policy(self.name))
@@ -405,6 +459,47 @@ class AsyncQueue:
 
     async def cancel(self, *ids: str) -> int:
         return await self.run(commands.cancel(self.name, ids))
+
+    async def schedule(
+        self,
+        name: str,
+        *,
+        every_ms: int | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        partition: str,
+        payload: bytes | str,
+        weight: int = 1,
+        missed: Missed = "one",
+    ) -> int:
+        return await self.run(
+            commands.schedule(
+                self.name, name, every_ms=every_ms, cron=cron, tz=tz, partition=partition,
+                payload=payload, weight=weight, missed=missed,
+            )
+        )  # fmt: skip
+
+    async def unschedule(self, *names: str) -> int:
+        return await self.run(commands.unschedule(self.name, names))
+
+    async def schedule_view(self, name: str, runs: int = 1) -> ScheduleView | None:
+        return await self.run(commands.schedule_view(self.name, name, runs))
+
+    async def schedules_page(
+        self, cursor: int = 0, count: int | None = None, runs: int = 1
+    ) -> tuple[int, list[ScheduleView]]:
+        return await self.run(commands.schedules_page(self.name, cursor, count, runs))
+
+    async def schedules(
+        self, count: int | None = None, runs: int = 1
+    ) -> AsyncIterator[ScheduleView]:
+        cursor = 0
+        while True:
+            cursor, views = await self.schedules_page(cursor, count, runs)
+            for view in views:
+                yield view
+            if cursor == 0:
+                return
 
     async def policy(self) -> Policy:
         return await self.run(commands.get_policy(self.name))

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
+from .errors import InvalidArgument
 from .limits import MAX_COST, check_int, check_item
 from .types import (
     AckedLeases,
@@ -18,12 +19,14 @@ from .types import (
     Item,
     Layout,
     Lease,
+    Missed,
     NackOutcome,
     PartitionSettings,
     PartitionView,
     Policy,
     Rank,
     Rate,
+    ScheduleView,
     Stats,
     Totals,
     decode,
@@ -430,6 +433,88 @@ def partition(name: str, partition: str) -> Command[PartitionView]:
         ("VTRR.PARTITIONS", name, "PARTITION", encode(partition)),
         lambda reply: _page(reply)[1][0],
     )
+
+
+def schedule(
+    name: str,
+    schedule: str,
+    *,
+    every_ms: int | None,
+    cron: str | None,
+    tz: str | None,
+    partition: str,
+    payload: bytes | str,
+    weight: int,
+    missed: Missed,
+) -> Command[int]:
+    """`VTRR.SCHEDULE`: exactly one of `every_ms` and `cron` (checked here, as the server does)."""
+    timing: tuple[Arg, ...]
+    if every_ms is not None and cron is None:
+        timing = ("EVERY", every_ms)
+    elif cron is not None and every_ms is None:
+        timing = ("CRON", cron)
+    else:
+        both = every_ms is not None
+        raise InvalidArgument(
+            "every_ms and cron cannot be combined" if both else "every_ms or cron is required"
+        )
+    if tz is not None:
+        timing += ("TZ", tz)
+    if not isinstance(payload, bytes | str):
+        raise TypeError(f"payload must be bytes or str, not {type(payload).__name__}")
+    options = ("PARTITION", encode(partition), "PAYLOAD", payload, "WEIGHT", weight)
+    return Command(
+        ("VTRR.SCHEDULE", name, encode(schedule), *timing, *options, "MISSED", missed), _int
+    )
+
+
+def unschedule(name: str, schedules: Iterable[str]) -> Command[int]:
+    encoded = [encode(schedule) for schedule in schedules]
+    if not encoded:
+        raise ValueError("unschedule needs at least one schedule")
+    return Command(("VTRR.UNSCHEDULE", name, *encoded), _int)
+
+
+def _opt_text(reply: Any) -> str | None:
+    return None if reply is None else decode(reply)
+
+
+def _schedule(reply: Any) -> ScheduleView:
+    f = _fields(reply)
+    payload = f.get("payload")
+    return ScheduleView(
+        name=decode(f["schedule"]),
+        every_ms=_opt_int(f.get("every-ms")),
+        cron=_opt_text(f.get("cron")),
+        tz=_opt_text(f.get("tz")),
+        missed=cast(Missed | None, _opt_text(f.get("missed"))),
+        partition=_opt_text(f.get("partition")),
+        weight=_opt_int(f.get("weight")),
+        payload=None if payload is None else bytes(payload),
+        next_ms=_opt_int(f["next-ms"]),
+        runs=[int(run) for run in f["runs"]],
+    )
+
+
+def schedule_view(name: str, schedule: str, runs: int = 1) -> Command[ScheduleView | None]:
+    return Command(
+        ("VTRR.SCHEDULES", name, "SCHEDULE", encode(schedule), "RUNS", runs),
+        lambda reply: None if reply is None else _schedule(reply),
+    )
+
+
+def _schedules_page(reply: Any) -> tuple[int, list[ScheduleView]]:
+    cursor, entries = reply
+    return int(cursor), [_schedule(entry) for entry in entries]
+
+
+def schedules_page(
+    name: str, cursor: int = 0, count: int | None = None, runs: int = 1
+) -> Command[tuple[int, list[ScheduleView]]]:
+    args: tuple[Arg, ...] = ("VTRR.SCHEDULES", name, "CURSOR", cursor)
+    if count is not None:
+        args += ("COUNT", count)
+    return Command((*args, "RUNS", runs), _schedules_page)
 
 
 def recount(name: str) -> Command[int]:

@@ -7,6 +7,11 @@ keys move the selection; `p` pauses the selected tenant, `r` resumes it,
 `q` quits. A refresh is one VTRR.STATS and one ranking of `top_k`
 partitions: bounded work, whatever the number of partitions.
 
+A tenant with a rate limit shows it (`rate`: `5/1000ms`, and `b10` when its
+burst is not its amount) and its bucket (`tokens`: the whole tokens it holds,
+or, while it holds none, when its next is due: `0, next in 120 ms`), counted
+from this machine's clock at the read; a tenant without a rate shows `-`.
+
 Built on Textual (the `top` extra): it reads keys and draws a table with a
 selectable row, which curses would leave to this module. Reads run in a
 thread, so a slow or lost server never freezes the keys.
@@ -30,7 +35,7 @@ from .types import RANKS, PartitionView, Rank, Stats, Totals
 
 _COLUMNS = (
     "partition", "queued", "held", "leased", "delayed", "dead",
-    "waiting s", "paused", "share", "cap", "acked", "nacked",
+    "waiting s", "paused", "share", "cap", "rate", "tokens", "acked", "nacked",
 )  # fmt: skip
 
 
@@ -43,10 +48,35 @@ class _Reading:
     by: Rank
     ranked: int
     tenants: list[PartitionView]
+    #: Unix ms at the read: when a tenant's next token is due is shown from it.
+    wall_ms: int = dataclasses.field(default_factory=lambda: int(time.time() * 1000))
 
 
 def _seconds(ms: int | None) -> str:
     return "-" if ms is None else f"{ms / 1000:.1f}"
+
+
+def _duration(ms: int) -> str:
+    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def _rate(view: PartitionView) -> str:
+    """`5/1000ms` (and ` b10` with a burst other than the amount); `-` without a rate."""
+    rate = view.rate
+    if rate is None:
+        return "-"
+    burst = "" if rate.burst is None or rate.burst == rate.amount else f" b{rate.burst}"
+    return f"{rate.amount}/{rate.per_ms}ms{burst}"
+
+
+def _tokens(view: PartitionView, now_ms: int) -> str:
+    """The tokens in its bucket, and when the next is due while it holds none."""
+    if view.rate is None or view.tokens is None:
+        return "-"
+    if view.next_token_ms is None:
+        return str(view.tokens)
+    due_in = view.next_token_ms - now_ms
+    return f"{view.tokens}, next " + ("due now" if due_in <= 0 else f"in {_duration(due_in)}")
 
 
 def _per_second(now: _Reading, before: _Reading | None) -> str:
@@ -61,7 +91,7 @@ def _per_second(now: _Reading, before: _Reading | None) -> str:
     return "per second: " + "  ".join(rates)
 
 
-def _row(view: PartitionView) -> tuple[Text | int | str, ...]:
+def _row(view: PartitionView, now_ms: int) -> tuple[Text | int | str, ...]:
     return (
         Text(view.partition),  # as it is: a name is not markup
         view.queued - view.held,
@@ -73,6 +103,8 @@ def _row(view: PartitionView) -> tuple[Text | int | str, ...]:
         "paused" if view.paused else "",
         view.share,
         "-" if view.concurrency_in_force is None else view.concurrency_in_force,
+        _rate(view),
+        _tokens(view, now_ms),
         view.totals.acked,
         view.totals.nacked,
     )
@@ -153,7 +185,7 @@ class TopApp(App[None]):
         selected = self._selected()
         table.clear()
         for view in reading.tenants:
-            table.add_row(*_row(view))
+            table.add_row(*_row(view, reading.wall_ms))
         self._shown = [view.partition for view in reading.tenants]
         # The selection follows its tenant when the ranking reorders the rows.
         if selected in self._shown:

@@ -124,6 +124,9 @@ class Rate:
     burst: int | None = None
 
 
+Missed = Literal["skip", "one", "all"]
+MISSED: tuple[Missed, ...] = ("skip", "one", "all")
+
 Rank = Literal["queued", "oldest", "leased", "dead"]
 RANKS: tuple[Rank, ...] = ("queued", "oldest", "leased", "dead")
 
@@ -185,3 +188,27 @@ class DeadItem:
     nacks: int
     died_at_ms: int
     reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleView:
+    """VTRR.SCHEDULES: one recurring schedule and its next runs.
+
+    Each run is enqueued by the server in `partition` as the item
+    `<name>:<due-ms>`. `every_ms` is None for a CRON schedule, `cron` and
+    `tz` for an EVERY one. A definition another client wrote that does not
+    read as one has only `name`, `next_ms` and `runs`: the rest is None.
+    """
+
+    name: str
+    every_ms: int | None
+    cron: str | None
+    tz: str | None
+    missed: Missed | None
+    partition: str | None
+    weight: int | None
+    payload: bytes | None
+    #: The run it waits for (Unix ms); None when it has none ahead.
+    next_ms: int | None
+    #: The next due times asked for (`runs=`), from `next_ms` on.
+    runs: list[int]

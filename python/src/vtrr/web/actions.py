@@ -1,8 +1,11 @@
-"""The actions (POST): pause, resume, limit (cap and share), policy, revive, cancel.
+"""The actions (POST): pause, resume, limit (cap, share, rate), policy, revive, cancel.
 
 `POST /actions/<action>?q=<queue>&t=<tenant>` or `...&id=<item>`; the values
-(cap, share, policy) in the urlencoded body. Only a writer (`access.py`) may:
-anyone else gets 403. Each action is logged on `vtrr.web` as one line: who,
+(cap, share, rate, policy) in the urlencoded body. A rate is `rate` (weight
+units), `per_ms` and an optional `burst`; `rate=none` removes it. A value the
+form cannot take is refused before anything is sent; one out of the module's
+range, by the module, which checks every option before it writes any. Only
+a writer (`access.py`) may: anyone else gets 403. Each action is logged on `vtrr.web` as one line: who,
 what, queue, tenant or item, result. htmx gets a one-line message for the
 page's flash area and the `vtrr-changed` event, on which the page refreshes
 what it shows; a plain form post is sent back to its page.
@@ -14,6 +17,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from typing import Literal
 
 import redis
 from starlette.requests import Request
@@ -22,11 +26,17 @@ from starlette.responses import RedirectResponse, Response
 from ..client import Queue
 from ..commands import Limit
 from ..errors import VTRRError
+from ..types import Rate
 from .names import parsed_form, shown
 from .poller import describe
-from .view import BadInput, Endpoint, NotFound, WebView, local_path, query
+from .view import BadInput, Endpoint, NotFound, WebView, local_path, query, rate_text
 
 log = logging.getLogger("vtrr.web")
+
+
+def _is_count(raw: str) -> bool:
+    # ASCII only: str.isdigit() also takes "²", which int() refuses.
+    return raw.isascii() and raw.isdigit()
 
 
 def _limit(form: dict[str, str], key: str) -> Limit:
@@ -36,9 +46,34 @@ def _limit(form: dict[str, str], key: str) -> Limit:
         return None
     if raw.lower() == "none":
         return "NONE"
-    if not raw.isdigit():
+    if not _is_count(raw):
         raise BadInput(f"{key} must be a whole number or none, not {shown(raw)!r}")
     return int(raw)
+
+
+def _count(form: dict[str, str], key: str, what: str) -> int | None:
+    """A field that is a whole number, or empty (None)."""
+    raw = form.get(key, "").strip()
+    if raw and not _is_count(raw):
+        raise BadInput(f"{key} ({what}) must be a whole number, not {shown(raw)!r}")
+    return int(raw) if raw else None
+
+
+def _rate(form: dict[str, str]) -> Rate | Literal["NONE"] | None:
+    """The rate fields: `rate` empty leaves the rate as it is (and then per_ms and burst
+    must be empty too), "none" removes it, else `rate` per `per_ms` ms, `burst` optional."""
+    amount = _limit(form, "rate")
+    per_ms = _count(form, "per_ms", "the rate's period in ms")
+    burst = _count(form, "burst", "the most tokens the bucket holds")
+    if (per_ms is not None or burst is not None) and amount is None:
+        raise BadInput("per_ms and burst go with a rate: give rate too")
+    if (per_ms is not None or burst is not None) and amount == "NONE":
+        raise BadInput("rate none removes the rate: leave per_ms and burst empty")
+    if amount is None or amount == "NONE":
+        return amount
+    if per_ms is None:
+        raise BadInput("a rate needs per_ms (its period in ms)")
+    return Rate(amount, per_ms, burst)
 
 
 def _required(params: dict[str, str], key: str, what: str) -> str:
@@ -59,17 +94,18 @@ def _resume(queue: Queue, tenant: str) -> str:
 def _set_limit(form: dict[str, str]) -> Callable[[Queue, str], str]:
     concurrency = _limit(form, "concurrency")
     share_raw = form.get("share", "").strip()
-    if share_raw and not share_raw.isdigit():
+    if share_raw and not _is_count(share_raw):
         raise BadInput(f"share must be a whole number, not {shown(share_raw)!r}")
     share = int(share_raw) if share_raw else None
-    if concurrency is None and share is None:
-        raise BadInput("give a cap (concurrency) or a share")
+    rate = _rate(form)
+    if concurrency is None and share is None and rate is None:
+        raise BadInput("give a cap (concurrency), a share or a rate")
 
     def run(queue: Queue, tenant: str) -> str:
-        queue.set_limit(tenant, concurrency=concurrency, share=share)
+        queue.set_limit(tenant, concurrency=concurrency, share=share, rate=rate)
         settings = queue.limit(tenant)
         cap = "none" if settings.concurrency is None else settings.concurrency
-        return f"cap {cap}, share {settings.share}"
+        return f"cap {cap}, share {settings.share}, rate {rate_text(settings.rate)}"
 
     return run
 

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ..client import Queue
+from ..types import PartitionView, Rate
 from . import charts
 from .access import Access
 from .directory import Directory
@@ -28,6 +29,7 @@ from .names import parsed_form, quoted, shown
 from .poller import Pollers, QueuePoller, Sample
 
 _PREVIEW_BYTES = 80
+_NOTHING = "\N{EN DASH}"  # a table cell with nothing to show, as the templates write it
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -59,6 +61,33 @@ def _duration(ms: int | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def rate_text(rate: Rate | None) -> str:
+    """A rate as `5/1000ms` (and `, burst 10` when its burst is not its amount); `none`."""
+    if rate is None:
+        return "none"
+    burst = "" if rate.burst is None or rate.burst == rate.amount else f", burst {rate.burst}"
+    return f"{rate.amount}/{rate.per_ms}ms{burst}"
+
+
+def _next_token(view: PartitionView) -> str:
+    """When a tenant's next token is due, from now (this machine's clock): `in 120 ms`,
+    `due now` once due; a dash without a rate or while it holds a token."""
+    if view.next_token_ms is None:
+        return _NOTHING
+    ms = view.next_token_ms - int(time.time() * 1000)
+    return "due now" if ms <= 0 else "in " + _duration(ms)
+
+
+def _tokens(view: PartitionView) -> str:
+    """A tenant's bucket for a table cell: its tokens, and while it holds none when the
+    next is due (`0, next in 120 ms`); a dash without a rate."""
+    if view.rate is None or view.tokens is None:
+        return _NOTHING
+    if view.next_token_ms is None:
+        return str(view.tokens)
+    return f"{view.tokens}, next {_next_token(view)}"
 
 
 def _died(ms: int) -> str:
@@ -110,6 +139,9 @@ class WebView:
             duration=_duration,
             died=_died,
             preview=_preview,
+            rate=rate_text,
+            tokens=_tokens,
+            next_token=_next_token,
         )
 
     def render(
