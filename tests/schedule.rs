@@ -62,6 +62,19 @@ fn drain(con: &mut Connection, queue: &str, seen: &mut BTreeSet<String>) {
     }
 }
 
+/// A schedule's `next-ms`, from its SCHEDULES entry.
+fn schedule_next(view: &Value) -> i64 {
+    match &map_of(view)["next-ms"] {
+        Value::Int(next) => *next,
+        other => panic!("next-ms {other:?}"),
+    }
+}
+
+fn wall_clock_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.unwrap().as_millis() as i64
+}
+
 fn server_time_ms(con: &mut Connection) -> i64 {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
     s * 1000 + us / 1000
@@ -120,67 +133,63 @@ fn missed_runs_across_a_kill_and_an_aof_reload_follow_each_policy_and_none_is_en
         std::thread::sleep(Duration::from_millis(100));
         drain(&mut con, "q", &mut seen);
     }
-    server.kill();
-    std::thread::sleep(Duration::from_millis(1_000));
-    // Back with the timer off: the first LEASE's due step alone meets the
-    // missed runs, at a time the test brackets.
-    server.set_option("--vtrr.reclaim-interval-ms", "0");
-    server.restart();
-    let mut con = server.connect();
-    let before_pre_kill = seen.clone();
-    let lease_from = server_time_ms(&mut con);
-    drain_once(&mut con, "q", &mut seen);
-    let lease_to = server_time_ms(&mut con);
-    let after_kill = |name: &str, seen: &BTreeSet<String>| -> Vec<i64> {
-        let last_before = runs_of(&before_pre_kill, name).last().copied().unwrap();
-        runs_of(seen, name)
-            .into_iter()
-            .filter(|&r| r > last_before)
-            .collect()
-    };
-    // `all`: every run of the stop, once each, oldest first.
-    let all = after_kill("all", &seen);
-    assert!(all.len() >= 9, "{all:?}");
-    assert!(all.windows(2).all(|w| w[1] - w[0] == 100), "{all:?}");
-    assert!(*all.last().unwrap() > lease_from - 100);
-    // `one`: a single run for the whole stop, the latest due.
-    let one = after_kill("one", &seen);
-    assert_eq!(one.len(), 1, "{one:?}");
-    assert!(one[0] > lease_from - 100 && one[0] <= lease_to, "{one:?}");
-    // `skip`: none of them.
-    assert_eq!(after_kill("skip", &seen), Vec::<i64>::new());
-    // The timer back on: each goes on from there, no run twice (`drain`
-    // checks), none left out.
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "vtrr.reclaim-interval-ms", "1000"])
+    // Killed just after a run (`fired`, the same for all three), so the
+    // runs after it are all missed ones: what each policy fires of them is
+    // told apart from a run fired before the kill.
+    let view: Value = command(&["VTRR.SCHEDULES", "q", "SCHEDULE", "skip"])
         .query(&mut con)
         .unwrap();
-    for _ in 0..4 {
+    let fired = schedule_next(&view);
+    while wall_clock_ms() < fired + 50 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.kill();
+    std::thread::sleep(Duration::from_millis(1_000));
+    // Nothing fires before the server is back: the first timer run after
+    // the load (at some time T at or after `back_from`) meets every missed
+    // run, the three schedules at the same T.
+    let back_from = wall_clock_ms();
+    server.restart();
+    let mut con = server.connect();
+    for _ in 0..6 {
         std::thread::sleep(Duration::from_millis(100));
         drain(&mut con, "q", &mut seen);
     }
+    let in_stop = |name: &str, to: i64| -> Vec<i64> {
+        runs_of(&seen, name)
+            .into_iter()
+            .filter(|&r| r > fired && r <= to)
+            .collect()
+    };
+    let first_after_kill = |name: &str| {
+        runs_of(&seen, name)
+            .into_iter()
+            .find(|&r| r > fired)
+            .unwrap()
+    };
+    // `all`: every run, those of the stop included, once each.
+    let all = runs_of(&seen, "all");
+    assert!(all.windows(2).all(|w| w[1] - w[0] == 100), "{all:?}");
+    assert!(in_stop("all", back_from - 100).len() >= 8, "{all:?}");
+    // `one`: none from the stop but the latest due at T (> T - 100).
+    assert_eq!(in_stop("one", back_from - 100), Vec::<i64>::new());
+    // `skip`: none; its first is the first run after T, one period after
+    // `one`'s catch-up run (the latest at or before T).
+    assert_eq!(in_stop("skip", back_from), Vec::<i64>::new());
+    assert_eq!(first_after_kill("skip"), first_after_kill("one") + 100);
+    // And each goes on from there, none left out, none twice (`drain`).
     for name in ["skip", "one", "all"] {
-        let runs = after_kill(name, &seen);
-        assert!(runs.len() >= 3, "{name}: {runs:?}");
+        let after: Vec<i64> = runs_of(&seen, name)
+            .into_iter()
+            .filter(|&r| r >= first_after_kill(name))
+            .collect();
+        assert!(after.len() >= 4, "{name}: {after:?}");
         assert!(
-            runs.windows(2).all(|w| w[1] - w[0] == 100),
-            "{name}: {runs:?}"
+            after.windows(2).all(|w| w[1] - w[0] == 100),
+            "{name}: {after:?}"
         );
     }
     assert_invariants(&mut con, "q");
-}
-
-/// One LEASE of everything due and queued, acked; each id checked as new.
-fn drain_once(con: &mut Connection, queue: &str, seen: &mut BTreeSet<String>) {
-    let reply: Value = command(&["VTRR.LEASE", queue, "60000", "COUNT", "1000"])
-        .query(con)
-        .unwrap();
-    for (id, token) in leases_in(&reply) {
-        let token = String::from_utf8(token).unwrap();
-        assert_eq!(ack(con, queue, &id, &token), 1);
-        let id = String::from_utf8(id).unwrap();
-        assert!(seen.insert(id.clone()), "run {id} enqueued twice");
-    }
 }
 
 #[test]

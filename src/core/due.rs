@@ -1,6 +1,7 @@
-//! What falls due with time: expired leases and due delayed items, acted
-//! on first by every LEASE and by the timer; and the timer's share of the
-//! parking of partitions that came under control.
+//! What falls due with time: expired leases, due delayed items and
+//! refills, acted on first by every LEASE and by the timer; and the
+//! timer's own: recurring schedules' runs, and its share of the parking of
+//! partitions that came under control.
 
 use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::delay::promote_at;
@@ -10,30 +11,37 @@ use super::types::{CoreError, Due};
 use super::virtual_time::{read_placing, Placing};
 use crate::store::{Store, ZsetKey};
 
-/// Everything of a queue due at `now_ms`, at most `limit` items: expired
+/// What of a queue is due at `now_ms`, at most `limit` items: expired
 /// leases first, then due delayed items, then rate-limited partitions
-/// whose next token is due, then runs of recurring schedules.
+/// whose next token is due. How many it took.
 pub(super) fn due_at(
     store: &mut impl Store,
     at: &Placing,
     now_ms: i64,
     limit: usize,
     outcome: &mut Due,
-) {
+) -> usize {
     let reclaimed = reclaim_at(store, at, now_ms, limit, outcome);
     let limit = limit.saturating_sub(reclaimed);
     let promoted = promote_at(store, at, now_ms, limit, outcome);
-    let limit = limit.saturating_sub(promoted);
-    let refilled = refill_due(store, at, now_ms, limit, outcome);
-    fire_at(store, at, now_ms, limit.saturating_sub(refilled), outcome);
+    let refilled = refill_due(store, at, now_ms, limit.saturating_sub(promoted), outcome);
+    reclaimed + promoted + refilled
 }
 
-/// The timer's run on one queue: [`due_at`], then up to
-/// [`MAX_PARKED_PER_CALL`] items' worth of parking under way.
+/// The timer's run on one queue: [`due_at`], then the due runs of
+/// recurring schedules (the timer's alone: a LEASE pays nothing for them),
+/// then up to [`MAX_PARKED_PER_CALL`] items' worth of parking under way.
 pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due, CoreError> {
     let mut outcome = Due::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
-    due_at(store, &at, now_ms, limit, &mut outcome);
+    let taken = due_at(store, &at, now_ms, limit, &mut outcome);
+    fire_at(
+        store,
+        &at,
+        now_ms,
+        limit.saturating_sub(taken),
+        &mut outcome,
+    );
     outcome.parking_left = park_queued(store, at.default_cap, MAX_PARKED_PER_CALL, &mut outcome);
     Ok(outcome)
 }

@@ -2,7 +2,7 @@
 //! with the id `<schedule>:<due-ms>`, in the same call that moves the
 //! schedule to its next run. A schedule lives in two keys: its definition in
 //! `schedules` (hash) and its next run in `schedule_due` (sorted set, by
-//! due time), which the due step reads like `delayed`. The run's id makes a
+//! due time), which the timer reads as it reads `delayed`. The run's id makes a
 //! run enqueued twice impossible: an id already in the queue's life is not
 //! added again, and the next run is written in the same atomic call.
 //!
@@ -13,7 +13,7 @@
 //! computes what its master did). A run is *missed* when the next one fell
 //! due before it fired (a stopped server, a failover, a long script); the
 //! schedule's policy says what then: `skip` fires none of them, `one` the
-//! latest, `all` every one (a bounded number per call, as every due step).
+//! latest, `all` every one (a bounded number per timer run on the queue).
 
 use std::str::FromStr;
 
@@ -347,7 +347,7 @@ fn view(store: &mut impl Store, name: Vec<u8>, raw: &[u8], runs: usize) -> Sched
     }
 }
 
-/// The due step's part: fires up to `limit` runs of the schedules due at
+/// The timer's part: fires up to `limit` runs of the schedules due at
 /// `now_ms`, each enqueued at `now_ms` (scored as an ENQUEUE then), and
 /// moves each schedule to its next run as its missed policy says. How many
 /// it took: runs fired or found already in the queue's life, and missed
