@@ -251,6 +251,13 @@ const NEXT_DUE: &[QueueKey] = &[
 /// A schedule's definition and its next run; nothing of the items.
 const SCHEDULES: &[QueueKey] = &[QueueKey::Schedules, QueueKey::ScheduleDue];
 
+/// Every key but the schedules' (the last two): what the calls that move
+/// items anywhere touch. Runs are the timer's to fire, so a LEASE opens
+/// (and checks) no key it never reads.
+const ITEMS: &[QueueKey] = QueueKey::ALL
+    .split_at(QueueKey::ALL.len() - SCHEDULES.len())
+    .0;
+
 impl CoreOp {
     /// The keys the operation touches; no other is opened for it.
     pub const fn keys(self) -> &'static [QueueKey] {
@@ -260,15 +267,10 @@ impl CoreOp {
             CoreOp::Ack => ACK,
             CoreOp::AckCost | CoreOp::RenewCost => ACK_COST,
             CoreOp::Renew => RENEW,
-            CoreOp::Lease
-            | CoreOp::Nack
-            | CoreOp::Reclaim
-            | CoreOp::RunDue
-            | CoreOp::Recount
-            | CoreOp::Revive
-            | CoreOp::Check
-            | CoreOp::Inspect
-            | CoreOp::Convert => &QueueKey::ALL,
+            CoreOp::Lease | CoreOp::Nack | CoreOp::Reclaim | CoreOp::Recount | CoreOp::Revive => {
+                ITEMS
+            }
+            CoreOp::RunDue | CoreOp::Check | CoreOp::Inspect | CoreOp::Convert => &QueueKey::ALL,
             // The dead-letter limits need only `policy`, so an ACL that
             // grants just that key can set them.
             CoreOp::ReadPolicy | CoreOp::SetPolicy => &[QueueKey::Policy],
@@ -363,7 +365,19 @@ impl From<CoreOp> for Scope {
 
 #[cfg(test)]
 mod tests {
-    use super::CoreOp;
+    use super::{CoreOp, ITEMS, SCHEDULES};
+    use crate::store::QueueKey;
+
+    /// `ITEMS` is every key but the schedules' (which `QueueKey::ALL` lists
+    /// last).
+    #[test]
+    fn the_keys_of_items_are_every_key_but_the_schedules() {
+        let items: Vec<QueueKey> = QueueKey::ALL
+            .into_iter()
+            .filter(|key| !SCHEDULES.contains(key))
+            .collect();
+        assert_eq!(ITEMS, items.as_slice());
+    }
     use crate::core::*;
     use crate::store::memory::MemoryStore;
     use crate::store::{Store, ZsetKey};

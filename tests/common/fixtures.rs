@@ -171,18 +171,8 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         ("unschedule", vec!["VTRR.UNSCHEDULE", "q", "s"]),
         ("schedules", vec!["VTRR.SCHEDULES", "q"]),
     ];
-    // Every call that may fire a run, and the schedule commands.
-    const SCHEDULED: &[&str] = &[
-        "lease",
-        "nack",
-        "reclaim",
-        "check",
-        "revive",
-        "recount",
-        "schedule-set",
-        "unschedule",
-        "schedules",
-    ];
+    // The schedule commands, and CHECK (runs are the timer's to fire).
+    const SCHEDULED: &[&str] = &["check", "schedule-set", "unschedule", "schedules"];
     // What changes a partition's record may move its places in the
     // rankings and the queue's totals; STATS reads the longest wait and
     // the totals.
