@@ -407,7 +407,7 @@ pub fn schedule(
             apply(queue, now_ms, Operation::Schedule { name, definition })
         },
         |store, _| core::schedule(store, now_ms, name, schedule),
-        |&next| Done::new(c"vtrr.schedule").watch(next),
+        |&next| Done::new(c"vtrr.schedule").run(next),
     )
 }
 
@@ -730,11 +730,13 @@ pub fn check(ctx: &Context, queue: &[u8]) -> Result<Vec<String>, RedisError> {
 }
 
 /// The earliest time something of `queue` (in the context's database) falls
-/// due, read without opening anything for writing (so no WATCH is
-/// disturbed); None when nothing is.
-pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
-    let mut store = Call::server(ctx, queue).open(CoreOp::NextDue, false).ok()?;
-    core::next_due(&mut store)
+/// due, and its next schedule run, read without opening anything for
+/// writing (so no WATCH is disturbed); None when nothing is.
+pub fn next_due(ctx: &Context, queue: &[u8]) -> (Option<i64>, Option<i64>) {
+    match Call::server(ctx, queue).open(CoreOp::NextDue, false) {
+        Ok(mut store) => (core::next_due(&mut store), core::next_run(&mut store)),
+        Err(_) => (None, None),
+    }
 }
 
 /// The one hook to the timer: something of `queue` (in the context's
@@ -742,7 +744,13 @@ pub fn next_due(ctx: &Context, queue: &[u8]) -> Option<i64> {
 fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
     let db = selected_db(ctx);
     with_index(|index| index.note_due(db, queue, due_ms));
-    timer::wake_by(ctx, due_ms);
+}
+
+/// The timer's hook for a schedule's next run, which it acts on on time.
+fn watch_run(ctx: &Context, queue: &[u8], run_ms: i64) {
+    let db = selected_db(ctx);
+    with_index(|index| index.set_run(db, queue, Some(run_ms)));
+    timer::wake_by(ctx, run_ms);
 }
 
 /// The event of a call that leased nothing: what it did to due items.
@@ -783,6 +791,8 @@ struct Done<'a> {
     anomalies: &'a [Anomaly],
     /// Times something of the queue falls due, for the timer.
     watch: SmallVec<[i64; 2]>,
+    /// A schedule's next run, which the timer wakes for.
+    run: Option<i64>,
     /// The timer rereads when the queue next falls due (read-only): a
     /// control change may have started a parking that outlasts the call.
     recheck: bool,
@@ -798,6 +808,7 @@ impl<'a> Done<'a> {
             due: None,
             anomalies: &[],
             watch: SmallVec::new(),
+            run: None,
             recheck: false,
         }
     }
@@ -819,6 +830,13 @@ impl<'a> Done<'a> {
     fn watch(mut self, due_ms: i64) -> Self {
         self.watch.push(due_ms);
         self
+    }
+
+    fn run(self, run_ms: i64) -> Self {
+        Done {
+            run: Some(run_ms),
+            ..self
+        }
     }
 
     fn recheck(self) -> Self {
@@ -1029,6 +1047,9 @@ impl<'a> Call<'a> {
         }
         for due_ms in done.watch {
             watch(self.ctx, self.queue, due_ms);
+        }
+        if let Some(run_ms) = done.run {
+            watch_run(self.ctx, self.queue, run_ms);
         }
         if recheck {
             let db = selected_db(self.ctx);

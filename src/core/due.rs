@@ -68,6 +68,14 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
         .min()
 }
 
+/// When the queue's next schedule run is due (the timer wakes for it on
+/// time).
+pub fn next_run(store: &mut impl Store) -> Option<i64> {
+    store
+        .zfirst(ZsetKey::ScheduleDue)
+        .map(|(_, score)| score.ceil() as i64)
+}
+
 /// The due step's part: up to `limit` partitions whose next token is due
 /// at `now_ms` are refilled, and may be served again. How many it took.
 fn refill_due(

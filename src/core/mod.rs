@@ -59,7 +59,7 @@ pub use dead::{
     Reason,
 };
 pub use delay::defer;
-pub use due::{next_due, run_due};
+pub use due::{next_due, next_run, run_due};
 pub use enqueue::{enqueue, EnqueueOutcome};
 pub use lease::{ack, ack_each, lease, renew, LeaseOutcome, LeaseRequest};
 pub use nack::{nack, Nack, Nacked};

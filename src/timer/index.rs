@@ -13,6 +13,12 @@ pub struct Index {
     due: HashMap<i32, HashMap<Vec<u8>, i64>>,
     /// (due, db, queue), earliest first.
     schedule: BTreeSet<(i64, i32, Vec<u8>)>,
+    /// (next run, db, queue) of the queues with recurring schedules,
+    /// earliest first: the timer wakes for these on time (the other due
+    /// times it meets at its interval).
+    runs: BTreeSet<(i64, i32, Vec<u8>)>,
+    /// db -> queue -> its next run in `runs`.
+    run_of: HashMap<i32, HashMap<Vec<u8>, i64>>,
     /// Queues written by other clients since the last tick.
     pub recheck: HashSet<(i32, Vec<u8>)>,
     /// Rebuild in progress: next database and its SCAN cursor.
@@ -58,9 +64,23 @@ impl Index {
             .is_some_and(|(due, _, _)| *due <= now_ms)
     }
 
-    /// The earliest due time of any queue.
-    pub fn earliest(&self) -> Option<i64> {
-        self.schedule.first().map(|(due, _, _)| *due)
+    /// Sets (or with None, forgets) the next schedule run of a queue; the
+    /// queue is due by then too.
+    pub fn set_run(&mut self, db: i32, queue: &[u8], run_ms: Option<i64>) {
+        let queues = self.run_of.entry(db).or_default();
+        if let Some(old) = queues.remove(queue) {
+            self.runs.remove(&(old, db, queue.to_vec()));
+        }
+        if let Some(run_ms) = run_ms {
+            queues.insert(queue.to_vec(), run_ms);
+            self.runs.insert((run_ms, db, queue.to_vec()));
+            self.note_due(db, queue, run_ms);
+        }
+    }
+
+    /// The earliest next schedule run of any queue.
+    pub fn earliest_run(&self) -> Option<i64> {
+        self.runs.first().map(|(run, _, _)| *run)
     }
 
     /// Queues with a due time.
@@ -75,6 +95,8 @@ impl Index {
         let flushed = |d: i32| db.is_none_or(|db| db == d);
         self.due.retain(|d, _| !flushed(*d));
         self.schedule.retain(|(_, d, _)| !flushed(*d));
+        self.run_of.retain(|d, _| !flushed(*d));
+        self.runs.retain(|(_, d, _)| !flushed(*d));
         self.recheck.retain(|(d, _)| !flushed(*d));
     }
 
@@ -93,6 +115,14 @@ impl Index {
         self.schedule = std::mem::take(&mut self.schedule)
             .into_iter()
             .map(|(due, db, queue)| (due, moved(db), queue))
+            .collect();
+        self.run_of = std::mem::take(&mut self.run_of)
+            .into_iter()
+            .map(|(db, queues)| (moved(db), queues))
+            .collect();
+        self.runs = std::mem::take(&mut self.runs)
+            .into_iter()
+            .map(|(run, db, queue)| (run, moved(db), queue))
             .collect();
         self.recheck = std::mem::take(&mut self.recheck)
             .into_iter()
@@ -137,6 +167,29 @@ mod tests {
         assert_eq!(index.pop_due(59), None);
         assert_eq!(index.pop_due(60), Some((1, b"a".to_vec())));
         assert_eq!(index.tracked(), 0);
+    }
+
+    #[test]
+    fn schedule_runs_are_due_and_follow_flushes_and_swaps() {
+        let mut index = Index::default();
+        index.note_due(0, b"a", 500);
+        index.set_run(0, b"a", Some(300));
+        index.set_run(2, b"b", Some(200));
+        // A run is the earliest of the runs, and its queue is due by then.
+        assert_eq!(index.earliest_run(), Some(200));
+        assert_eq!(index.pop_due(300), Some((2, b"b".to_vec())));
+        assert_eq!(index.pop_due(300), Some((0, b"a".to_vec())));
+        index.set_run(2, b"b", Some(250));
+        index.set_run(2, b"b", None);
+        assert_eq!(index.earliest_run(), Some(300));
+        index.set_run(2, b"b", Some(100));
+        index.swap_dbs(2, 3);
+        index.set_run(3, b"b", Some(400));
+        assert_eq!(index.earliest_run(), Some(300));
+        index.forget_db(Some(0));
+        assert_eq!(index.earliest_run(), Some(400));
+        index.forget_db(None);
+        assert_eq!(index.earliest_run(), None);
     }
 
     #[test]

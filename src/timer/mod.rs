@@ -88,8 +88,8 @@ pub fn reschedule(ctx: &Context) {
     let interval = config::reclaim_interval_ms();
     if interval > 0 {
         arm(ctx, Duration::from_millis(interval as u64));
-        if let Some(due_ms) = with_index(|index| index.earliest()) {
-            wake_by(ctx, due_ms);
+        if let Some(run_ms) = with_index(|index| index.earliest_run()) {
+            wake_by(ctx, run_ms);
         }
     }
 }
@@ -101,10 +101,9 @@ fn arm(ctx: &Context, after: Duration) {
     ARMED_FOR_MS.store(now_ms().saturating_add(after_ms), Ordering::Relaxed);
 }
 
-/// Something falls due at `due_ms`: a timer armed for later is brought
-/// forward, so a schedule's run or a delayed item is acted on when it is
-/// due rather than at the next interval. (Within a run the tick arms for
-/// the earliest due time itself.)
+/// Something must be acted on at `due_ms` (a schedule's run, a rebuild): a
+/// timer armed for later is brought forward. (Within a run the tick arms
+/// for the earliest run itself.)
 pub fn wake_by(ctx: &Context, due_ms: i64) {
     let armed = TIMER_ID.load(Ordering::Relaxed);
     if armed == 0 || ARMED_FOR_MS.load(Ordering::Relaxed) <= due_ms {

@@ -68,12 +68,13 @@ pub fn tick(ctx: &Context, _: ()) {
 }
 
 /// How long the timer sleeps with nothing left over: on a node that acts
-/// on due items (`now` given), until the earliest due time it knows (a
-/// schedule's run, a delayed item, a lease's expiry falls due on time, not
-/// up to an interval late); at most the interval.
+/// on due items (`now` given), until the earliest schedule run it knows (a
+/// run falls due on time, not up to an interval late); at most the
+/// interval, at which it meets expired leases and due delayed items.
 fn sleep_ms(interval: i64, now: Option<i64>) -> u64 {
-    let until_due =
-        now.and_then(|now| with_index(|index| index.earliest()).map(|due| due.saturating_sub(now)));
+    let until_due = now.and_then(|now| {
+        with_index(|index| index.earliest_run()).map(|run| run.saturating_sub(now))
+    });
     until_due
         .map_or(interval, |ms| ms.clamp(RESUME_MS as i64, interval))
         .max(1) as u64
@@ -86,8 +87,11 @@ fn recheck_written(ctx: &Context, deadline: Instant) -> bool {
     let mut written = written.into_iter();
     for (db, queue) in written.by_ref() {
         if select_db(ctx, db) {
-            let due = ops::next_due(ctx, &queue);
-            with_index(|index| index.set_due(db, &queue, due));
+            let (due, run) = ops::next_due(ctx, &queue);
+            with_index(|index| {
+                index.set_due(db, &queue, due);
+                index.set_run(db, &queue, run);
+            });
         }
         if Instant::now() >= deadline {
             break;
@@ -110,17 +114,15 @@ fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
             break false;
         };
         if select_db(ctx, db) {
-            let due = match ops::run_due(ctx, &queue, now, chunk) {
-                Ok(None) => Some(now.saturating_add(RETRY_MIGRATING_MS)),
+            // The next run is read again when the queue is next visited.
+            let (due, run) = match ops::run_due(ctx, &queue, now, chunk) {
+                Ok(None) => (Some(now.saturating_add(RETRY_MIGRATING_MS)), None),
                 Ok(Some(done)) => {
                     info::add(&info::TIMER_RECLAIMED, done.reclaimed);
                     info::add(&info::TIMER_PROMOTED, done.promoted);
                     done_in_run += done.reclaimed + done.promoted;
-                    if done.parking_left {
-                        Some(now)
-                    } else {
-                        ops::next_due(ctx, &queue)
-                    }
+                    let (due, run) = ops::next_due(ctx, &queue);
+                    (if done.parking_left { Some(now) } else { due }, run)
                 }
                 Err(error) => {
                     // A wrong key type or unreadable virtual time: try the
@@ -131,10 +133,13 @@ fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
                         &format!("vtrr: timer skipped queue {}: {}", Quoted(&queue), error),
                     );
                     let retry_ms = config::reclaim_interval_ms().max(RETRY_BROKEN_MS);
-                    Some(now.saturating_add(retry_ms))
+                    (Some(now.saturating_add(retry_ms)), None)
                 }
             };
-            with_index(|index| index.set_due(db, &queue, due));
+            with_index(|index| {
+                index.set_due(db, &queue, due);
+                index.set_run(db, &queue, run);
+            });
         }
         if Instant::now() >= deadline {
             break with_index(|index| index.has_due(now));
