@@ -88,6 +88,11 @@ fn the_timer_alone_fires_every_run_on_time() {
     let mut con = server.connect();
     let first = every(&mut con, "q", "tick", "50", "skip");
     std::thread::sleep(Duration::from_millis(1_100));
+    // Stopped before reading, so what is read and counted holds still.
+    let removed: i64 = command(&["VTRR.UNSCHEDULE", "q", "tick"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(removed, 1);
     let queued: BTreeSet<String> = key_zrange(&mut con, "q", "queue")
         .into_iter()
         .map(|(id, _)| String::from_utf8(id).unwrap())
