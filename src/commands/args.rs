@@ -39,6 +39,23 @@ pub fn queue_name(raw: &RedisString) -> Result<&[u8], RedisError> {
     Ok(name)
 }
 
+/// A name argument that must not be empty (`what`: its name in errors).
+pub fn non_empty<'a>(raw: &'a RedisString, what: &str) -> Result<&'a [u8], RedisError> {
+    let name = raw.as_slice();
+    if name.is_empty() {
+        return Err(error::empty(what));
+    }
+    Ok(name)
+}
+
+/// A CURSOR value: an unsigned integer.
+pub fn cursor(raw: &RedisString) -> Result<u64, RedisError> {
+    std::str::from_utf8(raw.as_slice())
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(error::cursor)
+}
+
 /// `lease-ms`.
 pub fn lease_ms(raw: &RedisString) -> Result<i64, RedisError> {
     int_in(raw.as_slice(), 1, limits::MAX_LEASE_MS, error::lease_ms)

@@ -51,11 +51,7 @@ fn queue_name<'a>(ctx: &Context, raw: &'a RedisString) -> Result<&'a [u8], Redis
 
 /// A non-empty id.
 fn id(raw: &RedisString) -> Result<&[u8], RedisError> {
-    let id = raw.as_slice();
-    if id.is_empty() {
-        return Err(error::empty("id"));
-    }
-    Ok(id)
+    args::non_empty(raw, "id")
 }
 
 fn bulk(bytes: Vec<u8>) -> RedisValue {

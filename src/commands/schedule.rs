@@ -48,11 +48,7 @@ pub const SCHEDULES: Command = Command {
 
 /// A non-empty schedule name.
 fn schedule_name(raw: &RedisString) -> Result<&[u8], RedisError> {
-    let name = raw.as_slice();
-    if name.is_empty() {
-        return Err(error::empty("schedule"));
-    }
-    Ok(name)
+    args::non_empty(raw, "schedule")
 }
 
 /// VTRR.SCHEDULE <name> <schedule> (EVERY <ms> | CRON <pattern> [TZ <zone>])
@@ -139,13 +135,7 @@ fn schedules(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let mut options = args::Options::new(&argv[2..]);
     while let Some(option) = options.next_name() {
         match option.as_str() {
-            "CURSOR" => {
-                let raw = options.value()?.as_slice();
-                let parsed = std::str::from_utf8(raw)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok());
-                cursor = Some(parsed.ok_or_else(error::cursor)?);
-            }
+            "CURSOR" => cursor = Some(args::cursor(options.value()?)?),
             "COUNT" => {
                 let raw = options.value()?.as_slice();
                 let max = limits::MAX_SCHEDULES_COUNT;

@@ -74,11 +74,7 @@ pub const RECOUNT: Command = Command {
 
 /// A non-empty partition name.
 fn partition(raw: &RedisString) -> Result<&[u8], RedisError> {
-    let name = raw.as_slice();
-    if name.is_empty() {
-        return Err(error::empty("partition"));
-    }
-    Ok(name)
+    args::non_empty(raw, "partition")
 }
 
 /// A cap (CONCURRENCY, DEFAULT-CONCURRENCY): 1.., or NONE.
@@ -263,13 +259,7 @@ fn partitions(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let mut options = args::Options::new(&argv[2..]);
     while let Some(option) = options.next_name() {
         match option.as_str() {
-            "CURSOR" => {
-                let raw = options.value()?.as_slice();
-                let parsed = std::str::from_utf8(raw)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok());
-                cursor = Some(parsed.ok_or_else(error::cursor)?);
-            }
+            "CURSOR" => cursor = Some(args::cursor(options.value()?)?),
             "COUNT" => {
                 let raw = options.value()?.as_slice();
                 let n = args::int_in(

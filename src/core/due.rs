@@ -55,11 +55,10 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
     if store.zcard(ZsetKey::Parking) > 0 {
         return Some(0);
     }
-    let mut first = |key| store.zfirst(key).map(|(_, score)| score.ceil() as i64);
-    let expiry = first(ZsetKey::Inflight);
-    let delayed = first(ZsetKey::Delayed);
-    let token = first(ZsetKey::Throttled);
-    let run = first(ZsetKey::ScheduleDue);
+    let expiry = first_due(store, ZsetKey::Inflight);
+    let delayed = first_due(store, ZsetKey::Delayed);
+    let token = first_due(store, ZsetKey::Throttled);
+    let run = next_run(store);
     expiry
         .into_iter()
         .chain(delayed)
@@ -71,9 +70,12 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
 /// When the queue's next schedule run is due (the timer wakes for it on
 /// time).
 pub fn next_run(store: &mut impl Store) -> Option<i64> {
-    store
-        .zfirst(ZsetKey::ScheduleDue)
-        .map(|(_, score)| score.ceil() as i64)
+    first_due(store, ZsetKey::ScheduleDue)
+}
+
+/// The first due time of a sorted set of due times, rounded up.
+fn first_due(store: &mut impl Store, key: ZsetKey) -> Option<i64> {
+    store.zfirst(key).map(|(_, score)| score.ceil() as i64)
 }
 
 /// The due step's part: up to `limit` partitions whose next token is due
