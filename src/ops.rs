@@ -33,7 +33,8 @@ use crate::store::keys;
 use crate::store::memory::MemoryStore;
 use crate::store::QueueKey;
 use crate::text::Quoted;
-use crate::timer::{self, index::with_index};
+use crate::timer::alarm::wake_by;
+use crate::timer::index::with_index;
 use crate::{config, error, info};
 
 /// When a time-dependent operation runs, and the lease tokens it draws: the
@@ -750,7 +751,7 @@ fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
 fn watch_run(ctx: &Context, queue: &[u8], run_ms: i64) {
     let db = selected_db(ctx);
     with_index(|index| index.set_run(db, queue, Some(run_ms)));
-    timer::wake_by(ctx, run_ms);
+    wake_by(ctx, run_ms);
 }
 
 /// The event of a call that leased nothing: what it did to due items.

@@ -20,11 +20,11 @@
 //! Each [`tick`] acts on the index through the operations layer; its cost is
 //! proportional to the queues due or written, not to the keyspace.
 
+pub mod alarm;
 pub mod index;
 mod rebuild;
 mod tick;
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis_module::Context;
@@ -32,12 +32,8 @@ use redis_module::Context;
 use crate::config;
 use crate::server::{now_ms, selected_db};
 use crate::store::keys;
+use alarm::{arm, disarm, wake_by};
 use index::with_index;
-
-/// Id of the armed timer, 0 when none.
-static TIMER_ID: AtomicU64 = AtomicU64::new(0);
-/// When the armed timer fires (Unix ms).
-static ARMED_FOR_MS: AtomicI64 = AtomicI64::new(0);
 
 /// Keyspace events on zset and generic keys: another client (or a replicated
 /// effect) wrote an inflight or delayed key, so its queue is rechecked at the
@@ -81,37 +77,13 @@ pub fn request_rebuild(ctx: &Context) {
 /// sooner when something it knows of is due sooner; with 0 it stays
 /// stopped.
 pub fn reschedule(ctx: &Context) {
-    let armed = TIMER_ID.swap(0, Ordering::Relaxed);
-    if armed != 0 {
-        let _ = ctx.stop_timer::<()>(armed);
-    }
+    alarm::ring(tick::tick);
+    disarm(ctx);
     let interval = config::reclaim_interval_ms();
     if interval > 0 {
         arm(ctx, Duration::from_millis(interval as u64));
         if let Some(run_ms) = with_index(|index| index.earliest_run()) {
             wake_by(ctx, run_ms);
         }
-    }
-}
-
-fn arm(ctx: &Context, after: Duration) {
-    let id = ctx.create_timer(after, tick::tick, ());
-    TIMER_ID.store(id, Ordering::Relaxed);
-    let after_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
-    ARMED_FOR_MS.store(now_ms().saturating_add(after_ms), Ordering::Relaxed);
-}
-
-/// Something must be acted on at `due_ms` (a schedule's run, a rebuild): a
-/// timer armed for later is brought forward. (Within a run the tick arms
-/// for the earliest run itself.)
-pub fn wake_by(ctx: &Context, due_ms: i64) {
-    let armed = TIMER_ID.load(Ordering::Relaxed);
-    if armed == 0 || ARMED_FOR_MS.load(Ordering::Relaxed) <= due_ms {
-        return;
-    }
-    if ctx.stop_timer::<()>(armed).is_ok() {
-        TIMER_ID.store(0, Ordering::Relaxed);
-        let after = due_ms.saturating_sub(now_ms()).max(1) as u64;
-        arm(ctx, Duration::from_millis(after));
     }
 }

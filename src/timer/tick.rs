@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use redis_module::{Context, ContextFlags};
 
+use super::alarm::{self, arm};
 use super::index::with_index;
-use super::{arm, rebuild, TIMER_ID};
+use super::rebuild;
 use crate::ops;
 use crate::server::cluster;
 use crate::server::log_warning;
@@ -31,7 +32,7 @@ const RETRY_BROKEN_MS: i64 = 1_000;
 const RETRY_MIGRATING_MS: i64 = 100;
 
 pub fn tick(ctx: &Context, _: ()) {
-    TIMER_ID.store(0, Ordering::Relaxed);
+    alarm::fired();
     let started = Instant::now();
     let deadline = started + config::timer_budget();
     let original_db = selected_db(ctx);
@@ -57,7 +58,7 @@ pub fn tick(ctx: &Context, _: ()) {
     );
 
     let interval = config::reclaim_interval_ms();
-    if interval > 0 && TIMER_ID.load(Ordering::Relaxed) == 0 {
+    if interval > 0 && !alarm::armed() {
         let next = if work_left {
             RESUME_MS
         } else {
