@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,13 +197,20 @@ def test_limit_shows_and_sets_a_partitions_settings(server: Server, queue: vtrr.
 def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
     name = queue.name
     shown = json.loads(vtrr_run("policy", name, "--url", server.url, "--json").stdout)
-    assert shown == {"max_timeouts": None, "max_nacks": None, "default_concurrency": None}
+    assert shown == {
+        "max_timeouts": None, "max_nacks": None, "default_concurrency": None,
+        "default_rate": None, "default_burst": None,
+    }  # fmt: skip
     table = vtrr_run("policy", name, "--max-nacks", "5", "--default-concurrency", "2",
+                     "--default-rate", "10/1000", "--default-burst", "3",
                      "--url", server.url)  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert dict(line.split(None, 1) for line in table.stdout.splitlines()) == {
         "max_timeouts": "none", "max_nacks": "5", "default_concurrency": "2",
+        "default_rate": "10/1000", "default_burst": "3",
     }  # fmt: skip
+    assert queue.policy().default_rate == vtrr.Rate(amount=10, per_ms=1000, burst=3)
+    vtrr_run("policy", name, "--default-rate", "none", "--url", server.url)
     assert queue.policy() == vtrr.Policy(max_timeouts=None, max_nacks=5, default_concurrency=2)
     vtrr_run("policy", name, "--max-timeouts", "0", "--max-nacks", "none", "--url", server.url)
     assert queue.policy() == vtrr.Policy(max_timeouts=0, max_nacks=None, default_concurrency=2)
@@ -210,6 +218,12 @@ def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
         vtrr_run("policy", name, "--max-nacks", "-1", "--url", server.url),
         "MAX-NACKS must be an integer between 0 and 1000000000, or NONE",
     )
+    one_line_error(
+        vtrr_run("policy", name, "--default-rate", "0/1000", "--url", server.url),
+        "DEFAULT-RATE must be an integer between 1 and 1000000000, or NONE",
+    )
+    burst_alone = vtrr_run("policy", name, "--default-burst", "3", "--url", server.url)
+    assert burst_alone.returncode == 2 and "--default-burst needs" in burst_alone.stderr
 
 
 def test_cancel(server: Server, queue: vtrr.Queue) -> None:
@@ -414,7 +428,13 @@ def test_limit_sets_shows_and_removes_a_rate(server: Server, queue: vtrr.Queue) 
     assert bad.returncode == 2 and "expected N/MS or none" in bad.stderr
 
 
-def test_schedule_schedules_and_unschedule(server: Server, queue: vtrr.Queue) -> None:
+def test_schedule_schedules_and_unschedule(
+    make_server: Callable[..., Server], queue_name: str
+) -> None:
+    # No timer: a run falling due mid-test (EVERY 60000's next run may be
+    # a second away) would move the next runs the listings are read against.
+    server = make_server("reclaim-interval-ms", "0")
+    queue = vtrr.Queue(server.client(), queue_name)
     name, url = queue.name, server.url
     done = vtrr_run("schedule", name, "nightly", "--cron", "30 2 * * *", "--tz", "Europe/Paris",
                     "--partition", "reports", "--payload", '{"r": 1}', "--weight", "2",
