@@ -65,21 +65,22 @@ pub fn concurrency(option: &str) -> RedisError {
     ))
 }
 
-pub fn rate() -> RedisError {
+/// `option`: RATE (`VTRR.LIMIT`) or DEFAULT-RATE (`VTRR.POLICY`).
+pub fn rate(option: &str) -> RedisError {
     err(format!(
-        "ERR RATE must be an integer between 1 and {MAX_RATE}, or NONE"
+        "ERR {option} must be an integer between 1 and {MAX_RATE}, or NONE"
     ))
 }
 
-pub fn rate_per() -> RedisError {
+pub fn rate_per(option: &str) -> RedisError {
     err(format!(
-        "ERR RATE <n> must be followed by PER <ms>, an integer between 1 and {MAX_RATE_PER_MS}"
+        "ERR {option} <n> must be followed by PER <ms>, an integer between 1 and {MAX_RATE_PER_MS}"
     ))
 }
 
-pub fn burst() -> RedisError {
+pub fn burst(option: &str) -> RedisError {
     err(format!(
-        "ERR BURST must be an integer between 1 and {MAX_RATE}, and follow RATE <n> PER <ms>"
+        "ERR BURST must be an integer between 1 and {MAX_RATE}, and follow {option} <n> PER <ms>"
     ))
 }
 

@@ -447,10 +447,13 @@ pub fn schedule_view(
 }
 
 /// `VTRR.POLICY` without options: the policy and the default cap.
-pub fn policy(ctx: &Context, queue: &[u8]) -> Result<(Policy, Option<u64>), RedisError> {
+pub fn policy(
+    ctx: &Context,
+    queue: &[u8],
+) -> Result<(Policy, core::partitions::Defaults), RedisError> {
     Call::client(ctx, queue).read(CoreOp::ReadPolicy, |store, anomalies| {
         let policy = core::read_policy(store, anomalies);
-        Ok((policy, core::partitions::read_default_cap(store, anomalies)))
+        Ok((policy, core::partitions::read_defaults(store, anomalies)))
     })
 }
 

@@ -625,8 +625,14 @@ fn idle_lifecycle_and_tenant_calls_do_not_abort_a_watching_client_and_real_chang
         assert_eq!(
             policy,
             [
+                Value::BulkString(b"default-burst".to_vec()),
+                Value::Nil,
                 Value::BulkString(b"default-concurrency".to_vec()),
                 Value::Int(4),
+                Value::BulkString(b"default-per-ms".to_vec()),
+                Value::Nil,
+                Value::BulkString(b"default-rate".to_vec()),
+                Value::Nil,
                 Value::BulkString(b"max-nacks".to_vec()),
                 Value::Nil,
                 Value::BulkString(b"max-timeouts".to_vec()),
@@ -829,7 +835,13 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     assert_eq!(
         replies[9],
         Value::Array(vec![
+            bulk("default-burst"),
+            Value::Nil,
             bulk("default-concurrency"),
+            Value::Nil,
+            bulk("default-per-ms"),
+            Value::Nil,
+            bulk("default-rate"),
             Value::Nil,
             bulk("max-nacks"),
             Value::Int(5),
@@ -882,7 +894,13 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     assert_eq!(
         policy,
         [
+            bulk("default-burst"),
+            Value::Nil,
             bulk("default-concurrency"),
+            Value::Nil,
+            bulk("default-per-ms"),
+            Value::Nil,
+            bulk("default-rate"),
             Value::Nil,
             bulk("max-nacks"),
             Value::Int(5),
@@ -1055,8 +1073,14 @@ fn tenant_commands_work_inside_multi_and_lua() {
     assert_eq!(
         replies[11],
         Value::Array(vec![
+            bulk("default-burst"),
+            Value::Nil,
             bulk("default-concurrency"),
             Value::Int(2),
+            bulk("default-per-ms"),
+            Value::Nil,
+            bulk("default-rate"),
+            Value::Nil,
             bulk("max-nacks"),
             Value::Nil,
             bulk("max-timeouts"),

@@ -148,10 +148,23 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
         }
         13 => {
             words.extend(["VTRR.POLICY".into(), "{q}".into()]);
-            let option = pick(rng, &["MAX-TIMEOUTS", "MAX-NACKS", "DEFAULT-CONCURRENCY"]);
+            let option = pick(
+                rng,
+                &[
+                    "MAX-TIMEOUTS",
+                    "MAX-NACKS",
+                    "DEFAULT-CONCURRENCY",
+                    "DEFAULT-RATE",
+                ],
+            );
             if rng.chance(80) {
                 words.push(option.into());
-                words.push(pick(rng, &["1", "2", "5", "NONE"]).into());
+                let value = pick(rng, &["1", "2", "5", "NONE"]);
+                words.push(value.into());
+                if option == "DEFAULT-RATE" && value != "NONE" {
+                    // As LIMIT's rates: no token between the two views' reads.
+                    words.extend(["PER".into(), pick(rng, &["60000", "86400000"]).into()]);
+                }
             }
         }
         14 => {

@@ -102,6 +102,7 @@ fn corpus_values() -> Vec<Vec<u8>> {
         "MAX-NACKS",
         "MAX-TIMEOUTS",
         "DEFAULT-CONCURRENCY",
+        "DEFAULT-RATE",
         "KEYS",
         "NATIVE",
         "queue",
@@ -449,7 +450,7 @@ fn log_lines_take_client_text_as_text() {
 
 /// Argument values chosen to break parsers.
 fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
-    const WORDS: [&str; 51] = [
+    const WORDS: [&str; 52] = [
         "fz",
         "wt",
         "",
@@ -497,6 +498,7 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
         "concurrency",
         "SHARE",
         "DEFAULT-CONCURRENCY",
+        "DEFAULT-RATE",
         "PARTITION",
         "CURSOR",
         "1000000",

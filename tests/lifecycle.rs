@@ -748,8 +748,10 @@ fn policy_reads_nil_by_default_reads_back_what_was_set_and_none_clears_it() {
     let mut con = server.connect();
     let read = |con: &mut Connection| {
         let p: HashMap<String, Option<i64>> = policy(con, "q");
-        assert_eq!(p.len(), 3, "{p:?}");
-        assert_eq!(p["default-concurrency"], None);
+        assert_eq!(p.len(), 6, "{p:?}");
+        for default in ["concurrency", "rate", "per-ms", "burst"] {
+            assert_eq!(p[&format!("default-{default}")], None);
+        }
         (p["max-timeouts"], p["max-nacks"])
     };
     assert_eq!(read(&mut con), (None, None));

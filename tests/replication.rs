@@ -545,6 +545,22 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 if rng.chance(30) {
                     cmd.arg("MAX-NACKS").arg(1 + rng.below(3));
                 }
+                // A default rate: every partition without its own gets a
+                // bucket, and idle ones keep theirs until it is full.
+                match rng.below(4) {
+                    0 => {
+                        cmd.arg("DEFAULT-RATE")
+                            .arg(1 + rng.below(5))
+                            .arg("PER")
+                            .arg(1 + rng.below(50))
+                            .arg("BURST")
+                            .arg(1 + rng.below(3));
+                    }
+                    1 => {
+                        cmd.arg("DEFAULT-RATE").arg("NONE");
+                    }
+                    _ => {}
+                }
                 let _: () = cmd.query(con).unwrap();
             }
             20 => {
@@ -609,6 +625,7 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     // last items of partitions of their own land in `queue`.
     set_policy(con, queue, &DEAD_LETTER_POLICY);
     set_policy(con, queue, &["DEFAULT-CONCURRENCY", "NONE"]);
+    set_policy(con, queue, &["DEFAULT-RATE", "NONE"]);
     // No run falls due after the workload either.
     let _: i64 = redis::cmd("VTRR.UNSCHEDULE")
         .arg(queue)

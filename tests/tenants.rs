@@ -777,6 +777,10 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
     let per = "ERR RATE <n> must be followed by PER <ms>, an integer between 1 and 86400000";
     let burst =
         "ERR BURST must be an integer between 1 and 1000000000, and follow RATE <n> PER <ms>";
+    let default_rate = "ERR DEFAULT-RATE must be an integer between 1 and 1000000000, or NONE";
+    let default_per =
+        "ERR DEFAULT-RATE <n> must be followed by PER <ms>, an integer between 1 and 86400000";
+    let default_burst = "ERR BURST must be an integer between 1 and 1000000000, and follow DEFAULT-RATE <n> PER <ms>";
     let count = "ERR COUNT must be an integer between 1 and 10000";
     let cursor = "ERR invalid cursor";
     let syntax = "ERR syntax error";
@@ -802,6 +806,27 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
         case(&["VTRR.LIMIT", "q", "p", "RATE", bad, "PER", "1000"], rate);
         case(&["VTRR.LIMIT", "q", "p", "RATE", "5", "PER", bad], per);
         case(
+            &["VTRR.POLICY", "q", "DEFAULT-RATE", bad, "PER", "10"],
+            default_rate,
+        );
+        case(
+            &["VTRR.POLICY", "q", "DEFAULT-RATE", "5", "PER", bad],
+            default_per,
+        );
+        case(
+            &[
+                "VTRR.POLICY",
+                "q",
+                "DEFAULT-RATE",
+                "5",
+                "PER",
+                "10",
+                "BURST",
+                bad,
+            ],
+            default_burst,
+        );
+        case(
             &[
                 "VTRR.LIMIT",
                 "q",
@@ -823,6 +848,22 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
         per,
     );
     case(&["VTRR.LIMIT", "q", "p", "BURST", "3"], burst);
+    case(&["VTRR.POLICY", "q", "BURST", "3"], default_burst);
+    case(&["VTRR.POLICY", "q", "DEFAULT-RATE", "5"], default_per);
+    // A good option before a bad one is not applied either.
+    case(
+        &[
+            "VTRR.POLICY",
+            "q",
+            "MAX-NACKS",
+            "2",
+            "DEFAULT-RATE",
+            "0",
+            "PER",
+            "10",
+        ],
+        default_rate,
+    );
     case(
         &["VTRR.LIMIT", "q", "p", "RATE", "NONE", "BURST", "3"],
         burst,
@@ -1743,4 +1784,92 @@ fn a_blocked_lease_wakes_when_a_throttled_partitions_next_token_is_due() {
         (field(&shown, "rate"), field(&shown, "tokens")),
         (None, None)
     );
+}
+
+#[test]
+fn a_default_rate_holds_every_tenant_without_its_own_across_a_reload() {
+    let server = Server::builder()
+        .args(&["--enable-debug-command", "yes"])
+        .spawn();
+    let mut con = server.connect();
+    let q = "defaults";
+    set_policy(
+        &mut con,
+        q,
+        &["DEFAULT-RATE", "1", "PER", "86400000", "BURST", "2"],
+    );
+    let policy: View = redis::cmd("VTRR.POLICY").arg(q).query(&mut con).unwrap();
+    assert_eq!(
+        (
+            field(&policy, "default-rate"),
+            field(&policy, "default-per-ms"),
+            field(&policy, "default-burst")
+        ),
+        (Some(1), Some(86_400_000), Some(2))
+    );
+    set_limit(&mut con, q, "vip", &["RATE", "1000", "PER", "1000"]);
+    for partition in ["a", "b", "vip"] {
+        enqueue_many(&mut con, q, partition, 0..5, 1);
+    }
+    // Each its burst of two a day; the tenant with its own rate all of it.
+    assert_eq!(
+        per_partition(&drain_and_ack(&mut con, q)),
+        BTreeMap::from([("a".into(), 2), ("b".into(), 2), ("vip".into(), 5)])
+    );
+    let shown = view(&mut con, q, "a");
+    assert_eq!(field(&shown, "rate"), None, "no rate of its own");
+    assert_eq!(
+        (
+            field(&shown, "rate-in-force"),
+            field(&shown, "per-ms-in-force"),
+            field(&shown, "burst-in-force"),
+            field(&shown, "tokens"),
+        ),
+        (Some(1), Some(86_400_000), Some(2), Some(0))
+    );
+    assert!(field(&shown, "next-token-ms").is_some());
+    assert_eq!(
+        field(&view(&mut con, q, "vip"), "rate-in-force"),
+        Some(1000)
+    );
+    // An idle tenant keeps its spent bucket: going idle earns no tokens.
+    enqueue_many(&mut con, q, "idle", 0..2, 1);
+    assert_eq!(drain_and_ack(&mut con, q).len(), 2);
+    enqueue_many(&mut con, q, "idle", 2..3, 1);
+    // The buckets and the default survive a save and a load.
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    assert!(drain_and_ack(&mut con, q).is_empty(), "nothing has a token");
+    // Without the default, the held backlogs come in, in turn.
+    set_policy(&mut con, q, &["DEFAULT-RATE", "NONE"]);
+    let rest: Vec<String> = drain_and_ack(&mut con, q)
+        .iter()
+        .map(|(id, ..)| partition_of(id))
+        .collect();
+    assert_eq!(rest.len(), 7, "{rest:?}");
+    assert_eq!(rest.iter().filter(|p| *p == "idle").count(), 1);
+    assert_eq!(field(&view(&mut con, q, "a"), "rate-in-force"), None);
+    let problems: Vec<Value> = redis::cmd("VTRR.CHECK").arg(q).query(&mut con).unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
+fn an_idle_tenants_record_under_the_default_rate_goes_once_its_bucket_is_full() {
+    let server = Server::builder()
+        .module_args(&["reclaim-interval-ms", "50"])
+        .spawn();
+    let mut con = server.connect();
+    let q = "idle";
+    set_policy(&mut con, q, &["DEFAULT-RATE", "1", "PER", "300"]);
+    enqueue_many(&mut con, q, "p", 0..1, 1);
+    assert_eq!(drain_and_ack(&mut con, q).len(), 1);
+    let listed = |con: &mut Connection| -> usize {
+        let (_, views): (String, Vec<View>) =
+            redis::cmd("VTRR.PARTITIONS").arg(q).query(con).unwrap();
+        views.len()
+    };
+    assert_eq!(listed(&mut con), 1, "kept while its bucket refills");
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(listed(&mut con), 0, "full: nothing left to keep");
+    let problems: Vec<Value> = redis::cmd("VTRR.CHECK").arg(q).query(&mut con).unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
 }

@@ -204,6 +204,22 @@ def test_policy_limits_pause_and_the_partition_view(queue: vtrr.Queue) -> None:
     )
 
 
+def test_a_default_rate_holds_every_partition_without_its_own(queue: vtrr.Queue) -> None:
+    day = vtrr.Rate(amount=1, per_ms=86_400_000, burst=2)
+    queue.set_policy(default_rate=day)
+    assert queue.policy() == vtrr.Policy(None, None, None, default_rate=day)
+    queue.set_limit("own", rate=vtrr.Rate(amount=100, per_ms=1000))
+    queue.enqueue_many(Item(p, f"{p}{i}", b"") for p in ("a", "own") for i in range(4))
+    leased = queue.lease_many(1000, 10)
+    assert sorted(lease.id for lease in leased) == ["a0", "a1", "own0", "own1", "own2", "own3"]
+    view = queue.partition("a")
+    assert (view.rate, view.rate_in_force, view.tokens) == (None, day, 0)
+    assert queue.partition("own").rate_in_force == vtrr.Rate(100, 1000, 100)
+    queue.set_policy(default_rate="NONE")
+    assert sorted(lease.id for lease in queue.lease_many(1000, 10)) == ["a2", "a3"]
+    assert queue.policy().default_rate is None
+
+
 def test_partitions_iterates_every_partition_in_bounded_steps(queue: vtrr.Queue) -> None:
     queue.enqueue_many(Item(f"tenant-{i}", f"i{i}", b"") for i in range(1500))
     first_cursor, first_page = queue.partitions_page(count=100)

@@ -288,7 +288,7 @@ def test_the_limit_form_sets_and_removes_a_rate_and_the_pages_show_it(
 
         # No rate yet: the page says none and offers to set one, not to remove one.
         page = tenant_page()
-        assert '<dt>rate</dt><dd class="rate">none</dd>' in page
+        assert '<dt>rate (own)</dt><dd class="rate">none</dd>' in page
         assert 'name="per_ms"' in page and "remove rate" not in page
         set_rate = limit("rate=1&per_ms=60000&burst=2")
         assert set_rate.status_code == 200 and set_rate.headers["HX-Trigger"] == "vtrr-changed"
@@ -300,7 +300,7 @@ def test_the_limit_form_sets_and_removes_a_rate_and_the_pages_show_it(
         queue.enqueue("bob", "b1", b"")  # bob: no rate
 
         page = tenant_page()
-        assert '<dt>rate</dt><dd class="rate">1/60000ms, burst 2</dd>' in page
+        assert '<dt>rate (own)</dt><dd class="rate">1/60000ms, burst 2</dd>' in page
         assert '<dt>tokens</dt><dd class="tokens">0</dd>' in page
         due = re.search(r'<dt>next token</dt><dd class="next-token">in (\d+\.\d) s</dd>', page)
         assert due and 50 <= float(due[1]) <= 60, page
@@ -346,10 +346,17 @@ def test_the_limit_form_sets_and_removes_a_rate_and_the_pages_show_it(
         assert removed.status_code == 200 and "rate none" in removed.text
         assert queue.limit(tenant).rate is None
         page = tenant_page()
-        assert '<dt>rate</dt><dd class="rate">none</dd>' in page
+        assert '<dt>rate (own)</dt><dd class="rate">none</dd>' in page
         assert "<dt>tokens</dt>" not in page and "remove rate" not in page
         # Without its rate, its other items are leased at once.
         assert {lease.id for lease in queue.lease_many(60_000, 5)} == {"t2", "t3", "b1"}
+        # The queue's default rate is the one in force for it now, shown as such.
+        queue.set_policy(default_rate=vtrr.Rate(3, 1000))
+        page = tenant_page()
+        assert '<dt>rate (own)</dt><dd class="rate">none</dd>' in page
+        assert '<dt>rate in force</dt><dd class="rate-in-force">3/1000ms</dd>' in page
+        assert '<dt>tokens</dt><dd class="tokens">3</dd>' in page
+        queue.set_policy(default_rate="NONE")
 
 
 def test_queues_are_discovered_by_scan(client: redis.Redis, queue: vtrr.Queue) -> None:

@@ -8,6 +8,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::{args, bulk, check_arity, id, queue_name, tenants, Command};
 use crate::core::PolicyChange;
 use crate::server::command_info::{CommandInfo, KEY_READ, KEY_WRITE};
+use crate::store::Rate;
 use crate::{error, limits, ops};
 
 pub const POLICY: Command = Command {
@@ -15,8 +16,8 @@ pub const POLICY: Command = Command {
         name: "vtrr.policy",
         flags: "write fast",
         arity: -2,
-        summary: "Sets or reads a queue's policy: when it gives up on an item (MAX-TIMEOUTS, MAX-NACKS), and the default partition cap (DEFAULT-CONCURRENCY)",
-        complexity: "O(1); O(P) for P partitions when DEFAULT-CONCURRENCY changes",
+        summary: "Sets or reads a queue's policy: when it gives up on an item (MAX-TIMEOUTS, MAX-NACKS), and the default partition cap and rate (DEFAULT-CONCURRENCY, DEFAULT-RATE)",
+        complexity: "O(1); O(P) for P partitions when DEFAULT-CONCURRENCY or DEFAULT-RATE changes",
         key_flags: KEY_WRITE,
     },
     handler: policy,
@@ -58,13 +59,23 @@ fn policy_limit(raw: &RedisString, option: &str) -> Result<Option<i64>, RedisErr
 }
 
 /// VTRR.POLICY <name> [MAX-TIMEOUTS <n>|NONE] [MAX-NACKS <n>|NONE]
+/// [DEFAULT-CONCURRENCY <n>|NONE] [DEFAULT-RATE <n> PER <ms> [BURST <b>] |
+/// DEFAULT-RATE NONE]
 fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &POLICY)?;
     let queue = queue_name(ctx, &argv[1])?;
     let mut changes = Vec::new();
+    let mut burst = None;
     let mut options = args::Options::new(&argv[2..]);
     while let Some(name) = options.next_name() {
         let change = match name.as_str() {
+            "DEFAULT-RATE" => {
+                PolicyChange::DefaultRate(tenants::rate(&mut options, "DEFAULT-RATE")?)
+            }
+            "BURST" => {
+                burst = Some(tenants::burst(options.value()?, "DEFAULT-RATE")?);
+                continue;
+            }
             "MAX-TIMEOUTS" => {
                 PolicyChange::MaxTimeouts(policy_limit(options.value()?, "MAX-TIMEOUTS")?)
             }
@@ -77,16 +88,25 @@ fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         };
         changes.push(change);
     }
+    let last_rate = changes.iter_mut().rev().find_map(|change| match change {
+        PolicyChange::DefaultRate(rate) => Some(rate),
+        _ => None,
+    });
+    tenants::apply_burst(burst, last_rate, "DEFAULT-RATE")?;
     if !changes.is_empty() {
         ops::set_policy(ctx, queue, &changes)?;
         return Ok(RedisValue::SimpleStringStatic("OK"));
     }
-    let (policy, default_cap) = ops::policy(ctx, queue)?;
+    let (policy, defaults) = ops::policy(ctx, queue)?;
     let limit = |n: Option<i64>| n.map_or(RedisValue::Null, RedisValue::Integer);
+    let rate = |part: fn(Rate) -> u64| limit(defaults.rate.map(|rate| part(rate) as i64));
     let map: BTreeMap<RedisValueKey, RedisValue> = [
         ("max-timeouts", limit(policy.max_timeouts)),
         ("max-nacks", limit(policy.max_nacks)),
-        ("default-concurrency", limit(default_cap.map(|n| n as i64))),
+        ("default-concurrency", limit(defaults.cap.map(|n| n as i64))),
+        ("default-rate", rate(|rate| rate.amount)),
+        ("default-per-ms", rate(|rate| rate.per_ms)),
+        ("default-burst", rate(|rate| rate.burst)),
     ]
     .into_iter()
     .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))

@@ -104,24 +104,53 @@ fn cap(n: Option<u64>) -> RedisValue {
     n.map_or(RedisValue::Null, int)
 }
 
-/// `RATE <n> PER <ms>` (with an optional BURST, which defaults to n), or
-/// `RATE NONE`.
-fn rate(options: &mut args::Options<'_>) -> Result<Option<Rate>, RedisError> {
+/// `<option> <n> PER <ms>` (with an optional BURST, which defaults to n),
+/// or `<option> NONE`: RATE of `VTRR.LIMIT`, DEFAULT-RATE of `VTRR.POLICY`.
+pub(super) fn rate(
+    options: &mut args::Options<'_>,
+    option: &str,
+) -> Result<Option<Rate>, RedisError> {
     let raw = options.value()?;
     if raw.as_slice().eq_ignore_ascii_case(b"NONE") {
         return Ok(None);
     }
-    let amount = args::int_in(raw.as_slice(), 1, limits::MAX_RATE, error::rate)? as u64;
+    let amount = args::int_in(raw.as_slice(), 1, limits::MAX_RATE, || error::rate(option))? as u64;
     if options.next_name().as_deref() != Some("PER") {
-        return Err(error::rate_per());
+        return Err(error::rate_per(option));
     }
-    let per = options.value().map_err(|_| error::rate_per())?;
-    let per_ms = args::int_in(per.as_slice(), 1, limits::MAX_RATE_PER_MS, error::rate_per)?;
+    let per = options.value().map_err(|_| error::rate_per(option))?;
+    let per_ms = args::int_in(per.as_slice(), 1, limits::MAX_RATE_PER_MS, || {
+        error::rate_per(option)
+    })?;
     Ok(Some(Rate {
         amount,
         per_ms: per_ms as u64,
         burst: amount,
     }))
+}
+
+/// A BURST value: 1.., for the `option` (RATE, DEFAULT-RATE) given with it.
+pub(super) fn burst(raw: &RedisString, option: &str) -> Result<u64, RedisError> {
+    Ok(args::int_in(raw.as_slice(), 1, limits::MAX_RATE, || error::burst(option))? as u64)
+}
+
+/// Gives the call's BURST, if any, to its last rate (`last`: the last
+/// `option` given, with a rate or NONE).
+pub(super) fn apply_burst(
+    burst: Option<u64>,
+    last: Option<&mut Option<Rate>>,
+    option: &str,
+) -> Result<(), RedisError> {
+    let Some(burst) = burst else {
+        return Ok(());
+    };
+    match last {
+        Some(Some(rate)) => {
+            rate.burst = burst;
+            Ok(())
+        }
+        _ => Err(error::burst(option)),
+    }
 }
 
 /// VTRR.LIMIT <name> <partition> [CONCURRENCY <n>|NONE] [SHARE <s>]
@@ -135,11 +164,9 @@ fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let mut options = args::Options::new(&argv[3..]);
     while let Some(option) = options.next_name() {
         changes.push(match option.as_str() {
-            "RATE" => LimitChange::Rate(rate(&mut options)?),
+            "RATE" => LimitChange::Rate(rate(&mut options, "RATE")?),
             "BURST" => {
-                let raw = options.value()?;
-                burst =
-                    Some(args::int_in(raw.as_slice(), 1, limits::MAX_RATE, error::burst)? as u64);
+                burst = Some(self::burst(options.value()?, "RATE")?);
                 continue;
             }
             "CONCURRENCY" => {
@@ -157,15 +184,11 @@ fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             _ => return Err(error::syntax()),
         });
     }
-    if let Some(burst) = burst {
-        let Some(LimitChange::Rate(Some(rate))) = changes
-            .iter_mut()
-            .rfind(|change| matches!(change, LimitChange::Rate(_)))
-        else {
-            return Err(error::burst());
-        };
-        rate.burst = burst;
-    }
+    let last_rate = changes.iter_mut().rev().find_map(|change| match change {
+        LimitChange::Rate(rate) => Some(rate),
+        _ => None,
+    });
+    apply_burst(burst, last_rate, "RATE")?;
     if !changes.is_empty() {
         ops::set_limit(ctx, queue, name, &changes)?;
         return Ok(RedisValue::SimpleStringStatic("OK"));
@@ -222,6 +245,18 @@ fn view(view: PartitionView) -> RedisValue {
         ("rate", cap(record.rate.map(|rate| rate.amount))),
         ("per-ms", cap(record.rate.map(|rate| rate.per_ms))),
         ("burst", cap(record.rate.map(|rate| rate.burst))),
+        (
+            "rate-in-force",
+            cap(view.rate_in_force.map(|rate| rate.amount)),
+        ),
+        (
+            "per-ms-in-force",
+            cap(view.rate_in_force.map(|rate| rate.per_ms)),
+        ),
+        (
+            "burst-in-force",
+            cap(view.rate_in_force.map(|rate| rate.burst)),
+        ),
         (
             "tokens",
             view.tokens.map_or(RedisValue::Null, RedisValue::Integer),

@@ -28,7 +28,7 @@ pub enum CoreOp {
     /// `VTRR.POLICY` changing only the dead-letter limits.
     SetPolicy,
     /// `VTRR.POLICY` changing the default cap (with or without the limits).
-    SetDefaultCap,
+    SetDefaults,
     SetLimit,
     /// `VTRR.LIMIT` without options.
     Limit,
@@ -274,7 +274,7 @@ impl CoreOp {
             // The dead-letter limits need only `policy`, so an ACL that
             // grants just that key can set them.
             CoreOp::ReadPolicy | CoreOp::SetPolicy => &[QueueKey::Policy],
-            CoreOp::SetDefaultCap | CoreOp::SetLimit | CoreOp::Pause | CoreOp::Resume => CONTROL,
+            CoreOp::SetDefaults | CoreOp::SetLimit | CoreOp::Pause | CoreOp::Resume => CONTROL,
             CoreOp::Limit => &[QueueKey::Partitions],
             CoreOp::PartitionView | CoreOp::PartitionsPage | CoreOp::PartitionsTop => PARTITIONS,
             CoreOp::DeadItems => DEAD,
@@ -305,11 +305,13 @@ impl CoreOp {
 
     /// `VTRR.POLICY` with `changes`: only a default cap moves items.
     pub fn set_policy(changes: &[PolicyChange]) -> CoreOp {
-        if changes
-            .iter()
-            .any(|c| matches!(c, PolicyChange::DefaultConcurrency(_)))
-        {
-            CoreOp::SetDefaultCap
+        if changes.iter().any(|c| {
+            matches!(
+                c,
+                PolicyChange::DefaultConcurrency(_) | PolicyChange::DefaultRate(_)
+            )
+        }) {
+            CoreOp::SetDefaults
         } else {
             CoreOp::SetPolicy
         }
@@ -329,7 +331,7 @@ impl CoreOp {
             CoreOp::RunDue => "run_due",
             CoreOp::ReadPolicy => "read_policy",
             CoreOp::SetPolicy => "set_policy",
-            CoreOp::SetDefaultCap => "set_policy (default cap)",
+            CoreOp::SetDefaults => "set_policy (defaults)",
             CoreOp::SetLimit => "set_limit",
             CoreOp::Limit => "limit",
             CoreOp::Pause => "pause",
@@ -520,7 +522,7 @@ mod tests {
         let mut reading = store.scoped(CoreOp::ReadPolicy);
         read_policy(&mut reading, &mut anomalies);
         assert_eq!(
-            partitions::read_default_cap(&mut reading, &mut anomalies),
+            partitions::read_defaults(&mut reading, &mut anomalies).cap,
             Some(2)
         );
         assert_eq!(

@@ -24,7 +24,7 @@
 
 use super::held;
 use super::meta::partition_of;
-use super::partitions::{self, Parking, Record, State, Stored};
+use super::partitions::{self, Defaults, Parking, Record, State, Stored};
 use super::ranks;
 use super::throttle;
 use super::types::{Anomaly, Due};
@@ -44,9 +44,9 @@ pub struct Partition {
     stored: Stored,
     /// The record and the default cap as opened, for the rankings and
     /// totals (`ranks`).
-    opened: (Record, Option<u64>),
+    opened: (Record, Defaults),
     /// The queue's default cap, as the call read it.
-    pub default_cap: Option<u64>,
+    pub defaults: Defaults,
     controlled_at_open: bool,
     /// The call's clock, where it has one: a line that starts waiting
     /// starts then. Calls without one never add queued items.
@@ -70,17 +70,17 @@ impl Partition {
 pub fn open(
     store: &mut impl Store,
     name: &[u8],
-    default_cap: Option<u64>,
+    defaults: Defaults,
     anomalies: &mut Vec<Anomaly>,
 ) -> Partition {
     let (stored, record) = partitions::read(store, name, anomalies);
     Partition {
-        controlled_at_open: record.controlled(default_cap),
+        controlled_at_open: record.controlled(defaults),
         name: name.to_vec(),
-        opened: (record.clone(), default_cap),
+        opened: (record.clone(), defaults),
         record,
         stored,
-        default_cap,
+        defaults,
         now_ms: None,
         rerank: false,
     }
@@ -92,7 +92,7 @@ pub fn open(
 /// (what the call writes then depends on its clock).
 pub fn close(store: &mut impl Store, mut partition: Partition) -> bool {
     settle(store, &mut partition);
-    if !partition.controlled_at_open && partition.record.controlled(partition.default_cap) {
+    if !partition.controlled_at_open && partition.record.controlled(partition.defaults) {
         park_from_start(store, &mut partition);
     }
     if partition.record.held == 0 {
@@ -118,7 +118,7 @@ pub fn close(store: &mut impl Store, mut partition: Partition) -> bool {
         store,
         &partition.name,
         (&partition.opened.0, partition.opened.1),
-        (&partition.record, partition.default_cap),
+        (&partition.record, partition.defaults),
         partition.rerank,
     );
     started_waiting
@@ -146,13 +146,19 @@ fn settle(store: &mut impl Store, partition: &mut Partition) {
     if partition.record.parking != Parking::Done && partition.record.in_queue() == 0 {
         finish_parking(store, partition);
     }
-    if !partition.record.servable(partition.default_cap) {
+    if !partition.record.servable(partition.defaults) {
         park_head(store, partition);
     } else if partition.record.held > 0 && partition.record.head.is_none() {
         admit_head(store, partition);
     }
-    if partition.record.rate.is_some() {
-        throttle::list(store, &partition.name, &partition.record);
+    if partition.record.rate_in_force(partition.defaults).is_some() {
+        partition.record.forget_full_bucket(partition.defaults);
+        throttle::list(
+            store,
+            &partition.name,
+            &partition.record,
+            partition.defaults,
+        );
     }
 }
 
@@ -162,9 +168,9 @@ fn settle(store: &mut impl Store, partition: &mut Partition) {
 pub fn enter_queue(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
     partition.record.queued += 1;
     let record = &partition.record;
-    if !record.controlled(partition.default_cap) {
+    if !record.controlled(partition.defaults) {
         store.zadd(ZsetKey::Queue, id, score as f64);
-    } else if record.head.is_none() && record.held == 0 && record.servable(partition.default_cap) {
+    } else if record.head.is_none() && record.held == 0 && record.servable(partition.defaults) {
         store.zadd(ZsetKey::Queue, id, score as f64);
         partition.record.head = Some(id.to_vec());
     } else {
@@ -349,7 +355,7 @@ fn shift_held(store: &mut impl Store, partition: &mut Partition, by: i64) {
 /// (no item of it in `queue` is later). True when some parking is left.
 pub fn park_queued(
     store: &mut impl Store,
-    default_cap: Option<u64>,
+    defaults: Defaults,
     budget: usize,
     outcome: &mut Due,
 ) -> bool {
@@ -359,7 +365,7 @@ pub fn park_queued(
             return false;
         };
         let anomalies = &mut outcome.anomalies;
-        let mut partition = open(store, &name, default_cap, anomalies);
+        let mut partition = open(store, &name, defaults, anomalies);
         if partition.record.parking == Parking::Done {
             store.zrem(ZsetKey::Parking, &name); // a stale entry
             close(store, partition);
@@ -424,7 +430,7 @@ fn park_own(
             other.insert(open(
                 store,
                 &name,
-                partition.default_cap,
+                partition.defaults,
                 &mut outcome.anomalies,
             ))
         } else {

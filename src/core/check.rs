@@ -6,9 +6,10 @@ use std::collections::{HashMap, HashSet};
 use super::controls::count_from_keys;
 use super::held;
 use super::numbers::parse_meta;
-use super::partitions::{read_default_cap, Parking};
+use super::partitions::{read_defaults, Parking};
 use super::ranks::{self, queue_totals, Rank};
 use super::schedule::Schedule;
+use super::throttle;
 use super::types::CoreError;
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -127,7 +128,7 @@ pub fn check(store: &mut impl Store) -> Result<Vec<String>, CoreError> {
 fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Result<(), CoreError> {
     let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
     let mut counts = count_from_keys(store);
-    let default_cap = read_default_cap(store, &mut Vec::new());
+    let defaults = read_defaults(store, &mut Vec::new());
     let mut parking: HashSet<Vec<u8>> = store
         .zrange_upto(ZsetKey::Parking, f64::INFINITY, usize::MAX)
         .into_iter()
@@ -167,10 +168,7 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 record.parking
             ));
         }
-        if record.parking == Parking::Done
-            && record.controlled(default_cap)
-            && record.in_queue() > 0
-        {
+        if record.parking == Parking::Done && record.controlled(defaults) && record.in_queue() > 0 {
             problems.push(format!(
                 "partition {} is under control with {} items in queue besides its head",
                 show(&name),
@@ -183,7 +181,7 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 show(&name)
             ));
         }
-        if record.head.is_some() && !record.servable(default_cap) {
+        if record.head.is_some() && !record.servable(defaults) {
             problems.push(format!(
                 "partition {} may not be served but has its head in queue",
                 show(&name)
@@ -218,15 +216,11 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
                 show(&name)
             ));
         }
-        let waits_for = if record.queued > 0 {
-            record.token_due()
-        } else {
-            None
-        };
+        let waits_for = throttle::listed_at(&record, defaults);
         let listed = throttled.remove(&name);
         if listed != waits_for.map(|due| due as f64) {
             problems.push(format!(
-                "partition {} waits for its next token until {waits_for:?} but throttled lists it at {listed:?}",
+                "partition {} waits for its bucket until {waits_for:?} but throttled lists it at {listed:?}",
                 show(&name)
             ));
         }
@@ -267,7 +261,7 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
 /// queue's totals are at least what its partitions' records count.
 fn check_rankings(store: &mut impl Store, problems: &mut Vec<String>) -> Result<(), CoreError> {
     let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
-    let default_cap = read_default_cap(store, &mut Vec::new());
+    let defaults = read_defaults(store, &mut Vec::new());
     let mut records = Vec::new();
     for name in store.hfields(HashKey::Partitions)? {
         if let Some(Ok(record)) = store.record(&name) {
@@ -277,7 +271,7 @@ fn check_rankings(store: &mut impl Store, problems: &mut Vec<String>) -> Result<
     for rank in Rank::ALL {
         let mut held: HashMap<Vec<u8>, f64> = ranks::entries(store, rank).into_iter().collect();
         for (name, record) in &records {
-            let expected = rank.score(record, default_cap);
+            let expected = rank.score(record, defaults);
             let found = held.remove(name);
             if expected != found {
                 problems.push(format!(

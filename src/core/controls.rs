@@ -9,8 +9,8 @@ use super::held;
 use super::meta::partition_of;
 use super::numbers::{int_field, parse_virtual_time};
 use super::partitions::{
-    self, read_default_cap, Record, CAPPED_COUNT_FIELD, DEFAULT_CONCURRENCY_FIELD,
-    PAUSED_COUNT_FIELD,
+    self, format_rate, read_defaults, Defaults, Record, CAPPED_COUNT_FIELD,
+    DEFAULT_CONCURRENCY_FIELD, DEFAULT_RATE_FIELD, PAUSED_COUNT_FIELD,
 };
 use super::ranks::{self, waited, Rank};
 use super::types::{Anomaly, CoreError, Due};
@@ -36,6 +36,8 @@ pub struct PartitionView {
     pub virtual_time: Option<i64>,
     /// The cap in force: its own, else the queue's default.
     pub cap_in_force: Option<u64>,
+    /// The rate in force: its own, else the queue's default.
+    pub rate_in_force: Option<Rate>,
     /// How long its line has waited (ms): None with nothing queued.
     pub waiting_ms: Option<i64>,
     /// With a rate: the whole tokens its bucket holds now, and when it
@@ -95,9 +97,9 @@ pub fn set_limit(
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(), CoreError> {
     let at = read_placing(store, anomalies)?;
-    let mut partition = admission::open(store, name, at.default_cap, anomalies);
+    let mut partition = admission::open(store, name, at.defaults, anomalies);
     let before = partition.record.clone();
-    let cap_before = partition.record.cap_in_force(at.default_cap);
+    let cap_before = partition.record.cap_in_force(at.defaults);
     let was_capped = partition.record.cap.is_some();
     let was_rated = partition.record.rate.is_some();
     for change in changes {
@@ -116,23 +118,23 @@ pub fn set_limit(
         adjust_count(store, CAPPED_COUNT_FIELD, !was_capped);
     }
     let unrated = was_rated && partition.record.rate.is_none();
-    if unrated || raised(cap_before, partition.record.cap_in_force(at.default_cap)) {
+    if unrated || raised(cap_before, partition.record.cap_in_force(at.defaults)) {
         admission::rejoin(store, &mut partition);
     }
     let changed = partition.record != before;
     admission::close(store, partition);
     if changed {
         // Setting what is already set writes nothing (WATCH stays intact).
-        park_some(store, at.default_cap, anomalies);
+        park_some(store, at.defaults, anomalies);
     }
     Ok(())
 }
 
 /// The parking a control change started, up to a call's bound; the timer
 /// goes on with the rest.
-fn park_some(store: &mut impl Store, default_cap: Option<u64>, anomalies: &mut Vec<Anomaly>) {
+fn park_some(store: &mut impl Store, defaults: Defaults, anomalies: &mut Vec<Anomaly>) {
     let mut outcome = Due::default();
-    admission::park_queued(store, default_cap, MAX_PARKED_PER_CALL, &mut outcome);
+    admission::park_queued(store, defaults, MAX_PARKED_PER_CALL, &mut outcome);
     anomalies.append(&mut outcome.anomalies);
 }
 
@@ -141,58 +143,71 @@ pub fn limit(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) 
     partitions::read(store, name, anomalies).1
 }
 
-/// `VTRR.POLICY ... DEFAULT-CONCURRENCY`, from `before` to `cap`: sets the
-/// cap of every partition without its own, then settles each partition (a
-/// raised default lets their held items in, rejoining at the current
-/// virtual time; one that comes under control starts parking). The caller
-/// has read the current virtual time. O(partitions).
-pub(super) fn set_default_cap(
+/// `VTRR.POLICY ... DEFAULT-CONCURRENCY / DEFAULT-RATE`, from `before` to
+/// `after`: sets what every partition without its own has, then settles
+/// each partition with a record (a partition without one has nothing
+/// queued, and opens under the new defaults). A raised default cap, or a
+/// default rate removed, lets their held items in, rejoining at the
+/// current virtual time; a new default rate starts with a full bucket; a
+/// partition that comes under control starts parking. The caller has read
+/// the current virtual time. O(partitions).
+pub(super) fn set_defaults(
     store: &mut impl Store,
-    before: Option<u64>,
-    cap: Option<u64>,
+    before: Defaults,
+    after: Defaults,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(), CoreError> {
     // Read before the first write: a refused read leaves the queue as it was.
     let names = store.hfields(HashKey::Partitions)?;
-    match cap {
-        Some(n) => {
-            let mut digits = itoa::Buffer::new();
-            store.hset(
-                HashKey::Policy,
-                DEFAULT_CONCURRENCY_FIELD.as_bytes(),
-                digits.format(n).as_bytes(),
-            )
-        }
-        None => store.hdel(HashKey::Policy, DEFAULT_CONCURRENCY_FIELD.as_bytes()),
+    if before.cap != after.cap {
+        let text = after.cap.map(|n| n.to_string());
+        set_policy_field(store, DEFAULT_CONCURRENCY_FIELD, text);
     }
-    let default_raised = raised(before, cap);
+    if before.rate != after.rate {
+        set_policy_field(store, DEFAULT_RATE_FIELD, after.rate.map(format_rate));
+    }
+    let raised_cap = raised(before.cap, after.cap);
+    let unrated = before.rate.is_some() && after.rate.is_none();
     for name in names {
-        // Opened under the old default, closed under the new one: whether
+        // Opened under the old defaults, closed under the new ones: whether
         // it came under control is judged across the change.
         let mut partition = admission::open(store, &name, before, anomalies);
-        partition.default_cap = cap;
-        if partition.record.cap.is_none() && default_raised {
+        partition.defaults = after;
+        let own = &partition.record;
+        let rejoins = (own.cap.is_none() && raised_cap) || (own.rate.is_none() && unrated);
+        if partition.record.rate.is_none() && before.rate != after.rate {
+            partition.record.fill();
+            store.zrem(ZsetKey::Throttled, &name);
+        }
+        if rejoins {
             admission::rejoin(store, &mut partition);
         }
         admission::close(store, partition);
     }
-    park_some(store, cap, anomalies);
+    park_some(store, after, anomalies);
     Ok(())
+}
+
+fn set_policy_field(store: &mut impl Store, field: &str, value: Option<String>) {
+    match value {
+        Some(text) => store.hset(HashKey::Policy, field.as_bytes(), text.as_bytes()),
+        None => store.hdel(HashKey::Policy, field.as_bytes()),
+    }
 }
 
 /// `VTRR.PAUSE`: false when already paused. Its head (if any) leaves
 /// `queue` for `held` as it settles, so no LEASE steps over it; what else
 /// it has in `queue` starts parking.
 pub fn pause(store: &mut impl Store, name: &[u8], anomalies: &mut Vec<Anomaly>) -> bool {
-    let default_cap = read_default_cap(store, anomalies);
-    let mut partition = admission::open(store, name, default_cap, anomalies);
+    let defaults = read_defaults(store, anomalies);
+    let mut partition = admission::open(store, name, defaults, anomalies);
     if partition.record.paused {
         return false;
     }
     partition.record.paused = true;
     adjust_count(store, PAUSED_COUNT_FIELD, true);
     admission::close(store, partition);
-    park_some(store, default_cap, anomalies);
+    park_some(store, defaults, anomalies);
     true
 }
 
@@ -206,7 +221,7 @@ pub fn resume(
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<bool, CoreError> {
     let at = read_placing(store, anomalies)?;
-    let mut partition = admission::open(store, name, at.default_cap, anomalies);
+    let mut partition = admission::open(store, name, at.defaults, anomalies);
     if !partition.record.paused {
         return Ok(false);
     }
@@ -221,7 +236,7 @@ fn view(
     store: &mut impl Store,
     partition: Vec<u8>,
     record: Record,
-    default_cap: Option<u64>,
+    defaults: Defaults,
     now_ms: i64,
 ) -> PartitionView {
     let virtual_time = int_field(
@@ -232,12 +247,13 @@ fn view(
     )
     .flatten();
     let mut refilled = record.clone();
-    refilled.refill(now_ms);
+    refilled.refill(defaults, now_ms);
     PartitionView {
-        cap_in_force: record.cap_in_force(default_cap),
+        cap_in_force: record.cap_in_force(defaults),
+        rate_in_force: record.rate_in_force(defaults),
         waiting_ms: record.waiting_since.map(|since| waited(since, now_ms)),
-        tokens: refilled.tokens(),
-        next_token_ms: refilled.token_due(),
+        tokens: refilled.tokens(defaults),
+        next_token_ms: refilled.token_due(defaults),
         partition,
         record,
         virtual_time,
@@ -251,9 +267,9 @@ pub fn partition_view(
     now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> PartitionView {
-    let default_cap = read_default_cap(store, anomalies);
+    let defaults = read_defaults(store, anomalies);
     let record = partitions::read(store, name, anomalies).1;
-    view(store, name.to_vec(), record, default_cap, now_ms)
+    view(store, name.to_vec(), record, defaults, now_ms)
 }
 
 /// `VTRR.PARTITIONS ... TOP`: how many partitions `rank` holds, and the
@@ -266,13 +282,13 @@ pub fn partitions_top(
     now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(u64, Vec<PartitionView>), CoreError> {
-    let default_cap = read_default_cap(store, anomalies);
+    let defaults = read_defaults(store, anomalies);
     let (ranked, names) = ranks::top(store, rank, offset, count)?;
     let views = names
         .into_iter()
         .map(|name| {
             let record = partitions::read(store, &name, anomalies).1;
-            view(store, name, record, default_cap, now_ms)
+            view(store, name, record, defaults, now_ms)
         })
         .collect();
     Ok((ranked, views))
@@ -286,13 +302,13 @@ pub fn partitions_page(
     now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(u64, Vec<PartitionView>), CoreError> {
-    let default_cap = read_default_cap(store, anomalies);
+    let defaults = read_defaults(store, anomalies);
     let (next, entries) = store.hscan(HashKey::Partitions, cursor, count)?;
     let views = entries
         .into_iter()
         .map(|(name, raw)| {
             let record = partitions::parse_or_report(&name, &raw, anomalies);
-            view(store, name, record, default_cap, now_ms)
+            view(store, name, record, defaults, now_ms)
         })
         .collect();
     Ok((next, views))
@@ -328,7 +344,7 @@ pub(super) fn count_from_keys(store: &mut impl Store) -> BTreeMap<Vec<u8>, [u64;
 /// the counts of paused and capped partitions. The number of partition
 /// records it changed. O(N).
 pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u64, CoreError> {
-    let default_cap = read_default_cap(store, anomalies);
+    let defaults = read_defaults(store, anomalies);
     let mut counts = count_from_keys(store);
     let mut names: Vec<Vec<u8>> = store.hfields(HashKey::Partitions)?;
     names.extend(counts.keys().cloned());
@@ -337,7 +353,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
     let (mut paused, mut capped, mut changed) = (0u64, 0u64, 0u64);
     for name in names {
         let [queued, held, leased, delayed, dead] = counts.remove(&name).unwrap_or_default();
-        let mut partition = admission::open(store, &name, default_cap, anomalies);
+        let mut partition = admission::open(store, &name, defaults, anomalies);
         let before = partition.record.clone();
         let record = &mut partition.record;
         (
@@ -349,7 +365,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
         ) = (queued, held, leased, delayed, dead);
         paused += u64::from(record.paused);
         capped += u64::from(record.cap.is_some());
-        if record.controlled(default_cap) {
+        if record.controlled(defaults) {
             admission::park_from_start(store, &mut partition);
         }
         partition.rerank = true;

@@ -2,15 +2,15 @@
 //! up on them, how an operator reads them, revives them or cancels items.
 
 use super::admission;
-use super::controls::set_default_cap;
+use super::controls::set_defaults;
 use super::meta;
 use super::numbers::parse_meta;
-use super::partitions::{read_default_cap, State};
+use super::partitions::{read_defaults, State};
 use super::scoring::requeue;
 use super::types::{Anomaly, CoreError};
 use super::virtual_time::{read_current_virtual_time, read_placing};
 use super::{counters, leased};
-use crate::store::{HashKey, Store, ZsetKey};
+use crate::store::{HashKey, Rate, Store, ZsetKey};
 
 /// Why an item died.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +54,8 @@ pub enum PolicyChange {
     MaxNacks(Option<i64>),
     /// The cap of every partition without its own (`VTRR.LIMIT`).
     DefaultConcurrency(Option<u64>),
+    /// The rate of every partition without its own (`VTRR.LIMIT`).
+    DefaultRate(Option<Rate>),
 }
 
 /// Reads the policy; a field that is not a count reads as NONE and is
@@ -82,22 +84,26 @@ pub fn set_policy(
     changes: &[PolicyChange],
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(), CoreError> {
-    // The default cap first: it reads the virtual time and the partition
-    // names, and refuses before its first write, so before any of these.
+    // The defaults first: they read the virtual time and the partition
+    // names, and refuse before their first write, so before any of these.
+    let before = read_defaults(store, anomalies);
+    let mut after = before;
     for change in changes {
-        if let PolicyChange::DefaultConcurrency(cap) = *change {
-            read_current_virtual_time(store)?;
-            let before = read_default_cap(store, anomalies);
-            if before != cap {
-                set_default_cap(store, before, cap, anomalies)?;
-            }
+        match *change {
+            PolicyChange::DefaultConcurrency(cap) => after.cap = cap,
+            PolicyChange::DefaultRate(rate) => after.rate = rate,
+            PolicyChange::MaxTimeouts(_) | PolicyChange::MaxNacks(_) => {}
         }
+    }
+    if after != before {
+        read_current_virtual_time(store)?;
+        set_defaults(store, before, after, anomalies)?;
     }
     for change in changes {
         let (field, value) = match *change {
             PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value),
             PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value),
-            PolicyChange::DefaultConcurrency(_) => continue,
+            PolicyChange::DefaultConcurrency(_) | PolicyChange::DefaultRate(_) => continue,
         };
         // Setting what is already set writes nothing (WATCH stays intact).
         let text = value.map(|n| n.to_string().into_bytes());
@@ -203,7 +209,7 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
         store.hdel(HashKey::Nacks, id);
         let meta = meta::read(store, id);
         let anomalies = &mut outcome.anomalies;
-        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        let mut partition = admission::open(store, &meta.partition, at.defaults, anomalies);
         partition.record.leave(State::Dead);
         requeue(store, &at, &mut partition, id, &payload, &meta, anomalies);
         admission::close(store, partition);
@@ -224,11 +230,11 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
 /// lets the partition re-enter as a newcomer would, never before the
 /// current virtual time.
 pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly>) -> u64 {
-    let default_cap = read_default_cap(store, anomalies);
+    let defaults = read_defaults(store, anomalies);
     let mut cancelled = 0;
     for id in ids {
         let meta = meta::read(store, id);
-        let mut partition = admission::open(store, &meta.partition, default_cap, anomalies);
+        let mut partition = admission::open(store, &meta.partition, defaults, anomalies);
         let from = if admission::take_queued(store, &mut partition, id) {
             partition.record.gap = partition.record.gap.saturating_add(meta.weight);
             store.hdel(HashKey::Task, id);

@@ -8,7 +8,7 @@ use super::dead::bury_without_payload;
 use super::enqueue::{enqueue, EnqueueOutcome};
 use super::meta;
 use super::numbers::format_meta;
-use super::partitions::{read_default_cap, State};
+use super::partitions::{read_defaults, State};
 use super::scoring::{is_present, requeue};
 use super::types::{CoreError, Due, NewItem};
 use super::virtual_time::Placing;
@@ -27,7 +27,7 @@ pub fn defer(
         return enqueue(store, now_ms, items);
     }
     let mut outcome = EnqueueOutcome::default();
-    let default_cap = read_default_cap(store, &mut outcome.anomalies);
+    let defaults = read_defaults(store, &mut outcome.anomalies);
     for item in items {
         if is_present(store, item.id) {
             continue;
@@ -39,7 +39,7 @@ pub fn defer(
         );
         postpone(store, item.id, item.payload, due_ms);
         let anomalies = &mut outcome.anomalies;
-        let mut partition = admission::open(store, item.partition, default_cap, anomalies);
+        let mut partition = admission::open(store, item.partition, defaults, anomalies);
         partition.record.arrive(State::Delayed);
         partition.record.totals.enqueued += 1;
         admission::close(store, partition);
@@ -75,7 +75,7 @@ pub(super) fn promote_at(
         let payload = store.htake(HashKey::DelayedTask, &id);
         let meta = meta::read(store, &id);
         let anomalies = &mut outcome.anomalies;
-        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        let mut partition = admission::open(store, &meta.partition, at.defaults, anomalies);
         partition.now_ms = Some(now_ms);
         partition.record.leave(State::Delayed);
         match payload {

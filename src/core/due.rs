@@ -42,7 +42,7 @@ pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due,
         limit.saturating_sub(taken),
         &mut outcome,
     );
-    outcome.parking_left = park_queued(store, at.default_cap, MAX_PARKED_PER_CALL, &mut outcome);
+    outcome.parking_left = park_queued(store, at.defaults, MAX_PARKED_PER_CALL, &mut outcome);
     Ok(outcome)
 }
 
@@ -92,13 +92,13 @@ fn refill_due(
     }
     let due = store.zrange_upto(ZsetKey::Throttled, now_ms as f64, limit);
     for (name, _) in &due {
-        let mut partition = admission::open(store, name, at.default_cap, &mut outcome.anomalies);
-        if partition.record.rate.is_none() {
+        let mut partition = admission::open(store, name, at.defaults, &mut outcome.anomalies);
+        if partition.record.rate_in_force(at.defaults).is_none() {
             // Listed by another client, or left by one: nothing to wait for.
             store.zrem(ZsetKey::Throttled, name);
         }
-        partition.record.refill(now_ms);
-        if partition.record.has_token() {
+        partition.record.refill(at.defaults, now_ms);
+        if partition.record.has_token(at.defaults) {
             outcome.refilled += 1;
         }
         admission::close(store, partition);

@@ -5,7 +5,7 @@ use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::dead::bury_without_payload;
 use super::due::due_at;
 use super::meta;
-use super::partitions::{read_default_cap, State};
+use super::partitions::{read_defaults, State};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
 use super::virtual_time::{parse_current_virtual_time, Placing};
 use super::{charge, counters, leased};
@@ -52,7 +52,7 @@ pub fn lease(
     let mut outcome = LeaseOutcome::default();
     let at = Placing {
         current_virtual_time,
-        default_cap: read_default_cap(store, &mut outcome.due.anomalies),
+        defaults: read_defaults(store, &mut outcome.due.anomalies),
     };
     due_at(
         store,
@@ -63,7 +63,7 @@ pub fn lease(
     );
     // Parking under way goes on with every LEASE too, so it finishes with
     // the timer off.
-    park_queued(store, at.default_cap, request.due_limit, &mut outcome.due);
+    park_queued(store, at.defaults, request.due_limit, &mut outcome.due);
     let expiry_ms = request.now_ms.saturating_add(request.lease_ms);
     let mut last_served = None;
     let mut parked = 0;
@@ -74,13 +74,13 @@ pub fn lease(
         store.zrem(ZsetKey::Queue, &id);
         let anomalies = &mut outcome.due.anomalies;
         let meta = meta::read(store, &id);
-        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        let mut partition = admission::open(store, &meta.partition, at.defaults, anomalies);
         partition.now_ms = Some(request.now_ms);
-        partition.record.refill(request.now_ms);
+        partition.record.refill(at.defaults, request.now_ms);
         if partition.record.head.as_deref() == Some(id.as_slice()) {
             partition.record.head = None;
         }
-        if !partition.record.servable(at.default_cap) {
+        if !partition.record.servable(at.defaults) {
             admission::park_popped(store, &mut partition, &id, score as i64);
             admission::close(store, partition);
             parked += 1;
@@ -101,7 +101,7 @@ pub fn lease(
             continue;
         };
         partition.served(request.now_ms);
-        partition.record.spend(meta.weight);
+        partition.record.spend(at.defaults, meta.weight);
         admission::close(store, partition);
         let token = new_token();
         leased::grant(store, &id, &payload, expiry_ms, &token);
@@ -157,16 +157,16 @@ pub fn ack_each(
     anomalies: &mut Vec<Anomaly>,
 ) -> Vec<bool> {
     let mut acked = Vec::with_capacity(acks.len());
-    let mut default_cap = None;
+    let mut defaults = None;
     for ack in acks {
         let took = leased::holds(store, ack.id, ack.token);
         acked.push(took);
         if !took {
             continue;
         }
-        let default_cap = *default_cap.get_or_insert_with(|| read_default_cap(store, anomalies));
+        let defaults = *defaults.get_or_insert_with(|| read_defaults(store, anomalies));
         let meta = meta::read(store, ack.id);
-        let mut partition = admission::open(store, &meta.partition, default_cap, anomalies);
+        let mut partition = admission::open(store, &meta.partition, defaults, anomalies);
         partition.record.leave(State::Leased);
         partition.record.totals.acked += 1;
         if let Some(cost) = ack.cost {
@@ -199,9 +199,9 @@ pub fn renew(
         now_ms.saturating_add(lease_ms) as f64,
     );
     if let Some(cost) = lease.cost.filter(|&cost| cost > 0) {
-        let default_cap = read_default_cap(store, anomalies);
+        let defaults = read_defaults(store, anomalies);
         let meta = meta::read(store, lease.id);
-        let mut partition = admission::open(store, &meta.partition, default_cap, anomalies);
+        let mut partition = admission::open(store, &meta.partition, defaults, anomalies);
         charge::charge(store, &mut partition, 0, cost);
         admission::close(store, partition);
     }

@@ -66,7 +66,7 @@ pub fn nack(
         Nack::Delay { .. } | Nack::Requeue | Nack::Release => Nacked::Requeued,
     };
     let meta = meta::read(store, id);
-    let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+    let mut partition = admission::open(store, &meta.partition, at.defaults, anomalies);
     partition.now_ms = Some(now_ms);
     partition.record.leave(State::Leased);
     if nack != Nack::Release {

@@ -7,6 +7,7 @@ use crate::store::{HashKey, Store};
 
 /// `policy` fields of the tenant controls.
 pub const DEFAULT_CONCURRENCY_FIELD: &str = "default-concurrency";
+pub const DEFAULT_RATE_FIELD: &str = "default-rate";
 pub const PAUSED_COUNT_FIELD: &str = "paused-partitions";
 pub const CAPPED_COUNT_FIELD: &str = "capped-partitions";
 
@@ -20,6 +21,23 @@ pub enum State {
 }
 
 pub use crate::store::record::{Parking, Record, Totals};
+use crate::store::Rate;
+
+/// What a partition without its own settings has (`VTRR.POLICY`
+/// DEFAULT-CONCURRENCY and DEFAULT-RATE), read once per call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Defaults {
+    pub cap: Option<u64>,
+    pub rate: Option<Rate>,
+}
+
+#[cfg(test)]
+impl Defaults {
+    /// A default cap and no default rate.
+    pub fn of_cap(cap: Option<u64>) -> Defaults {
+        Defaults { cap, rate: None }
+    }
+}
 
 impl Record {
     /// Nothing counted and nothing set: the record can go.
@@ -33,35 +51,41 @@ impl Record {
             && self.head.is_none()
             && self.gap == 0
             && self.parking == Parking::Done
+            && self.refilled_at.is_none()
     }
 
     /// The cap in force: the partition's own, else the queue's default.
-    pub fn cap_in_force(&self, default_cap: Option<u64>) -> Option<u64> {
-        self.cap.or(default_cap)
+    pub fn cap_in_force(&self, defaults: Defaults) -> Option<u64> {
+        self.cap.or(defaults.cap)
+    }
+
+    /// The rate in force: the partition's own, else the queue's default.
+    pub fn rate_in_force(&self, defaults: Defaults) -> Option<Rate> {
+        self.rate.or(defaults.rate)
     }
 
     /// Whether one more of its items may be leased now (its bucket as last
     /// refilled: LEASE and the due step refill it first). While a parking
     /// is under way its items are served at their own times as usual; once
     /// a rejoin is owed, not until the whole backlog has rejoined.
-    pub fn servable(&self, default_cap: Option<u64>) -> bool {
+    pub fn servable(&self, defaults: Defaults) -> bool {
         !self.paused
             && self.parking != Parking::RejoinOwed
-            && self.has_token()
+            && self.has_token(defaults)
             && self
-                .cap_in_force(default_cap)
+                .cap_in_force(defaults)
                 .is_none_or(|cap| self.leased < cap)
     }
 
     /// Whether its items go through `held` (one head at a time in `queue`).
-    pub fn controlled(&self, default_cap: Option<u64>) -> bool {
+    pub fn controlled(&self, defaults: Defaults) -> bool {
         self.paused
-            || self.cap_in_force(default_cap).is_some()
+            || self.cap_in_force(defaults).is_some()
             || self.held > 0
             || self.head.is_some()
             || self.parking != Parking::Done
             || self.owed != 0
-            || self.rate.is_some()
+            || self.rate_in_force(defaults).is_some()
     }
 
     /// Its queued items still in `queue`, its head aside.
@@ -160,17 +184,49 @@ pub(super) fn write(
     }
 }
 
-/// The queue's default cap (`policy` field `default-concurrency`); an
-/// unreadable value reads as none and is reported.
-pub fn read_default_cap(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Option<u64> {
-    let raw = store.hget(HashKey::Policy, DEFAULT_CONCURRENCY_FIELD.as_bytes())?;
-    let cap = std::str::from_utf8(&raw).ok().and_then(|s| s.parse().ok());
-    if cap.is_none() {
-        anomalies.push(Anomaly::PolicyUnreadable {
-            field: DEFAULT_CONCURRENCY_FIELD,
-        });
+/// The queue's defaults (`policy` fields `default-concurrency` and
+/// `default-rate`); an unreadable value reads as none and is reported.
+pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Defaults {
+    Defaults {
+        cap: read_field(
+            store,
+            DEFAULT_CONCURRENCY_FIELD,
+            |text| text.parse().ok(),
+            anomalies,
+        ),
+        rate: read_field(store, DEFAULT_RATE_FIELD, parse_rate, anomalies),
     }
-    cap
+}
+
+fn read_field<T>(
+    store: &mut impl Store,
+    field: &'static str,
+    parse: impl Fn(&str) -> Option<T>,
+    anomalies: &mut Vec<Anomaly>,
+) -> Option<T> {
+    let raw = store.hget(HashKey::Policy, field.as_bytes())?;
+    let value = std::str::from_utf8(&raw).ok().and_then(parse);
+    if value.is_none() {
+        anomalies.push(Anomaly::PolicyUnreadable { field });
+    }
+    value
+}
+
+/// A default rate as `policy` keeps it: `<amount> <per-ms> <burst>`.
+pub(super) fn format_rate(rate: Rate) -> String {
+    format!("{} {} {}", rate.amount, rate.per_ms, rate.burst)
+}
+
+fn parse_rate(text: &str) -> Option<Rate> {
+    let mut numbers = text
+        .split(' ')
+        .map(|n| n.parse::<u64>().ok().filter(|&n| n > 0));
+    let rate = Rate {
+        amount: numbers.next()??,
+        per_ms: numbers.next()??,
+        burst: numbers.next()??,
+    };
+    numbers.next().is_none().then_some(rate)
 }
 
 #[cfg(test)]
@@ -183,19 +239,25 @@ mod tests {
             leased: 2,
             ..Record::default()
         };
-        assert!(record.servable(None));
-        assert!(!record.servable(Some(2)));
+        assert!(record.servable(Defaults::of_cap(None)));
+        assert!(!record.servable(Defaults::of_cap(Some(2))));
         record.cap = Some(3);
-        assert!(record.servable(Some(2)), "own cap wins over the default");
+        assert!(
+            record.servable(Defaults::of_cap(Some(2))),
+            "own cap wins over the default"
+        );
         record.paused = true;
-        assert!(!record.servable(None));
+        assert!(!record.servable(Defaults::of_cap(None)));
         record.paused = false;
         record.parking = Parking::Underway;
         assert!(
-            record.servable(None),
+            record.servable(Defaults::of_cap(None)),
             "served at its own times while parking"
         );
         record.parking = Parking::RejoinOwed;
-        assert!(!record.servable(None), "held back until it has rejoined");
+        assert!(
+            !record.servable(Defaults::of_cap(None)),
+            "held back until it has rejoined"
+        );
     }
 }

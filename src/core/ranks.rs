@@ -22,6 +22,7 @@
 //! holds back, and no write at all for a queue without caps.
 
 use super::numbers::int_field;
+use super::partitions::Defaults;
 use super::partitions::{self, Record, Totals};
 use super::types::Anomaly;
 use crate::store::{HashKey, Store, StoreError, ZsetKey};
@@ -62,13 +63,13 @@ impl Rank {
     }
 
     /// The partition's score in this ranking under the queue's default
-    /// cap `default_cap`; None: not ranked.
-    pub(super) fn score(self, record: &Record, default_cap: Option<u64>) -> Option<f64> {
+    /// cap `defaults`; None: not ranked.
+    pub(super) fn score(self, record: &Record, defaults: Defaults) -> Option<f64> {
         let count = |n: u64| (n > 0).then(|| -(n as f64));
         match self {
             Rank::Queued => count(record.ranked_queued),
             Rank::Oldest => record.ranked_since.map(|since| since as f64),
-            Rank::Leased => match record.cap_in_force(default_cap) {
+            Rank::Leased => match record.cap_in_force(defaults) {
                 Some(cap) if record.leased >= cap => count(record.leased),
                 _ => None,
             },
@@ -128,18 +129,18 @@ pub(super) fn within_band(queued: u64, ranked: u64) -> bool {
 pub(super) fn record_change(
     store: &mut impl Store,
     name: &[u8],
-    (before, cap_before): (&Record, Option<u64>),
-    (after, cap_after): (&Record, Option<u64>),
+    (before, defaults_before): (&Record, Defaults),
+    (after, defaults_after): (&Record, Defaults),
     every: bool,
 ) {
     for rank in Rank::ALL {
-        let is = rank.score(after, cap_after);
+        let is = rank.score(after, defaults_after);
         // RECOUNT compares with what the ranking holds, so a sound one is
         // left untouched (nothing written, WATCH intact).
         let was = if every {
             store.zscore(rank.key(), name)
         } else {
-            rank.score(before, cap_before)
+            rank.score(before, defaults_before)
         };
         if was == is {
             continue;
@@ -251,15 +252,15 @@ mod tests {
         record_change(
             &mut store,
             b"a",
-            (&Record::default(), None),
-            (&record(3, 0, Some(10_000)), None),
+            (&Record::default(), Defaults::of_cap(None)),
+            (&record(3, 0, Some(10_000)), Defaults::of_cap(None)),
             false,
         );
         record_change(
             &mut store,
             b"b",
-            (&Record::default(), None),
-            (&record(5, 1, Some(20_000)), Some(1)),
+            (&Record::default(), Defaults::of_cap(None)),
+            (&record(5, 1, Some(20_000)), Defaults::of_cap(Some(1))),
             false,
         );
         assert_eq!(
@@ -282,8 +283,8 @@ mod tests {
         record_change(
             &mut store,
             b"a",
-            (&record(3, 0, Some(10_000)), None),
-            (&record(0, 1, None), Some(1)),
+            (&record(3, 0, Some(10_000)), Defaults::of_cap(None)),
+            (&record(0, 1, None), Defaults::of_cap(Some(1))),
             false,
         );
         assert_eq!(
@@ -359,20 +360,23 @@ mod tests {
             cap: Some(2),
             ..Record::default()
         };
-        assert_eq!(Rank::Leased.score(&capped, None), Some(-2.0));
+        assert_eq!(
+            Rank::Leased.score(&capped, Defaults::of_cap(None)),
+            Some(-2.0)
+        );
         let below = Record {
             leased: 1,
             cap: Some(2),
             ..Record::default()
         };
-        assert_eq!(Rank::Leased.score(&below, None), None);
+        assert_eq!(Rank::Leased.score(&below, Defaults::of_cap(None)), None);
         let uncapped = Record {
             leased: 9,
             ..Record::default()
         };
-        assert_eq!(Rank::Leased.score(&uncapped, None), None);
+        assert_eq!(Rank::Leased.score(&uncapped, Defaults::of_cap(None)), None);
         assert_eq!(
-            Rank::Leased.score(&uncapped, Some(9)),
+            Rank::Leased.score(&uncapped, Defaults::of_cap(Some(9))),
             Some(-9.0),
             "the default cap counts"
         );
@@ -387,13 +391,19 @@ mod tests {
         record_change(
             &mut store,
             b"a",
-            (&Record::default(), None),
-            (&after, None),
+            (&Record::default(), Defaults::of_cap(None)),
+            (&after, Defaults::of_cap(None)),
             false,
         );
         let mut later = after.clone();
         later.totals.acked = 1;
-        record_change(&mut store, b"a", (&after, None), (&later, None), false);
+        record_change(
+            &mut store,
+            b"a",
+            (&after, Defaults::of_cap(None)),
+            (&later, Defaults::of_cap(None)),
+            false,
+        );
         let totals = queue_totals(&mut store, &mut Vec::new());
         assert_eq!(totals.values(), [2, 1, 1, 0, 0, 0]);
     }

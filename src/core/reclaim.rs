@@ -46,7 +46,7 @@ pub(super) fn reclaim_at(
         let timeouts = counters::increment(store, HashKey::Timeouts, &id, anomalies);
         outcome.reclaimed += 1;
         let meta = meta::read(store, &id);
-        let mut partition = admission::open(store, &meta.partition, at.default_cap, anomalies);
+        let mut partition = admission::open(store, &meta.partition, at.defaults, anomalies);
         partition.now_ms = Some(now_ms);
         partition.record.leave(State::Leased);
         partition.record.totals.expired += 1;

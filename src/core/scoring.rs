@@ -33,7 +33,7 @@ pub(super) fn place(
     // are exact, and the scripts' rule is kept for queues they share (they
     // keep no counts).
     let record = &mut partition.record;
-    let start = if record.queued > 0 && record.controlled(at.default_cap) {
+    let start = if record.queued > 0 && record.controlled(at.defaults) {
         partition_virtual_time
     } else {
         partition_virtual_time.max(at.current_virtual_time.saturating_add(1))
@@ -62,7 +62,7 @@ pub(super) fn enter(
     item: &NewItem<'_>,
     anomalies: &mut Vec<Anomaly>,
 ) -> bool {
-    let mut partition = admission::open(store, item.partition, at.default_cap, anomalies);
+    let mut partition = admission::open(store, item.partition, at.defaults, anomalies);
     partition.now_ms = Some(now_ms);
     partition.record.totals.enqueued += 1;
     place(store, at, &mut partition, item, None, anomalies);

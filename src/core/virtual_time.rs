@@ -3,7 +3,7 @@
 //! reads once before its first write.
 
 use super::numbers::{int_field, parse_virtual_time, MAX_VIRTUAL_TIME};
-use super::partitions::read_default_cap;
+use super::partitions::{read_defaults, Defaults};
 use super::types::{Anomaly, CoreError};
 use crate::store::{HashKey, Store};
 
@@ -12,7 +12,7 @@ use crate::store::{HashKey, Store};
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Placing {
     pub current_virtual_time: i64,
-    pub default_cap: Option<u64>,
+    pub defaults: Defaults,
 }
 
 pub(super) fn read_placing(
@@ -22,7 +22,7 @@ pub(super) fn read_placing(
     let current_virtual_time = read_current_virtual_time(store)?;
     Ok(Placing {
         current_virtual_time,
-        default_cap: read_default_cap(store, anomalies),
+        defaults: read_defaults(store, anomalies),
     })
 }
 

@@ -163,7 +163,7 @@ const SINCE_RANKINGS: &[u8] = b"t";
 /// ranked wait as the first total.
 const SINCE_AGED_WAITS: &[u8] = b"u";
 
-/// Marks records that carry a charge owed or a rate limit (after the
+/// Marks records that carry a charge owed, a rate limit or a bucket (after the
 /// ranked queued count): written only then, so a queue without either keeps
 /// `u` records, and a version that knows only `u` refuses a `w` one.
 const SINCE_COSTS: &[u8] = b"w";
@@ -183,7 +183,7 @@ impl Record {
     /// <gap> <parking> u <waiting-since|-> <ranked-since|-> <enqueued>
     /// <leased> <acked> <nacked> <dead> <expired> <ranked-queued>[ <head
     /// id>]` (the head id, any bytes, comes last); with a charge owed or a
-    /// rate, `w` in place of `u` and `<owed> <rate|-> <per-ms> <burst>
+    /// rate or a bucket not full, `w` in place of `u` and `<owed> <rate|-> <per-ms> <burst>
     /// <bucket> <refilled-at>` after `<ranked-queued>`. The first rankings wrote
     /// `t` and no `ranked-since`; earlier versions `0` for `t` and nothing
     /// up to the head.
@@ -226,7 +226,8 @@ impl Record {
                 Parking::RejoinOwed => 2,
             };
             push(&mut out, digits.format(parking));
-            let costs = self.owed != 0 || self.rate.is_some();
+            // A bucket not full is kept under the default rate too.
+            let costs = self.owed != 0 || self.rate.is_some() || self.refilled_at.is_some();
             out.extend_from_slice(if costs { SINCE_COSTS } else { SINCE_AGED_WAITS });
             out.push(b' ');
             for since in [self.waiting_since, self.ranked_since] {

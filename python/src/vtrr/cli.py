@@ -237,24 +237,37 @@ def cmd_limit(args: argparse.Namespace) -> int:
             args.partition, concurrency=args.concurrency, share=args.share, rate=args.rate
         )
     settings = dataclasses.asdict(queue.limit(args.partition))
-    rate = settings.pop("rate")
-    settings["rate"] = None if rate is None else f"{rate['amount']}/{rate['per_ms']}"
-    settings["burst"] = None if rate is None else rate["burst"]
+    _flatten_rate(settings, "rate", "burst")
     _record(args, {"partition": args.partition, **settings}, missing="none")
     return 0
+
+
+def _flatten_rate(record: dict[str, Any], field: str, burst: str) -> None:
+    """A rate as shown: `N/MS` in `field`, its burst in `burst`."""
+    rate = record.pop(field)
+    record[field] = None if rate is None else f"{rate['amount']}/{rate['per_ms']}"
+    record[burst] = None if rate is None else rate["burst"]
 
 
 def cmd_policy(args: argparse.Namespace) -> int:
     """Set what was given, then show the queue's policy as it now is."""
     queue = _queue(args)
+    if args.default_burst is not None and not isinstance(args.default_rate, Rate):
+        print("vtrr policy: --default-burst needs --default-rate N/MS", file=sys.stderr)
+        return 2
+    if isinstance(args.default_rate, Rate) and args.default_burst is not None:
+        args.default_rate = dataclasses.replace(args.default_rate, burst=args.default_burst)
     given = {
         "max_timeouts": args.max_timeouts,
         "max_nacks": args.max_nacks,
         "default_concurrency": args.default_concurrency,
+        "default_rate": args.default_rate,
     }
     if any(value is not None for value in given.values()):
         queue.set_policy(**given)
-    _record(args, dataclasses.asdict(queue.policy()), missing="none")
+    policy = dataclasses.asdict(queue.policy())
+    _flatten_rate(policy, "default_rate", "default_burst")
+    _record(args, policy, missing="none")
     return 0
 
 
@@ -607,13 +620,24 @@ def parser() -> argparse.ArgumentParser:
     )
     limit.add_argument("--burst", type=int, metavar="B", help="with --rate: at most B at once")
     limit.set_defaults(run=cmd_limit)
-    policy = command("policy", "when items go dead, the default cap: set what is given, then show")
+    policy = command(
+        "policy", "when items go dead, the default cap and rate: set what is given, then show"
+    )
     for option, meaning in (
         ("--max-timeouts", "expired leases an item survives; none: any number"),
         ("--max-nacks", "nacks an item survives; none: any number"),
         ("--default-concurrency", "the cap of partitions without their own; none: no cap"),
     ):
         policy.add_argument(option, type=_limit, metavar="N|none", help=meaning)
+    policy.add_argument(
+        "--default-rate",
+        type=_rate,
+        metavar="N/MS|none",
+        help="the rate of partitions without their own, enforced at LEASE; none: no limit",
+    )
+    policy.add_argument(
+        "--default-burst", type=int, metavar="B", help="with --default-rate: at most B at once"
+    )
     policy.set_defaults(run=cmd_policy)
     enqueue = command("enqueue", "add one item (skipped, exit 1, if its id is already there)")
     enqueue.add_argument("partition")

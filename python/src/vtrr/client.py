@@ -289,9 +289,15 @@ class Queue:
         max_timeouts: Limit = None,
         max_nacks: Limit = None,
         default_concurrency: Limit = None,
+        default_rate: Rate | Literal["NONE"] | None = None,
     ) -> None:
-        """Set the dead-letter policy and default cap; None leaves one as it is, "NONE" clears it."""
-        self.run(commands.set_policy(self.name, max_timeouts, max_nacks, default_concurrency))
+        """Set the dead-letter policy and the default cap and rate (of every
+        partition without its own); None leaves one as it is, "NONE" clears it."""
+        self.run(
+            commands.set_policy(
+                self.name, max_timeouts, max_nacks, default_concurrency, default_rate
+            )
+        )
 
     def limit(self, partition: str) -> PartitionSettings:
         return self.run(commands.get_limit(self.name, partition))
@@ -510,8 +516,13 @@ class AsyncQueue:
         max_timeouts: Limit = None,
         max_nacks: Limit = None,
         default_concurrency: Limit = None,
+        default_rate: Rate | Literal["NONE"] | None = None,
     ) -> None:
-        await self.run(commands.set_policy(self.name, max_timeouts, max_nacks, default_concurrency))
+        await self.run(
+            commands.set_policy(
+                self.name, max_timeouts, max_nacks, default_concurrency, default_rate
+            )
+        )
 
     async def limit(self, partition: str) -> PartitionSettings:
         return await self.run(commands.get_limit(self.name, partition))

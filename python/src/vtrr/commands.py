@@ -266,6 +266,7 @@ def _policy(reply: Any) -> Policy:
         max_timeouts=_opt_int(f["max-timeouts"]),
         max_nacks=_opt_int(f["max-nacks"]),
         default_concurrency=_opt_int(f["default-concurrency"]),
+        default_rate=_rate(f, prefix="default-"),
     )
 
 
@@ -274,12 +275,17 @@ def get_policy(name: str) -> Command[Policy]:
 
 
 def set_policy(
-    name: str, max_timeouts: Limit, max_nacks: Limit, default_concurrency: Limit
+    name: str,
+    max_timeouts: Limit,
+    max_nacks: Limit,
+    default_concurrency: Limit,
+    default_rate: Rate | Literal["NONE"] | None = None,
 ) -> Command[None]:
     options = (
         *_limit_arg("MAX-TIMEOUTS", max_timeouts),
         *_limit_arg("MAX-NACKS", max_nacks),
         *_limit_arg("DEFAULT-CONCURRENCY", default_concurrency),
+        *_rate_args(default_rate, "DEFAULT-RATE"),
     )
     if not options:
         raise ValueError("set_policy needs at least one setting (None leaves one unchanged)")
@@ -321,10 +327,12 @@ def cancel(name: str, ids: Iterable[str]) -> Command[int]:
     return _ids("VTRR.CANCEL", name, ids)
 
 
-def _rate(f: Mapping[str, Any]) -> Rate | None:
-    if f["rate"] is None:
+def _rate(f: Mapping[str, Any], prefix: str = "", suffix: str = "") -> Rate | None:
+    amount = f.get(f"{prefix}rate{suffix}")
+    if amount is None:  # none, or a module from before the field
         return None
-    return Rate(amount=int(f["rate"]), per_ms=int(f["per-ms"]), burst=int(f["burst"]))
+    per_ms, burst = f[f"{prefix}per-ms{suffix}"], f[f"{prefix}burst{suffix}"]
+    return Rate(amount=int(amount), per_ms=int(per_ms), burst=int(burst))
 
 
 def _settings(reply: Any) -> PartitionSettings:
@@ -341,13 +349,13 @@ def get_limit(name: str, partition: str) -> Command[PartitionSettings]:
     return Command(("VTRR.LIMIT", name, encode(partition)), _settings)
 
 
-def _rate_args(rate: Rate | Literal["NONE"] | None) -> tuple[Arg, ...]:
+def _rate_args(rate: Rate | Literal["NONE"] | None, option: str = "RATE") -> tuple[Arg, ...]:
     if rate is None:
         return ()
     if rate == "NONE":
-        return ("RATE", "NONE")
+        return (option, "NONE")
     burst = () if rate.burst is None else ("BURST", rate.burst)
-    return ("RATE", rate.amount, "PER", rate.per_ms, *burst)
+    return (option, rate.amount, "PER", rate.per_ms, *burst)
 
 
 def set_limit(
@@ -391,6 +399,7 @@ def _view(reply: Any) -> PartitionView:
         virtual_time=_opt_int(f["virtual-time"]),
         waiting_ms=_opt_int(f["waiting-ms"]),
         rate=_rate(f),
+        rate_in_force=_rate(f, suffix="-in-force"),
         tokens=_opt_int(f["tokens"]),
         next_token_ms=_opt_int(f["next-token-ms"]),
         totals=Totals(

@@ -735,13 +735,17 @@ class ShardedQueue:
         max_timeouts: Limit = None,
         max_nacks: Limit = None,
         default_concurrency: Limit = None,
+        default_rate: Rate | Literal["NONE"] | None = None,
     ) -> None:
-        """Set the dead-letter policy and default cap on every sub-queue, in turn."""
+        """Set the dead-letter policy and the default cap and rate on every
+        sub-queue, in turn (a default rate is each sub-queue's: a tenant's
+        items all go to one)."""
         for queue in self.sub_queues:
             queue.set_policy(
                 max_timeouts=max_timeouts,
                 max_nacks=max_nacks,
                 default_concurrency=default_concurrency,
+                default_rate=default_rate,
             )
 
     def limit(self, partition: str) -> PartitionSettings:

@@ -61,17 +61,19 @@ def _duration(ms: int) -> str:
 
 
 def _rate(view: PartitionView) -> str:
-    """`5/1000ms` (and ` b10` with a burst other than the amount); `-` without a rate."""
-    rate = view.rate
+    """`5/1000ms` (and ` b10` with a burst other than the amount, ` dflt` when it is
+    the queue's default rate); `-` without a rate."""
+    rate = view.rate or view.rate_in_force
     if rate is None:
         return "-"
     burst = "" if rate.burst is None or rate.burst == rate.amount else f" b{rate.burst}"
-    return f"{rate.amount}/{rate.per_ms}ms{burst}"
+    default = " dflt" if view.rate is None else ""
+    return f"{rate.amount}/{rate.per_ms}ms{burst}{default}"
 
 
 def _tokens(view: PartitionView, now_ms: int) -> str:
     """The tokens in its bucket, and when the next is due while it holds none."""
-    if view.rate is None or view.tokens is None:
+    if view.tokens is None:
         return "-"
     if view.next_token_ms is None:
         return str(view.tokens)

@@ -151,6 +151,8 @@ class PartitionView:
     waiting_ms: int | None
     totals: Totals
     rate: Rate | None = None
+    #: Its own rate, else the queue's default rate (VTRR.POLICY DEFAULT-RATE).
+    rate_in_force: Rate | None = None
     #: With a rate: the whole tokens its bucket holds (negative while it
     #: pays back an overdraft), and when its next is due while it has none.
     tokens: int | None = None
@@ -169,11 +171,13 @@ class PartitionSettings:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Policy:
-    """VTRR.POLICY without options; None is NONE (never give up, no default cap)."""
+    """VTRR.POLICY without options; None is NONE (never give up, no default
+    cap or rate)."""
 
     max_timeouts: int | None
     max_nacks: int | None
     default_concurrency: int | None
+    default_rate: Rate | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use proptest::prelude::*;
 
 use super::{apply_limit, apply_policy};
-use crate::core::partitions::Record;
+use crate::core::partitions::{Defaults, Record};
 use crate::core::*;
 use crate::store::memory::MemoryStore;
 use crate::store::{HashKey, Rate, Store, ZsetKey};
@@ -253,7 +253,9 @@ impl Simulation {
     }
 
     fn servable(&self, partition: u8, leased: &BTreeMap<u8, u64>) -> bool {
-        self.buckets.get(&partition).is_none_or(Record::has_token)
+        self.buckets
+            .get(&partition)
+            .is_none_or(|bucket| bucket.has_token(Defaults::default()))
             && !self.paused.contains(&partition)
             && self
                 .cap_in_force(partition)
@@ -420,7 +422,7 @@ impl Simulation {
                     .filter_map(|(name, raw)| {
                         let mut record = Record::parse(&raw)?;
                         record.rate?;
-                        record.refill(self.now_ms);
+                        record.refill(Defaults::default(), self.now_ms);
                         Some((name[1], record))
                     })
                     .collect();
@@ -472,7 +474,7 @@ impl Simulation {
                     let (partition, weight) = self.items[&leased.id];
                     *leased_now.entry(partition).or_insert(0) += 1;
                     if let Some(bucket) = self.buckets.get_mut(&partition) {
-                        bucket.spend(weight);
+                        bucket.spend(Defaults::default(), weight);
                     }
                 }
                 // A LEASE that returned fewer than asked left nothing servable.

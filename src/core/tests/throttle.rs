@@ -2,6 +2,8 @@
 //! skipped by LEASE without losing its place, and served again when its
 //! next token is due.
 
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 
 use super::*;
@@ -242,4 +244,121 @@ proptest! {
         }
         assert_sound(&mut store);
     }
+}
+
+fn default_rate(amount: u64, per_ms: u64, burst: u64) -> PolicyChange {
+    PolicyChange::DefaultRate(Some(Rate {
+        amount,
+        per_ms,
+        burst,
+    }))
+}
+
+fn served_per_partition(ids: &[String]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for id in ids {
+        let partition = id.split('-').next().unwrap().to_string();
+        *counts.entry(partition).or_default() += 1;
+    }
+    counts
+}
+
+fn ack_leased(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String> {
+    let outcome = lease_at(store, now_ms, 60_000, count, 16).unwrap();
+    let acks: Vec<Ack<'_>> = outcome
+        .leased
+        .iter()
+        .map(|l| Ack {
+            id: &l.id,
+            token: &l.token,
+            cost: None,
+        })
+        .collect();
+    assert_eq!(
+        ack(&mut store.scoped(CoreOp::Ack), &acks, &mut Vec::new()),
+        acks.len() as u64
+    );
+    outcome
+        .leased
+        .iter()
+        .map(|l| String::from_utf8(l.id.clone()).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_default_rate_holds_every_partition_without_its_own_and_an_own_rate_wins() {
+    let mut store = MemoryStore::new();
+    apply_policy(&mut store, &[default_rate(1, 1000, 1)]);
+    apply_limit(&mut store, "own", rate(1, 1000, 3));
+    for partition in ["a", "b", "own"] {
+        enqueue_n(&mut store, partition, 1, 5);
+    }
+    let first = leased_at(&mut store, 0, 20);
+    assert_eq!(
+        served_per_partition(&first),
+        BTreeMap::from([("a".into(), 1), ("b".into(), 1), ("own".into(), 3)])
+    );
+    let shown = view(&mut store, "a", 0);
+    assert_eq!(shown.record.rate, None, "its own: none");
+    assert_eq!((shown.tokens, shown.next_token_ms), (Some(0), Some(1000)));
+    assert!(leased_at(&mut store, 999, 20).is_empty());
+    let second = leased_at(&mut store, 1000, 20);
+    assert_eq!(
+        served_per_partition(&second),
+        BTreeMap::from([("a".into(), 1), ("b".into(), 1), ("own".into(), 1)])
+    );
+    assert_sound(&mut store);
+}
+
+#[test]
+fn an_idle_partition_keeps_its_bucket_until_it_is_full_then_its_record_goes() {
+    let mut store = MemoryStore::new();
+    apply_policy(&mut store, &[default_rate(1, 1000, 2)]);
+    enqueue_n(&mut store, "a", 1, 2);
+    assert_eq!(ack_leased(&mut store, 0, 5).len(), 2, "its burst of two");
+    // Idle, its bucket empty: the record stays, listed until it is full.
+    assert!(store.hget(HashKey::Partitions, b"a").is_some());
+    assert_eq!(store.zscore(ZsetKey::Throttled, b"a"), Some(2000.0));
+    assert_sound(&mut store);
+    // Going idle did not refill it: the next item waits for its token.
+    enqueue(
+        &mut store.scoped(CoreOp::Enqueue),
+        10,
+        &[item("a", "a-next", 1)],
+    )
+    .unwrap();
+    assert!(leased_at(&mut store, 999, 5).is_empty());
+    assert_eq!(ack_leased(&mut store, 1000, 5), ["a-next"]);
+    // Full at 3000 (one token left after 1000 plus two refilled): the due
+    // step drops the blank record and its listing.
+    run_due(&mut store.scoped(CoreOp::RunDue), 2999, 16).unwrap();
+    assert!(store.hget(HashKey::Partitions, b"a").is_some());
+    run_due(&mut store.scoped(CoreOp::RunDue), 3000, 16).unwrap();
+    assert_eq!(store.hget(HashKey::Partitions, b"a"), None);
+    assert_eq!(store.zcard(ZsetKey::Throttled), 0);
+    assert_sound(&mut store);
+}
+
+#[test]
+fn setting_a_default_rate_parks_every_backlog_and_removing_it_lets_them_in() {
+    let mut store = MemoryStore::new();
+    enqueue_n(&mut store, "a", 1, 5);
+    enqueue_n(&mut store, "b", 1, 5);
+    apply_policy(&mut store, &[default_rate(1, 1_000_000, 1)]);
+    assert!(store.zcard(ZsetKey::Queue) <= 2, "one head per partition");
+    assert_eq!(
+        served_per_partition(&leased_at(&mut store, 0, 10)),
+        BTreeMap::from([("a".into(), 1), ("b".into(), 1)])
+    );
+    assert!(leased_at(&mut store, 1, 10).is_empty());
+    assert_sound(&mut store);
+    apply_policy(&mut store, &[PolicyChange::DefaultRate(None)]);
+    let rest = leased_at(&mut store, 2, 10);
+    assert_eq!(rest.len(), 8);
+    assert!(
+        rest.windows(2).all(|pair| pair[0][..1] != pair[1][..1]),
+        "in turn: {rest:?}"
+    );
+    assert_eq!(store.zcard(ZsetKey::Throttled), 0);
+    assert_sound(&mut store);
 }

@@ -83,7 +83,7 @@ def _next_token(view: PartitionView) -> str:
 def _tokens(view: PartitionView) -> str:
     """A tenant's bucket for a table cell: its tokens, and while it holds none when the
     next is due (`0, next in 120 ms`); a dash without a rate."""
-    if view.rate is None or view.tokens is None:
+    if view.tokens is None:
         return _NOTHING
     if view.next_token_ms is None:
         return str(view.tokens)
