@@ -246,14 +246,20 @@ fn view(
         parse_virtual_time,
     )
     .flatten();
-    let mut refilled = record.clone();
-    refilled.refill(defaults, now_ms);
+    // Refilled to now on a copy, only with a rate to refill.
+    let (tokens, next_token_ms) = if record.rate_in_force(defaults).is_some() {
+        let mut refilled = record.clone();
+        refilled.refill(defaults, now_ms);
+        (refilled.tokens(defaults), refilled.token_due(defaults))
+    } else {
+        (None, None)
+    };
     PartitionView {
         cap_in_force: record.cap_in_force(defaults),
         rate_in_force: record.rate_in_force(defaults),
         waiting_ms: record.waiting_since.map(|since| waited(since, now_ms)),
-        tokens: refilled.tokens(defaults),
-        next_token_ms: refilled.token_due(defaults),
+        tokens,
+        next_token_ms,
         partition,
         record,
         virtual_time,

@@ -96,6 +96,18 @@ enum Op {
         partition: u8,
         rate: Option<(u64, u64, u64)>,
     },
+    /// `VTRR.POLICY ... DEFAULT-RATE <amount> PER <per_ms> BURST <burst>`.
+    DefaultRate {
+        rate: Option<(u64, u64, u64)>,
+    },
+}
+
+fn rate_of((amount, per_ms, burst): (u64, u64, u64)) -> Rate {
+    Rate {
+        amount,
+        per_ms,
+        burst,
+    }
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -127,6 +139,7 @@ fn op_with_controls() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), 1u64..=20).prop_map(|(pick, cost)| Op::AckCost { pick, cost }),
         1 => (any::<usize>(), 1i64..=40, 0u64..=10).prop_map(|(pick, lease_ms, cost)| Op::Renew { pick, lease_ms, cost: Some(cost) }),
         1 => (0u8..6, prop::option::of((1u64..=3, 1u64..=20, 1u64..=4))).prop_map(|(partition, rate)| Op::Rate { partition, rate }),
+        1 => prop::option::of((1u64..=3, 1u64..=20, 1u64..=4)).prop_map(|rate| Op::DefaultRate { rate }),
     ]
 }
 
@@ -179,6 +192,7 @@ struct Simulation {
     shares: BTreeMap<u8, u64>,
     paused: HashSet<u8>,
     default_cap: Option<u64>,
+    default_rate: Option<Rate>,
     /// Partitions whose cap was lowered below the leases they held, until
     /// those leases end.
     lowered: HashSet<u8>,
@@ -224,6 +238,7 @@ impl Simulation {
             shares: BTreeMap::new(),
             paused: HashSet::new(),
             default_cap: None,
+            default_rate: None,
             lowered: HashSet::new(),
             reshared: HashSet::new(),
             owed_caps: BTreeMap::new(),
@@ -237,6 +252,13 @@ impl Simulation {
 
     fn share(&self, partition: u8) -> u64 {
         self.shares.get(&partition).copied().unwrap_or(1)
+    }
+
+    fn defaults(&self) -> Defaults {
+        Defaults {
+            cap: self.default_cap,
+            rate: self.default_rate,
+        }
     }
 
     fn cap_in_force(&self, partition: u8) -> Option<u64> {
@@ -255,7 +277,7 @@ impl Simulation {
     fn servable(&self, partition: u8, leased: &BTreeMap<u8, u64>) -> bool {
         self.buckets
             .get(&partition)
-            .is_none_or(|bucket| bucket.has_token(Defaults::default()))
+            .is_none_or(|bucket| bucket.has_token(self.defaults()))
             && !self.paused.contains(&partition)
             && self
                 .cap_in_force(partition)
@@ -415,14 +437,15 @@ impl Simulation {
                 }
                 let mut waiting = self.waiting();
                 let mut leased_now = self.leased_per_partition();
+                let defaults = self.defaults();
                 self.buckets = self
                     .store
                     .hash_entries(HashKey::Partitions)
                     .into_iter()
                     .filter_map(|(name, raw)| {
                         let mut record = Record::parse(&raw)?;
-                        record.rate?;
-                        record.refill(Defaults::default(), self.now_ms);
+                        record.rate_in_force(defaults)?;
+                        record.refill(defaults, self.now_ms);
                         Some((name[1], record))
                     })
                     .collect();
@@ -473,8 +496,14 @@ impl Simulation {
                     waiting.retain(|(_, w)| w.id != leased.id);
                     let (partition, weight) = self.items[&leased.id];
                     *leased_now.entry(partition).or_insert(0) += 1;
+                    if defaults.rate.is_some() && !self.buckets.contains_key(&partition) {
+                        // No record yet: a full bucket of the default rate.
+                        let mut blank = Record::default();
+                        blank.refill(defaults, self.now_ms);
+                        self.buckets.insert(partition, blank);
+                    }
                     if let Some(bucket) = self.buckets.get_mut(&partition) {
-                        bucket.spend(Defaults::default(), weight);
+                        bucket.spend(defaults, weight);
                     }
                 }
                 // A LEASE that returned fewer than asked left nothing servable.
@@ -686,6 +715,11 @@ impl Simulation {
             Op::DefaultCap { cap } => {
                 apply_policy(&mut self.store, &[PolicyChange::DefaultConcurrency(cap)]);
                 self.default_cap = cap;
+            }
+            Op::DefaultRate { rate } => {
+                let rate = rate.map(rate_of);
+                apply_policy(&mut self.store, &[PolicyChange::DefaultRate(rate)]);
+                self.default_rate = rate;
             }
             Op::Rate { partition, rate } => {
                 let rate = rate.map(|(amount, per_ms, burst)| Rate {
