@@ -7,18 +7,67 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 
+/// A time per (db, queue), and the same entries ordered by time.
+#[derive(Default)]
+struct Times {
+    /// db -> queue -> its time.
+    of: HashMap<i32, HashMap<Vec<u8>, i64>>,
+    /// (time, db, queue), earliest first.
+    order: BTreeSet<(i64, i32, Vec<u8>)>,
+}
+
+impl Times {
+    fn get(&self, db: i32, queue: &[u8]) -> Option<i64> {
+        self.of.get(&db).and_then(|q| q.get(queue)).copied()
+    }
+
+    /// Sets (or with None, forgets) the time of a queue.
+    fn set(&mut self, db: i32, queue: &[u8], at_ms: Option<i64>) {
+        let queues = self.of.entry(db).or_default();
+        if let Some(old) = queues.remove(queue) {
+            self.order.remove(&(old, db, queue.to_vec()));
+        }
+        if let Some(at_ms) = at_ms {
+            queues.insert(queue.to_vec(), at_ms);
+            self.order.insert((at_ms, db, queue.to_vec()));
+        }
+    }
+
+    fn first(&self) -> Option<&(i64, i32, Vec<u8>)> {
+        self.order.first()
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Forgets the queues of the databases `flushed` names.
+    fn forget(&mut self, flushed: impl Fn(i32) -> bool) {
+        self.of.retain(|d, _| !flushed(*d));
+        self.order.retain(|(_, d, _)| !flushed(*d));
+    }
+
+    /// Moves every entry to the database `moved` gives for its own.
+    fn renumber(&mut self, moved: impl Fn(i32) -> i32) {
+        self.of = std::mem::take(&mut self.of)
+            .into_iter()
+            .map(|(db, queues)| (moved(db), queues))
+            .collect();
+        self.order = std::mem::take(&mut self.order)
+            .into_iter()
+            .map(|(at, db, queue)| (at, moved(db), queue))
+            .collect();
+    }
+}
+
 #[derive(Default)]
 pub struct Index {
-    /// db -> queue -> earliest time something may be due.
-    due: HashMap<i32, HashMap<Vec<u8>, i64>>,
-    /// (due, db, queue), earliest first.
-    schedule: BTreeSet<(i64, i32, Vec<u8>)>,
-    /// (next run, db, queue) of the queues with recurring schedules,
-    /// earliest first: the timer wakes for these on time (the other due
-    /// times it meets at its interval).
-    runs: BTreeSet<(i64, i32, Vec<u8>)>,
-    /// db -> queue -> its next run in `runs`.
-    run_of: HashMap<i32, HashMap<Vec<u8>, i64>>,
+    /// The earliest time something of a queue may be due.
+    due: Times,
+    /// The next run of the queues with recurring schedules: the timer
+    /// wakes for these on time (the other due times it meets at its
+    /// interval).
+    runs: Times,
     /// Queues written by other clients since the last tick.
     pub recheck: HashSet<(i32, Vec<u8>)>,
     /// Rebuild in progress: next database and its SCAN cursor.
@@ -28,52 +77,37 @@ pub struct Index {
 impl Index {
     /// Sets (or with None, forgets) the due time of a queue.
     pub fn set_due(&mut self, db: i32, queue: &[u8], due_ms: Option<i64>) {
-        let queues = self.due.entry(db).or_default();
-        if let Some(old) = queues.remove(queue) {
-            self.schedule.remove(&(old, db, queue.to_vec()));
-        }
-        if let Some(due_ms) = due_ms {
-            queues.insert(queue.to_vec(), due_ms);
-            self.schedule.insert((due_ms, db, queue.to_vec()));
-        }
+        self.due.set(db, queue, due_ms);
     }
 
     /// Something of `queue` falls due at `due_ms`: kept when it is earlier
     /// than what the index holds.
     pub fn note_due(&mut self, db: i32, queue: &[u8], due_ms: i64) {
-        let current = self.due.get(&db).and_then(|q| q.get(queue)).copied();
-        if current.is_none_or(|due| due > due_ms) {
-            self.set_due(db, queue, Some(due_ms));
+        if self.due.get(db, queue).is_none_or(|due| due > due_ms) {
+            self.due.set(db, queue, Some(due_ms));
         }
     }
 
     /// Removes and returns the earliest queue due at or before `now_ms`.
     pub fn pop_due(&mut self, now_ms: i64) -> Option<(i32, Vec<u8>)> {
-        let (due, db, queue) = self.schedule.first()?.clone();
+        let (due, db, queue) = self.due.first()?.clone();
         if due > now_ms {
             return None;
         }
-        self.set_due(db, &queue, None);
+        self.due.set(db, &queue, None);
         Some((db, queue))
     }
 
     /// Whether some queue is due at or before `now_ms`.
     pub fn has_due(&self, now_ms: i64) -> bool {
-        self.schedule
-            .first()
-            .is_some_and(|(due, _, _)| *due <= now_ms)
+        self.due.first().is_some_and(|(due, _, _)| *due <= now_ms)
     }
 
     /// Sets (or with None, forgets) the next schedule run of a queue; the
     /// queue is due by then too.
     pub fn set_run(&mut self, db: i32, queue: &[u8], run_ms: Option<i64>) {
-        let queues = self.run_of.entry(db).or_default();
-        if let Some(old) = queues.remove(queue) {
-            self.runs.remove(&(old, db, queue.to_vec()));
-        }
+        self.runs.set(db, queue, run_ms);
         if let Some(run_ms) = run_ms {
-            queues.insert(queue.to_vec(), run_ms);
-            self.runs.insert((run_ms, db, queue.to_vec()));
             self.note_due(db, queue, run_ms);
         }
     }
@@ -85,7 +119,7 @@ impl Index {
 
     /// Queues with a due time.
     pub fn tracked(&self) -> usize {
-        self.schedule.len()
+        self.due.len()
     }
 
     /// Database `db` (every database with None) was flushed: its queues are
@@ -93,10 +127,8 @@ impl Index {
     /// keyspace event per key.)
     pub fn forget_db(&mut self, db: Option<i32>) {
         let flushed = |d: i32| db.is_none_or(|db| db == d);
-        self.due.retain(|d, _| !flushed(*d));
-        self.schedule.retain(|(_, d, _)| !flushed(*d));
-        self.run_of.retain(|d, _| !flushed(*d));
-        self.runs.retain(|(_, d, _)| !flushed(*d));
+        self.due.forget(flushed);
+        self.runs.forget(flushed);
         self.recheck.retain(|(d, _)| !flushed(*d));
     }
 
@@ -108,22 +140,8 @@ impl Index {
             db if db == second => first,
             db => db,
         };
-        self.due = std::mem::take(&mut self.due)
-            .into_iter()
-            .map(|(db, queues)| (moved(db), queues))
-            .collect();
-        self.schedule = std::mem::take(&mut self.schedule)
-            .into_iter()
-            .map(|(due, db, queue)| (due, moved(db), queue))
-            .collect();
-        self.run_of = std::mem::take(&mut self.run_of)
-            .into_iter()
-            .map(|(db, queues)| (moved(db), queues))
-            .collect();
-        self.runs = std::mem::take(&mut self.runs)
-            .into_iter()
-            .map(|(run, db, queue)| (run, moved(db), queue))
-            .collect();
+        self.due.renumber(moved);
+        self.runs.renumber(moved);
         self.recheck = std::mem::take(&mut self.recheck)
             .into_iter()
             .map(|(db, queue)| (moved(db), queue))
@@ -219,10 +237,10 @@ mod tests {
         index.recheck.insert((1, b"r".to_vec()));
         index.swap_dbs(0, 1);
 
-        assert_eq!(index.due[&1][&b"a"[..]], 30);
-        assert_eq!(index.due[&0][&b"b"[..]], 10);
-        assert_eq!(index.due[&2][&b"c"[..]], 20);
-        let schedule: Vec<_> = index.schedule.iter().cloned().collect();
+        assert_eq!(index.due.of[&1][&b"a"[..]], 30);
+        assert_eq!(index.due.of[&0][&b"b"[..]], 10);
+        assert_eq!(index.due.of[&2][&b"c"[..]], 20);
+        let schedule: Vec<_> = index.due.order.iter().cloned().collect();
         assert_eq!(
             schedule,
             [
@@ -238,8 +256,8 @@ mod tests {
 
         // A swap with a database that tracks nothing moves the one side.
         index.swap_dbs(2, 5);
-        assert!(!index.due.contains_key(&2));
-        assert_eq!(index.due[&5][&b"c"[..]], 20);
+        assert!(!index.due.of.contains_key(&2));
+        assert_eq!(index.due.of[&5][&b"c"[..]], 20);
     }
 
     #[test]
