@@ -9,7 +9,7 @@ use super::held;
 use super::meta::partition_of;
 use super::numbers::{int_field, parse_virtual_time};
 use super::partitions::{
-    self, format_rate, read_defaults, Defaults, Record, CAPPED_COUNT_FIELD,
+    self, format_rate, read_defaults, write_policy_field, Defaults, Record, CAPPED_COUNT_FIELD,
     DEFAULT_CONCURRENCY_FIELD, DEFAULT_RATE_FIELD, PAUSED_COUNT_FIELD,
 };
 use super::ranks::{self, waited, Rank};
@@ -58,16 +58,9 @@ fn write_count(store: &mut impl Store, field: &str, current: Option<u64>, count:
     if current == (count > 0).then_some(count) {
         return;
     }
-    if count == 0 {
-        store.hdel(HashKey::Policy, field.as_bytes());
-    } else {
-        let mut digits = itoa::Buffer::new();
-        store.hset(
-            HashKey::Policy,
-            field.as_bytes(),
-            digits.format(count).as_bytes(),
-        );
-    }
+    let mut digits = itoa::Buffer::new();
+    let text = (count > 0).then(|| digits.format(count).as_bytes());
+    write_policy_field(store, field, text);
 }
 
 fn adjust_count(store: &mut impl Store, field: &str, up: bool) {
@@ -161,10 +154,19 @@ pub(super) fn set_defaults(
     let names = store.hfields(HashKey::Partitions)?;
     if before.cap != after.cap {
         let text = after.cap.map(|n| n.to_string());
-        set_policy_field(store, DEFAULT_CONCURRENCY_FIELD, text);
+        write_policy_field(
+            store,
+            DEFAULT_CONCURRENCY_FIELD,
+            text.as_deref().map(str::as_bytes),
+        );
     }
     if before.rate != after.rate {
-        set_policy_field(store, DEFAULT_RATE_FIELD, after.rate.map(format_rate));
+        let text = after.rate.map(format_rate);
+        write_policy_field(
+            store,
+            DEFAULT_RATE_FIELD,
+            text.as_deref().map(str::as_bytes),
+        );
     }
     let raised_cap = raised(before.cap, after.cap);
     let unrated = before.rate.is_some() && after.rate.is_none();
@@ -186,13 +188,6 @@ pub(super) fn set_defaults(
     }
     park_some(store, after, anomalies);
     Ok(())
-}
-
-fn set_policy_field(store: &mut impl Store, field: &str, value: Option<String>) {
-    match value {
-        Some(text) => store.hset(HashKey::Policy, field.as_bytes(), text.as_bytes()),
-        None => store.hdel(HashKey::Policy, field.as_bytes()),
-    }
 }
 
 /// `VTRR.PAUSE`: false when already paused. Its head (if any) leaves

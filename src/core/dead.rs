@@ -5,7 +5,7 @@ use super::admission;
 use super::controls::set_defaults;
 use super::meta;
 use super::numbers::parse_meta;
-use super::partitions::{read_defaults, State};
+use super::partitions::{read_defaults, read_policy_field, write_policy_field, State};
 use super::scoring::requeue;
 use super::types::{Anomaly, CoreError};
 use super::virtual_time::{read_current_virtual_time, read_placing};
@@ -61,20 +61,10 @@ pub enum PolicyChange {
 /// Reads the policy; a field that is not a count reads as NONE and is
 /// reported.
 pub fn read_policy(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Policy {
-    let mut field = |name: &'static str| {
-        let raw = store.hget(HashKey::Policy, name.as_bytes())?;
-        let value = std::str::from_utf8(&raw)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-            .filter(|n| *n >= 0);
-        if value.is_none() {
-            anomalies.push(Anomaly::PolicyUnreadable { field: name });
-        }
-        value
-    };
+    let count = |text: &str| text.parse::<i64>().ok().filter(|n| *n >= 0);
     Policy {
-        max_timeouts: field(MAX_TIMEOUTS_FIELD),
-        max_nacks: field(MAX_NACKS_FIELD),
+        max_timeouts: read_policy_field(store, MAX_TIMEOUTS_FIELD, count, anomalies),
+        max_nacks: read_policy_field(store, MAX_NACKS_FIELD, count, anomalies),
     }
 }
 
@@ -110,10 +100,7 @@ pub fn set_policy(
         if store.hget(HashKey::Policy, field.as_bytes()) == text {
             continue;
         }
-        match text {
-            Some(text) => store.hset(HashKey::Policy, field.as_bytes(), &text),
-            None => store.hdel(HashKey::Policy, field.as_bytes()),
-        }
+        write_policy_field(store, field, text.as_deref());
     }
     Ok(())
 }

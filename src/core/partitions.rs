@@ -188,17 +188,19 @@ pub(super) fn write(
 /// `default-rate`); an unreadable value reads as none and is reported.
 pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Defaults {
     Defaults {
-        cap: read_field(
+        cap: read_policy_field(
             store,
             DEFAULT_CONCURRENCY_FIELD,
             |text| text.parse().ok(),
             anomalies,
         ),
-        rate: read_field(store, DEFAULT_RATE_FIELD, parse_rate, anomalies),
+        rate: read_policy_field(store, DEFAULT_RATE_FIELD, parse_rate, anomalies),
     }
 }
 
-fn read_field<T>(
+/// A `policy` field as `parse` reads it; one that does not read is
+/// reported, and reads as none.
+pub(super) fn read_policy_field<T>(
     store: &mut impl Store,
     field: &'static str,
     parse: impl Fn(&str) -> Option<T>,
@@ -210,6 +212,14 @@ fn read_field<T>(
         anomalies.push(Anomaly::PolicyUnreadable { field });
     }
     value
+}
+
+/// Writes a `policy` field, or (None) deletes it.
+pub(super) fn write_policy_field(store: &mut impl Store, field: &str, value: Option<&[u8]>) {
+    match value {
+        Some(text) => store.hset(HashKey::Policy, field.as_bytes(), text),
+        None => store.hdel(HashKey::Policy, field.as_bytes()),
+    }
 }
 
 /// A default rate as `policy` keeps it: `<amount> <per-ms> <burst>`.
