@@ -137,6 +137,25 @@ const BULK_PARTITIONS: u64 = 600;
 
 /// A partition the random part puts under tenant controls: one of the
 /// workloads' own (p0-p4), now and then one of the bulk.
+/// `<option> <n> PER <ms> BURST <b>` (a quarter of the time), `<option>
+/// NONE` (another quarter) or nothing: RATE of LIMIT, DEFAULT-RATE of POLICY.
+fn maybe_rate(cmd: &mut redis::Cmd, rng: &mut Rng, option: &str) {
+    match rng.below(4) {
+        0 => {
+            cmd.arg(option)
+                .arg(1 + rng.below(5))
+                .arg("PER")
+                .arg(1 + rng.below(50))
+                .arg("BURST")
+                .arg(1 + rng.below(3));
+        }
+        1 => {
+            cmd.arg(option).arg("NONE");
+        }
+        _ => {}
+    }
+}
+
 fn controlled_partition(rng: &mut Rng) -> String {
     if rng.chance(25) {
         format!("b{}", rng.below(BULK_PARTITIONS))
@@ -507,20 +526,7 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 }
                 // A rate limit: its bucket refills by the clock of each
                 // LEASE and timer run, which replicas replay.
-                match rng.below(4) {
-                    0 => {
-                        cmd.arg("RATE")
-                            .arg(1 + rng.below(5))
-                            .arg("PER")
-                            .arg(1 + rng.below(50))
-                            .arg("BURST")
-                            .arg(1 + rng.below(3));
-                    }
-                    1 => {
-                        cmd.arg("RATE").arg("NONE");
-                    }
-                    _ => {}
-                }
+                maybe_rate(&mut cmd, &mut rng, "RATE");
                 let _: () = cmd.query(con).unwrap();
             }
             18 => {
@@ -547,20 +553,7 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 }
                 // A default rate: every partition without its own gets a
                 // bucket, and idle ones keep theirs until it is full.
-                match rng.below(4) {
-                    0 => {
-                        cmd.arg("DEFAULT-RATE")
-                            .arg(1 + rng.below(5))
-                            .arg("PER")
-                            .arg(1 + rng.below(50))
-                            .arg("BURST")
-                            .arg(1 + rng.below(3));
-                    }
-                    1 => {
-                        cmd.arg("DEFAULT-RATE").arg("NONE");
-                    }
-                    _ => {}
-                }
+                maybe_rate(&mut cmd, &mut rng, "DEFAULT-RATE");
                 let _: () = cmd.query(con).unwrap();
             }
             20 => {

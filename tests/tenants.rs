@@ -1668,11 +1668,7 @@ fn a_partition_reporting_ten_times_its_weight_gets_a_tenth_of_the_service_across
         (9.0..=11.0).contains(&ratio),
         "light {light}, heavy {heavy}"
     );
-    let problems: Vec<Value> = redis::cmd("VTRR.CHECK")
-        .arg("costs")
-        .query(&mut con)
-        .unwrap();
-    assert!(problems.is_empty(), "{problems:?}");
+    assert_invariants(&mut con, "costs");
 }
 
 #[test]
@@ -1738,11 +1734,7 @@ fn a_throttled_tenant_is_served_at_its_rate_while_others_run_at_full_speed_acros
         (Some(20), Some(1000), Some(5))
     );
     assert!(field(&shown, "tokens").unwrap() <= 5, "{shown:?}");
-    let problems: Vec<Value> = redis::cmd("VTRR.CHECK")
-        .arg("rates")
-        .query(&mut con)
-        .unwrap();
-    assert!(problems.is_empty(), "{problems:?}");
+    assert_invariants(&mut con, "rates");
 }
 
 #[test]
@@ -1848,8 +1840,7 @@ fn a_default_rate_holds_every_tenant_without_its_own_across_a_reload() {
     assert_eq!(rest.len(), 7, "{rest:?}");
     assert_eq!(rest.iter().filter(|p| *p == "idle").count(), 1);
     assert_eq!(field(&view(&mut con, q, "a"), "rate-in-force"), None);
-    let problems: Vec<Value> = redis::cmd("VTRR.CHECK").arg(q).query(&mut con).unwrap();
-    assert!(problems.is_empty(), "{problems:?}");
+    assert_invariants(&mut con, q);
 }
 
 #[test]
@@ -1870,6 +1861,5 @@ fn an_idle_tenants_record_under_the_default_rate_goes_once_its_bucket_is_full() 
     assert_eq!(listed(&mut con), 1, "kept while its bucket refills");
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(listed(&mut con), 0, "full: nothing left to keep");
-    let problems: Vec<Value> = redis::cmd("VTRR.CHECK").arg(q).query(&mut con).unwrap();
-    assert!(problems.is_empty(), "{problems:?}");
+    assert_invariants(&mut con, q);
 }

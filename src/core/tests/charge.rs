@@ -170,12 +170,7 @@ fn a_refund_brings_a_partition_to_the_front_and_no_further() {
     // before the move.)
     assert_eq!(ack_cost(&mut store, &first, Some(1)), 1);
     let current = read_current_virtual_time(&mut store).unwrap();
-    let next: Vec<_> = lease_at(&mut store, 1, 60_000, 3, 5000)
-        .unwrap()
-        .leased
-        .iter()
-        .map(|l| String::from_utf8(l.id.clone()).unwrap())
-        .collect();
+    let next = ids_of(&lease_at(&mut store, 1, 60_000, 3, 5000).unwrap().leased);
     assert_eq!(next, ["small-0000", "big-0001", "small-0001"]);
     assert!(read_current_virtual_time(&mut store).unwrap() >= current);
     assert_sound(&mut store);

@@ -54,11 +54,14 @@ pub fn lease_at(
 }
 
 pub fn lease_ids(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String> {
-    lease_at(store, now_ms, 1000, count, 1000)
-        .unwrap()
-        .leased
-        .into_iter()
-        .map(|l| String::from_utf8(l.id).unwrap())
+    ids_of(&lease_at(store, now_ms, 1000, count, 1000).unwrap().leased)
+}
+
+/// The ids of `leased`, in order, as text.
+pub fn ids_of(leased: &[Leased]) -> Vec<String> {
+    leased
+        .iter()
+        .map(|l| String::from_utf8(l.id.clone()).unwrap())
         .collect()
 }
 

@@ -24,12 +24,7 @@ fn enqueue_n(store: &mut MemoryStore, partition: &str, weight: u64, n: usize) {
 }
 
 fn leased_at(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String> {
-    let outcome = lease_at(store, now_ms, 60_000, count, 16).unwrap();
-    outcome
-        .leased
-        .into_iter()
-        .map(|l| String::from_utf8(l.id).unwrap())
-        .collect()
+    ids_of(&lease_at(store, now_ms, 60_000, count, 16).unwrap().leased)
 }
 
 fn view(store: &mut MemoryStore, partition: &str, now_ms: i64) -> PartitionView {
@@ -278,11 +273,7 @@ fn ack_leased(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String>
         ack(&mut store.scoped(CoreOp::Ack), &acks, &mut Vec::new()),
         acks.len() as u64
     );
-    outcome
-        .leased
-        .iter()
-        .map(|l| String::from_utf8(l.id.clone()).unwrap())
-        .collect()
+    ids_of(&outcome.leased)
 }
 
 #[test]
