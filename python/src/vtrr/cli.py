@@ -227,11 +227,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_limit(args: argparse.Namespace) -> int:
     """Set what was given, then show the partition's settings as they now are."""
     queue = _queue(args)
-    if args.burst is not None and not isinstance(args.rate, Rate):
-        print("vtrr limit: --burst needs --rate N/MS", file=sys.stderr)
-        return 2
-    if isinstance(args.rate, Rate) and args.burst is not None:
-        args.rate = dataclasses.replace(args.rate, burst=args.burst)
+    args.rate = _with_burst(args.rate, args.burst, "vtrr limit: --burst needs --rate N/MS")
     if args.concurrency is not None or args.share is not None or args.rate is not None:
         queue.set_limit(
             args.partition, concurrency=args.concurrency, share=args.share, rate=args.rate
@@ -240,6 +236,18 @@ def cmd_limit(args: argparse.Namespace) -> int:
     _flatten_rate(settings, "rate", "burst")
     _record(args, {"partition": args.partition, **settings}, missing="none")
     return 0
+
+
+def _with_burst(
+    rate: Rate | Literal["NONE"] | None, burst: int | None, usage: str
+) -> Rate | Literal["NONE"] | None:
+    """`rate` with `burst` as its burst; exit 2 saying `usage` for a burst without a rate."""
+    if burst is None:
+        return rate
+    if not isinstance(rate, Rate):
+        print(usage, file=sys.stderr)
+        raise SystemExit(2)
+    return dataclasses.replace(rate, burst=burst)
 
 
 def _flatten_rate(record: dict[str, Any], field: str, burst: str) -> None:
@@ -252,11 +260,11 @@ def _flatten_rate(record: dict[str, Any], field: str, burst: str) -> None:
 def cmd_policy(args: argparse.Namespace) -> int:
     """Set what was given, then show the queue's policy as it now is."""
     queue = _queue(args)
-    if args.default_burst is not None and not isinstance(args.default_rate, Rate):
-        print("vtrr policy: --default-burst needs --default-rate N/MS", file=sys.stderr)
-        return 2
-    if isinstance(args.default_rate, Rate) and args.default_burst is not None:
-        args.default_rate = dataclasses.replace(args.default_rate, burst=args.default_burst)
+    args.default_rate = _with_burst(
+        args.default_rate,
+        args.default_burst,
+        "vtrr policy: --default-burst needs --default-rate N/MS",
+    )
     given = {
         "max_timeouts": args.max_timeouts,
         "max_nacks": args.max_nacks,
