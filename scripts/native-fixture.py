@@ -32,19 +32,22 @@ x("VTRR.ENQUEUE", q, "a", "a1", 1, "pa1", "a", "a2", 2, "pa2", "b", "b1", 1, "pb
   "b", b"b\x00bin", 3, b"\xff\x00payload", "c", "c1", 1, "pc1", "c", "c2", 1, "pc2")
 for i in range(300):  # past the listpack sizes of a keys-layout queue
     x("VTRR.ENQUEUE", q, f"t{i % 7}", f"bulk{i}", 1 + i % 3, f"payload-{i}")
+# Every time lies years ahead (at most MAX_LEASE_MS, ten years): a fixture whose
+# leases or delays fall due while it is in use makes its test fail that day.
+far = 300_000_000_000
 # Leased, long leases: their tokens ack after the reload.
 leases = []
 for _ in range(3):
-    got = x("VTRR.LEASE", q, 86_400_000)
+    got = x("VTRR.LEASE", q, far)
     leases.append([got[0].hex(), got[2].hex()] if got else None)
 # Delayed far ahead, dead by NACK DEAD, counters by NACK with a delay.
-x("VTRR.DEFER", q, 300_000_000_000, "d", "d1", 1, "pd1")
-got = x("VTRR.LEASE", q, 86_400_000)
+x("VTRR.DEFER", q, far, "d", "d1", 1, "pd1")
+got = x("VTRR.LEASE", q, far)
 x("VTRR.NACK", q, got[0], got[2], "DEAD")
-got = x("VTRR.LEASE", q, 86_400_000)
+got = x("VTRR.LEASE", q, far)
 x("VTRR.NACK", q, got[0], got[2])
-got = x("VTRR.LEASE", q, 86_400_000)
-x("VTRR.NACK", q, got[0], got[2], "DELAY", 86_400_000)
+got = x("VTRR.LEASE", q, far)
+x("VTRR.NACK", q, got[0], got[2], "DELAY", far)
 # Tenant controls: a paused partition (its items held), a capped one, a policy.
 x("VTRR.PAUSE", q, "t3")
 x("VTRR.LIMIT", q, "t4", "CONCURRENCY", 1)
