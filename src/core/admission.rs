@@ -28,7 +28,8 @@ use super::partitions::{self, Defaults, Parking, Record, State, Stored};
 use super::ranks;
 use super::throttle;
 use super::types::{Anomaly, Due};
-use super::virtual_time::{move_next, next_of, read_current_virtual_time};
+use super::levels::{of_queue_score, queue_score, Level};
+use super::virtual_time::{current_at, move_next, next_of, read_current_virtual_time};
 use crate::store::{Store, ZsetKey};
 
 /// The most items one call moves from `queue` to `held` (LEASE popping
@@ -56,10 +57,10 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// One of its queued items was leased at `now_ms`: what is left of its
-    /// line waits from now.
-    pub fn served(&mut self, now_ms: i64) {
-        self.record.leave(State::Queued);
+    /// One of its queued items, at `level`, was leased at `now_ms`: what is
+    /// left of its line waits from now.
+    pub fn served(&mut self, now_ms: i64, level: Level) {
+        self.record.leave_queued(level);
         self.record.arrive(State::Leased);
         self.record.waiting_since = Some(now_ms);
     }
@@ -96,9 +97,13 @@ pub fn close(store: &mut impl Store, mut partition: Partition) -> bool {
         park_from_start(store, &mut partition);
     }
     if partition.record.held == 0 {
-        // The offset only means something for held items.
+        // The offsets only mean something for held items.
         partition.record.offset = 0;
+        for level in &mut partition.record.levels {
+            level.offset = 0;
+        }
     }
+    partition.record.forget_blank_levels();
     let record = &mut partition.record;
     let mut started_waiting = false;
     if record.queued == 0 {
@@ -141,7 +146,7 @@ fn settle(store: &mut impl Store, partition: &mut Partition) {
     if partition.record.queued == 0 && partition.record.gap > 0 {
         // It re-enters as if the cancelled items had never been queued.
         let gap = i64::try_from(std::mem::take(&mut partition.record.gap)).unwrap_or(i64::MAX);
-        move_next(store, &partition.name, gap.saturating_neg(), None);
+        move_next(store, &partition.name, 0, gap.saturating_neg(), None);
     }
     if partition.record.parking != Parking::Done && partition.record.in_queue() == 0 {
         finish_parking(store, partition);
@@ -162,39 +167,50 @@ fn settle(store: &mut impl Store, partition: &mut Partition) {
     }
 }
 
-/// An item entering the queue at `score` (counted queued here): into
-/// `queue` when its partition is not under control, or as its head when it
-/// may be served and has nothing held; into `held` otherwise.
-pub fn enter_queue(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
-    partition.record.queued += 1;
+/// An item entering the queue at virtual time `time` of `level` (counted
+/// queued here): into `queue` when its partition is not under control, or
+/// as its head when it may be served and has nothing held; into `held`
+/// otherwise.
+pub fn enter_queue(
+    store: &mut impl Store,
+    partition: &mut Partition,
+    id: &[u8],
+    level: Level,
+    time: i64,
+) {
+    partition.record.enter_queued(level);
     let record = &partition.record;
     if !record.controlled(partition.defaults) {
-        store.zadd(ZsetKey::Queue, id, score as f64);
+        store.zadd(ZsetKey::Queue, id, queue_score(level, time) as f64);
     } else if record.head.is_none() && record.held == 0 && record.servable(partition.defaults) {
-        store.zadd(ZsetKey::Queue, id, score as f64);
+        store.zadd(ZsetKey::Queue, id, queue_score(level, time) as f64);
         partition.record.head = Some(id.to_vec());
     } else {
-        hold_item(store, partition, id, score);
+        hold_item(store, partition, id, (level, time));
     }
 }
 
-/// Puts a queued item in `held` at virtual time `score`.
-fn hold_item(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
-    held::add(store, &partition.name, partition.record.offset, id, score);
+/// Puts a queued item in `held` at virtual time `time` of `level`.
+fn hold_item(store: &mut impl Store, partition: &mut Partition, id: &[u8], at: (Level, i64)) {
+    let offset = partition.record.offset_at(at.0);
+    held::add(store, &partition.name, offset, id, at);
     partition.record.held += 1;
 }
 
-/// Moves the partition's lowest held item into `queue` as its head. A
-/// partition with none has its `held` count corrected to 0.
+/// Moves the partition's first held item (its highest level's lowest) into
+/// `queue` as its head. A partition with none has its `held` count
+/// corrected to 0.
 fn admit_head(store: &mut impl Store, partition: &mut Partition) {
-    let offset = partition.record.offset;
-    let Some((score, id)) = held::first(store, &partition.name, offset) else {
+    let record = &partition.record;
+    let Some((level, time, id)) = held::first(store, &partition.name, |l| record.offset_at(l))
+    else {
         partition.record.held = 0;
         return;
     };
-    held::remove(store, &partition.name, offset, &id, score);
+    let offset = partition.record.offset_at(level);
+    held::remove(store, &partition.name, offset, &id, (level, time));
     partition.record.held -= 1;
-    store.zadd(ZsetKey::Queue, &id, score as f64);
+    store.zadd(ZsetKey::Queue, &id, queue_score(level, time) as f64);
     partition.record.head = Some(id);
 }
 
@@ -204,26 +220,26 @@ fn admit_head(store: &mut impl Store, partition: &mut Partition) {
 /// it; the head then waits in `held` too, so the next admission takes the
 /// lowest.
 pub fn park_popped(store: &mut impl Store, partition: &mut Partition, id: &[u8], score: i64) {
-    hold_item(store, partition, id, score);
+    hold_item(store, partition, id, of_queue_score(score));
     park_head(store, partition);
 }
 
-/// Takes a queued `id` out of `queue` or `held`; false when it is in
-/// neither (its count is left to the caller).
-pub fn take_queued(store: &mut impl Store, partition: &mut Partition, id: &[u8]) -> bool {
-    if store.zrem(ZsetKey::Queue, id) {
+/// Takes a queued `id` out of `queue` or `held`: the level it was queued
+/// at, or None when it is in neither (its count is left to the caller).
+pub fn take_queued(store: &mut impl Store, partition: &mut Partition, id: &[u8]) -> Option<Level> {
+    if let Some(score) = store.zscore(ZsetKey::Queue, id) {
+        store.zrem(ZsetKey::Queue, id);
         if partition.record.head.as_deref() == Some(id) {
             partition.record.head = None;
         }
-        return true;
+        return Some(of_queue_score(score as i64).0);
     }
-    let offset = partition.record.offset;
-    let Some(score) = held::held_at(store, id, offset) else {
-        return false;
-    };
-    held::remove(store, &partition.name, offset, id, score);
+    let record = &partition.record;
+    let (level, time) = held::held_at(store, id, |l| record.offset_at(l))?;
+    let offset = partition.record.offset_at(level);
+    held::remove(store, &partition.name, offset, id, (level, time));
     partition.record.held = partition.record.held.saturating_sub(1);
-    true
+    Some(level)
 }
 
 /// The partition's head leaves `queue` for `held`.
@@ -231,38 +247,42 @@ fn park_head(store: &mut impl Store, partition: &mut Partition) {
     if let Some(head) = partition.record.head.take() {
         if let Some(score) = store.zscore(ZsetKey::Queue, &head) {
             store.zrem(ZsetKey::Queue, &head);
-            hold_item(store, partition, &head, score as i64);
+            hold_item(store, partition, &head, of_queue_score(score as i64));
         }
     }
 }
 
 /// A partition that was held back (paused, or capped below what it now may
 /// run) has items far behind the current virtual time; served at those
-/// times they would all come before anyone else's. Its held backlog rejoins
-/// at the current virtual time instead, keeping its order and spacing, as
-/// a partition that was idle would: one O(1) move of its offset. While its
-/// parking is under way, the rejoin waits until all of it is held.
+/// times they would all come before anyone else's. Its held backlog at each
+/// level rejoins at that level's current virtual time instead, keeping its
+/// order and spacing, as a partition that was idle would: one O(1) move of
+/// the level's offset. While its parking is under way, the rejoin waits
+/// until all of it is held.
 pub fn rejoin(store: &mut impl Store, partition: &mut Partition) {
     if partition.record.parking != Parking::Done {
         partition.record.parking = Parking::RejoinOwed;
         return;
     }
-    let offset = partition.record.offset;
-    let Some((first, _)) = held::first(store, &partition.name, offset) else {
-        return;
-    };
     // Read here, on this rare path, so that the calls that never rejoin
     // (ACK) need not read it. RESUME, LIMIT, POLICY, LEASE, NACK, RECLAIM
     // and REVIVE refuse an unreadable one before their first write; PAUSE
     // and CANCEL, finishing a parking, can meet it unreadable, and then
     // there is no time to rejoin at.
-    let Ok(current_virtual_time) = read_current_virtual_time(store) else {
+    let Ok(level_zero) = read_current_virtual_time(store) else {
         return;
     };
-    let behind = current_virtual_time.saturating_add(1).saturating_sub(first);
-    if behind > 0 {
-        partition.record.offset = offset.saturating_add(behind);
-        move_next(store, &partition.name, behind, Some(0));
+    for level in partition.record.levels_in_use() {
+        let offset = partition.record.offset_at(level);
+        let Some((first, _)) = held::first_at(store, &partition.name, level, offset) else {
+            continue;
+        };
+        let current = current_at(store, level_zero, level);
+        let behind = current.saturating_add(1).saturating_sub(first);
+        if behind > 0 {
+            *partition.record.offset_at_mut(level) = offset.saturating_add(behind);
+            move_next(store, &partition.name, level, behind, Some(0));
+        }
     }
 }
 
@@ -285,44 +305,52 @@ fn finish_parking(store: &mut impl Store, partition: &mut Partition) {
     if owed {
         rejoin(store, partition);
     }
-    let charged = std::mem::take(&mut partition.record.owed);
-    shift_held(store, partition, charged);
+    for level in partition.record.levels_in_use() {
+        let charged = std::mem::take(partition.record.owed_at_mut(level));
+        shift_held(store, partition, level, charged);
+    }
 }
 
-/// Moves the partition's queued items and its next virtual time `by` later
-/// (earlier when negative): a charge (`charge`). At once when its queued
-/// items are all held or its head, in O(log N) (the offset, the head's
-/// score); otherwise its items in `queue` are parked first (a bounded walk,
-/// as when it comes under control) and the move is owed until they are
-/// all held, so its items keep their order.
-pub fn shift(store: &mut impl Store, partition: &mut Partition, by: i64) {
+/// Moves the partition's queued items at `level` and its next virtual time
+/// there `by` later (earlier when negative): a charge (`charge`). At once
+/// when its queued items are all held or its head, in O(log N) (the
+/// level's offset, the head's score); otherwise its items in `queue` are
+/// parked first (a bounded walk, as when it comes under control) and the
+/// move is owed until they are all held, so its items keep their order.
+pub fn shift(store: &mut impl Store, partition: &mut Partition, level: Level, by: i64) {
     if by == 0 {
         return;
     }
     if partition.record.parking != Parking::Done {
         // Its walk goes on from where it is (starting it again would
         // restart it from the front at every charge).
-        partition.record.owed = partition.record.owed.saturating_add(by);
+        let owed = partition.record.owed_at_mut(level);
+        *owed = owed.saturating_add(by);
         return;
     }
     if partition.record.in_queue() > 0 {
-        partition.record.owed = partition.record.owed.saturating_add(by);
+        let owed = partition.record.owed_at_mut(level);
+        *owed = owed.saturating_add(by);
         park_from_start(store, partition);
         return;
     }
-    shift_held(store, partition, by);
+    shift_held(store, partition, level, by);
 }
 
 /// [`shift`] of a partition whose queued items are all held or its head.
-/// Moved earlier, its first item stops at the current virtual time + 1:
-/// a refund brings a partition to the front, never before it.
-fn shift_held(store: &mut impl Store, partition: &mut Partition, by: i64) {
-    let head = partition
-        .record
-        .head
-        .as_ref()
-        .and_then(|head| Some((head.clone(), store.zscore(ZsetKey::Queue, head)? as i64)));
-    let first_held = held::first(store, &partition.name, partition.record.offset).map(|(at, _)| at);
+/// Moved earlier, its first item at `level` stops at the level's current
+/// virtual time + 1: a refund brings a partition to the front, never
+/// before it.
+fn shift_held(store: &mut impl Store, partition: &mut Partition, level: Level, by: i64) {
+    if by == 0 {
+        return;
+    }
+    let head = partition.record.head.as_ref().and_then(|head| {
+        let (at_level, time) = of_queue_score(store.zscore(ZsetKey::Queue, head)? as i64);
+        (at_level == level).then(|| (head.clone(), time))
+    });
+    let offset = partition.record.offset_at(level);
+    let first_held = held::first_at(store, &partition.name, level, offset).map(|(at, _)| at);
     let first = match (&head, first_held) {
         (Some((_, at)), Some(held)) => Some((*at).min(held)),
         (Some((_, at)), None) => Some(*at),
@@ -330,7 +358,10 @@ fn shift_held(store: &mut impl Store, partition: &mut Partition, by: i64) {
     };
     let by = match first {
         Some(first) if by < 0 => match read_current_virtual_time(store) {
-            Ok(current) => by.max(current.saturating_add(1).saturating_sub(first).min(0)),
+            Ok(level_zero) => {
+                let current = current_at(store, level_zero, level);
+                by.max(current.saturating_add(1).saturating_sub(first).min(0))
+            }
             Err(_) => 0, // no time to stop at: no refund
         },
         _ => by,
@@ -339,12 +370,13 @@ fn shift_held(store: &mut impl Store, partition: &mut Partition, by: i64) {
         return;
     }
     if first_held.is_some() {
-        partition.record.offset = partition.record.offset.saturating_add(by);
+        *partition.record.offset_at_mut(level) = offset.saturating_add(by);
     }
     if let Some((head, at)) = head {
-        store.zadd(ZsetKey::Queue, &head, at.saturating_add(by) as f64);
+        let score = queue_score(level, at.saturating_add(by));
+        store.zadd(ZsetKey::Queue, &head, score as f64);
     }
-    move_next(store, &partition.name, by, None);
+    move_next(store, &partition.name, level, by, None);
 }
 
 /// Parks the items in `queue` of the partitions whose parking is under way
@@ -371,7 +403,9 @@ pub fn park_queued(
             close(store, partition);
             continue;
         }
-        let upto = next_of(store, &name, anomalies) as f64;
+        // No item of it in `queue` comes after its lowest level's next time.
+        let lowest = *partition.record.levels_in_use().last().unwrap_or(&0);
+        let upto = queue_score(lowest, next_of(store, &name, lowest, anomalies)) as f64;
         let mut passed = passed;
         let done = loop {
             if visits >= budget {
@@ -442,7 +476,7 @@ fn park_own(
             && owner.record.head.as_deref() != Some(id.as_slice())
             && store.zrem(ZsetKey::Queue, &id)
         {
-            hold_item(store, owner, &id, score as i64);
+            hold_item(store, owner, &id, of_queue_score(score as i64));
             outcome.parked += 1;
             // A head chosen while the walk was under way (a new item of a
             // partition that came under control) may come after what the

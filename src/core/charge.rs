@@ -18,16 +18,24 @@
 //! re-enters at the current virtual time.
 
 use super::admission::{self, Partition};
+use super::levels::Level;
 use crate::store::Store;
 
 /// Charges `partition` an item's reported `cost` in place of its `weight`,
-/// the remainder below the share carried as its weights' are.
-pub(super) fn charge(store: &mut impl Store, partition: &mut Partition, weight: u64, cost: u64) {
+/// at the item's priority `level`, the remainder below the share carried as
+/// its weights' are.
+pub(super) fn charge(
+    store: &mut impl Store,
+    partition: &mut Partition,
+    level: Level,
+    weight: u64,
+    cost: u64,
+) {
     let record = &mut partition.record;
     let share = i128::from(record.share.max(1));
     let owed = i128::from(record.carry) + i128::from(cost) - i128::from(weight);
     record.carry = owed.rem_euclid(share) as u64;
     let by = owed.div_euclid(share);
     let by = i64::try_from(by).unwrap_or(if by < 0 { i64::MIN } else { i64::MAX });
-    admission::shift(store, partition, by);
+    admission::shift(store, partition, level, by);
 }

@@ -1,10 +1,11 @@
 //! The cross-key invariants of a queue (`VTRR.CHECK`). O(N): a diagnostic,
 //! not a hot path.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::controls::count_from_keys;
 use super::held;
+use super::levels::Level;
 use super::numbers::parse_meta;
 use super::partitions::{read_defaults, Parking};
 use super::ranks::{self, queue_totals, Rank};
@@ -59,7 +60,7 @@ pub fn check(store: &mut impl Store) -> Result<Vec<String>, CoreError> {
     let mut held_ids: HashSet<Vec<u8>> = HashSet::new();
     for (member, _) in store.zrange_upto(ZsetKey::Held, f64::INFINITY, usize::MAX) {
         match held::parse_member(&member) {
-            Some((_, _, id)) => {
+            Some((_, _, _, id)) => {
                 held_ids.insert(id.to_vec());
             }
             None => problems.push(format!("held has an unreadable member {}", show(&member))),
@@ -146,7 +147,21 @@ fn check_partitions(store: &mut impl Store, problems: &mut Vec<String>) -> Resul
             ));
             continue;
         };
-        let held = counts.remove(&name).unwrap_or_default();
+        let counted = counts.remove(&name).unwrap_or_default();
+        let held = counted.states;
+        let recorded_levels: BTreeMap<Level, u64> = record
+            .levels
+            .iter()
+            .filter(|state| state.queued > 0)
+            .map(|state| (state.level, state.queued))
+            .collect();
+        if recorded_levels != counted.levels {
+            problems.push(format!(
+                "partition {} counts queued per level {recorded_levels:?} but the keys hold {:?}",
+                show(&name),
+                counted.levels
+            ));
+        }
         let recorded = [
             record.queued,
             record.held,

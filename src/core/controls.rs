@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::admission::{self, MAX_PARKED_PER_CALL};
 use super::held;
+use super::levels::{of_queue_score, Level};
 use super::meta::partition_of;
 use super::numbers::{int_field, parse_virtual_time};
 use super::partitions::{
@@ -315,29 +316,50 @@ pub fn partitions_page(
     Ok((next, views))
 }
 
-/// Counts per partition as the keys hold them: (queued, held, leased,
-/// delayed, dead). O(N).
-pub(super) fn count_from_keys(store: &mut impl Store) -> BTreeMap<Vec<u8>, [u64; 5]> {
-    let mut counts: BTreeMap<Vec<u8>, [u64; 5]> = BTreeMap::new();
+/// Counts per partition as the keys hold them. O(N).
+pub(super) fn count_from_keys(store: &mut impl Store) -> BTreeMap<Vec<u8>, Counted> {
+    let mut counts: BTreeMap<Vec<u8>, Counted> = BTreeMap::new();
     for (zset, slot) in [
         (ZsetKey::Queue, 0),
         (ZsetKey::Inflight, 2),
         (ZsetKey::Delayed, 3),
         (ZsetKey::Dead, 4),
     ] {
-        for (id, _) in store.zrange_upto(zset, f64::INFINITY, usize::MAX) {
+        for (id, score) in store.zrange_upto(zset, f64::INFINITY, usize::MAX) {
             let name = partition_of(store, &id);
-            counts.entry(name).or_default()[slot] += 1;
+            let entry = counts.entry(name).or_default();
+            entry.states[slot] += 1;
+            if zset == ZsetKey::Queue {
+                entry.count_level(of_queue_score(score as i64).0);
+            }
         }
     }
     for (member, _) in store.zrange_upto(ZsetKey::Held, f64::INFINITY, usize::MAX) {
-        if let Some((name, _, _)) = held::parse_member(&member) {
+        if let Some((name, level, _, _)) = held::parse_member(&member) {
             let entry = counts.entry(name.to_vec()).or_default();
-            entry[0] += 1;
-            entry[1] += 1;
+            entry.states[0] += 1;
+            entry.states[1] += 1;
+            entry.count_level(level);
         }
     }
     counts
+}
+
+/// A partition's items as the keys hold them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Counted {
+    /// Queued (in `queue` or `held`), held, leased, delayed, dead.
+    pub states: [u64; 5],
+    /// Of its queued items, those at each level other than 0.
+    pub levels: BTreeMap<Level, u64>,
+}
+
+impl Counted {
+    fn count_level(&mut self, level: Level) {
+        if level != 0 {
+            *self.levels.entry(level).or_default() += 1;
+        }
+    }
 }
 
 /// `VTRR.RECOUNT`: rewrites every partition's counts from the keys (after
@@ -353,7 +375,8 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
     names.dedup();
     let (mut paused, mut capped, mut changed) = (0u64, 0u64, 0u64);
     for name in names {
-        let [queued, held, leased, delayed, dead] = counts.remove(&name).unwrap_or_default();
+        let counted = counts.remove(&name).unwrap_or_default();
+        let [queued, held, leased, delayed, dead] = counted.states;
         let mut partition = admission::open(store, &name, defaults, anomalies);
         let before = partition.record.clone();
         let record = &mut partition.record;
@@ -364,6 +387,12 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
             record.delayed,
             record.dead,
         ) = (queued, held, leased, delayed, dead);
+        for state in &mut record.levels {
+            state.queued = 0;
+        }
+        for (&level, &count) in &counted.levels {
+            record.at_level_mut(level).queued = count;
+        }
         paused += u64::from(record.paused);
         capped += u64::from(record.cap.is_some());
         if record.controlled(defaults) {

@@ -222,11 +222,20 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly
     for id in ids {
         let meta = meta::read(store, id);
         let mut partition = admission::open(store, &meta.partition, defaults, anomalies);
-        let from = if admission::take_queued(store, &mut partition, id) {
-            partition.record.gap = partition.record.gap.saturating_add(meta.weight);
+        if let Some(level) = admission::take_queued(store, &mut partition, id) {
+            // Level 0's gap only: a cancelled item of another level is
+            // charged to its level as if served.
+            if level == 0 {
+                partition.record.gap = partition.record.gap.saturating_add(meta.weight);
+            }
             store.hdel(HashKey::Task, id);
-            State::Queued
-        } else if store.zrem(ZsetKey::Delayed, id) {
+            partition.record.leave_queued(level);
+            meta::forget(store, id);
+            admission::close(store, partition);
+            cancelled += 1;
+            continue;
+        }
+        let from = if store.zrem(ZsetKey::Delayed, id) {
             store.hdel(HashKey::DelayedTask, id);
             State::Delayed
         } else if store.zrem(ZsetKey::Dead, id) {

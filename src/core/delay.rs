@@ -5,7 +5,8 @@
 
 use super::admission;
 use super::dead::bury_without_payload;
-use super::enqueue::{enqueue, EnqueueOutcome};
+use super::enqueue::{enqueue_at, EnqueueOutcome};
+use super::levels::Level;
 use super::meta;
 use super::numbers::format_meta;
 use super::partitions::{read_defaults, State};
@@ -15,16 +16,28 @@ use super::virtual_time::Placing;
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// `VTRR.DEFER`: each item whose id is not already in the queue's life
-/// becomes leasable at `due_ms`. A due time not after `now_ms` enqueues at
-/// once, exactly as `VTRR.ENQUEUE`.
+/// becomes leasable at `due_ms`, at priority level 0. A due time not after
+/// `now_ms` enqueues at once, exactly as `VTRR.ENQUEUE`.
 pub fn defer(
     store: &mut impl Store,
     now_ms: i64,
     due_ms: i64,
     items: &[NewItem<'_>],
 ) -> Result<EnqueueOutcome, CoreError> {
+    defer_at(store, now_ms, due_ms, 0, items)
+}
+
+/// `VTRR.DEFER ... PRIORITY <level>`: [`defer`] at `level`, which the item
+/// keeps while delayed.
+pub fn defer_at(
+    store: &mut impl Store,
+    now_ms: i64,
+    due_ms: i64,
+    level: Level,
+    items: &[NewItem<'_>],
+) -> Result<EnqueueOutcome, CoreError> {
     if due_ms <= now_ms {
-        return enqueue(store, now_ms, items);
+        return enqueue_at(store, now_ms, level, items);
     }
     let mut outcome = EnqueueOutcome::default();
     let defaults = read_defaults(store, &mut outcome.anomalies);
@@ -37,6 +50,7 @@ pub fn defer(
             item.id,
             &format_meta(item.weight, item.partition),
         );
+        meta::set_level(store, item.id, level);
         postpone(store, item.id, item.payload, due_ms);
         let anomalies = &mut outcome.anomalies;
         let mut partition = admission::open(store, item.partition, defaults, anomalies);

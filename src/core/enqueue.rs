@@ -1,5 +1,6 @@
 //! `VTRR.ENQUEUE`.
 
+use super::levels::Level;
 use super::scoring::{enter, is_present};
 use super::types::{Anomaly, CoreError, NewItem};
 use super::virtual_time::read_placing;
@@ -15,10 +16,20 @@ pub struct EnqueueOutcome {
 }
 
 /// `VTRR.ENQUEUE`: adds each item whose id is not already in the queue's
-/// life (queued, leased, delayed or dead).
+/// life (queued, leased, delayed or dead), at priority level 0.
 pub fn enqueue(
     store: &mut impl Store,
     now_ms: i64,
+    items: &[NewItem<'_>],
+) -> Result<EnqueueOutcome, CoreError> {
+    enqueue_at(store, now_ms, 0, items)
+}
+
+/// `VTRR.ENQUEUE ... PRIORITY <level>`: [`enqueue`] at `level`.
+pub fn enqueue_at(
+    store: &mut impl Store,
+    now_ms: i64,
+    level: Level,
     items: &[NewItem<'_>],
 ) -> Result<EnqueueOutcome, CoreError> {
     let mut outcome = EnqueueOutcome::default();
@@ -27,7 +38,7 @@ pub fn enqueue(
         if is_present(store, item.id) {
             continue;
         }
-        outcome.started_waits |= enter(store, &at, now_ms, item, &mut outcome.anomalies);
+        outcome.started_waits |= enter(store, &at, now_ms, item, level, &mut outcome.anomalies);
         outcome.added += 1;
     }
     Ok(outcome)

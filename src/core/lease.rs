@@ -7,7 +7,8 @@ use super::due::due_at;
 use super::meta;
 use super::partitions::{read_defaults, State};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
-use super::virtual_time::{parse_current_virtual_time, Placing};
+use super::levels::{of_queue_score, Level};
+use super::virtual_time::{current_at, parse_current_virtual_time, set_current_at, Placing};
 use super::{charge, counters, leased};
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -65,7 +66,8 @@ pub fn lease(
     // the timer off.
     park_queued(store, at.defaults, request.due_limit, &mut outcome.due);
     let expiry_ms = request.now_ms.saturating_add(request.lease_ms);
-    let mut last_served = None;
+    // The highest virtual time served at each level.
+    let mut served_at: Vec<(Level, i64)> = Vec::new();
     let mut parked = 0;
     while outcome.leased.len() < request.count {
         let Some((id, score)) = store.zfirst(ZsetKey::Queue) else {
@@ -90,17 +92,21 @@ pub fn lease(
             }
             continue;
         }
-        last_served = Some(score);
+        let (level, time) = of_queue_score(score as i64);
+        match served_at.iter_mut().find(|(at, _)| *at == level) {
+            Some((_, last)) => *last = (*last).max(time),
+            None => served_at.push((level, time)),
+        }
         let payload = store.htake(HashKey::Task, &id);
         let Some(payload) = payload else {
-            partition.record.leave(State::Queued);
+            partition.record.leave_queued(level);
             partition.record.arrive(State::Dead);
             admission::close(store, partition);
             bury_without_payload(store, &id, request.now_ms, anomalies);
             outcome.due.dead_lettered += 1;
             continue;
         };
-        partition.served(request.now_ms);
+        partition.served(request.now_ms, level);
         partition.record.spend(at.defaults, meta.weight);
         admission::close(store, partition);
         let token = new_token();
@@ -118,22 +124,34 @@ pub fn lease(
             score,
         });
     }
-    if let Some(last) = last_served {
-        if store.zcard(ZsetKey::Queue) == 0 && store.zcard(ZsetKey::Held) == 0 {
-            // Drained: restart virtual time; lease state is left alone.
-            store.set_current_virtual_time(0);
-            store.delete(HashKey::Task.into());
-            store.delete(HashKey::PartitionVirtualTime.into());
-        } else {
-            // Never backwards: a capped partition's owed item, served when
-            // its slot frees, keeps the lower time it was queued at.
-            let popped = (last.floor() as i64).max(current_virtual_time);
-            // Rewriting an unchanged value would cost an effect per lease
-            // (most leases pop a score the previous one already set).
-            let mut digits = itoa::Buffer::new();
-            if stored_virtual_time.as_deref() != Some(digits.format(popped).as_bytes()) {
-                store.set_current_virtual_time(popped);
+    if served_at.is_empty() {
+        return Ok(outcome);
+    }
+    if store.zcard(ZsetKey::Queue) == 0 && store.zcard(ZsetKey::Held) == 0 {
+        // Drained: restart virtual time at every level; lease state is left
+        // alone.
+        store.set_current_virtual_time(0);
+        store.delete(HashKey::Task.into());
+        store.delete(HashKey::PartitionVirtualTime.into());
+        store.delete(HashKey::LevelVirtualTime.into());
+        return Ok(outcome);
+    }
+    for (level, last) in served_at {
+        // Never backwards: a capped partition's owed item, served when its
+        // slot frees, keeps the lower time it was queued at.
+        let current = current_at(store, current_virtual_time, level);
+        if level != 0 {
+            if last > current {
+                set_current_at(store, level, last);
             }
+            continue;
+        }
+        let popped = last.max(current);
+        // Rewriting an unchanged value would cost an effect per lease
+        // (most leases pop a score the previous one already set).
+        let mut digits = itoa::Buffer::new();
+        if stored_virtual_time.as_deref() != Some(digits.format(popped).as_bytes()) {
+            store.set_current_virtual_time(popped);
         }
     }
     Ok(outcome)
@@ -170,7 +188,8 @@ pub fn ack_each(
         partition.record.leave(State::Leased);
         partition.record.totals.acked += 1;
         if let Some(cost) = ack.cost {
-            charge::charge(store, &mut partition, meta.weight, cost);
+            let level = meta::level_of(store, ack.id);
+            charge::charge(store, &mut partition, level, meta.weight, cost);
         }
         admission::close(store, partition);
         leased::end(store, ack.id);
@@ -202,7 +221,8 @@ pub fn renew(
         let defaults = read_defaults(store, anomalies);
         let meta = meta::read(store, lease.id);
         let mut partition = admission::open(store, &meta.partition, defaults, anomalies);
-        charge::charge(store, &mut partition, 0, cost);
+        let level = meta::level_of(store, lease.id);
+        charge::charge(store, &mut partition, level, 0, cost);
         admission::close(store, partition);
     }
     true

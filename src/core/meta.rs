@@ -1,6 +1,7 @@
 //! What an item's `meta` says of it: its weight and its partition.
 
-use super::numbers::parse_meta;
+use super::levels::{Level, MAX_LEVEL};
+use super::numbers::{int_field, parse_decimal, parse_meta};
 use super::types::Anomaly;
 use crate::store::{HashKey, Store};
 
@@ -46,10 +47,28 @@ pub(super) fn partition_of(store: &mut impl Store, id: &[u8]) -> Vec<u8> {
     read(store, id).partition
 }
 
+/// The item's priority level (`priority`; missing or unreadable: 0).
+pub(super) fn level_of(store: &mut impl Store, id: &[u8]) -> Level {
+    int_field(store, HashKey::Priority, id, parse_decimal)
+        .flatten()
+        .and_then(|level| Level::try_from(level).ok())
+        .filter(|level| (-MAX_LEVEL..=MAX_LEVEL).contains(level))
+        .unwrap_or(0)
+}
+
+/// Records a new item's priority level, kept in every state until the
+/// item leaves ([`forget`]); level 0 is the absence of one.
+pub(super) fn set_level(store: &mut impl Store, id: &[u8], level: Level) {
+    if level != 0 {
+        store.hset_int(HashKey::Priority, id, i64::from(level));
+    }
+}
+
 /// Deletes what an item leaves beside its state when it leaves the queue's
-/// life: `meta` and its counters.
+/// life: `meta`, its level and its counters.
 pub(super) fn forget(store: &mut impl Store, id: &[u8]) {
     store.hdel(HashKey::Meta, id);
+    store.hdel(HashKey::Priority, id);
     store.hdel(HashKey::Timeouts, id);
     store.hdel(HashKey::Nacks, id);
 }

@@ -35,6 +35,7 @@ mod held;
 pub mod key_view;
 mod lease;
 mod leased;
+mod levels;
 mod meta;
 mod nack;
 mod numbers;
@@ -58,9 +59,10 @@ pub use dead::{
     cancel, dead_items, read_policy, revive, set_policy, DeadItem, Moved, Policy, PolicyChange,
     Reason,
 };
-pub use delay::defer;
+pub use delay::{defer, defer_at};
 pub use due::{next_due, next_run, run_due};
-pub use enqueue::{enqueue, EnqueueOutcome};
+pub use enqueue::{enqueue, enqueue_at, EnqueueOutcome};
+pub use levels::{parse_level, Level, MAX_LEVEL};
 pub use lease::{ack, ack_each, lease, renew, LeaseOutcome, LeaseRequest};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};

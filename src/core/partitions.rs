@@ -2,6 +2,7 @@
 //! queued (of which held), leased, delayed and dead, and its cap, share and
 //! pause. How the record decides what enters `queue` is `admission.rs`.
 
+use super::levels::Level;
 use super::types::Anomaly;
 use crate::store::{HashKey, Store};
 
@@ -52,6 +53,68 @@ impl Record {
             && self.gap == 0
             && self.parking == Parking::Done
             && self.refilled_at.is_none()
+            && self.levels.is_empty()
+    }
+
+    /// Its queued items at `level`.
+    pub fn queued_at(&self, level: Level) -> u64 {
+        match level {
+            0 => {
+                let others: u64 = self.levels.iter().map(|state| state.queued).sum();
+                self.queued.saturating_sub(others)
+            }
+            _ => self.at_level(level).map_or(0, |state| state.queued),
+        }
+    }
+
+    /// What the relative times of its held items at `level` are added to.
+    pub fn offset_at(&self, level: Level) -> i64 {
+        match level {
+            0 => self.offset,
+            _ => self.at_level(level).map_or(0, |state| state.offset),
+        }
+    }
+
+    pub fn offset_at_mut(&mut self, level: Level) -> &mut i64 {
+        match level {
+            0 => &mut self.offset,
+            _ => &mut self.at_level_mut(level).offset,
+        }
+    }
+
+    /// Virtual time charged at `level` and owed until its parking ends.
+    pub fn owed_at_mut(&mut self, level: Level) -> &mut i64 {
+        match level {
+            0 => &mut self.owed,
+            _ => &mut self.at_level_mut(level).owed,
+        }
+    }
+
+    /// The levels it has queued items or state at, highest first (0 among
+    /// them when it has items there or any state of its own).
+    pub fn levels_in_use(&self) -> Vec<Level> {
+        let mut levels: Vec<Level> = self.levels.iter().map(|state| state.level).collect();
+        let at = levels.iter().position(|&level| level < 0).unwrap_or(levels.len());
+        levels.insert(at, 0);
+        levels
+    }
+
+    /// One of its queued items, at `level`, enters `queue` or `held`.
+    pub fn enter_queued(&mut self, level: Level) {
+        self.queued += 1;
+        if level != 0 {
+            self.at_level_mut(level).queued += 1;
+        }
+    }
+
+    /// One of its queued items, at `level`, leaves the queue.
+    pub fn leave_queued(&mut self, level: Level) {
+        self.leave(State::Queued);
+        if level != 0 {
+            let state = self.at_level_mut(level);
+            state.queued = state.queued.saturating_sub(1);
+            self.forget_blank_levels();
+        }
     }
 
     /// The cap in force: the partition's own, else the queue's default.
@@ -96,7 +159,8 @@ impl Record {
     }
 
     /// One of its items leaves `state` (entering `queue` is
-    /// `admission::enter_queue`, which also places it).
+    /// `admission::enter_queue`, which also places it; a queued item leaves
+    /// by [`Record::leave_queued`], which counts its level).
     pub fn leave(&mut self, state: State) {
         let count = self.count_mut(state);
         *count = count.saturating_sub(1);

@@ -402,7 +402,7 @@ pub(super) fn fire_at(
                     weight: schedule.weight,
                     payload: &schedule.payload,
                 };
-                enter(store, at, now_ms, &item, &mut outcome.anomalies);
+                enter(store, at, now_ms, &item, 0, &mut outcome.anomalies);
                 outcome.fired += 1;
             }
         }

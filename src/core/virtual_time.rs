@@ -2,7 +2,10 @@
 //! and each partition's next one, and what every call that moves items
 //! reads once before its first write.
 
-use super::numbers::{int_field, parse_virtual_time, MAX_VIRTUAL_TIME};
+use std::borrow::Cow;
+
+use super::levels::{max_time, Level};
+use super::numbers::{int_field, parse_virtual_time};
 use super::partitions::{read_defaults, Defaults};
 use super::types::{Anomaly, CoreError};
 use crate::store::{HashKey, Store};
@@ -39,19 +42,57 @@ pub(super) fn parse_current_virtual_time(raw: Option<&[u8]>) -> Result<i64, Core
     }
 }
 
-/// `partition_virtual_time[partition]`: missing is 0; an unreadable value
-/// reads as 0 and is reported.
+/// The current virtual time of `level`: level 0's as the call read it
+/// (`level_zero`), a level other than 0's from `level_virtual_time`
+/// (missing or unreadable: 0, the start of its band).
+pub(super) fn current_at(store: &mut impl Store, level_zero: i64, level: Level) -> i64 {
+    if level == 0 {
+        return level_zero;
+    }
+    let mut digits = itoa::Buffer::new();
+    let field = digits.format(level).as_bytes();
+    int_field(store, HashKey::LevelVirtualTime, field, parse_virtual_time)
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// Sets a level other than 0's current virtual time.
+pub(super) fn set_current_at(store: &mut impl Store, level: Level, time: i64) {
+    let mut digits = itoa::Buffer::new();
+    store.hset_int(
+        HashKey::LevelVirtualTime,
+        digits.format(level).as_bytes(),
+        time,
+    );
+}
+
+/// Where a partition's next virtual time at `level` is kept: level 0's in
+/// `partition_virtual_time`, as the scripts keep it; the others' in
+/// `level_virtual_time` as `<level> <partition>` (a level's own field has
+/// no space, so the two never meet).
+fn next_field(partition: &[u8], level: Level) -> (HashKey, Cow<'_, [u8]>) {
+    if level == 0 {
+        return (HashKey::PartitionVirtualTime, Cow::Borrowed(partition));
+    }
+    let mut digits = itoa::Buffer::new();
+    let level = digits.format(level).as_bytes();
+    let mut field = Vec::with_capacity(level.len() + 1 + partition.len());
+    field.extend_from_slice(level);
+    field.push(b' ');
+    field.extend_from_slice(partition);
+    (HashKey::LevelVirtualTime, Cow::Owned(field))
+}
+
+/// The partition's next virtual time at `level`: missing is 0; an
+/// unreadable value reads as 0 and is reported.
 pub(super) fn next_of(
     store: &mut impl Store,
     partition: &[u8],
+    level: Level,
     anomalies: &mut Vec<Anomaly>,
 ) -> i64 {
-    match int_field(
-        store,
-        HashKey::PartitionVirtualTime,
-        partition,
-        parse_virtual_time,
-    ) {
+    let (key, field) = next_field(partition, level);
+    match int_field(store, key, &field, parse_virtual_time) {
         None => 0,
         Some(next) => next.unwrap_or_else(|| {
             anomalies.push(Anomaly::PartitionVirtualTimeUnreadable {
@@ -62,32 +103,27 @@ pub(super) fn next_of(
     }
 }
 
-pub(super) fn set_next(store: &mut impl Store, partition: &[u8], next: i64) {
-    store.hset_int(HashKey::PartitionVirtualTime, partition, next);
+pub(super) fn set_next(store: &mut impl Store, partition: &[u8], level: Level, next: i64) {
+    let (key, field) = next_field(partition, level);
+    store.hset_int(key, &field, next);
 }
 
-/// Moves `partition`'s next virtual time by `by`, within 0 and
-/// `MAX_VIRTUAL_TIME`. A partition that has none starts from `missing_as`,
-/// or, with None, is left without one.
+/// Moves `partition`'s next virtual time at `level` by `by`, within its
+/// level's band. A partition that has none starts from `missing_as`, or,
+/// with None, is left without one.
 pub(super) fn move_next(
     store: &mut impl Store,
     partition: &[u8],
+    level: Level,
     by: i64,
     missing_as: Option<i64>,
 ) {
-    let next = int_field(
-        store,
-        HashKey::PartitionVirtualTime,
-        partition,
-        parse_virtual_time,
-    )
-    .flatten()
-    .or(missing_as);
+    let (key, field) = next_field(partition, level);
+    let next = int_field(store, key, &field, parse_virtual_time)
+        .flatten()
+        .or(missing_as);
     if let Some(next) = next {
-        set_next(
-            store,
-            partition,
-            next.saturating_add(by).clamp(0, MAX_VIRTUAL_TIME),
-        );
+        let moved = next.saturating_add(by).clamp(0, max_time(level));
+        store.hset_int(key, &field, moved);
     }
 }

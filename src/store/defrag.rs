@@ -146,9 +146,9 @@ pub(super) fn move_bytes(bytes: &mut Box<[u8]>, mover: &mut impl Relocate) -> bo
 }
 
 /// As [`move_bytes`], for a vector (its whole capacity moves).
-pub(super) fn move_vec(vec: &mut Vec<u8>, mover: &mut impl Relocate) -> bool {
+pub(super) fn move_vec<T: Copy>(vec: &mut Vec<T>, mover: &mut impl Relocate) -> bool {
     let capacity = vec.capacity();
-    let Ok(layout) = Layout::array::<u8>(capacity) else {
+    let Ok(layout) = Layout::array::<T>(capacity) else {
         return false;
     };
     if capacity == 0 {
@@ -159,7 +159,7 @@ pub(super) fn move_vec(vec: &mut Vec<u8>, mover: &mut impl Relocate) -> bool {
     // freed bytes.
     let start = NonNull::from(std::mem::take(vec).leak()).cast::<u8>();
     let moved = mover.relocate(start, layout);
-    let at = moved.unwrap_or(start).as_ptr();
+    let at = moved.unwrap_or(start).cast::<T>().as_ptr();
     // SAFETY: as in `move_bytes`: `at` holds the vector's `len` initialised
     // bytes in an allocation for `capacity` bytes of the global allocator;
     // the old vector was leaked, never dropped.

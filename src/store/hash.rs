@@ -12,7 +12,7 @@ use hashbrown::HashTable;
 
 use super::defrag::{move_bytes, move_vec, walk_buckets, Pace, Relocate};
 use super::number::canonical_int;
-use super::record::Record;
+use super::record::{LevelState, Record};
 use super::HashPage;
 
 pub type Bytes = Box<[u8]>;
@@ -119,13 +119,15 @@ impl TextForm for Record {
     }
 
     fn heap(&self) -> usize {
-        self.head.as_ref().map_or(0, |h| heap(h.len()))
+        let levels = self.levels.capacity() * std::mem::size_of::<LevelState>();
+        self.head.as_ref().map_or(0, |h| heap(h.len())) + heap(levels)
     }
 
     fn defrag(&mut self, mover: &mut impl Relocate) {
         if let Some(head) = self.head.as_mut() {
             move_vec(head, mover);
         }
+        move_vec(&mut self.levels, mover);
     }
 }
 

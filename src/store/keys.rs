@@ -46,12 +46,14 @@ pub enum QueueKey {
     RankDead,
     Totals,
     Throttled,
+    Priority,
+    LevelVirtualTime,
     Schedules,
     ScheduleDue,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 28] = [
+    pub const ALL: [QueueKey; 30] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -78,6 +80,8 @@ impl QueueKey {
         QueueKey::RankDead,
         QueueKey::Totals,
         QueueKey::Throttled,
+        QueueKey::Priority,
+        QueueKey::LevelVirtualTime,
         QueueKey::Schedules,
         QueueKey::ScheduleDue,
     ];
@@ -116,6 +120,8 @@ impl QueueKey {
             QueueKey::Throttled => "throttled",
             QueueKey::Schedules => "schedules",
             QueueKey::ScheduleDue => "schedule_due",
+            QueueKey::Priority => "priority",
+            QueueKey::LevelVirtualTime => "level_virtual_time",
         }
     }
 
@@ -215,6 +221,13 @@ pub enum HashKey {
     /// `vtrr:<name>:schedules`: schedule -> its definition (timing, missed
     /// policy, partition, weight, payload; see `core::schedule`).
     Schedules,
+    /// `vtrr:<name>:priority`: id -> its priority level, for items of a
+    /// level other than 0, in any state (see `core::levels`).
+    Priority,
+    /// `vtrr:<name>:level_virtual_time`: `<level>` -> that level's current
+    /// virtual time, `<level> <partition>` -> the partition's next virtual
+    /// time at that level, for levels other than 0 (see `core::levels`).
+    LevelVirtualTime,
 }
 
 impl ZsetKey {
@@ -249,7 +262,7 @@ impl HashKey {
         HashKey::ALL.into_iter().find(|h| QueueKey::from(*h) == key)
     }
 
-    pub const ALL: [HashKey; 15] = [
+    pub const ALL: [HashKey; 17] = [
         HashKey::PartitionVirtualTime,
         HashKey::Task,
         HashKey::Meta,
@@ -265,6 +278,8 @@ impl HashKey {
         HashKey::Partitions,
         HashKey::Totals,
         HashKey::Schedules,
+        HashKey::Priority,
+        HashKey::LevelVirtualTime,
     ];
 
     pub const fn index(self) -> usize {
@@ -309,6 +324,8 @@ impl From<HashKey> for QueueKey {
             HashKey::Partitions => QueueKey::Partitions,
             HashKey::Totals => QueueKey::Totals,
             HashKey::Schedules => QueueKey::Schedules,
+            HashKey::Priority => QueueKey::Priority,
+            HashKey::LevelVirtualTime => QueueKey::LevelVirtualTime,
         }
     }
 }

@@ -67,8 +67,10 @@ impl Default for MemoryStore {
 }
 
 /// The hashes whose values are integers, kept as numbers.
-const NUMBER_HASHES: [HashKey; 5] = [
+const NUMBER_HASHES: [HashKey; 7] = [
     HashKey::PartitionVirtualTime,
+    HashKey::Priority,
+    HashKey::LevelVirtualTime,
     HashKey::Timeouts,
     HashKey::Nacks,
     HashKey::HeldAt,

@@ -19,7 +19,7 @@ pub mod thin;
 mod zset;
 
 pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
-pub use record::{Rate, Record};
+pub use record::{LevelState, Rate, Record};
 
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.
 pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);

@@ -123,6 +123,28 @@ pub struct Record {
     /// The queued count its place in `rank_queued` was written for (0: not
     /// there); kept within 1/16 of `queued` (see `ranks`).
     pub ranked_queued: u64,
+    /// What it has at priority levels other than 0 (see `core::levels`),
+    /// in descending level order: the counts, offsets and charges owed that
+    /// `queued`, `offset` and `owed` keep for level 0.
+    pub levels: Vec<LevelState>,
+}
+
+/// A partition's items at one priority level other than 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LevelState {
+    pub level: i8,
+    /// Of its queued items (in `queued`), those at this level.
+    pub queued: u64,
+    /// Added to the relative times of its held items at this level.
+    pub offset: i64,
+    /// Virtual time charged at this level and not yet applied.
+    pub owed: i64,
+}
+
+impl LevelState {
+    fn is_blank(&self) -> bool {
+        self.queued == 0 && self.offset == 0 && self.owed == 0
+    }
 }
 
 impl Default for Record {
@@ -149,6 +171,7 @@ impl Default for Record {
             ranked_since: None,
             totals: Totals::default(),
             ranked_queued: 0,
+            levels: Vec::new(),
         }
     }
 }
@@ -167,6 +190,10 @@ const SINCE_AGED_WAITS: &[u8] = b"u";
 /// ranked queued count): written only then, so a queue without either keeps
 /// `u` records, and a version that knows only `u` refuses a `w` one.
 const SINCE_COSTS: &[u8] = b"w";
+
+/// Marks records with priority levels: the fields of `w`, then `<count>`
+/// and `<level> <queued> <offset> <owed>` for each level (before the head).
+const SINCE_LEVELS: &[u8] = b"x";
 
 /// A partition's rate limit: `amount` weight units per `per_ms`
 /// milliseconds, at most `burst` at once.
@@ -210,6 +237,7 @@ impl Record {
             || self.waiting_since.is_some()
             || !self.totals.is_zero()
             || self.ranked_queued != 0
+            || !self.levels.is_empty()
         {
             match self.cap {
                 Some(cap) => push(&mut out, digits.format(cap)),
@@ -227,8 +255,14 @@ impl Record {
             };
             push(&mut out, digits.format(parking));
             // A bucket not full is kept under the default rate too.
-            let costs = self.owed != 0 || self.rate.is_some() || self.refilled_at.is_some();
-            out.extend_from_slice(if costs { SINCE_COSTS } else { SINCE_AGED_WAITS });
+            let levels = !self.levels.is_empty();
+            let costs =
+                levels || self.owed != 0 || self.rate.is_some() || self.refilled_at.is_some();
+            out.extend_from_slice(match (levels, costs) {
+                (true, _) => SINCE_LEVELS,
+                (false, true) => SINCE_COSTS,
+                (false, false) => SINCE_AGED_WAITS,
+            });
             out.push(b' ');
             for since in [self.waiting_since, self.ranked_since] {
                 match since {
@@ -254,6 +288,15 @@ impl Record {
                 match self.refilled_at {
                     Some(at) => push(&mut out, digits.format(at)),
                     None => push(&mut out, "-"),
+                }
+            }
+            if levels {
+                push(&mut out, digits.format(self.levels.len()));
+                for level in &self.levels {
+                    push(&mut out, digits.format(level.level));
+                    push(&mut out, digits.format(level.queued));
+                    push(&mut out, digits.format(level.offset));
+                    push(&mut out, digits.format(level.owed));
                 }
             }
             if let Some(head) = &self.head {
@@ -313,7 +356,7 @@ impl Record {
         record.gap = number(fields.next())?;
         let parking: i64 = number(fields.next())?;
         let slot = fields.next()?;
-        if slot == SINCE_COSTS || slot == SINCE_AGED_WAITS || slot == SINCE_RANKINGS {
+        if [SINCE_LEVELS, SINCE_COSTS, SINCE_AGED_WAITS, SINCE_RANKINGS].contains(&slot) {
             record.parking = match parking {
                 0 => Parking::Done,
                 1 => Parking::Underway,
@@ -338,7 +381,7 @@ impl Record {
             }
             record.totals = Totals::from_values(totals);
             record.ranked_queued = number(fields.next())?;
-            if slot == SINCE_COSTS {
+            if slot == SINCE_COSTS || slot == SINCE_LEVELS {
                 record.owed = number(fields.next())?;
                 let amount = fields.next()?;
                 let (per_ms, burst) = (number(fields.next())?, number(fields.next())?);
@@ -356,6 +399,26 @@ impl Record {
                     b"-" => None,
                     raw => Some(number(Some(raw))?),
                 };
+            }
+            if slot == SINCE_LEVELS {
+                let count: usize = number(fields.next())?;
+                // At most one entry per level: a count past that is garbage.
+                if count > 256 {
+                    return None;
+                }
+                for _ in 0..count {
+                    let level = LevelState {
+                        level: number(fields.next())?,
+                        queued: number(fields.next())?,
+                        offset: number(fields.next())?,
+                        owed: number(fields.next())?,
+                    };
+                    let in_order = record.levels.last().is_none_or(|last| last.level > level.level);
+                    if level.level == 0 || !in_order {
+                        return None;
+                    }
+                    record.levels.push(level);
+                }
             }
         } else {
             let earlier_shift_bound: i64 = number(Some(slot))?;
@@ -378,6 +441,34 @@ impl Record {
 
     pub fn has_settings(&self) -> bool {
         self.cap.is_some() || self.share != 1 || self.paused || self.rate.is_some()
+    }
+
+    /// Its state at `level` (other than 0), if it has any.
+    pub fn at_level(&self, level: i8) -> Option<&LevelState> {
+        self.levels.iter().find(|state| state.level == level)
+    }
+
+    /// Its state at `level` (other than 0), added blank when missing.
+    pub fn at_level_mut(&mut self, level: i8) -> &mut LevelState {
+        debug_assert!(level != 0, "level 0 lives in the record's own fields");
+        let at = match self.levels.iter().position(|state| state.level <= level) {
+            Some(at) if self.levels[at].level == level => return &mut self.levels[at],
+            Some(at) => at,
+            None => self.levels.len(),
+        };
+        let blank = LevelState {
+            level,
+            queued: 0,
+            offset: 0,
+            owed: 0,
+        };
+        self.levels.insert(at, blank);
+        &mut self.levels[at]
+    }
+
+    /// Drops the levels left with nothing.
+    pub fn forget_blank_levels(&mut self) {
+        self.levels.retain(|state| !state.is_blank());
     }
 }
 
@@ -435,8 +526,37 @@ mod tests {
             ranked_since: Some(1_700_000_000_100),
             totals: Totals::from_values([1, 2, 3, 4, 5, 6]),
             ranked_queued: 7,
+            levels: vec![
+                LevelState {
+                    level: 100,
+                    queued: 2,
+                    offset: -3,
+                    owed: 0,
+                },
+                LevelState {
+                    level: -4,
+                    queued: 0,
+                    offset: 0,
+                    owed: 8,
+                },
+            ],
         };
         assert_eq!(Record::parse(&record.format()), Some(record));
+        let prioritised = Record {
+            queued: 1,
+            levels: vec![LevelState {
+                level: 5,
+                queued: 1,
+                offset: 0,
+                owed: 0,
+            }],
+            ..Record::default()
+        };
+        assert_eq!(
+            prioritised.format(),
+            b"1 0 0 0 0 - 1 0 0 0 0 0 x - - 0 0 0 0 0 0 0 0 - 0 0 0 - 1 5 1 0 0"
+        );
+        assert_eq!(Record::parse(&prioritised.format()), Some(prioritised));
         let plain = Record {
             queued: 3,
             leased: 12,
@@ -510,6 +630,10 @@ mod tests {
             b"1 2 3",
             b"1 0 0 0 0 - 1 2 0 0",
             b"x 0 0 0 0 - 1 0 0 0",
+            // Levels out of order, level 0 among them, a count past the end.
+            b"1 0 0 0 0 - 1 0 0 0 0 0 x - - 0 0 0 0 0 0 0 0 - 0 0 0 - 2 1 0 0 0 5 1 0 0",
+            b"1 0 0 0 0 - 1 0 0 0 0 0 x - - 0 0 0 0 0 0 0 0 - 0 0 0 - 1 0 1 0 0",
+            b"1 0 0 0 0 - 1 0 0 0 0 0 x - - 0 0 0 0 0 0 0 0 - 0 0 0 - 2 5 1 0 0",
         ] {
             assert_eq!(Record::parse(raw), None, "{raw:?}");
         }

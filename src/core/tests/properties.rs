@@ -299,15 +299,14 @@ impl Simulation {
             })
             .collect();
         for (member, _) in self.store.zset_entries(ZsetKey::Held) {
-            let (name, relative, id) = crate::core::held::parse_member(&member).unwrap();
-            let offset = crate::core::partitions::Record::parse(&records[name])
-                .unwrap()
-                .offset;
+            let (name, level, relative, id) = crate::core::held::parse_member(&member).unwrap();
+            let record = crate::core::partitions::Record::parse(&records[name]).unwrap();
             let partition = self.items[id].0;
+            let time = relative + record.offset_at(level);
             waiting.push((
                 partition,
                 Waiting {
-                    score: relative + offset,
+                    score: crate::core::levels::queue_score(level, time),
                     id: id.to_vec(),
                 },
             ));
@@ -368,7 +367,7 @@ impl Simulation {
             self.store
                 .zset_entries(ZsetKey::Held)
                 .into_iter()
-                .map(|(member, _)| crate::core::held::parse_member(&member).unwrap().2.to_vec()),
+                .map(|(member, _)| crate::core::held::parse_member(&member).unwrap().3.to_vec()),
         )
         .collect()
     }

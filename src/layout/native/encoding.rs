@@ -9,8 +9,9 @@
 //! ```text
 //! record  = tag:u8 body
 //! tag     = 0..=9    a sorted-set entry  (ZsetKey index): member:bytes score:f64
-//!         | 16..=29  a hash field        (16 + HashKey index): field:bytes value:bytes
+//!         | 16..=31  a hash field        (16 + HashKey index): field:bytes value:bytes
 //!         | 32       current_virtual_time: value:bytes
+//!         | 33..     a hash field        (33 + HashKey index - 16)
 //! bytes   = len:u32 (little-endian) then len bytes
 //! f64     = 8 bytes, little-endian; never NaN
 //! ```
@@ -32,6 +33,9 @@ use crate::store::{HashKey, Store, ZsetKey};
 /// `rank_waiting` was written for (`u` records), which a module of version
 /// 2 would read as unreadable: it refuses the value instead. Versions 1 and
 /// 2 load (`tests/fixtures/native-v2.rdb`).
+/// The hashes of priorities (tags 31 and 33) came without a new version:
+/// a queue without priorities loads in a module of before them, one with
+/// them is refused there for its unknown tags, as a newer version would be.
 pub const ENCODING_VERSION: i32 = 3;
 
 /// A chunk is cut once it holds this many bytes (a record is never split).
@@ -39,6 +43,24 @@ pub const CHUNK_BYTES: usize = 64 * 1024;
 
 const HASH_TAG: u8 = 16;
 const CURRENT_VIRTUAL_TIME_TAG: u8 = 32;
+/// The hashes past the sixteenth go after the current virtual time's tag.
+const LATER_HASH_TAG: u8 = 33;
+
+fn hash_tag(key: HashKey) -> u8 {
+    match key.index() as u8 {
+        index @ 0..16 => HASH_TAG + index,
+        index => LATER_HASH_TAG + index - 16,
+    }
+}
+
+fn hash_of_tag(tag: u8) -> Option<HashKey> {
+    let index = match tag {
+        HASH_TAG..=31 => tag - HASH_TAG,
+        LATER_HASH_TAG.. => tag - LATER_HASH_TAG + 16,
+        _ => return None,
+    };
+    HashKey::ALL.get(index as usize).copied()
+}
 
 /// Why bytes are not a native queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +92,7 @@ pub fn encode(store: &MemoryStore, mut emit: impl FnMut(&[u8])) {
     }
     for key in HashKey::ALL {
         for (field, value) in store.hash_sorted(key) {
-            chunk.push(HASH_TAG + key.index() as u8);
+            chunk.push(hash_tag(key));
             put_bytes(&mut chunk, field);
             put_bytes(&mut chunk, &value);
             cut(&mut chunk);
@@ -149,8 +171,8 @@ pub fn decode_chunk(store: &mut MemoryStore, chunk: &[u8]) -> Result<(), DecodeE
                 }
                 store.zadd(key, member, score);
             }
-            t if (HASH_TAG..HASH_TAG + HashKey::ALL.len() as u8).contains(&t) => {
-                let key = HashKey::ALL[(t - HASH_TAG) as usize];
+            t if hash_of_tag(t).is_some() => {
+                let key = hash_of_tag(t).expect("a hash tag");
                 let field = input.bytes()?;
                 let value = input.bytes()?;
                 if store.hash_value(key, field).is_some() {
