@@ -23,12 +23,12 @@
 //! nothing left in `queue`, gives back a cancelled gap.
 
 use super::held;
+use super::levels::{of_queue_score, queue_score, Level};
 use super::meta::partition_of;
 use super::partitions::{self, Defaults, Parking, Record, State, Stored};
 use super::ranks;
 use super::throttle;
 use super::types::{Anomaly, Due};
-use super::levels::{of_queue_score, queue_score, Level};
 use super::virtual_time::{current_at, move_next, next_of, read_current_virtual_time};
 use crate::store::{Store, ZsetKey};
 
@@ -179,15 +179,30 @@ pub fn enter_queue(
     time: i64,
 ) {
     partition.record.enter_queued(level);
+    let score = queue_score(level, time) as f64;
     let record = &partition.record;
     if !record.controlled(partition.defaults) {
-        store.zadd(ZsetKey::Queue, id, queue_score(level, time) as f64);
+        store.zadd(ZsetKey::Queue, id, score);
     } else if record.head.is_none() && record.held == 0 && record.servable(partition.defaults) {
-        store.zadd(ZsetKey::Queue, id, queue_score(level, time) as f64);
+        store.zadd(ZsetKey::Queue, id, score);
+        partition.record.head = Some(id.to_vec());
+    } else if head_after(store, record, score) {
+        // A higher level than its head's: it is the partition's first now.
+        park_head(store, partition);
+        store.zadd(ZsetKey::Queue, id, score);
         partition.record.head = Some(id.to_vec());
     } else {
         hold_item(store, partition, id, (level, time));
     }
+}
+
+/// Whether the partition's head in `queue` comes after `score`.
+fn head_after(store: &mut impl Store, record: &Record, score: f64) -> bool {
+    record.head.as_ref().is_some_and(|head| {
+        store
+            .zscore(ZsetKey::Queue, head)
+            .is_some_and(|at| at > score)
+    })
 }
 
 /// Puts a queued item in `held` at virtual time `time` of `level`.
@@ -482,12 +497,7 @@ fn park_own(
             // partition that came under control) may come after what the
             // walk finds: it goes back to `held`, and the lowest is
             // admitted when the partition settles.
-            let head_after = owner.record.head.as_ref().is_some_and(|head| {
-                store
-                    .zscore(ZsetKey::Queue, head)
-                    .is_some_and(|at| at > score)
-            });
-            if head_after {
+            if head_after(store, &owner.record, score) {
                 park_head(store, owner);
             }
         }

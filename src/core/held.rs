@@ -89,7 +89,11 @@ pub(super) fn first_from(
     }
     let (held, id) = decode(&found, prefix.len())?;
     let (level, relative) = of_held_time(held);
-    Some((level, relative.saturating_add(offset_at(level)), id.to_vec()))
+    Some((
+        level,
+        relative.saturating_add(offset_at(level)),
+        id.to_vec(),
+    ))
 }
 
 /// The partition's first held item: its highest level's lowest.

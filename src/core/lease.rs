@@ -4,10 +4,10 @@
 use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::dead::bury_without_payload;
 use super::due::due_at;
+use super::levels::{of_queue_score, Level};
 use super::meta;
 use super::partitions::{read_defaults, State};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
-use super::levels::{of_queue_score, Level};
 use super::virtual_time::{current_at, parse_current_virtual_time, set_current_at, Placing};
 use super::{charge, counters, leased};
 use crate::store::{HashKey, Store, ZsetKey};

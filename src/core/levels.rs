@@ -53,7 +53,8 @@ pub fn queue_score(level: Level, time: i64) -> i64 {
 /// wrote, a script's, reads at the nearest level).
 pub fn of_queue_score(score: i64) -> (Level, i64) {
     if score < 0 {
-        let level = (score.saturating_neg().saturating_add(SPAN - 1) / SPAN).min(i64::from(MAX_LEVEL));
+        let level =
+            (score.saturating_neg().saturating_add(SPAN - 1) / SPAN).min(i64::from(MAX_LEVEL));
         (level as Level, score + level * SPAN)
     } else if score < BELOW_ZERO {
         (0, score)

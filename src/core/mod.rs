@@ -35,7 +35,7 @@ mod held;
 pub mod key_view;
 mod lease;
 mod leased;
-mod levels;
+pub(crate) mod levels;
 mod meta;
 mod nack;
 mod numbers;
@@ -62,8 +62,8 @@ pub use dead::{
 pub use delay::{defer, defer_at};
 pub use due::{next_due, next_run, run_due};
 pub use enqueue::{enqueue, enqueue_at, EnqueueOutcome};
-pub use levels::{parse_level, Level, MAX_LEVEL};
 pub use lease::{ack, ack_each, lease, renew, LeaseOutcome, LeaseRequest};
+pub use levels::{parse_level, Level, MAX_LEVEL};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
 pub use ranks::Rank;

@@ -94,7 +94,10 @@ impl Record {
     /// them when it has items there or any state of its own).
     pub fn levels_in_use(&self) -> Vec<Level> {
         let mut levels: Vec<Level> = self.levels.iter().map(|state| state.level).collect();
-        let at = levels.iter().position(|&level| level < 0).unwrap_or(levels.len());
+        let at = levels
+            .iter()
+            .position(|&level| level < 0)
+            .unwrap_or(levels.len());
         levels.insert(at, 0);
         levels
     }

@@ -413,7 +413,10 @@ impl Record {
                         offset: number(fields.next())?,
                         owed: number(fields.next())?,
                     };
-                    let in_order = record.levels.last().is_none_or(|last| last.level > level.level);
+                    let in_order = record
+                        .levels
+                        .last()
+                        .is_none_or(|last| last.level > level.level);
                     if level.level == 0 || !in_order {
                         return None;
                     }

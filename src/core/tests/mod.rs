@@ -8,6 +8,7 @@ mod delay;
 mod inspect;
 mod lease;
 mod nack;
+mod priority;
 mod properties;
 mod reclaim;
 mod schedule;

@@ -30,6 +30,7 @@ enum Op {
         partition: u8,
         weight: u64,
         count: u8,
+        level: Level,
     },
     Lease {
         count: u8,
@@ -112,7 +113,7 @@ fn rate_of((amount, per_ms, burst): (u64, u64, u64)) -> Rate {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u8..6, 1u64..=8, 1u8..=6).prop_map(|(partition, weight, count)| Op::Enqueue { partition, weight, count }),
+        4 => (0u8..6, 1u64..=8, 1u8..=6).prop_map(|(partition, weight, count)| Op::Enqueue { partition, weight, count, level: 0 }),
         5 => (1u8..=3, 1i64..=40).prop_map(|(count, lease_ms)| Op::Lease { count, lease_ms }),
         2 => any::<usize>().prop_map(|pick| Op::Ack { pick }),
         1 => (any::<usize>(), 1i64..=40).prop_map(|(pick, lease_ms)| Op::Renew { pick, lease_ms, cost: None }),
@@ -140,6 +141,8 @@ fn op_with_controls() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), 1i64..=40, 0u64..=10).prop_map(|(pick, lease_ms, cost)| Op::Renew { pick, lease_ms, cost: Some(cost) }),
         1 => (0u8..6, prop::option::of((1u64..=3, 1u64..=20, 1u64..=4))).prop_map(|(partition, rate)| Op::Rate { partition, rate }),
         1 => prop::option::of((1u64..=3, 1u64..=20, 1u64..=4)).prop_map(|rate| Op::DefaultRate { rate }),
+        1 => (0u8..6, 1u64..=8, 1u8..=6, prop_oneof![Just(-2), Just(3), Just(MAX_LEVEL)])
+            .prop_map(|(partition, weight, count, level)| Op::Enqueue { partition, weight, count, level }),
     ]
 }
 
@@ -178,6 +181,10 @@ struct Simulation {
     /// and guarantees (1) and (2), stated in weights, no longer apply (the
     /// bound by cost is `charge.rs`'s property).
     charged: bool,
+    /// An item of a level other than 0 was queued: guarantees (1) and (2)
+    /// hold inside each level (`priority.rs`), not across them; each lease
+    /// still takes the first servable item in (level, virtual time) order.
+    prioritised: bool,
     /// A rate limit was set: guarantees (1) and (2) are about partitions
     /// served whenever their turn comes, which a throttled one is not (its
     /// bound is `throttle.rs`'s property).
@@ -231,6 +238,7 @@ impl Simulation {
             tokens: 0,
             finished: 0,
             charged: false,
+            prioritised: false,
             rated: false,
             buckets: BTreeMap::new(),
             gaps: BTreeMap::new(),
@@ -386,12 +394,15 @@ impl Simulation {
                 partition,
                 weight,
                 count,
+                level,
             } => {
                 let before = self.queued();
                 let ids = self.new_items(partition, weight, count);
                 let name = [b'p', partition];
                 let batch = new_items_of(&name, weight, &ids);
-                let added = enqueue(&mut self.store.scoped(CoreOp::Enqueue), self.now_ms, &batch)
+                self.prioritised |= level != 0;
+                let scoped = &mut self.store.scoped(CoreOp::Enqueue);
+                let added = enqueue_at(scoped, self.now_ms, level, &batch)
                     .unwrap()
                     .added;
                 prop_assert_eq!(added, u64::from(count));
@@ -786,7 +797,7 @@ impl Simulation {
         busy: &HashSet<u8>,
         popped: &[u8],
     ) -> Result<(), TestCaseError> {
-        if self.charged || self.rated {
+        if self.charged || self.rated || self.prioritised {
             return Ok(());
         }
         let (popped_partition, popped_weight) = self.items[popped];
