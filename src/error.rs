@@ -3,7 +3,7 @@
 
 use redis_module::RedisError;
 
-use crate::core::CoreError;
+use crate::core::{CoreError, MAX_LEVEL};
 use crate::layout::native::LoadError;
 use crate::layout::open::OpenError;
 use crate::limits::{
@@ -165,6 +165,13 @@ pub fn time_zone(given: &[u8]) -> RedisError {
 
 pub fn missed() -> RedisError {
     err("ERR MISSED must be one of skip, one, all".into())
+}
+
+/// `VTRR.ENQUEUE ... PRIORITY` and `VTRR.DEFER ... PRIORITY`.
+pub fn priority() -> RedisError {
+    err(format!(
+        "ERR PRIORITY must be an integer between -{MAX_LEVEL} and {MAX_LEVEL}"
+    ))
 }
 
 /// A required option left out.

@@ -19,7 +19,7 @@ use crate::core::key_view::KeyView;
 use crate::core::partitions::Record;
 use crate::core::{
     self, check, Ack, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest,
-    Leased, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank,
+    Leased, Level, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank,
     Schedule, ScheduleView, Stats,
 };
 use crate::layout::native::load_chunk;
@@ -61,8 +61,13 @@ impl<'a> Moment<'a> {
     }
 }
 
-/// `VTRR.ENQUEUE`: the number of items added.
-pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64, RedisError> {
+/// `VTRR.ENQUEUE`: the number of items added, at priority `level`.
+pub fn enqueue(
+    ctx: &Context,
+    queue: &[u8],
+    level: Level,
+    items: &[NewItem<'_>],
+) -> Result<u64, RedisError> {
     // The clock starts a partition's wait (its record's `waiting_since`):
     // a call that started one propagates as a DEFER due at that reading;
     // one that added only to lines already waiting, as sent.
@@ -75,6 +80,7 @@ pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64
                 now_ms,
                 Operation::Defer {
                     due_ms: now_ms,
+                    level,
                     items,
                 },
             )
@@ -83,7 +89,7 @@ pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64
     let outcome = Call::client(ctx, queue).clocked(
         CoreOp::Enqueue,
         items_used,
-        |store, _| core::enqueue(store, now_ms, items),
+        |store, _| core::enqueue_at(store, now_ms, level, items),
         |outcome| {
             Done::new(c"vtrr.enqueue")
                 .count(&info::ENQUEUED, outcome.added)
@@ -93,23 +99,33 @@ pub fn enqueue(ctx: &Context, queue: &[u8], items: &[NewItem<'_>]) -> Result<u64
     Ok(outcome.added)
 }
 
-/// `VTRR.DEFER`: the number of items added, leasable at `due_ms`.
+/// `VTRR.DEFER`: the number of items added, leasable at `due_ms`, at
+/// priority `level`.
 pub fn defer(
     ctx: &Context,
     queue: &[u8],
     at: &Moment,
     due_ms: i64,
+    level: Level,
     items: &[NewItem<'_>],
 ) -> Result<u64, RedisError> {
     let now_ms = at.now_ms;
     let items_used = |_: &_| {
         let items = items.to_vec();
-        apply(queue, now_ms, Operation::Defer { due_ms, items })
+        apply(
+            queue,
+            now_ms,
+            Operation::Defer {
+                due_ms,
+                level,
+                items,
+            },
+        )
     };
     let outcome = Call::client(ctx, queue).applied(
         CoreOp::Defer,
         items_used,
-        |store, _| core::defer(store, now_ms, due_ms, items),
+        |store, _| core::defer_at(store, now_ms, due_ms, level, items),
         |outcome| {
             let done = Done::new(c"vtrr.enqueue").anomalies(&outcome.anomalies);
             if due_ms <= now_ms {

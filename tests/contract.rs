@@ -38,6 +38,26 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     for bad in ["0", "-1", "1.5", "99999999999999999999"] {
         case(&["VTRR.ENQUEUE", "q", "p", "x", bad, "X"], weight);
     }
+    let priority = "ERR PRIORITY must be an integer between -100 and 100";
+    for bad in ["101", "-101", "1.5", "x", "", "99999999999999999999", "%"] {
+        case(
+            &["VTRR.ENQUEUE", "q", "PRIORITY", bad, "p", "x", "1", "X"],
+            priority,
+        );
+        case(
+            &["VTRR.DEFER", "q", "10", "PRIORITY", bad, "p", "x", "1", "X"],
+            priority,
+        );
+    }
+    // Two words over four groups that are not PRIORITY: no syntax to guess.
+    case(
+        &["VTRR.ENQUEUE", "q", "PRIORITE", "5", "p", "x", "1", "X"],
+        &arity("vtrr.enqueue"),
+    );
+    case(
+        &["VTRR.ENQUEUE", "q", "PRIORITY", "5"],
+        &arity("vtrr.enqueue"),
+    );
     // The first item is valid: the bad second one refuses the whole call.
     case(
         &[

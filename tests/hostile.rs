@@ -203,6 +203,18 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
     let calls: Vec<Vec<&str>> = vec![
         vec!["VTRR.ENQUEUE", q, "p", "e1", "1", "P", "p2", "e2", "2", "Q"],
         vec!["VTRR.DEFER", q, "60000", "p", "d1", "1", "P"],
+        vec!["VTRR.ENQUEUE", q, "PRIORITY", "5", "p", "e3", "1", "P"],
+        vec![
+            "VTRR.DEFER",
+            q,
+            "60000",
+            "PRIORITY",
+            "-5",
+            "p",
+            "d2",
+            "1",
+            "P",
+        ],
         vec!["VTRR.LEASE", q, "60000", "COUNT", "1", "WITHCOUNTERS"],
         vec!["VTRR.LEASE", q, "60000", "BLOCK", "10"],
         vec!["VTRR.ACK", q, id, token, id, token],
@@ -609,6 +621,10 @@ const ITEM_IDS: &[&str] = &["seed", "a", "b", "c", "d", "e"];
 fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
     let mut args = vec![one_of(rng, &["fz", "fz", "fz", "fz", "fz", "wt"])];
     let items = |rng: &mut Rng, args: &mut Vec<Vec<u8>>| {
+        if rng.chance(25) {
+            args.push(one_of(rng, &["PRIORITY", "priority"]));
+            args.push(one_of(rng, &["100", "-100", "0", "7", "101", "-1x", ""]));
+        }
         for _ in 0..1 + rng.below(2) {
             args.push(one_of(rng, &["p", "q", ""]));
             args.push(one_of(rng, ITEM_IDS));
@@ -717,7 +733,12 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
         }
         "VTRR.REVIVE" | "VTRR.CANCEL" => {
             for _ in 0..1 + rng.below(2) {
-                args.push(one_of(rng, ITEM_IDS));
+                // Half the time an id leased before, which a NACK ... DEAD
+                // may have buried: a seed whose fixed ids never die still
+                // revives some.
+                let leased = (!leases.is_empty() && rng.chance(50))
+                    .then(|| leases[rng.below(leases.len() as u64) as usize].0.clone());
+                args.push(leased.unwrap_or_else(|| one_of(rng, ITEM_IDS)));
             }
         }
         _ => {}

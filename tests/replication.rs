@@ -54,8 +54,10 @@ fn workload(con: &mut Connection, seed: u64, queue: &str) {
                     .unwrap();
             }
             0 | 1 => {
-                let _: i64 = redis::cmd("VTRR.ENQUEUE")
-                    .arg(queue)
+                let mut cmd = redis::cmd("VTRR.ENQUEUE");
+                cmd.arg(queue);
+                maybe_priority(&mut cmd, &mut rng);
+                let _: i64 = cmd
                     .arg(format!("p{}", rng.below(5)))
                     .arg(&id)
                     .arg(1 + rng.below(3))
@@ -119,6 +121,7 @@ const FAR_MS: u64 = 1_000_000_000;
 fn defer(con: &mut Connection, rng: &mut Rng, queue: &str, delay_ms: u64, ids: &[String]) {
     let mut cmd = redis::cmd("VTRR.DEFER");
     cmd.arg(queue).arg(delay_ms);
+    maybe_priority(&mut cmd, rng);
     for id in ids {
         cmd.arg(format!("p{}", rng.below(5)))
             .arg(id)
@@ -135,8 +138,15 @@ const DEAD_LETTER_POLICY: [&str; 4] = ["MAX-TIMEOUTS", "1", "MAX-NACKS", "2"];
 /// Redis keeps in a listpack hash (512).
 const BULK_PARTITIONS: u64 = 600;
 
-/// A partition the random part puts under tenant controls: one of the
-/// workloads' own (p0-p4), now and then one of the bulk.
+/// `PRIORITY <level>` a third of the time (levels above and below 0, the
+/// extremes among them), else nothing: ENQUEUE's and DEFER's.
+fn maybe_priority(cmd: &mut redis::Cmd, rng: &mut Rng) {
+    if rng.chance(33) {
+        let levels = [-100, -3, 2, 100];
+        cmd.arg("PRIORITY").arg(levels[rng.below(4) as usize]);
+    }
+}
+
 /// `<option> <n> PER <ms> BURST <b>` (a quarter of the time), `<option>
 /// NONE` (another quarter) or nothing: RATE of LIMIT, DEFAULT-RATE of POLICY.
 fn maybe_rate(cmd: &mut redis::Cmd, rng: &mut Rng, option: &str) {
@@ -156,6 +166,8 @@ fn maybe_rate(cmd: &mut redis::Cmd, rng: &mut Rng, option: &str) {
     }
 }
 
+/// A partition the random part puts under tenant controls: one of the
+/// workloads' own (p0-p4), now and then one of the bulk.
 fn controlled_partition(rng: &mut Rng) -> String {
     if rng.chance(25) {
         format!("b{}", rng.below(BULK_PARTITIONS))
@@ -220,6 +232,7 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
         for _ in 0..4 {
             let mut cmd = redis::cmd("VTRR.ENQUEUE");
             cmd.arg(queue);
+            maybe_priority(&mut cmd, &mut rng);
             for id in fresh(50, &mut made) {
                 cmd.arg(format!("p{}", rng.below(5)))
                     .arg(id)

@@ -415,7 +415,7 @@ fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue(
     let (cursor, views): (String, Vec<View>) = command(&["VTRR.PARTITIONS", "q"])
         .query(&mut reader)
         .unwrap();
-    assert_eq!((cursor.as_str(), views.len()), ("0", 4), "{views:?}");
+    assert_eq!((cursor.as_str(), views.len()), ("0", 5), "{views:?}");
     let h = partition_view(&mut reader, "q", "h");
     assert_eq!(
         (&h["paused"], &h["held"]),

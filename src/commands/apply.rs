@@ -75,8 +75,12 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         Operation::Nack { id, token, how } => {
             ops::nack(ctx, queue, &at, id, token, how)?;
         }
-        Operation::Defer { due_ms, items } => {
-            ops::defer(ctx, queue, &at, due_ms, &items)?;
+        Operation::Defer {
+            due_ms,
+            level,
+            items,
+        } => {
+            ops::defer(ctx, queue, &at, due_ms, level, &items)?;
         }
         Operation::Reclaim { limit } => {
             ops::reclaim(ctx, queue, &at, limit)?;

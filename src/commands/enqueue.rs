@@ -3,7 +3,7 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, id, queue_name, Command};
-use crate::core::NewItem;
+use crate::core::{parse_level, Level, NewItem};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::{error, limits, ops};
 
@@ -12,7 +12,7 @@ pub const ENQUEUE: Command = Command {
         name: "vtrr.enqueue",
         flags: "write deny-oom fast",
         arity: -6,
-        summary: "Adds items to a fair queue, each scored by its partition's virtual time",
+        summary: "Adds items to a fair queue, each scored by its partition's virtual time at their priority level",
         complexity: "O(log N) per item",
         key_flags: KEY_WRITE,
     },
@@ -49,30 +49,47 @@ fn items(groups: &[RedisString]) -> Result<Vec<NewItem<'_>>, RedisError> {
         .collect()
 }
 
-/// VTRR.ENQUEUE <name> <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
+/// `[PRIORITY <level>] <groups...>`: the level (0 without PRIORITY) and
+/// the groups. Groups come in fours, so PRIORITY is there exactly when two
+/// words are left over; a first partition called `PRIORITY` is read as one.
+fn level_and_groups(words: &[RedisString]) -> Result<(Level, &[RedisString]), RedisError> {
+    match words.len() % 4 {
+        0 => Ok((0, words)),
+        2 if words[0].as_slice().eq_ignore_ascii_case(b"PRIORITY") => {
+            let level = parse_level(words[1].as_slice()).ok_or_else(error::priority)?;
+            Ok((level, &words[2..]))
+        }
+        _ => Err(RedisError::WrongArity),
+    }
+}
+
+/// VTRR.ENQUEUE <name> [PRIORITY <level>] <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
 fn enqueue(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &ENQUEUE)?;
-    if !(argv.len() - 2).is_multiple_of(4) {
+    let (level, groups) = level_and_groups(&argv[2..])?;
+    if groups.is_empty() {
         return Err(RedisError::WrongArity);
     }
     let queue = queue_name(ctx, &argv[1])?;
-    let items = items(&argv[2..])?;
-    let added = ops::enqueue(ctx, queue, &items)?;
+    let items = items(groups)?;
+    let added = ops::enqueue(ctx, queue, level, &items)?;
     Ok(RedisValue::Integer(added as i64))
 }
 
-/// VTRR.DEFER <name> <delay-ms> <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
+/// VTRR.DEFER <name> <delay-ms> [PRIORITY <level>] <partition> <id> <weight> <payload> [<partition> <id> <weight> <payload> ...]
 fn defer(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &DEFER)?;
-    if !(argv.len() - 3).is_multiple_of(4) {
+    let (level, groups) = level_and_groups(&argv[3..])?;
+    if groups.is_empty() {
         return Err(RedisError::WrongArity);
     }
     let queue = queue_name(ctx, &argv[1])?;
     let delay_ms = args::int_in(argv[2].as_slice(), 0, limits::MAX_DELAY_MS, || {
         error::delay_ms("delay-ms")
     })?;
-    let items = items(&argv[3..])?;
+    let items = items(groups)?;
     let at = ops::Moment::now();
-    let added = ops::defer(ctx, queue, &at, at.now_ms.saturating_add(delay_ms), &items)?;
+    let due_ms = at.now_ms.saturating_add(delay_ms);
+    let added = ops::defer(ctx, queue, &at, due_ms, level, &items)?;
     Ok(RedisValue::Integer(added as i64))
 }

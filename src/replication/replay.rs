@@ -10,7 +10,7 @@
 //! | `LEASE` | `<lease-ms> <count> <due-limit> [<token> ...]` (one token per item leased) |
 //! | `RENEW` | `<id> <token> <lease-ms>` |
 //! | `NACK` | `<id> <token> <delay-ms>\|REQUEUE\|DEAD` |
-//! | `DEFER` | `<due-ms> <partition> <id> <weight> <payload> [...]` |
+//! | `DEFER` | `<due-ms> [PRIORITY <level>] <partition> <id> <weight> <payload> [...]` (PRIORITY when the level is not 0: an odd number of pairs after `<due-ms>` cannot be groups of four) |
 //! | `RECLAIM` | `<limit>` (VTRR.RECLAIM) |
 //! | `DUE` | `<limit>` (a timer run on the queue) |
 //! | `SCHEDULE` | `<schedule> <definition>` (VTRR.SCHEDULE; the definition as `schedules` stores it) |
@@ -19,7 +19,7 @@
 //! does; a server that meets a version it does not know applies nothing and
 //! says so in its log.
 
-use crate::core::{Nack, NewItem};
+use crate::core::{parse_level, Level, Nack, NewItem};
 
 /// The format this module writes and reads.
 pub const VERSION: &str = "1";
@@ -47,6 +47,7 @@ pub enum Operation<'a> {
     },
     Defer {
         due_ms: i64,
+        level: Level,
         items: Vec<NewItem<'a>>,
     },
     Reclaim {
@@ -132,10 +133,18 @@ impl Apply<'_> {
                     Nack::Delay { ms } => emit(digits.format(*ms).as_bytes()),
                 }
             }
-            Operation::Defer { due_ms, items } => {
+            Operation::Defer {
+                due_ms,
+                level,
+                items,
+            } => {
                 emit(b"DEFER");
                 emit(digits.format(self.now_ms).as_bytes());
                 emit(digits.format(*due_ms).as_bytes());
+                if *level != 0 {
+                    emit(b"PRIORITY");
+                    emit(digits.format(*level).as_bytes());
+                }
                 for item in items {
                     emit(item.partition);
                     emit(item.id);
@@ -207,21 +216,32 @@ impl Apply<'_> {
                     _ => Nack::Delay { ms: integer(how)? },
                 },
             },
-            (b"DEFER", [due_ms, groups @ ..]) if groups.len() % 4 == 0 => Operation::Defer {
-                due_ms: integer(due_ms)?,
-                items: groups
-                    .chunks_exact(4)
-                    .map(|group| {
-                        Ok(NewItem {
-                            partition: group[0],
-                            id: group[1],
-                            weight: u64::try_from(integer(group[2])?)
-                                .map_err(|_| ParseError::Malformed("negative weight"))?,
-                            payload: group[3],
+            (b"DEFER", [due_ms, rest @ ..]) => {
+                let (level, groups) = match rest {
+                    [b"PRIORITY", level, groups @ ..] if groups.len() % 4 == 0 => (
+                        parse_level(level).ok_or(ParseError::Malformed("bad priority"))?,
+                        groups,
+                    ),
+                    groups if groups.len() % 4 == 0 => (0, groups),
+                    _ => return Err(ParseError::Malformed("unknown operation or arguments")),
+                };
+                Operation::Defer {
+                    due_ms: integer(due_ms)?,
+                    level,
+                    items: groups
+                        .chunks_exact(4)
+                        .map(|group| {
+                            Ok(NewItem {
+                                partition: group[0],
+                                id: group[1],
+                                weight: u64::try_from(integer(group[2])?)
+                                    .map_err(|_| ParseError::Malformed("negative weight"))?,
+                                payload: group[3],
+                            })
                         })
-                    })
-                    .collect::<Result<_, ParseError>>()?,
-            },
+                        .collect::<Result<_, ParseError>>()?,
+                }
+            }
             (b"RECLAIM", [limit]) => Operation::Reclaim {
                 limit: count(limit)?,
             },
@@ -332,7 +352,13 @@ mod tests {
             },
             Operation::Defer {
                 due_ms: 1_700_000_000_123,
+                level: 0,
                 items: vec![item, item],
+            },
+            Operation::Defer {
+                due_ms: 1_700_000_000_123,
+                level: -100,
+                items: vec![item],
             },
             Operation::Reclaim { limit: 100 },
             // VTRR.RECLAIM without LIMIT: every expired lease.

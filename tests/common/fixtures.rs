@@ -14,7 +14,10 @@ use super::{
 /// (its partition `h` is paused, so it waits in `held`); partition `k`
 /// paused with more items in `queue` than one call parks, so its parking
 /// is under way (`parking`); a schedule whose one run is in 2999
-/// (`schedules`, `schedule_due`); and a MAX-TIMEOUTS policy. Needs a server whose timer is off (`quiet_server`).
+/// (`schedules`, `schedule_due`); `u1` of partition `u` queued at
+/// priority -1, so served after everything else (`priority`,
+/// `level_virtual_time`); and a MAX-TIMEOUTS policy. Needs a server whose
+/// timer is off (`quiet_server`).
 pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     let rated: String = command(&["VTRR.LIMIT", name, "t", "RATE", "1", "PER", "86400000"])
         .query(con)
@@ -74,6 +77,10 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     ])
     .query(con)
     .unwrap();
+    let added: i64 = command(&["VTRR.ENQUEUE", name, "PRIORITY", "-1", "u", "u1", "1", "U"])
+        .query(con)
+        .unwrap();
+    assert_eq!(added, 1);
     // No partition is at its cap (the suites count on p's settings being
     // the defaults), so `rank_leased` is the one key left empty.
     let missing: Vec<&str> = ALL_SUFFIXES
@@ -195,7 +202,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         "default-cap",
     ];
     let ranked_and_stats = [RANKED, &["stats"]].concat();
-    let openers: [(&str, &[&str]); 19] = [
+    let openers: [(&str, &[&str]); 21] = [
         (
             "delayed",
             &[
@@ -356,6 +363,47 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "limit-set",
                 "pause",
                 "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "priority",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "ack",
+                "nack",
+                "reclaim",
+                "check",
+                "dead",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "recount",
+                "default-cap",
+            ],
+        ),
+        (
+            "level_virtual_time",
+            &[
+                "enqueue",
+                "defer",
+                "lease",
+                "nack",
+                "reclaim",
+                "stats",
+                "check",
+                "revive",
+                "cancel",
+                "limit-set",
+                "pause",
+                "resume",
+                "partitions",
+                "partition",
                 "recount",
                 "default-cap",
             ],

@@ -6,9 +6,10 @@
 /// items, nack counts, the dead-letter policy and default cap, held items
 /// of partitions under control, per-partition records, the partitions
 /// whose parking is under way, the rankings of partitions, the queue's
-/// totals, the rate-limited partitions waiting for a token, and the
-/// recurring schedules with their next runs).
-pub const ALL_SUFFIXES: [&str; 28] = [
+/// totals, the rate-limited partitions waiting for a token, the items'
+/// priority levels and the levels' virtual times, and the recurring
+/// schedules with their next runs).
+pub const ALL_SUFFIXES: [&str; 30] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -35,6 +36,8 @@ pub const ALL_SUFFIXES: [&str; 28] = [
     "rank_dead",
     "totals",
     "throttled",
+    "priority",
+    "level_virtual_time",
     "schedules",
     "schedule_due",
 ];
