@@ -5,13 +5,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::controls::count_from_keys;
 use super::held;
-use super::levels::Level;
+use super::levels::{max_time, of_queue_score, Level};
+use super::meta;
 use super::numbers::parse_meta;
 use super::partitions::{read_defaults, Parking};
 use super::ranks::{self, queue_totals, Rank};
 use super::schedule::Schedule;
 use super::throttle;
 use super::types::CoreError;
+use super::virtual_time::read_current_virtual_time;
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Every broken invariant, as a readable sentence naming the id.
@@ -106,6 +108,7 @@ pub fn check(store: &mut impl Store) -> Result<Vec<String>, CoreError> {
     }
     for (hash, name) in [
         (HashKey::Meta, "meta"),
+        (HashKey::Priority, "priority"),
         (HashKey::Timeouts, "timeouts"),
         (HashKey::Nacks, "nacks"),
     ] {
@@ -116,10 +119,44 @@ pub fn check(store: &mut impl Store) -> Result<Vec<String>, CoreError> {
             ));
         }
     }
+    check_levels(store, &mut problems);
     check_partitions(store, &mut problems)?;
     check_schedules(store, &mut problems)?;
     problems.sort();
     Ok(problems)
+}
+
+/// Each queued item waits at the level `priority` gives it, and level 0's
+/// current virtual time is within level 0's band (a Lua script's LEASE of
+/// an item of another level writes its score there, see docs/design.md).
+fn check_levels(store: &mut impl Store, problems: &mut Vec<String>) {
+    let show = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
+    let mut queued: Vec<(Vec<u8>, Level)> = store
+        .zrange_upto(ZsetKey::Queue, f64::INFINITY, usize::MAX)
+        .into_iter()
+        .map(|(id, score)| (id, of_queue_score(score as i64).0))
+        .collect();
+    for (member, _) in store.zrange_upto(ZsetKey::Held, f64::INFINITY, usize::MAX) {
+        if let Some((_, level, _, id)) = held::parse_member(&member) {
+            queued.push((id.to_vec(), level));
+        }
+    }
+    for (id, level) in queued {
+        let recorded = meta::level_of(store, &id);
+        if recorded != level {
+            problems.push(format!(
+                "{} waits at priority {level} but priority gives it {recorded}",
+                show(&id)
+            ));
+        }
+    }
+    if let Ok(current) = read_current_virtual_time(store) {
+        if !(0..=max_time(0)).contains(&current) {
+            problems.push(format!(
+                "current_virtual_time {current} is outside priority 0's scores"
+            ));
+        }
+    }
 }
 
 /// Each partition record's counts equal what the keys hold, its head is
