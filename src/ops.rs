@@ -87,7 +87,7 @@ pub fn enqueue(
         })
     };
     let outcome = Call::client(ctx, queue).clocked(
-        CoreOp::Enqueue,
+        CoreOp::enqueue(level),
         items_used,
         |store, _| core::enqueue_at(store, now_ms, level, items),
         |outcome| {
@@ -123,7 +123,7 @@ pub fn defer(
         )
     };
     let outcome = Call::client(ctx, queue).applied(
-        CoreOp::Defer,
+        CoreOp::defer(level),
         items_used,
         |store, _| core::defer_at(store, now_ms, due_ms, level, items),
         |outcome| {

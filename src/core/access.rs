@@ -5,13 +5,18 @@
 //! key missing here fails the tests instead of reading as empty.
 
 use super::dead::PolicyChange;
+use super::levels::Level;
 use crate::store::{QueueKey, Scope};
 
 /// A core operation, as the operations layer runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoreOp {
     Enqueue,
+    /// `VTRR.ENQUEUE ... PRIORITY` of a level other than 0.
+    EnqueuePrioritised,
     Defer,
+    /// `VTRR.DEFER ... PRIORITY` of a level other than 0.
+    DeferPrioritised,
     Lease,
     Ack,
     /// `VTRR.ACKCOST`: an ACK whose charges move a partition's items.
@@ -70,6 +75,29 @@ const ENQUEUE: &[QueueKey] = &[
     QueueKey::Dead,
     QueueKey::CurrentVirtualTime,
     QueueKey::PartitionVirtualTime,
+    QueueKey::Task,
+    QueueKey::Meta,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
+    QueueKey::Policy,
+    QueueKey::Throttled,
+];
+
+/// ENQUEUE at a priority level other than 0: that level's virtual times
+/// and the items' levels too (level 0 touches neither, and opens neither).
+const ENQUEUE_PRIORITISED: &[QueueKey] = &[
+    QueueKey::Queue,
+    QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
+    QueueKey::CurrentVirtualTime,
+    QueueKey::PartitionVirtualTime,
     QueueKey::LevelVirtualTime,
     QueueKey::Task,
     QueueKey::Meta,
@@ -87,6 +115,30 @@ const ENQUEUE: &[QueueKey] = &[
 ];
 
 const DEFER: &[QueueKey] = &[
+    QueueKey::Queue,
+    QueueKey::Inflight,
+    QueueKey::Delayed,
+    QueueKey::Dead,
+    QueueKey::CurrentVirtualTime,
+    QueueKey::PartitionVirtualTime,
+    QueueKey::Task,
+    QueueKey::Meta,
+    QueueKey::DelayedTask,
+    QueueKey::Held,
+    QueueKey::HeldAt,
+    QueueKey::Partitions,
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
+    QueueKey::Policy,
+    QueueKey::Throttled,
+];
+
+/// DEFER at a priority level other than 0: that level's virtual times
+/// and the items' levels too (level 0 touches neither, and opens neither).
+const DEFER_PRIORITISED: &[QueueKey] = &[
     QueueKey::Queue,
     QueueKey::Inflight,
     QueueKey::Delayed,
@@ -277,7 +329,9 @@ impl CoreOp {
     pub const fn keys(self) -> &'static [QueueKey] {
         match self {
             CoreOp::Enqueue => ENQUEUE,
+            CoreOp::EnqueuePrioritised => ENQUEUE_PRIORITISED,
             CoreOp::Defer => DEFER,
+            CoreOp::DeferPrioritised => DEFER_PRIORITISED,
             CoreOp::Ack => ACK,
             CoreOp::AckCost | CoreOp::RenewCost => ACK_COST,
             CoreOp::Renew => RENEW,
@@ -317,6 +371,24 @@ impl CoreOp {
         )
     }
 
+    /// `VTRR.ENQUEUE` at `level`.
+    pub fn enqueue(level: Level) -> CoreOp {
+        if level == 0 {
+            CoreOp::Enqueue
+        } else {
+            CoreOp::EnqueuePrioritised
+        }
+    }
+
+    /// `VTRR.DEFER` at `level`.
+    pub fn defer(level: Level) -> CoreOp {
+        if level == 0 {
+            CoreOp::Defer
+        } else {
+            CoreOp::DeferPrioritised
+        }
+    }
+
     /// `VTRR.POLICY` with `changes`: only a default cap moves items.
     pub fn set_policy(changes: &[PolicyChange]) -> CoreOp {
         if changes.iter().any(|c| {
@@ -334,7 +406,9 @@ impl CoreOp {
     pub const fn name(self) -> &'static str {
         match self {
             CoreOp::Enqueue => "enqueue",
+            CoreOp::EnqueuePrioritised => "enqueue (with a priority)",
             CoreOp::Defer => "defer",
+            CoreOp::DeferPrioritised => "defer (with a priority)",
             CoreOp::Lease => "lease",
             CoreOp::Ack => "ack",
             CoreOp::AckCost => "ack (with costs)",
@@ -472,6 +546,13 @@ mod tests {
         let [first, second, third] = &leased[..] else {
             unreachable!()
         };
+        // Prioritised items, queued (a's in `queue`, c's held: c is paused)
+        // and delayed (promoted below), for the calls below.
+        let urgent = [item(b"a", b"8"), item(b"c", b"9")];
+        let scoped = &mut store.scoped(CoreOp::enqueue(3));
+        enqueue_at(scoped, 0, 3, &urgent).unwrap();
+        let later = [item(b"a", b"10")];
+        defer_at(&mut store.scoped(CoreOp::defer(-2)), 0, 50, -2, &later).unwrap();
         let acked = ack(
             &mut store.scoped(CoreOp::Ack),
             &[Ack::pair(&first.id, &first.token)],
@@ -510,7 +591,7 @@ mod tests {
         let reclaimed = reclaim(&mut store.scoped(CoreOp::Reclaim), 30, 10).unwrap();
         assert_eq!(reclaimed.dead_lettered, 1);
         let due = run_due(&mut store.scoped(CoreOp::RunDue), 60, 10).unwrap();
-        assert_eq!(due.promoted, 1);
+        assert_eq!(due.promoted, 2);
         let dead = dead_items(&mut store.scoped(CoreOp::DeadItems), 10);
         assert_eq!(dead.len(), 2);
         assert_eq!(
@@ -557,7 +638,7 @@ mod tests {
             &mut anomalies,
         )
         .unwrap();
-        assert_eq!(page.len(), 2);
+        assert_eq!(page.len(), 3);
         let (ranked, top) = partitions_top(
             &mut store.scoped(CoreOp::PartitionsTop),
             Rank::Queued,
@@ -567,7 +648,7 @@ mod tests {
             &mut anomalies,
         )
         .unwrap();
-        assert_eq!((ranked, top.len()), (2, 2));
+        assert_eq!((ranked, top.len()), (3, 3));
         stats(&mut store.scoped(CoreOp::Stats), 60, &mut anomalies).unwrap();
         let mut next_due = store.scoped(CoreOp::NextDue);
         assert!(next_due.zfirst(ZsetKey::Inflight).is_none());

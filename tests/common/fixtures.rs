@@ -130,8 +130,26 @@ pub fn queue_in_every_state_on_a_quiet_server() -> (Server, redis::Connection, S
 /// a's), each of which would change the queue or read the key if let
 /// through.
 pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
-    let calls: [(&str, Vec<&str>); 24] = [
+    let calls: [(&str, Vec<&str>); 26] = [
         ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
+        (
+            "enqueue-priority",
+            vec!["VTRR.ENQUEUE", "q", "PRIORITY", "2", "p", "new", "1", "N"],
+        ),
+        (
+            "defer-priority",
+            vec![
+                "VTRR.DEFER",
+                "q",
+                "60000",
+                "PRIORITY",
+                "2",
+                "p",
+                "new",
+                "1",
+                "N",
+            ],
+        ),
         (
             "defer",
             vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
@@ -185,7 +203,9 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
     // the totals.
     const RANKED: &[&str] = &[
         "enqueue",
+        "enqueue-priority",
         "defer",
+        "defer-priority",
         "lease",
         "ack",
         "nack",
@@ -206,14 +226,32 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         (
             "delayed",
             &[
-                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "revive",
-                "cancel", "recount",
+                "enqueue",
+                "enqueue-priority",
+                "defer",
+                "defer-priority",
+                "lease",
+                "nack",
+                "reclaim",
+                "stats",
+                "check",
+                "revive",
+                "cancel",
+                "recount",
             ],
         ),
         (
             "delayed_task",
             &[
-                "defer", "lease", "nack", "reclaim", "check", "revive", "cancel", "recount",
+                "defer",
+                "defer-priority",
+                "lease",
+                "nack",
+                "reclaim",
+                "check",
+                "revive",
+                "cancel",
+                "recount",
             ],
         ),
         (
@@ -225,8 +263,19 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         (
             "dead",
             &[
-                "enqueue", "defer", "lease", "nack", "reclaim", "stats", "check", "dead", "revive",
-                "cancel", "recount",
+                "enqueue",
+                "enqueue-priority",
+                "defer",
+                "defer-priority",
+                "lease",
+                "nack",
+                "reclaim",
+                "stats",
+                "check",
+                "dead",
+                "revive",
+                "cancel",
+                "recount",
             ],
         ),
         (
@@ -245,7 +294,9 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             "policy",
             &[
                 "enqueue",
+                "enqueue-priority",
                 "defer",
+                "defer-priority",
                 "lease",
                 "ack",
                 "nack",
@@ -269,7 +320,9 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             "held",
             &[
                 "enqueue",
+                "enqueue-priority",
                 "defer",
+                "defer-priority",
                 "lease",
                 "ack",
                 "nack",
@@ -289,7 +342,9 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             "held_at",
             &[
                 "enqueue",
+                "enqueue-priority",
                 "defer",
+                "defer-priority",
                 "lease",
                 "ack",
                 "nack",
@@ -324,7 +379,9 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             "partitions",
             &[
                 "enqueue",
+                "enqueue-priority",
                 "defer",
+                "defer-priority",
                 "lease",
                 "ack",
                 "nack",
@@ -352,7 +409,9 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             "throttled",
             &[
                 "enqueue",
+                "enqueue-priority",
                 "defer",
+                "defer-priority",
                 "lease",
                 "ack",
                 "nack",
@@ -370,8 +429,8 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         (
             "priority",
             &[
-                "enqueue",
-                "defer",
+                "enqueue-priority",
+                "defer-priority",
                 "lease",
                 "ack",
                 "nack",
@@ -390,8 +449,8 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         (
             "level_virtual_time",
             &[
-                "enqueue",
-                "defer",
+                "enqueue-priority",
+                "defer-priority",
                 "lease",
                 "nack",
                 "reclaim",

@@ -106,19 +106,30 @@ class Queue:
         return exchange.read(sent, _parsed(self.name, batch, replies))
 
     # Adding items.
-    def enqueue(self, partition: str, item_id: str, payload: bytes | str, weight: int = 1) -> bool:
-        """Add one item; False when its id is already in the queue's life (skipped)."""
-        return (
-            self.run(commands.enqueue(self.name, [Item(partition, item_id, payload, weight)])) == 1
-        )
+    def enqueue(
+        self,
+        partition: str,
+        item_id: str,
+        payload: bytes | str,
+        weight: int = 1,
+        *,
+        priority: int = 0,
+    ) -> bool:
+        """Add one item; False when its id is already in the queue's life (skipped).
 
-    def enqueue_many(self, items: Iterable[Item]) -> int:
-        """Add items in one atomic command; returns how many were new."""
-        return self.run(commands.enqueue(self.name, items))
+        `priority` (-100..100, larger first) is strict between levels and
+        fair between partitions inside one.
+        """
+        item = Item(partition, item_id, payload, weight)
+        return self.run(commands.enqueue(self.name, [item], priority)) == 1
 
-    def defer(self, delay_ms: int, items: Iterable[Item]) -> int:
+    def enqueue_many(self, items: Iterable[Item], *, priority: int = 0) -> int:
+        """Add items in one atomic command, at `priority`; returns how many were new."""
+        return self.run(commands.enqueue(self.name, items, priority))
+
+    def defer(self, delay_ms: int, items: Iterable[Item], *, priority: int = 0) -> int:
         """Add items that become leasable `delay_ms` after the server's clock now."""
-        return self.run(commands.defer(self.name, delay_ms, items))
+        return self.run(commands.defer(self.name, delay_ms, items, priority))
 
     # Leases.
     def lease(self, lease_ms: int, *, block_ms: int | None = None) -> Lease | None:
@@ -375,18 +386,22 @@ class AsyncQueue:
         return exchange.read(sent, _parsed(self.name, batch, replies))
 
     async def enqueue(
-        self, partition: str, item_id: str, payload: bytes | str, weight: int = 1
+        self,
+        partition: str,
+        item_id: str,
+        payload: bytes | str,
+        weight: int = 1,
+        *,
+        priority: int = 0,
     ) -> bool:
-        return (
-            await self.run(commands.enqueue(self.name, [Item(partition, item_id, payload, weight)]))
-            == 1
-        )
+        item = Item(partition, item_id, payload, weight)
+        return await self.run(commands.enqueue(self.name, [item], priority)) == 1
 
-    async def enqueue_many(self, items: Iterable[Item]) -> int:
-        return await self.run(commands.enqueue(self.name, items))
+    async def enqueue_many(self, items: Iterable[Item], *, priority: int = 0) -> int:
+        return await self.run(commands.enqueue(self.name, items, priority))
 
-    async def defer(self, delay_ms: int, items: Iterable[Item]) -> int:
-        return await self.run(commands.defer(self.name, delay_ms, items))
+    async def defer(self, delay_ms: int, items: Iterable[Item], *, priority: int = 0) -> int:
+        return await self.run(commands.defer(self.name, delay_ms, items, priority))
 
     async def lease(self, lease_ms: int, *, block_ms: int | None = None) -> Lease | None:
         return await self.run(commands.lease(self.name, lease_ms, block_ms))

@@ -75,18 +75,32 @@ def _item_args(items: Iterable[Item]) -> list[Arg]:
     return args
 
 
-def enqueue(name: str, items: Iterable[Item]) -> Command[int]:
+MAX_PRIORITY = 100
+
+
+def _priority_args(priority: int) -> list[Arg]:
+    """`PRIORITY <level>` (nothing for level 0), the level checked first."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}")
+    return ["PRIORITY", priority] if priority else []
+
+
+def enqueue(name: str, items: Iterable[Item], priority: int = 0) -> Command[int]:
+    level = _priority_args(priority)
     item_args = _item_args(items)
     if not item_args:
         raise ValueError("enqueue needs at least one item")
-    return Command(("VTRR.ENQUEUE", name, *item_args), _int)
+    return Command(("VTRR.ENQUEUE", name, *level, *item_args), _int)
 
 
-def defer(name: str, delay_ms: int, items: Iterable[Item]) -> Command[int]:
+def defer(name: str, delay_ms: int, items: Iterable[Item], priority: int = 0) -> Command[int]:
+    level = _priority_args(priority)
     item_args = _item_args(items)
     if not item_args:
         raise ValueError("defer needs at least one item")
-    return Command(("VTRR.DEFER", name, delay_ms, *item_args), _int)
+    return Command(("VTRR.DEFER", name, delay_ms, *level, *item_args), _int)
 
 
 def _lease(reply: Any) -> Lease:

@@ -303,11 +303,21 @@ class ShardedQueue:
         return groups
 
     # Adding items.
-    def enqueue(self, partition: str, item_id: str, payload: bytes | str, weight: int = 1) -> bool:
+    def enqueue(
+        self,
+        partition: str,
+        item_id: str,
+        payload: bytes | str,
+        weight: int = 1,
+        *,
+        priority: int = 0,
+    ) -> bool:
         """Add one item to its partition's sub-queue; False when its id is already there."""
-        return self.enqueue_many([Item(partition, item_id, payload, weight)]) == 1
+        return (
+            self.enqueue_many([Item(partition, item_id, payload, weight)], priority=priority) == 1
+        )
 
-    def enqueue_many(self, items: Iterable[Item]) -> int:
+    def enqueue_many(self, items: Iterable[Item], *, priority: int = 0) -> int:
         """Add items, one atomic VTRR.ENQUEUE per sub-queue; returns how many were new.
 
         Atomic per sub-queue only: the items of each sub-queue go in one call,
@@ -315,14 +325,21 @@ class ShardedQueue:
         batch before anything is sent), but an error of the server or the
         connection on one sub-queue's call leaves the calls before it done.
         """
+        groups = self._split(items)
         return sum(
-            self.sub_queues[i].enqueue_many(group) for i, group in self._split(items).items()
+            self.sub_queues[i].enqueue_many(group, priority=priority) for i, group in groups.items()
         )
 
-    def defer(self, delay_ms: int, items: Iterable[Item]) -> int:
-        """Add items leasable `delay_ms` from now, one call per sub-queue (as `enqueue_many`)."""
+    def defer(self, delay_ms: int, items: Iterable[Item], *, priority: int = 0) -> int:
+        """Add items leasable `delay_ms` from now, one call per sub-queue (as `enqueue_many`).
+
+        A sub-queue serves its levels strictly; the rotation between
+        sub-queues knows no levels, so a priority is strict within each.
+        """
+        groups = self._split(items)
         return sum(
-            self.sub_queues[i].defer(delay_ms, group) for i, group in self._split(items).items()
+            self.sub_queues[i].defer(delay_ms, group, priority=priority)
+            for i, group in groups.items()
         )
 
     # Sub-queues that cannot be reached.

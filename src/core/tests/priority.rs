@@ -8,7 +8,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::{HashKey, Store, ZsetKey};
 
 fn enqueue_at_level(store: &mut MemoryStore, level: Level, items: &[NewItem<'_>]) {
-    enqueue_at(&mut store.scoped(CoreOp::Enqueue), 0, level, items).unwrap();
+    enqueue_at(&mut store.scoped(CoreOp::enqueue(level)), 0, level, items).unwrap();
 }
 
 fn enqueue_n(store: &mut MemoryStore, level: Level, partition: &str, prefix: &str, n: usize) {
@@ -109,7 +109,7 @@ fn an_item_keeps_its_level_through_a_reclaim_a_nack_and_a_delay() {
 fn a_deferred_item_enters_at_its_level_when_due() {
     let mut store = MemoryStore::new();
     defer_at(
-        &mut store.scoped(CoreOp::Defer),
+        &mut store.scoped(CoreOp::defer(4)),
         0,
         100,
         4,

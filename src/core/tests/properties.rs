@@ -401,7 +401,7 @@ impl Simulation {
                 let name = [b'p', partition];
                 let batch = new_items_of(&name, weight, &ids);
                 self.prioritised |= level != 0;
-                let scoped = &mut self.store.scoped(CoreOp::Enqueue);
+                let scoped = &mut self.store.scoped(CoreOp::enqueue(level));
                 let added = enqueue_at(scoped, self.now_ms, level, &batch)
                     .unwrap()
                     .added;
