@@ -336,6 +336,24 @@ def test_a_task_longer_than_its_lease_keeps_it_renewed(harness: Callable[..., Se
     assert s.queue.check() == []
 
 
+def test_celery_priorities_are_served_in_the_redis_transports_order(
+    harness: Callable[..., Setup],
+) -> None:
+    s = harness()
+    s.task.queue("p", [{"args": [f"plain-{i}"], "id": f"plain-{i}"} for i in range(3)])
+    s.task.queue("p", [{"args": ["nine"], "id": "nine"}], priority=9)
+    s.task.queue("q", [{"args": ["zero"], "id": "zero"}], priority=0)
+    s.task.queue("q", [{"args": ["three"], "id": "three"}], priority=3)
+    with s.worker(pool="solo", concurrency=1):
+        runs = s.wait_runs(6, timeout=30)
+        s.wait_drained()
+    order = [run["id"] for run in runs]
+    # 0, like no priority, comes first (in turns by partition), then 3, then 9.
+    assert order[:4] == ["plain-0", "zero", "plain-1", "plain-2"], order
+    assert order[4:] == ["three", "nine"], order
+    assert s.queue.check() == []
+
+
 def test_bad_input_is_refused_before_anything_is_enqueued(harness: Callable[..., Setup]) -> None:
     s = harness()
     with pytest.raises(vtrr.SerializationError, match=r"tasks\[1\]"):
@@ -350,6 +368,9 @@ def test_bad_input_is_refused_before_anything_is_enqueued(harness: Callable[...,
         s.task.queue("p", [{"weight": 0}])
     with pytest.raises(ValueError, match="partition_key"):
         s.task.queue("", [{"args": []}])
+    for bad in (10, -1):
+        with pytest.raises(ValueError, match="priority"):
+            s.task.queue("p", [{"args": []}], priority=bad)
     assert s.task.queue("p", []) == []
     stats = s.queue.stats()
     assert (stats.queued, stats.partitions) == (0, 0), "nothing was enqueued"

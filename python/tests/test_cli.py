@@ -267,6 +267,15 @@ def test_enqueue_from_an_option_a_file_or_stdin(
         ),
         "weight must be an integer between 1 and 1000000000",
     )
+    one_line_error(
+        vtrr_run(
+            "enqueue", name, "a", "j4", "--payload", "x", "--priority", "101", "--url", server.url
+        ),
+        "priority must be an integer between -100 and 100",
+    )
+    vtrr_run("enqueue", name, "low", "j5", "--payload", "x", "--url", server.url)
+    vtrr_run("enqueue", name, "a", "j6", "--payload", "x", "--priority", "3", "--url", server.url)
+    assert [lease.id for lease in queue.lease_many(60_000, 2)] == ["j6", "j5"]
     missing = str(tmp_path / "missing")
     one_line_error(
         vtrr_run("enqueue", name, "a", "j4", "--payload-file", missing, "--url", server.url),

@@ -30,6 +30,31 @@ def test_enqueue_lease_ack_round_trip(queue: vtrr.Queue) -> None:
     assert queue.check() == []
 
 
+def test_priorities_are_strict_between_levels_and_fair_inside_one(queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("a", f"a{n}", b"") for n in range(3)])
+    queue.enqueue_many([Item("a", "a-high", b""), Item("b", "b-high", b"")], priority=7)
+    assert queue.enqueue("c", "c-low", b"", priority=-100)
+    assert queue.defer(0, [Item("d", "d-high", b"")], priority=7) == 1
+    leased = [lease.id for lease in queue.lease_many(30_000, 10)]
+    assert leased == ["a-high", "b-high", "d-high", "a0", "a1", "a2", "c-low"]
+    assert queue.check() == []
+
+
+def test_a_priority_out_of_range_is_refused_before_anything_is_sent(queue: vtrr.Queue) -> None:
+    for bad, error in [
+        (101, vtrr.InvalidArgument),
+        (-101, vtrr.InvalidArgument),
+        (True, TypeError),
+    ]:
+        with pytest.raises(error, match="priority"):
+            queue.enqueue("p", "x", b"", priority=bad)  # type: ignore[arg-type]
+    with pytest.raises(redis.ResponseError, match="PRIORITY must be an integer between -100"):
+        queue.client.execute_command(
+            "VTRR.ENQUEUE", queue.name, "PRIORITY", "101", "p", "x", "1", "X"
+        )
+    assert queue.stats().queued == 0
+
+
 def test_ack_and_lease_settles_and_leases_in_one_call(queue: vtrr.Queue) -> None:
     queue.enqueue_many([Item("p", f"i{n}", b"") for n in range(4)])
     first, second = queue.lease_many(30_000, 2)

@@ -275,13 +275,7 @@ def test_run_after_is_not_run_before_its_time(project: Project, tasks: ModuleTyp
 
 
 # 4. What is refused is refused whole: nothing enqueued.
-def test_priority_and_unserialisable_arguments_enqueue_nothing(
-    project: Project, tasks: ModuleType
-) -> None:
-    from django.tasks.exceptions import InvalidTask
-
-    with pytest.raises(InvalidTask, match="priority"):
-        tasks.record.using(priority=10).enqueue("prioritised")
+def test_unserialisable_arguments_enqueue_nothing(project: Project, tasks: ModuleType) -> None:
     with pytest.raises(vtrr.SerializationError, match="not JSON-serialisable") as raised:
         tasks.record.enqueue(object())
     assert isinstance(raised.value, TypeError)
@@ -294,6 +288,21 @@ def test_priority_and_unserialisable_arguments_enqueue_nothing(
     stats = project.queue().stats()
     assert (stats.queued, stats.delayed, stats.partitions) == (0, 0, 0)
     assert project.client.keys("*" + project.prefix + "*") == [], "no record, no ingress"
+
+
+# 4b. Django's task priorities (-100..100) are the module's levels: served highest
+# first, whatever was queued before them.
+def test_task_priorities_are_served_highest_first(project: Project, tasks: ModuleType) -> None:
+    assert project.backend.supports_priority
+    for n in range(3):
+        tasks.record.enqueue(f"plain-{n}")
+    tasks.record.using(priority=-100).enqueue("last")
+    tasks.record.using(priority=100).enqueue("first", partition_key="other")
+    tasks.record.using(priority=5).enqueue("second")
+    worker = project.start(*THREADMILL_WORKER)
+    wait_for(lambda: len(project.done()) == 6, 20, "every task", project.logs)
+    assert project.done() == ["first", "second", "plain-0", "plain-1", "plain-2", "last"]
+    project.kill(worker, signal.SIGTERM)
 
 
 # 5. peek and telemetry (what threadmill's inspector shows); SIGTERM finishes the running task.

@@ -82,6 +82,30 @@ def test_one_worker_serves_partitions_in_turn(queue: vtrr.Queue) -> None:
     assert max(light_positions) <= 12, order
 
 
+def test_a_high_priority_item_overtakes_a_ten_thousand_item_backlog(queue: vtrr.Queue) -> None:
+    for chunk in range(10):
+        queue.enqueue_many(Item("big", f"b{chunk}-{i:04}", b"x") for i in range(1000))
+    order: list[str] = []
+    worker: Worker
+
+    def handler(job: Job) -> None:
+        order.append(job.id)
+        if len(order) == 100:
+            # Mid-backlog: 9,900 items are still queued ahead of it by time.
+            queue.enqueue("small", "urgent", b"u", priority=50)
+            queue.enqueue("small", "whenever", b"w", priority=-1)
+        if len(order) == 10_002:
+            worker.stop()
+
+    worker = Worker(queue, handler, concurrency=2, block_ms=100)
+    worker.run()
+    # Served among the next few leases: what the worker had in hand, or
+    # leased in the same round trip, came before it.
+    assert 100 <= order.index("urgent") <= 104, order.index("urgent")
+    assert order[-1] == "whenever", order[-5:]
+    assert queue.check() == []
+
+
 def test_a_tenant_whose_jobs_cost_ten_times_their_weight_gets_a_tenth_of_the_service(
     queue: vtrr.Queue,
 ) -> None:

@@ -10,6 +10,8 @@ use super::partitions::{read_defaults, State};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
 use super::virtual_time::{current_at, parse_current_virtual_time, set_current_at, Placing};
 use super::{charge, counters, leased};
+use smallvec::SmallVec;
+
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// What `VTRR.LEASE` asks for.
@@ -66,8 +68,8 @@ pub fn lease(
     // the timer off.
     park_queued(store, at.defaults, request.due_limit, &mut outcome.due);
     let expiry_ms = request.now_ms.saturating_add(request.lease_ms);
-    // The highest virtual time served at each level.
-    let mut served_at: Vec<(Level, i64)> = Vec::new();
+    // The highest virtual time served at each level (one, almost always).
+    let mut served_at: SmallVec<[(Level, i64); 2]> = SmallVec::new();
     let mut parked = 0;
     while outcome.leased.len() < request.count {
         let Some((id, score)) = store.zfirst(ZsetKey::Queue) else {

@@ -296,7 +296,9 @@ def _payload(args: argparse.Namespace) -> bytes:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    added = _queue(args).enqueue(args.partition, args.id, _payload(args), weight=args.weight)
+    added = _queue(args).enqueue(
+        args.partition, args.id, _payload(args), weight=args.weight, priority=args.priority
+    )
     line = (
         f"enqueued {args.id} in {args.partition}"
         if added
@@ -651,6 +653,12 @@ def parser() -> argparse.ArgumentParser:
     enqueue.add_argument("partition")
     enqueue.add_argument("id")
     enqueue.add_argument("--weight", type=int, default=1, help="what the item costs its partition")
+    enqueue.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="-100..100, larger first: strict between levels, fair inside one (default 0)",
+    )
     source = enqueue.add_mutually_exclusive_group()
     source.add_argument("--payload", metavar="TEXT", help="the payload (default: stdin)")
     source.add_argument("--payload-file", metavar="PATH", help="read the payload from a file")

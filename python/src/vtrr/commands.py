@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from .errors import InvalidArgument
-from .limits import MAX_COST, check_int, check_item
+from .limits import MAX_COST, MAX_PRIORITY, check_int, check_item
 from .types import (
     AckedLeases,
     DeadItem,
@@ -75,16 +75,10 @@ def _item_args(items: Iterable[Item]) -> list[Arg]:
     return args
 
 
-MAX_PRIORITY = 100
-
-
 def _priority_args(priority: int) -> list[Arg]:
     """`PRIORITY <level>` (nothing for level 0), the level checked first."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
-    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
-        raise ValueError(f"priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}")
-    return ["PRIORITY", priority] if priority else []
+    level = check_int("priority", priority, -MAX_PRIORITY, MAX_PRIORITY)
+    return ["PRIORITY", level] if level else []
 
 
 def enqueue(name: str, items: Iterable[Item], priority: int = 0) -> Command[int]:

@@ -16,6 +16,7 @@ from .types import Item
 
 MAX_WEIGHT: Final = 1_000_000_000
 MAX_COST: Final = 1_000_000_000
+MAX_PRIORITY: Final = 100
 """A reported cost (VTRR.ACKCOST), in the weights' units."""
 MAX_MS: Final = 315_360_000_000
 """lease-ms and delay-ms: ten years."""

@@ -147,7 +147,13 @@ class VTRRTask[**P, R]:
         """The registered Celery task (the trigger)."""
         return self._celery_task
 
-    def queue(self, partition_key: str, tasks: Iterable[Mapping[str, Any]]) -> list[str]:
+    def queue(
+        self,
+        partition_key: str,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        priority: int | None = None,
+    ) -> list[str]:
         """Enqueue `tasks` for `partition_key` in one atomic `VTRR.ENQUEUE`; their ids.
 
         Each entry may hold `weight` (int, default 1), `args` (list),
@@ -157,7 +163,13 @@ class VTRRTask[**P, R]:
         An id already in the queue's life is skipped (the module's rule).
         Then min(max_concurrency - triggers already in the broker, items
         added) triggers are sent, as vtrr-queue does.
+
+        `priority` is Celery's on its Redis transport: 0 to 9, 0 first, and
+        no priority as 0. It maps to the module's level `-priority`, so the
+        tasks are served in that order, strictly, and fairly between
+        partitions inside each level.
         """
+        level = 0 if priority is None else -check_int("priority", priority, 0, 9)
         if not isinstance(partition_key, str):
             raise TypeError(f"partition_key must be a str, not {type(partition_key).__name__}")
         if not partition_key:
@@ -167,7 +179,7 @@ class VTRRTask[**P, R]:
             items.append(self._item(partition_key, index, spec))
         if not items:
             return []
-        added = self._vtrr.queue.enqueue_many(items)
+        added = self._vtrr.queue.enqueue_many(items, priority=level)
         self._vtrr.triggers.send(self._celery_task, added)
         return [item.id for item in items]
 

@@ -107,9 +107,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    # vtrr orders by partition virtual time, not priority: Django's
-    # validate_task then refuses a priority other than 0 (InvalidTask).
-    supports_priority = False
+    # Django's -100..100 is the module's PRIORITY: strict between levels,
+    # fair between partitions inside one.
+    supports_priority = True
     # The module's timer reclaims expired leases and promotes due tasks: no broker.
     broker_class = None
 
@@ -271,8 +271,11 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             )
             if delay_ms > MAX_MS:
                 raise InvalidTask("run_after must be at most ten years away")
+        priority = task.priority
         command = (
-            commands.defer(name, delay_ms, [item]) if delay_ms else commands.enqueue(name, [item])
+            commands.defer(name, delay_ms, [item], priority)
+            if delay_ms
+            else commands.enqueue(name, [item], priority)
         )
         enqueued_ms = enqueued_at.timestamp() * 1000
         ingress = self._key(queue_name, "ingress")
