@@ -102,7 +102,8 @@ def test_a_high_priority_item_overtakes_a_ten_thousand_item_backlog(queue: vtrr.
     # Served among the next few leases: what the worker had in hand, or
     # leased in the same round trip, came before it.
     assert 100 <= order.index("urgent") <= 104, order.index("urgent")
-    assert order[-1] == "whenever", order[-5:]
+    # Leased after the whole backlog: finished among the last two handlers'.
+    assert order.index("whenever") >= len(order) - 2, order[-5:]
     assert queue.check() == []
 
 
