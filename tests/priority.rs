@@ -106,10 +106,12 @@ fn a_paused_tenants_prioritised_backlog_rejoins_its_level_and_a_deferred_item_ke
         ],
     );
     enqueue_items(&mut con, "q", &[("c", "c1", 1, b""), ("c", "c2", 1, b"")]);
+    // Due in 3 s: well after the leases below, even on a loaded machine.
+    let deferred_at = std::time::Instant::now();
     let deferred: i64 = command(&[
         "VTRR.DEFER",
         "q",
-        "200",
+        "3000",
         "PRIORITY",
         "5",
         "d",
@@ -129,7 +131,10 @@ fn a_paused_tenants_prioritised_backlog_rejoins_its_level_and_a_deferred_item_ke
         ids(&lease_count(&mut con, "q", 60_000, 3)),
         ["a1", "b3", "a2"]
     );
-    std::thread::sleep(std::time::Duration::from_millis(250));
+    assert!(deferred_at.elapsed().as_millis() < 3000, "too slow to tell");
+    std::thread::sleep(
+        std::time::Duration::from_millis(3100).saturating_sub(deferred_at.elapsed()),
+    );
     // Due now, d1 enters at level 5, ahead of c's level-0 items.
     assert_eq!(
         ids(&lease_count(&mut con, "q", 60_000, 3)),

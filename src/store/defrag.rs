@@ -172,7 +172,7 @@ mod tests {
     use super::*;
     use crate::store::items::{item_slot, order_slot};
     use crate::store::memory::MemoryStore;
-    use crate::store::{HashKey, Record, Store, ZsetKey};
+    use crate::store::{HashKey, LevelState, Record, Store, ZsetKey};
     use proptest::prelude::*;
 
     /// A [`Relocate`] that really moves what it is offered (every `every`th
@@ -278,7 +278,7 @@ mod tests {
     }
 
     /// A store with `n` items in every sorted set and hash (payloads of
-    /// 40 bytes), `n` typed records with a head and one raw record, and a
+    /// 40 bytes), `n` typed records with a head and a level and one raw record, and a
     /// virtual time: its allocations, counted.
     fn filled(n: usize) -> (MemoryStore, usize) {
         let mut store = MemoryStore::new();
@@ -306,10 +306,17 @@ mod tests {
             let record = Record {
                 queued: 1,
                 head: Some(id.clone().into_bytes()),
+                levels: vec![LevelState {
+                    level: 3,
+                    queued: 1,
+                    offset: -7,
+                    owed: 2,
+                }],
                 ..Record::default()
             };
             store.set_record(format!("p{i}").as_bytes(), &record);
-            allocations += 2;
+            // Its name, its head and its levels.
+            allocations += 3;
         }
         store.hset(HashKey::Partitions, b"raw", b"not a record");
         store.set_current_virtual_time(42);
