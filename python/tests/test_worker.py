@@ -99,9 +99,11 @@ def test_a_high_priority_item_overtakes_a_ten_thousand_item_backlog(queue: vtrr.
 
     worker = Worker(queue, handler, concurrency=2, block_ms=100)
     worker.run()
-    # Served among the next few leases: what the worker had in hand, or
-    # leased in the same round trip, came before it.
-    assert 100 <= order.index("urgent") <= 104, order.index("urgent")
+    # Served among the next few leases: what the worker had in hand or was
+    # leasing came before it (a round trip leases up to twice the
+    # concurrency, slots settling included, and one may be in flight), out
+    # of 9,900 items queued ahead of it by time.
+    assert 100 <= order.index("urgent") <= 100 + 4 * 2 * 2, order.index("urgent")
     # Leased after the whole backlog: finished among the last two handlers'.
     assert order.index("whenever") >= len(order) - 2, order[-5:]
     assert queue.check() == []
