@@ -30,9 +30,9 @@ pub struct MemoryStore {
     /// Every sorted set whose members are not item ids; the places of the
     /// item orders stay empty.
     zsets: [Zset; ZsetKey::ALL.len()],
-    /// Every hash of bytes (`schedules` in scan order); the places of the
-    /// typed ones and of the item hashes below stay empty.
-    hashes: [Hash<Bytes>; HashKey::ALL.len()],
+    /// The hashes of bytes, in [`BYTES_HASHES`] order (`schedules` in scan
+    /// order); the typed ones and the item hashes are below.
+    hashes: [Hash<Bytes>; BYTES_HASHES.len()],
     /// The hashes and sorted sets of item ids (`task`, `meta`, `queue`,
     /// ...): one allocation per item.
     items: Items,
@@ -50,8 +50,8 @@ impl Default for MemoryStore {
         MemoryStore {
             zsets: Default::default(),
             // `schedules` is listed by cursor (VTRR.SCHEDULES), in pages.
-            hashes: std::array::from_fn(|index| {
-                if index == HashKey::Schedules.index() {
+            hashes: std::array::from_fn(|slot| {
+                if BYTES_HASHES[slot] == HashKey::Schedules {
                     Hash::scanned()
                 } else {
                     Hash::default()
@@ -76,6 +76,19 @@ const NUMBER_HASHES: [HashKey; 7] = [
     HashKey::HeldAt,
     HashKey::Totals,
 ];
+
+/// The hashes kept as bytes: every hash but the records, the integers and
+/// the item hashes. A place per hash here would cost a queue's value 96
+/// bytes each, empty.
+const BYTES_HASHES: [HashKey; 2] = [HashKey::Policy, HashKey::Schedules];
+
+/// Where hash `key` is kept among the hashes of bytes.
+fn bytes_slot(key: HashKey) -> usize {
+    BYTES_HASHES
+        .iter()
+        .position(|&k| k == key)
+        .expect("a hash is kept as records, integers, items or bytes")
+}
 
 /// Where hash `key` is kept among the integer hashes, if it is one.
 fn number_slot(key: HashKey) -> Option<usize> {
@@ -105,7 +118,7 @@ macro_rules! on_hash {
                     $body
                 }
                 (None, None) => {
-                    let $hash = $($borrow)+ $store.hashes[key.index()];
+                    let $hash = $($borrow)+ $store.hashes[bytes_slot(key)];
                     $body
                 }
             },
@@ -295,7 +308,7 @@ impl MemoryStore {
         mover: &mut impl Relocate,
     ) -> Option<DefragCursor> {
         const ZSETS: usize = ZsetKey::ALL.len();
-        const HASHES: usize = ZSETS + HashKey::ALL.len();
+        const HASHES: usize = ZSETS + BYTES_HASHES.len();
         const RECORDS: usize = HASHES;
         const NUMBERS: usize = RECORDS + 1 + NUMBER_HASHES.len();
         const ITEMS: usize = NUMBERS;
@@ -305,8 +318,6 @@ impl MemoryStore {
             let stopped = if part < ZSETS {
                 self.zsets[part].defrag(bucket, &mut pace, mover)
             } else if part < HASHES {
-                // The places of the typed hashes are empty: their entries
-                // are the parts after.
                 self.hashes[part - ZSETS].defrag(bucket, &mut pace, mover)
             } else if part == RECORDS {
                 self.records.defrag(bucket, &mut pace, mover)
@@ -709,6 +720,21 @@ impl Store for Scoped<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every hash is kept in exactly one way: records, integers, items or
+    /// bytes (a hash in none would panic at its first use).
+    #[test]
+    fn every_hash_has_one_place() {
+        for key in HashKey::ALL {
+            let places = [
+                key == HashKey::Partitions,
+                number_slot(key).is_some(),
+                item_slot(key).is_some(),
+                BYTES_HASHES.contains(&key),
+            ];
+            assert_eq!(places.iter().filter(|&&p| p).count(), 1, "{key:?}");
+        }
+    }
 
     /// A typed hash reads back every value byte for byte, whatever was
     /// written: what the store keeps typed is only what it can give back
