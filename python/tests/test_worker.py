@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -293,15 +293,20 @@ def test_a_lost_lease_is_reported_and_never_settled(queue: vtrr.Queue, server: S
 
     def handler(job: Job) -> None:
         # Another client shortens this lease to 1 ms, takes the item back and
-        # leases it: the item now belongs to a newer delivery.
-        assert other.renew(job.lease, 1)
-        time.sleep(0.01)
-        other.reclaim()
-        newer = other.lease(60_000)
-        assert newer is not None and newer.id == "doomed" and newer.timeouts == 1
+        # leases it: the item now belongs to a newer delivery. The worker's own
+        # renewal may lengthen it again in between (same token): then again.
+        newer = None
+        deadline = time.monotonic() + 30
+        while newer is None:
+            assert time.monotonic() < deadline, "the item was never taken over"
+            other.renew(job.lease, 1)
+            time.sleep(0.01)
+            other.reclaim()
+            newer = other.lease(60_000)
+        assert newer.id == "doomed" and newer.timeouts == 1
         taken_over.append(newer)
         before.append(ack_and_nack_calls(server.client()))
-        assert job.lost.wait(2), "the heartbeat's RENEW replied 0 and set job.lost"
+        assert job.lost.wait(30), "the heartbeat's RENEW replied 0 and set job.lost"
 
     worker = Worker(queue, handler, lease_ms=150, block_ms=50, exit_when_idle=True,
                     hooks=Hooks(lost=lambda job: lost.append(job.id)))  # fmt: skip
@@ -360,6 +365,41 @@ def test_one_lease_tracked_twice_is_renewed_until_both_let_go(queue: vtrr.Queue)
     heartbeat.untrack(lease)
     heartbeat.stop()
     assert queue.ack(lease) == 1
+
+
+def test_a_heartbeat_pass_stops_at_the_first_unreachable_renew(
+    queue: vtrr.Queue, make_server: Callable[..., Server]
+) -> None:
+    """A node gone: one failed RENEW per pass, not one per lease (each after the client's retries)."""
+    doomed = make_server()
+    client = redis.Redis(
+        host="127.0.0.1", port=doomed.port, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    )
+    gone = vtrr.Queue(client, queue.name)
+    gone.enqueue_many(Item("p", f"i{n}", b"x") for n in range(5))
+    leases = gone.lease_many(60_000, 5)
+    sent: list[str] = []
+    renew = gone.renew
+
+    def counted(lease: vtrr.Lease, lease_ms: int) -> bool:
+        sent.append(lease.id)
+        return renew(lease, lease_ms)
+
+    gone.renew = counted  # type: ignore[method-assign]
+    heartbeat = vtrr.Heartbeat(gone, 60_000)
+    events = [heartbeat.track(lease) for lease in leases]
+    heartbeat.renew_all()
+    assert len(sent) == 5
+    doomed.stop()
+    heartbeat.renew_all()
+    assert len(sent) == 6, "the pass stopped after the first failed RENEW"
+    heartbeat.renew_all()
+    assert len(sent) == 7, "the next pass asked again"
+    assert not any(event.is_set() for event in events), "an unreachable node is not a lost lease"
+    for lease in leases:
+        heartbeat.untrack(lease)
+    heartbeat.stop()
+    client.close()
 
 
 def test_an_async_handler_runs_as_tasks_over_an_async_queue(

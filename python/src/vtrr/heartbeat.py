@@ -14,6 +14,8 @@ import weakref
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+import redis.exceptions
+
 from .types import Fenced
 
 logger = logging.getLogger("vtrr.heartbeat")
@@ -118,9 +120,20 @@ class Heartbeat:
                     )
                     del self._tracked[key]
             tracked = [(lease, lost) for lease, lost, _ in self._tracked.values()]
-        for lease, lost in tracked:
+        for n, (lease, lost) in enumerate(tracked):
             try:
                 renewed = self.queue.renew(lease, self.lease_ms)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
+                # One queue, one node: the other leases' RENEWs would fail the
+                # same way, each after the client's own retries. The next pass asks again.
+                logger.warning(
+                    "RENEW of %s failed (%s): %d leases not renewed this pass, tried again in %.1f s",
+                    lease.id,
+                    error,
+                    len(tracked) - n,
+                    self.lease_ms / 3000,
+                )
+                return
             except Exception:  # a failed RENEW is retried next pass; the lease may still be ours
                 logger.exception("RENEW of %s failed", lease.id)
                 continue

@@ -36,6 +36,16 @@ out slot moves (`retry_seconds` 0: waiting on one sub-queue would stop
 leasing from all of them); `ack`, `renew`, `nack` and the control methods
 still wait and still raise, as a `Queue`'s do.
 
+**Calls that cannot block.** On a `RedisCluster`, the rotation and the
+settling of a worker's round trip (`exchange`) go through connections of
+their own, with the cluster client's retries off and explicit timeouts
+(`probe_timeout_seconds` to connect, and to read beyond a blocking wait),
+whatever the redis-py version's defaults: redis-py 8.2's defaults retry a
+call to a killed master for about four seconds, during which no sub-queue
+would serve. A dead node costs a round at most one such call. On a
+`redis.Redis` every sub-queue lives on the one server, so there is no live
+shard to keep serving: the calls use the client as given.
+
 **Threads.** A `ShardedQueue`'s rotation (charges, counts) is one worker's
 state, behind a lock: the threads of one `vtrr.Worker` share it (leases
 are chosen one at a time; a blocking wait holds no lock), and count as one
@@ -54,10 +64,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .client import Queue
 from .commands import Limit
@@ -100,6 +112,25 @@ _UNREACHABLE = (
     redis.exceptions.SlotNotCoveredError,
     SlotMoving,
 )
+
+
+def _bounded(client: redis.RedisCluster, timeout: float, read_timeout: float) -> redis.RedisCluster:
+    """A cluster client for calls that must stay short: no retries, explicit timeouts.
+
+    The user's client's own connection settings (credentials, TLS, protocol,
+    ...) are kept; its nodes are the ones the user's client knows now.
+    """
+    own = client.nodes_manager.connection_kwargs
+    settings = {
+        key: value
+        for key, value in own.items()
+        if key in redis.cluster.REDIS_ALLOWED_KEYS
+        and key not in ("host", "port", "retry", "redis_connect_func", "connection_pool")
+    }
+    settings.update(socket_connect_timeout=timeout, socket_timeout=read_timeout)
+    known: list[Any] = cast(Any, client).get_nodes()
+    nodes = [cast(Any, redis.cluster).ClusterNode(node.host, node.port) for node in known]
+    return redis.RedisCluster(startup_nodes=nodes, retry=Retry(NoBackoff(), 0), **settings)
 
 
 def shard_of(partition: str | bytes, shards: int) -> int:
@@ -224,6 +255,10 @@ class ShardedQueue:
     before the worker looks at all of them again. `down_seconds`,
     `down_max_seconds`: how long the rotation skips a sub-queue it could not
     reach, doubled at each failed retry up to the maximum.
+    `probe_timeout_seconds`: on a `RedisCluster`, how long one call of the
+    rotation or of a round trip's settling may take to find a node
+    unreachable (its connect timeout, and its read timeout beyond the
+    blocking wait); `close()` closes those connections.
     """
 
     def __init__(
@@ -237,6 +272,7 @@ class ShardedQueue:
         retry_seconds: float = 30.0,
         down_seconds: float = 1.0,
         down_max_seconds: float = 30.0,
+        probe_timeout_seconds: float = 1.0,
     ) -> None:
         if not name:
             raise ValueError("queue name must not be empty")
@@ -253,6 +289,8 @@ class ShardedQueue:
             raise ValueError("block_slice_ms must be at least 1")
         if not 0 < down_seconds <= down_max_seconds:
             raise ValueError("down_seconds must be positive and at most down_max_seconds")
+        if not probe_timeout_seconds > 0:
+            raise ValueError("probe_timeout_seconds must be positive")
         self.client = client
         self.name = name
         self.shards = shards
@@ -263,10 +301,21 @@ class ShardedQueue:
         self.sub_queues: tuple[Queue, ...] = tuple(
             Queue(client, f"{{{name}:{i}}}", retry_seconds=retry_seconds) for i in range(shards)
         )
-        # The same sub-queues for the rotation, which skips one whose slot
-        # moves instead of waiting for it.
+        # The same sub-queues over the bounded client: `_probes` for the
+        # rotation, which skips one whose slot moves instead of waiting for it;
+        # `_settling` for a round trip's ACK, RENEW and NACK, which wait a slot
+        # move out (an ACK given up would run the job twice) but not a dead node.
+        self._bounded_client: redis.RedisCluster | None = None
+        if isinstance(client, redis.RedisCluster):
+            self._bounded_client = _bounded(
+                client, probe_timeout_seconds, probe_timeout_seconds + block_slice_ms / 1000
+            )
+        quick = self._bounded_client or client
         self._probes: tuple[Queue, ...] = tuple(
-            Queue(client, queue.name, retry_seconds=0) for queue in self.sub_queues
+            Queue(quick, queue.name, retry_seconds=0) for queue in self.sub_queues
+        )
+        self._settling: tuple[Queue, ...] = tuple(
+            Queue(quick, queue.name, retry_seconds=retry_seconds) for queue in self.sub_queues
         )
         # The weighted rotation: this worker's state (re-entrant: a sweep records its lease).
         self._rotation = threading.RLock()
@@ -282,6 +331,11 @@ class ShardedQueue:
 
     def __repr__(self) -> str:
         return f"ShardedQueue({self.name!r}, shards={self.shards})"
+
+    def close(self) -> None:
+        """Close the rotation's own connections (the client given stays the caller's)."""
+        if self._bounded_client is not None:
+            self._bounded_client.close()
 
     # Routing.
     def shard_of(self, partition: str) -> int:
@@ -596,13 +650,17 @@ class ShardedQueue:
 
         def give_back(give: GiveBack) -> Callable[[ShardedLease], NackOutcome | None]:
             if give.release:
-                return lambda lease: NackOutcome.QUEUED if self.release(lease) else None
-            return lambda lease: self.nack(lease, delay_ms=give.delay_ms, dead=give.dead)
+                return lambda lease: (
+                    NackOutcome.QUEUED if self._settling[lease.shard].release(lease) else None
+                )
+            return lambda lease: self._settling[lease.shard].nack(
+                lease, delay_ms=give.delay_ms, dead=give.dead
+            )
 
         nacked = tuple(settle(give.lease, give_back(give), None) for give in sent.nacks)
 
         def extend(cost: int | None) -> Callable[[ShardedLease], bool]:
-            return lambda lease: self.renew(lease, sent.lease_ms, cost=cost)
+            return lambda lease: self._settling[lease.shard].renew(lease, sent.lease_ms, cost=cost)
 
         renewed: tuple[bool | None, ...] = tuple(
             settle(lease, extend(cost), None)
@@ -610,7 +668,7 @@ class ShardedQueue:
         )
 
         def finish(costs: list[int] | None) -> Callable[[ShardedLease], bool]:
-            return lambda lease: self.ack(lease, costs=costs) == 1
+            return lambda lease: self._settling[lease.shard].ack(lease, costs=costs) == 1
 
         acked = tuple(
             settle(lease, finish(costs), False)
