@@ -405,6 +405,12 @@ def test_web_serves_the_named_queues_with_the_options_given(
     assert body.count("vtrr_partition_items{") == 3 * 5, "two tenants and `other`, five states"
 
 
+def test_web_refuses_an_empty_write_token_in_one_line(server: Server, queue: vtrr.Queue) -> None:
+    """`VTRR_WEB_TOKEN=` is a mistake, not a token every empty bearer would match."""
+    refused = vtrr_cli(server.url, "web", queue.name, "--write-token", "")
+    one_line_error(refused, "the write token is empty")
+
+
 def test_worker_cost_time_charges_each_partition_its_jobs_run_time(
     server: Server, queue: vtrr.Queue, client: redis.Redis
 ) -> None:

@@ -52,11 +52,18 @@ class Exporter:
                     raise RuntimeError(f"the exporter did not start:\n{log.read_text()}") from None
                 time.sleep(0.05)
 
-    def scrape(self) -> list[Sample]:
+    def text(self) -> str:
+        """One scrape, as the exposition text."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as reply:
-            text = reply.read().decode()
+            text: str = reply.read().decode()
+        return text
+
+    def scrape(self) -> list[Sample]:
+        """One scrape, parsed by prometheus_client's text parser."""
         return [
-            sample for family in text_string_to_metric_families(text) for sample in family.samples
+            sample
+            for family in text_string_to_metric_families(self.text())
+            for sample in family.samples
         ]
 
     def stop(self) -> None:
@@ -217,3 +224,39 @@ def test_an_unreachable_server_is_an_error_not_a_failed_scrape(tmp_path: Path) -
         named.stop()
         discovering.stop()
     assert "cannot be read: ConnectionError" in (tmp_path / "named.log").read_text()
+
+
+# Partition names whose labels must stay apart, each with the label value it gets: the byte
+# 0xFF and the text `\xff`, the byte 0x85 and the character U+0085, control characters
+# (raw in an exposition they break its lines), backslashes. (Pairs, not a dict: ruff
+# takes two of these surrogates for the same key.)
+ODD_PARTITIONS = [
+    ("\udcff", r"\xff"),
+    ("\\xff", r"\\xff"),
+    ("\udc85", r"\x85"),
+    ("\x85", r"\u0085"),
+    ("cr\rhere", r"cr\u000dhere"),
+    ("nul\x00here", r"nul\u0000here"),
+    ("new\nline", r"new\u000aline"),
+    ("back\\slash", r"back\\slash"),
+    ("plain", "plain"),
+]
+
+
+def test_odd_partition_names_are_distinct_series(
+    served: tuple[Server, Exporter], fresh_queue: vtrr.Queue, tmp_path: Path
+) -> None:
+    queue = fresh_queue
+    queue.enqueue_many(Item(name, f"i{n}", b"") for n, (name, _) in enumerate(ODD_PARTITIONS))
+    assert queue.stats().partitions == len(ODD_PARTITIONS)
+    named = Exporter(served[0].url, queue.name, "--top-k", "20", log=tmp_path / "named.log")
+    try:
+        text = named.text()
+        samples = named.scrape()
+    finally:
+        named.stop()
+    assert "\r" not in text and "\x00" not in text
+    series = [(s.name, tuple(sorted(s.labels.items()))) for s in samples]
+    assert len(series) == len(set(series)), "a series twice in one scrape"
+    queued = of(samples, "vtrr_partition_items", queue=queue.name, state="queued")
+    assert queued == {(label,): 1.0 for _, label in ODD_PARTITIONS} | {("other",): 0.0}

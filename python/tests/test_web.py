@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import logging
 import re
+import socket
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from starlette.testclient import TestClient
 import vtrr
 from vtrr import Item
 from vtrr.web import close_streams, create_app
+from vtrr.web.access import COOKIE, Throttle
 
 TOKEN = "let-me-write"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -205,11 +207,15 @@ def test_writes_need_the_token_as_bearer_or_login_cookie(
         back = f"/queue/tenants?q={q}"
         login = http.post("/login", data={"token": TOKEN, "next": back}, follow_redirects=False)
         assert login.status_code == 303 and login.headers["location"] == back
-        assert "samesite=strict" in login.headers["set-cookie"].lower()
+        cookie = login.headers["set-cookie"].lower()
+        assert "samesite=strict" in cookie and "httponly" in cookie
+        assert f"max-age={12 * 3600}" in cookie  # the default session: 12 hours
         assert TOKEN not in login.headers["set-cookie"]
         page = http.get(back).text
         assert f"/actions/resume?q={q}&amp;t=alice" in page and "can write" in page
-        resumed = http.post(f"/actions/resume?q={q}&t=alice", follow_redirects=False)
+        resumed = http.post(
+            f"/actions/resume?q={q}&t=alice", data={"csrf": csrf_of(page)}, follow_redirects=False
+        )
         assert resumed.status_code == 303
         assert not queue.partition("alice").paused
         # An open redirect is not: the next page is always on this site.
@@ -217,8 +223,239 @@ def test_writes_need_the_token_as_bearer_or_login_cookie(
             "/login", data={"token": TOKEN, "next": "//evil.example/"}, follow_redirects=False
         )
         assert away.headers["location"] == "/"
-        http.post("/logout")
+        http.post("/logout", data={"csrf": csrf_of(http.get("/").text)})
+        assert "log in to write" in http.get(back).text
         assert http.post(f"/actions/pause?q={q}&t=alice").status_code == 403
+
+
+def csrf_of(html: str) -> str:
+    """The session's CSRF token, as a page's forms carry it."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "the page has no CSRF token"
+    return found[1]
+
+
+def logged_in(http: TestClient) -> tuple[str, str]:
+    """Log in: the session's cookie and its CSRF token."""
+    login = http.post("/login", data={"token": TOKEN}, follow_redirects=False)
+    assert login.status_code == 303, login.text
+    return login.cookies[COOKIE], csrf_of(http.get("/").text)
+
+
+def test_a_session_writes_only_with_its_csrf_token(client: redis.Redis, queue: vtrr.Queue) -> None:
+    queue.enqueue("alice", "a1", b"")
+    q = url_of(queue.name)
+    pause = f"/actions/pause?q={q}&t=alice"
+    with web(client, [queue.name], write_token=TOKEN) as http:
+        _, csrf = logged_in(http)
+        _, others_csrf = logged_in(TestClient(http.app))  # another browser's session
+        assert csrf != others_csrf
+        # Every form that posts carries it, and htmx sends it as a header.
+        page = http.get(f"/queue/tenant?q={q}&t=alice").text
+        forms = re.findall(r'<form method="post".*?</form>', page, re.S)
+        assert len(forms) >= 4 and all(f'name="csrf" value="{csrf}"' in form for form in forms)
+        assert f"""<body hx-headers='{{"X-CSRF-Token": "{csrf}"}}'>""" in page
+        # The cookie alone, a wrong token, another session's: refused, nothing changed.
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        for body in ("", "csrf=forged", f"csrf={others_csrf}", "csrf=%FF"):
+            refused = http.post(pause, content=body, headers=form)
+            assert refused.status_code == 403 and "CSRF token" in refused.text, body
+        assert http.post(pause, headers={"X-CSRF-Token": others_csrf}).status_code == 403
+        assert not queue.partition("alice").paused
+        # Its own, as the form field or as htmx's header.
+        assert http.post(pause, data={"csrf": csrf}, follow_redirects=False).status_code == 303
+        assert queue.partition("alice").paused
+        resumed = http.post(
+            f"/actions/resume?q={q}&t=alice", headers={**HTMX, "X-CSRF-Token": csrf}
+        )
+        assert resumed.status_code == 200 and not queue.partition("alice").paused
+        # Logging out needs it too: a forged logout ends nothing.
+        assert http.post("/logout", data={"csrf": "forged"}).status_code == 403
+        assert "can write" in http.get("/").text
+
+
+def test_a_sessions_live_table_carries_its_csrf_token(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue("alice", "a1", b"")
+    app = create_app(client, [queue.name], write_token=TOKEN, interval_s=0.1)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=10) as http:
+        assert http.post("/login", data={"token": TOKEN}).status_code == 303
+        csrf = csrf_of(http.get("/").text)
+        with http.stream("GET", f"/queue/events?q={url_of(queue.name)}") as stream:
+            [live] = read_events(stream, 1)
+    assert "/actions/pause" in live and f'name="csrf" value="{csrf}"' in live
+
+
+def test_a_post_that_may_not_write_is_refused_before_its_body_is_read(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue("alice", "a1", b"")
+    with serving(create_app(client, [queue.name], write_token=TOKEN)) as base:
+        host, port = base.removeprefix("http://").split(":")
+        for path in (f"/actions/pause?q={url_of(queue.name)}&t=alice", "/logout"):
+            # A gigabyte announced, none sent: an answer now means the body was never awaited.
+            with socket.create_connection((host, int(port)), timeout=5) as conn:
+                conn.sendall(
+                    f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\n"
+                    f"Content-Length: {10**9}\r\n\r\n".encode()
+                )
+                status = conn.recv(100).split(b"\r\n")[0]
+            assert status in (b"HTTP/1.1 403 Forbidden", b"HTTP/1.1 303 See Other"), (path, status)
+    assert not queue.partition("alice").paused
+
+
+def test_a_write_token_and_session_must_make_sense(client: redis.Redis) -> None:
+    with pytest.raises(ValueError, match="write_token must not be empty"):
+        create_app(client, [], write_token="")
+    with pytest.raises(ValueError, match="session_s must be positive"):
+        create_app(client, [], write_token=TOKEN, session_s=0)
+
+
+def test_a_post_from_another_origin_is_refused(
+    client: redis.Redis, queue: vtrr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue.enqueue("alice", "a1", b"")
+    q = url_of(queue.name)
+    pause = f"/actions/pause?q={q}&t=alice"
+    with web(client, [queue.name], write_token=TOKEN) as http:
+        _, csrf = logged_in(http)
+        for foreign in (
+            {"Origin": "http://testserver:8081"},  # another port of this host: the same site
+            {"Origin": "https://testserver"},
+            {"Origin": "null"},
+            {"Referer": "http://127.0.0.1:8081/attack.html"},
+            {"Origin": "http://evil.example", "Referer": "http://testserver/"},
+        ):
+            refused = http.post(pause, data={"csrf": csrf}, headers=foreign)
+            assert refused.status_code == 403 and "another origin" in refused.text, foreign
+            assert http.post(pause, headers={**BEARER, **foreign}).status_code == 403, foreign
+            login = http.post("/login", data={"token": TOKEN}, headers=foreign)
+            assert login.status_code == 403 and "set-cookie" not in login.headers, foreign
+        assert not queue.partition("alice").paused
+        assert "refused POST /actions/pause" in caplog.text and "'null'" in caplog.text
+        # Its own pages' posts, with or without a default port, go through.
+        for own in (
+            {"Origin": "http://testserver"},
+            {"Origin": "HTTP://TestServer:80"},
+            {"Referer": f"http://testserver/queue/tenant?q={q}&t=alice"},
+        ):
+            done = http.post(pause, data={"csrf": csrf}, headers=own, follow_redirects=False)
+            assert done.status_code == 303, own
+            assert queue.partition("alice").paused
+            queue.resume("alice")
+
+
+def test_the_session_expires_and_logging_out_ends_it(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue("alice", "a1", b"")
+    q = url_of(queue.name)
+    pause = f"/actions/pause?q={q}&t=alice"
+
+    def replayed(http: TestClient, cookie: str, csrf: str) -> int:
+        """The status of a write with this cookie and token, sent as they were."""
+        http.cookies.clear()
+        headers = {"Cookie": f"{COOKIE}={cookie}", "X-CSRF-Token": csrf}
+        return http.post(pause, headers=headers, follow_redirects=False).status_code
+
+    with web(client, [queue.name], write_token=TOKEN, session_s=1) as http:
+        login = http.post("/login", data={"token": TOKEN}, follow_redirects=False)
+        assert "max-age=1;" in login.headers["set-cookie"].lower()
+        cookie, csrf = logged_in(http)
+        assert cookie != login.cookies[COOKIE], "a random id, not a function of the token"
+        # The server ends it on time, whatever the browser keeps.
+        time.sleep(1.2)
+        assert replayed(http, cookie, csrf) == 403
+        page = http.get("/", headers={"Cookie": f"{COOKIE}={cookie}"}).text
+        assert "log in to write" in page and "csrf" not in page
+    with web(client, [queue.name], write_token=TOKEN) as http:
+        cookie, csrf = logged_in(http)
+        out = http.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+        assert out.status_code == 303 and f'{COOKIE}=""' in out.headers["set-cookie"]
+        assert replayed(http, cookie, csrf) == 403
+        assert not queue.partition("alice").paused
+        # A new login is a new session; the old one stays ended.
+        new_cookie, new_csrf = logged_in(http)
+        assert replayed(http, new_cookie, new_csrf) == 303
+        assert replayed(http, cookie, csrf) == 403
+
+
+def test_malformed_login_input_is_a_400_or_ignored_never_a_500(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue("alice", "a1", b"")
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    with web(client, [queue.name], write_token=TOKEN) as http:
+        bad = http.post("/login", content="token=%FF", headers=form)
+        assert bad.status_code == 400 and "the token is not UTF-8 text" in bad.text
+        assert "set-cookie" not in bad.headers
+        # A next page that is not text is no page of this site: back to the start.
+        login = http.post(
+            "/login", content=f"token={TOKEN}&next=/%FF", headers=form, follow_redirects=False
+        )
+        assert login.status_code == 303 and login.headers["location"] == "/"
+        _, csrf = logged_in(http)
+        done = http.post(
+            f"/actions/pause?q={url_of(queue.name)}&t=alice",
+            content=f"csrf={csrf}&next=/queue%FF",
+            headers=form,
+            follow_redirects=False,
+        )
+        assert done.status_code == 303 and done.headers["location"] == "/"
+        assert queue.partition("alice").paused
+
+
+def test_wrong_tokens_are_logged_and_slowed_down_per_address(
+    client: redis.Redis, queue: vtrr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="vtrr.web")
+    interval, queued = Throttle.INTERVAL_S, int(Throttle.MAX_WAIT_S / Throttle.INTERVAL_S)
+    with serving(create_app(client, [queue.name], write_token=TOKEN)) as base:
+
+        def log_in(token: str) -> tuple[httpx.Response, float]:
+            started = time.monotonic()
+            answer = httpx.post(f"{base}/login", data={"token": token}, timeout=30)
+            return answer, time.monotonic() - started
+
+        # The burst is answered at once (a mistyped token or two costs nothing).
+        for _ in range(Throttle.BURST):
+            answer, took = log_in("nope")
+            assert answer.status_code == 403 and took < interval / 2
+        # A bearer token is a try too, from the same bucket: past the burst, it waits.
+        started = time.monotonic()
+        bearer = httpx.get(f"{base}/", headers={"Authorization": "Bearer nope"}, timeout=30)
+        assert bearer.status_code == 403 and time.monotonic() - started > interval / 2
+        # Past the burst each try waits its turn, one an interval; past the longest wait it is
+        # refused at once. Meanwhile the view serves everyone else.
+        with concurrent.futures.ThreadPoolExecutor(queued + 2) as pool:
+            tries = [pool.submit(log_in, "nope") for _ in range(queued + 2)]
+            time.sleep(0.3)
+            started = time.monotonic()
+            assert httpx.get(f"{base}/login", timeout=30).status_code == 200
+            assert time.monotonic() - started < 0.5, "a waiting try held up another request"
+            results = [each.result() for each in tries]
+        waited = sorted(took for answer, took in results if answer.status_code == 403)
+        refused = [(answer, took) for answer, took in results if answer.status_code == 429]
+        assert len(waited) == queued and len(refused) == 2, [a.status_code for a, _ in results]
+        for turn, took in enumerate(waited, 1):
+            assert took > (turn - 0.5) * interval, (turn, waited)
+        for answer, took in refused:
+            assert took < interval / 2 and int(answer.headers["Retry-After"]) > 0
+            assert "too many tries of the write token" in answer.text
+        # The right token, once its turn comes, forgets the address's wrong ones.
+        answer, took = log_in(TOKEN)
+        assert answer.status_code == 303 and COOKIE in answer.cookies
+        assert took <= 1.5 * interval
+        answer, took = log_in("nope")
+        assert answer.status_code == 403 and took < interval / 2
+    failed = [r for r in caplog.records if r.getMessage().startswith("wrong write token")]
+    assert all(r.levelno == logging.WARNING for r in failed)
+    assert [r.getMessage() for r in failed].count(
+        "wrong write token (login form) from 127.0.0.1"
+    ) == Throttle.BURST + queued + 1
+    assert [r.getMessage() for r in failed].count("wrong write token (bearer) from 127.0.0.1") == 1
 
 
 def test_every_action_works_and_is_logged(

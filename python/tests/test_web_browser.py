@@ -7,6 +7,8 @@ docs/img/ (the README's pictures).
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import random
 import shutil
@@ -182,6 +184,67 @@ def test_without_the_token_a_page_has_no_write_controls_and_cannot_write(
         )
         assert status == 403
     assert not queue.partition("bob").paused
+
+
+@contextlib.contextmanager
+def served_elsewhere(page: str) -> Iterator[str]:
+    """`page` served by a tiny http.server on another port of this host: another origin,
+    but the same site as the view, so a `SameSite=Strict` cookie still goes along."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_a_page_of_another_origin_cannot_write_with_the_login(
+    browser: WebDriver, client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue("alice", "a1", b"")
+    q = url_of(queue.name)
+    with serving(create_app(client, [queue.name], write_token=TOKEN, interval_s=0.2)) as base:
+        log_in(browser, base)
+        browser.get(f"{base}/queue/tenant?q={q}&t=alice")
+        csrf = browser.find_element(By.CSS_SELECTOR, "#tenant form input[name='csrf']")
+        leaked = csrf.get_attribute("value")
+        # A page that posts a form to the view as it loads: without the CSRF token, and
+        # with it (as if it had leaked). Its Origin gives it away either way.
+        pause = f"{base}/actions/pause?q={q}&amp;t=alice"
+        for fields in ("", f'<input type="hidden" name="csrf" value="{leaked}">'):
+            attack = f'<form method="post" action="{pause}">{fields}</form>'
+            attack += "<script>document.forms[0].submit()</script>"
+            with served_elsewhere(attack) as elsewhere:
+                browser.get(elsewhere)
+                until(lambda: browser.current_url.startswith(base))
+                until(lambda: "403: it comes from another origin" in browser.page_source)
+        assert not queue.partition("alice").paused
+
+        # The view's own buttons still write, and logging out ends the session.
+        browser.get(f"{base}/queue/tenant?q={q}&t=alice")
+        browser.find_element(By.XPATH, "//div[@id='tenant']//button[text()='pause']").click()
+        until(lambda: "pause alice: paused" in browser.find_element(By.ID, "flash").text)
+        assert queue.partition("alice").paused
+        browser.find_element(By.XPATH, "//form[@class='logout']/button").click()
+        until(lambda: "log in to write" in browser.page_source)
+        browser.get(f"{base}/queue/tenant?q={q}&t=alice")
+        assert browser.find_elements(By.CSS_SELECTOR, "form.action") == []
 
 
 @pytest.mark.skipif(

@@ -428,6 +428,13 @@ def cmd_web(args: argparse.Namespace) -> int:
         from . import web
     except ModuleNotFoundError as error:
         raise _missing_extra(error, "web") from error
+    if args.write_token == "":
+        print(
+            "vtrr web: the write token is empty (--write-token or $VTRR_WEB_TOKEN): "
+            "give one, or none at all for a read-only view",
+            file=sys.stderr,
+        )
+        return 2
     web.serve(
         _client(args),
         args.queues,

@@ -66,8 +66,26 @@ _TOTALS_HELP = {
 
 
 def _label(name: str) -> str:
-    """A name as a label value: bytes that are not UTF-8 shown as `\\xNN`, not refused."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A name as a label value, one to one (distinct names make distinct series): a
+    backslash doubled, a byte that is not UTF-8 as `\\xNN`, an unprintable character (CR,
+    NUL, ...) as `\\uNNNN` (`\\UNNNNNNNN` past U+FFFF). A single backslash always starts
+    an escape: the text `\\xff` becomes `\\\\xff`, the byte 0xFF `\\xff`."""
+    if name.isprintable() and "\\" not in name:
+        return name
+    out = []
+    for char in name:
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, as the client decodes it
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char.isprintable():
+            out.append(char)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
 
 
 def _seconds(ms: int | None) -> float:

@@ -14,6 +14,7 @@ from types import FrameType
 import redis
 import uvicorn
 
+from .access import SESSION_S
 from .app import close_streams, create_app
 
 __all__ = ["close_streams", "create_app", "serve"]
@@ -26,6 +27,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8080,
     write_token: str | None = None,
+    session_s: float = SESSION_S,
     interval_s: float = 1.0,
     top_k: int = 20,
 ) -> None:
@@ -33,7 +35,14 @@ def serve(
     # The action log (logger vtrr.web, INFO) is the audit trail: show it
     # unless the caller already set logging up.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    app = create_app(client, queues, write_token=write_token, interval_s=interval_s, top_k=top_k)
+    app = create_app(
+        client,
+        queues,
+        write_token=write_token,
+        session_s=session_s,
+        interval_s=interval_s,
+        top_k=top_k,
+    )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5
     )

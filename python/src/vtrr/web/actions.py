@@ -5,10 +5,11 @@
 units), `per_ms` and an optional `burst`; `rate=none` removes it. A value the
 form cannot take is refused before anything is sent; one out of the module's
 range, by the module, which checks every option before it writes any. Only
-a writer (`access.py`) may: anyone else gets 403. Each action is logged on `vtrr.web` as one line: who,
-what, queue, tenant or item, result. htmx gets a one-line message for the
-page's flash area and the `vtrr-changed` event, on which the page refreshes
-what it shows; a plain form post is sent back to its page.
+a writer may (`access.py`: the bearer token, or a session and its CSRF
+token): anyone else gets 403. Each action is logged on `vtrr.web` as one
+line: who, what, queue, tenant or item, result. htmx gets a one-line message
+for the page's flash area and the `vtrr-changed` event, on which the page
+refreshes what it shows; a plain form post is sent back to its page.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..client import Queue
 from ..commands import Limit
 from ..errors import VTRRError
 from ..types import Rate
-from .names import parsed_form, shown
+from .names import shown
 from .poller import describe
 from .view import BadInput, Endpoint, NotFound, WebView, local_path, query, rate_text
 
@@ -139,19 +140,9 @@ def endpoint(web: WebView) -> Endpoint:
         action = request.path_params["action"]
         if action not in ACTIONS:
             raise NotFound(f"There is no action {shown(action)!r}.")
-        writer = web.access.writer(request)
+        writer, form = await web.access.authorize(request)
         params = query(request)
-        if writer is None:
-            log.warning(
-                "refused %s queue=%r from %s: no write token",
-                action,
-                params.get("q"),
-                request.client.host if request.client else "?",
-            )
-            reason = "this view is read-only" if not web.access.writable else "log in to write"
-            return Response(f"403: {reason}\n", 403, media_type="text/plain")
         name = await web.queue_named(request)
-        form = parsed_form(await request.body())
         queue = web.queue(name)
         run: Callable[[], str]
         what = f"{action} queue={name!r}"

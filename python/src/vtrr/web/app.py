@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
@@ -17,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from .. import metrics
 from ..errors import VTRRError, WrongType
 from . import actions, pages, stream
+from .access import SESSION_S, Guard, Refused, refusal
 from .poller import describe
 from .view import BadInput, Endpoint, NotFound, WebView
 
@@ -32,17 +34,29 @@ def create_app(
     queues: Sequence[str],
     *,
     write_token: str | None = None,
+    session_s: float = SESSION_S,
     interval_s: float = 1.0,
     top_k: int = 20,
 ) -> Starlette:
-    """The web view of these queues (all found by SCAN when `queues` is empty)."""
-    web = WebView(client, queues, write_token=write_token, interval_s=interval_s, top_k=top_k)
+    """The web view of these queues (all found by SCAN when `queues` is empty); a login
+    lasts `session_s` seconds."""
+    web = WebView(
+        client,
+        queues,
+        write_token=write_token,
+        session_s=session_s,
+        interval_s=interval_s,
+        top_k=top_k,
+    )
 
     async def not_found(request: Request, error: Exception) -> Response:
         return _error_page(web, request, 404, str(error) or "There is no such page.")
 
     async def bad_input(request: Request, error: Exception) -> Response:
         return _error_page(web, request, 400, str(error))
+
+    async def refused(request: Request, error: Exception) -> Response:
+        return refusal(request, str(error))
 
     async def redis_error(request: Request, error: Exception) -> Response:
         if isinstance(error, WrongType):
@@ -75,9 +89,11 @@ def create_app(
             404: not_found,
             NotFound: not_found,
             BadInput: bad_input,
+            Refused: refused,
             redis.exceptions.RedisError: redis_error,
             VTRRError: redis_error,
         },
+        middleware=[Middleware(Guard, access=web.access)],
         lifespan=lifespan,
     )
     app.state.web = web

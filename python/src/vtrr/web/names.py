@@ -33,6 +33,11 @@ def shown(name: str) -> str:
     return "".join(out)
 
 
+def is_text(value: str) -> bool:
+    """Whether a decoded value is UTF-8 text: it holds no byte kept as a surrogate."""
+    return not any(ord(char) in _SURROGATES for char in value)
+
+
 def quoted(name: str) -> str:
     """The name percent-encoded for a query string (every byte it came from)."""
     return quote_from_bytes(encode(name), safe="")

@@ -7,6 +7,7 @@ refreshes after an action.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -17,8 +18,8 @@ from starlette.responses import RedirectResponse, Response
 from ..errors import VTRRError
 from ..types import RANKS
 from . import charts
-from .access import COOKIE
-from .names import parsed_form
+from .access import COOKIE, TooManyTries
+from .names import is_text, parsed_form
 from .poller import QueuePoller, Sample
 from .view import BadInput, Endpoint, WebView, int_param, local_path, query
 
@@ -151,13 +152,29 @@ def login(web: WebView) -> Endpoint:
     async def endpoint(request: Request) -> Response:
         next_page = local_path(query(request).get("next", "/"))
         if request.method == "GET" or not web.access.writable:
-            return web.render(request, "login.html", next_page=next_page, failed=False)
+            return web.render(request, "login.html", next_page=next_page, problem=None)
         form = parsed_form(await request.body())
-        if not web.access.token_is(form.get("token", "")):
-            return web.render(request, "login.html", 403, next_page=next_page, failed=True)
+        token = form.get("token", "")
+        if not is_text(token):
+            raise BadInput("the token is not UTF-8 text")
+        try:
+            right = await web.access.try_token(request, token, "login form")
+        except TooManyTries as error:
+            page = web.render(request, "login.html", 429, next_page=next_page, problem=str(error))
+            page.headers["Retry-After"] = str(error.retry_after_s)
+            return page
+        if not right:
+            problem = "That is not the write token."
+            return web.render(request, "login.html", 403, next_page=next_page, problem=problem)
         response = RedirectResponse(local_path(form.get("next", "/")), status_code=303)
         response.set_cookie(
-            COOKIE, web.access.cookie_value, httponly=True, samesite="strict", path="/"
+            COOKIE,
+            web.access.log_in(request),
+            max_age=math.ceil(web.access.session_s),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
         )
         return response
 
@@ -166,6 +183,7 @@ def login(web: WebView) -> Endpoint:
 
 def logout(web: WebView) -> Endpoint:
     async def endpoint(request: Request) -> Response:
+        await web.access.log_out(request)
         response = RedirectResponse("/", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response

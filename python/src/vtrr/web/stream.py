@@ -40,8 +40,7 @@ def queue(web: WebView) -> Endpoint:
                     html = web.templates.get_template("_queue_live.html").render(
                         q=name,
                         here=page,
-                        writer=web.access.writer(request),
-                        writable=web.access.writable,
+                        **web.access_context(request),
                         **live_context(poller, sample),
                     )
                     yield event("live", html)

@@ -23,9 +23,9 @@ from starlette.responses import HTMLResponse, Response
 from ..client import Queue
 from ..types import PartitionView, Rate
 from . import charts
-from .access import Access
+from .access import CSRF_FIELD, CSRF_HEADER, Access
 from .directory import Directory
-from .names import parsed_form, quoted, shown
+from .names import is_text, parsed_form, quoted, shown
 from .poller import Pollers, QueuePoller, Sample
 
 _PREVIEW_BYTES = 80
@@ -111,6 +111,7 @@ class WebView:
         queues: Sequence[str],
         *,
         write_token: str | None,
+        session_s: float,
         interval_s: float,
         top_k: int,
     ) -> None:
@@ -123,7 +124,7 @@ class WebView:
         self.top_k = top_k
         self.directory = Directory(client, queues)
         self.pollers = Pollers(client, interval_s=interval_s, top_k=top_k)
-        self.access = Access(write_token)
+        self.access = Access(write_token, session_s)
         #: Set when the server shuts down: each event stream ends after its next
         #: event, so a graceful shutdown does not wait for every open tab.
         self.closing = False
@@ -133,6 +134,7 @@ class WebView:
             finalize=_finalize,
             undefined=jinja2.StrictUndefined,
         )
+        self.templates.globals.update(csrf_field=CSRF_FIELD, csrf_header=CSRF_HEADER)
         self.templates.filters.update(
             quoted=quoted,
             compact=charts.compact,
@@ -150,11 +152,19 @@ class WebView:
         context.setdefault("banner", None)
         context.setdefault("here", here(request))
         page = self.templates.get_template(template).render(
-            writer=self.access.writer(request),
-            writable=self.access.writable,
-            **context,
+            **self.access_context(request), **context
         )
         return HTMLResponse(page, status_code=status_code)
+
+    def access_context(self, request: Request) -> dict[str, Any]:
+        """What every template needs to know of writing: who writes (no buttons when
+        nobody), whether the app takes writes, and the session's CSRF token for its forms."""
+        session = self.access.session(request)
+        return {
+            "writer": self.access.writer(request),
+            "writable": self.access.writable,
+            "csrf": session.csrf if session else None,
+        }
 
     def queue(self, name: str) -> Queue:
         return Queue(self.client, name)
@@ -186,8 +196,10 @@ def here(request: Request) -> str:
 
 
 def local_path(path: str) -> str:
-    """A redirect target on this site only (no `//host`, no scheme, no backslash trick)."""
-    return path if path.startswith("/") and not path.startswith(("//", "/\\")) else "/"
+    """A redirect target on this site only (no `//host`, no scheme, no backslash trick) and
+    text (a byte that is not UTF-8 cannot go in a Location header); else `/`."""
+    local = path.startswith("/") and not path.startswith(("//", "/\\"))
+    return path if local and is_text(path) else "/"
 
 
 def query(request: Request) -> dict[str, str]:
