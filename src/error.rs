@@ -3,7 +3,7 @@
 
 use redis_module::RedisError;
 
-use crate::core::{CoreError, MAX_LEVEL};
+use crate::core::{CoreError, MAX_LEVEL, STEPS_PER_SEARCH};
 use crate::layout::native::LoadError;
 use crate::layout::open::OpenError;
 use crate::limits::{
@@ -245,6 +245,9 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
             Quoted(queue)
         )),
         CoreError::NoRunAhead => err("ERR the schedule has no run after now".to_string()),
+        CoreError::ScheduleSearchTooLong => err(format!(
+            "ERR CRON: no run found within {STEPS_PER_SEARCH} steps; simplify the pattern"
+        )),
         CoreError::Store(refused) => err(format!(
             "ERR {} {} failed: {}",
             refused.command,

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::controls::count_from_keys;
+use super::cron_search::{Search, Steps, STEPS_PER_SEARCH};
 use super::held;
 use super::levels::{max_time, of_queue_score, Level};
 use super::meta;
@@ -375,11 +376,18 @@ fn check_schedules(store: &mut impl Store, problems: &mut Vec<String>) -> Result
             )),
             Some(schedule) => {
                 let due = due as i64;
-                if schedule.timing.next_after(due.saturating_sub(1)) != Some(due) {
-                    problems.push(format!(
+                let mut steps = Steps::new(STEPS_PER_SEARCH);
+                match schedule.timing.next_after(due.saturating_sub(1), &mut steps) {
+                    Search::Found(run) if run == due => {}
+                    Search::OverBudget => problems.push(format!(
+                        "schedule {} waits for a run at {due} that no search finds within its steps: \
+                         it fires no more once due",
+                        show(&name)
+                    )),
+                    _ => problems.push(format!(
                         "schedule {} waits for a run at {due} which its timing does not have",
                         show(&name)
-                    ));
+                    )),
                 }
             }
         }

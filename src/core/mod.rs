@@ -27,6 +27,7 @@ pub mod check;
 mod controls;
 pub mod convert;
 mod counters;
+mod cron_search;
 mod dead;
 mod delay;
 mod due;
@@ -55,6 +56,7 @@ pub use controls::{
     control_counts, limit, partition_view, partitions_page, partitions_top, pause, recount, resume,
     set_limit, LimitChange, PartitionView,
 };
+pub use cron_search::STEPS_PER_SEARCH;
 pub use dead::{
     cancel, dead_items, read_policy, revive, set_policy, DeadItem, Moved, Policy, PolicyChange,
     Reason,

@@ -17,10 +17,10 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, TimeZone};
 use chrono_tz::Tz;
 use croner::Cron;
 
+use super::cron_search::{search, Search, Steps, STEPS_PER_SEARCH};
 use super::scoring::{enter, is_present};
 use super::types::{Anomaly, CoreError, Due, NewItem};
 use super::virtual_time::Placing;
@@ -84,31 +84,24 @@ impl Timing {
         })
     }
 
-    /// The first run strictly after `t_ms`, if any (a pattern with a year
-    /// may have none left).
-    pub fn next_after(&self, t_ms: i64) -> Option<i64> {
+    /// The first run strictly after `t_ms` (a pattern with a year may have
+    /// none left), a cron search taking its steps from `steps`.
+    pub fn next_after(&self, t_ms: i64, steps: &mut Steps) -> Search {
         match self {
             Timing::Every { period_ms } => t_ms
                 .div_euclid(*period_ms)
-                .checked_add(1)?
-                .checked_mul(*period_ms),
-            Timing::Cron { zone, cron, .. } => {
-                let from = whole_second(zone, t_ms)?;
-                let next = cron.find_next_occurrence(&from, false).ok()?;
-                Some(next.timestamp_millis())
-            }
+                .checked_add(1)
+                .and_then(|n| n.checked_mul(*period_ms))
+                .map_or(Search::Never, Search::Found),
+            Timing::Cron { zone, cron, .. } => search(cron, zone, t_ms, true, steps),
         }
     }
 
-    /// The last run at or before `t_ms`, if any.
-    fn latest_upto(&self, t_ms: i64) -> Option<i64> {
+    /// The last run at or before `t_ms`.
+    fn latest_upto(&self, t_ms: i64, steps: &mut Steps) -> Search {
         match self {
-            Timing::Every { period_ms } => Some(t_ms.div_euclid(*period_ms) * period_ms),
-            Timing::Cron { zone, cron, .. } => {
-                let from = whole_second(zone, t_ms)?;
-                let latest = cron.find_previous_occurrence(&from, true).ok()?;
-                Some(latest.timestamp_millis())
-            }
+            Timing::Every { period_ms } => Search::Found(t_ms.div_euclid(*period_ms) * period_ms),
+            Timing::Cron { zone, cron, .. } => search(cron, zone, t_ms, false, steps),
         }
     }
 
@@ -132,13 +125,6 @@ impl Timing {
             _ => false,
         }
     }
-}
-
-/// `t_ms` in `zone`, down to its whole second: cron patterns match whole
-/// seconds, and a search from a fraction would find that second itself.
-fn whole_second(zone: &Tz, t_ms: i64) -> Option<DateTime<Tz>> {
-    zone.timestamp_millis_opt(t_ms.div_euclid(1000).checked_mul(1000)?)
-        .single()
 }
 
 /// What a schedule does with runs it missed.
@@ -255,8 +241,10 @@ pub fn run_id(name: &[u8], due_ms: i64) -> Vec<u8> {
 /// `VTRR.SCHEDULE`: sets schedule `name` (a new one, or a new definition
 /// of one). Its next run is the first after `now_ms`, unless it was set
 /// before with the same runs: then its next run stays (setting the same
-/// schedule again at every deploy moves nothing). The next run, or
-/// [`CoreError::NoRunAhead`] with nothing written.
+/// schedule again at every deploy moves nothing). The next run, or with
+/// nothing written [`CoreError::NoRunAhead`], or
+/// [`CoreError::ScheduleSearchTooLong`] when a cron search found no run
+/// within its steps.
 pub fn schedule(
     store: &mut impl Store,
     now_ms: i64,
@@ -271,10 +259,16 @@ pub fn schedule(
         .map(|due| due as i64);
     let next = match kept {
         Some(next) => next,
-        None => schedule
+        None => match schedule
             .timing
-            .next_after(now_ms)
-            .ok_or(CoreError::NoRunAhead)?,
+            .next_after(now_ms, &mut Steps::new(STEPS_PER_SEARCH))
+        {
+            Search::Found(next) => next,
+            Search::Never => return Err(CoreError::NoRunAhead),
+            Search::OverBudget | Search::NotStarted => {
+                return Err(CoreError::ScheduleSearchTooLong)
+            }
+        },
     };
     store.hset(HashKey::Schedules, name, &schedule.encode());
     store.zadd(ZsetKey::ScheduleDue, name, next as f64);
@@ -306,8 +300,12 @@ pub struct ScheduleView {
     pub runs: Vec<i64>,
 }
 
+/// The search steps one `VTRR.SCHEDULES` call may spend on the runs it
+/// shows: at most about 6 ms, whatever the patterns.
+pub const STEPS_PER_LISTING: u32 = 6 * STEPS_PER_SEARCH;
+
 /// `VTRR.SCHEDULES`: one HSCAN step over `schedules`, each with its next
-/// `runs` runs.
+/// `runs` runs, as many as [`STEPS_PER_LISTING`] finds.
 pub fn schedules_page(
     store: &mut impl Store,
     cursor: u64,
@@ -315,9 +313,10 @@ pub fn schedules_page(
     runs: usize,
 ) -> Result<(u64, Vec<ScheduleView>), CoreError> {
     let (next, entries) = store.hscan(HashKey::Schedules, cursor, count)?;
+    let mut steps = Steps::new(STEPS_PER_LISTING);
     let views = entries
         .into_iter()
-        .map(|(name, raw)| view(store, name, &raw, runs))
+        .map(|(name, raw)| view(store, name, &raw, runs, &mut steps))
         .collect();
     Ok((next, views))
 }
@@ -325,19 +324,28 @@ pub fn schedules_page(
 /// `VTRR.SCHEDULES ... SCHEDULE <name>`: one schedule, if it exists.
 pub fn schedule_view(store: &mut impl Store, name: &[u8], runs: usize) -> Option<ScheduleView> {
     let raw = store.hget(HashKey::Schedules, name)?;
-    Some(view(store, name.to_vec(), &raw, runs))
+    let mut steps = Steps::new(STEPS_PER_LISTING);
+    Some(view(store, name.to_vec(), &raw, runs, &mut steps))
 }
 
-fn view(store: &mut impl Store, name: Vec<u8>, raw: &[u8], runs: usize) -> ScheduleView {
+fn view(
+    store: &mut impl Store,
+    name: Vec<u8>,
+    raw: &[u8],
+    runs: usize,
+    steps: &mut Steps,
+) -> ScheduleView {
     let schedule = Schedule::decode(raw);
     let next_ms = store
         .zscore(ZsetKey::ScheduleDue, &name)
         .map(|due| due as i64);
-    let mut upcoming = Vec::with_capacity(runs);
+    let mut upcoming = Vec::with_capacity(runs.min(64));
     let mut next = next_ms;
     while let (Some(due), true) = (next, upcoming.len() < runs) {
         upcoming.push(due);
-        next = schedule.as_ref().and_then(|s| s.timing.next_after(due));
+        next = schedule
+            .as_ref()
+            .and_then(|s| s.timing.next_after(due, steps).found());
     }
     ScheduleView {
         name,
@@ -347,11 +355,74 @@ fn view(store: &mut impl Store, name: Vec<u8>, raw: &[u8], runs: usize) -> Sched
     }
 }
 
+/// The search steps one timer call may spend on firing runs: three
+/// searches, what one firing needs at most (a missed run under `one`), so
+/// a call makes progress whatever the patterns and costs at most about
+/// 3 ms.
+const STEPS_PER_FIRING_CALL: u32 = 3 * STEPS_PER_SEARCH;
+
+/// Where a firing moves its schedule.
+enum NextRun {
+    At(i64),
+    /// None left: the pattern's years are behind.
+    Never,
+    /// A search ran out of steps: the schedule has no run the server can
+    /// find, so it leaves `schedule_due` and is not searched again until it
+    /// is set again.
+    NotFound,
+}
+
+/// What a firing does, decided before anything is written.
+struct Firing {
+    run: Option<i64>,
+    next: NextRun,
+}
+
+/// The runs of a schedule due at `due_ms`, at `now_ms`, as its missed
+/// policy says; None when `steps` could not fund a search (the schedule
+/// waits for the next call).
+fn plan(schedule: &Schedule, due_ms: i64, now_ms: i64, steps: &mut Steps) -> Option<Firing> {
+    let timing = &schedule.timing;
+    let next_of = |found: Search| match found {
+        Search::Found(next) => Some(NextRun::At(next)),
+        Search::Never => Some(NextRun::Never),
+        Search::OverBudget => Some(NextRun::NotFound),
+        Search::NotStarted => None,
+    };
+    let after_due = timing.next_after(due_ms, steps);
+    let missed = matches!(after_due, Search::Found(next) if next <= now_ms);
+    if !missed {
+        // Nothing fell due between: the due run fires, the next follows it.
+        return Some(Firing {
+            run: Some(due_ms),
+            next: next_of(after_due)?,
+        });
+    }
+    let run = match schedule.missed {
+        Missed::All => {
+            return Some(Firing {
+                run: Some(due_ms),
+                next: next_of(after_due)?,
+            })
+        }
+        Missed::One => match timing.latest_upto(now_ms, steps) {
+            Search::Found(latest) if latest >= due_ms => Some(latest),
+            Search::NotStarted => return None,
+            _ => Some(due_ms),
+        },
+        Missed::Skip => None,
+    };
+    Some(Firing {
+        run,
+        next: next_of(timing.next_after(now_ms, steps))?,
+    })
+}
+
 /// The timer's part: fires up to `limit` runs of the schedules due at
 /// `now_ms`, each enqueued at `now_ms` (scored as an ENQUEUE then), and
-/// moves each schedule to its next run as its missed policy says. How many
-/// it took: runs fired or found already in the queue's life, and missed
-/// runs skipped (each costs a search of the pattern).
+/// moves each schedule to its next run as its missed policy says, within
+/// [`STEPS_PER_FIRING_CALL`] search steps. How many it took: runs fired or
+/// found already in the queue's life, and missed runs skipped.
 pub(super) fn fire_at(
     store: &mut impl Store,
     at: &Placing,
@@ -359,9 +430,9 @@ pub(super) fn fire_at(
     limit: usize,
     outcome: &mut Due,
 ) -> usize {
+    let mut steps = Steps::new(STEPS_PER_FIRING_CALL);
     let mut taken = 0;
-    while taken < limit {
-        taken += 1;
+    while taken < limit && steps.can_search() {
         let Some((name, due)) = store
             .zrange_upto(ZsetKey::ScheduleDue, now_ms as f64, 1)
             .pop()
@@ -379,21 +450,14 @@ pub(super) fn fire_at(
             outcome
                 .anomalies
                 .push(Anomaly::ScheduleUnreadable { schedule: name });
+            taken += 1;
             continue;
         };
-        let timing = &schedule.timing;
-        let (run, next) = match schedule.missed {
-            Missed::All => (Some(due_ms), timing.next_after(due_ms)),
-            Missed::One => {
-                let latest = timing.latest_upto(now_ms).filter(|&l| l >= due_ms);
-                (Some(latest.unwrap_or(due_ms)), timing.next_after(now_ms))
-            }
-            Missed::Skip => {
-                let missed = timing.next_after(due_ms).is_some_and(|n| n <= now_ms);
-                ((!missed).then_some(due_ms), timing.next_after(now_ms))
-            }
+        let Some(firing) = plan(&schedule, due_ms, now_ms, &mut steps) else {
+            break; // the next call, with steps afresh
         };
-        if let Some(run) = run {
+        taken += 1;
+        if let Some(run) = firing.run {
             let id = run_id(&name, run);
             if !is_present(store, &id) {
                 let item = NewItem {
@@ -406,10 +470,16 @@ pub(super) fn fire_at(
                 outcome.fired += 1;
             }
         }
-        match next {
-            Some(next) => store.zadd(ZsetKey::ScheduleDue, &name, next as f64),
-            None => {
+        match firing.next {
+            NextRun::At(next) => store.zadd(ZsetKey::ScheduleDue, &name, next as f64),
+            NextRun::Never => {
                 store.zrem(ZsetKey::ScheduleDue, &name);
+            }
+            NextRun::NotFound => {
+                store.zrem(ZsetKey::ScheduleDue, &name);
+                outcome
+                    .anomalies
+                    .push(Anomaly::ScheduleRunNotFound { schedule: name });
             }
         }
     }

@@ -12,6 +12,8 @@ pub enum CoreError {
     /// `VTRR.SCHEDULE` with a timing that has no run after now (a cron
     /// pattern whose years are past).
     NoRunAhead,
+    /// A cron search found no run within its steps.
+    ScheduleSearchTooLong,
     /// A read that is a call to the server (HSCAN, HKEYS, ZCOUNT) was
     /// refused; the operations that make one read before they write.
     Store(StoreError),
@@ -48,6 +50,10 @@ pub enum Anomaly {
     /// A schedule due in `schedule_due` had no readable definition in
     /// `schedules`; it fires nothing and leaves `schedule_due`.
     ScheduleUnreadable { schedule: Vec<u8> },
+    /// A schedule's next run was not found within a search's steps (a
+    /// definition VTRR.SCHEDULE would refuse, written by another client);
+    /// it leaves `schedule_due`.
+    ScheduleRunNotFound { schedule: Vec<u8> },
 }
 
 /// The sentence the operations layer logs (after `vtrr: queue <name>: `).
@@ -84,6 +90,11 @@ impl std::fmt::Display for Anomaly {
             Anomaly::ScheduleUnreadable { schedule } => write!(
                 f,
                 "schedule {} had no readable definition in schedules; it fires no more (VTRR.SCHEDULE sets it again)",
+                text(schedule)
+            ),
+            Anomaly::ScheduleRunNotFound { schedule } => write!(
+                f,
+                "schedule {}: no next run found within a search's steps; it fires no more (VTRR.SCHEDULE refuses such a pattern)",
                 text(schedule)
             ),
             Anomaly::PartitionVirtualTimeUnreadable { partition } => write!(

@@ -3,6 +3,7 @@
 
 mod charge;
 mod controls;
+mod cron_search;
 mod dead;
 mod delay;
 mod inspect;

@@ -6,6 +6,7 @@ use chrono::TimeZone;
 use proptest::prelude::*;
 
 use super::*;
+use crate::core::cron_search::{Search, Steps, STEPS_PER_SEARCH};
 use crate::store::{HashKey, Store, ZsetKey};
 
 fn every(period_ms: i64, missed: Missed) -> Schedule {
@@ -184,11 +185,16 @@ fn paris_ms(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> i64 {
         .timestamp_millis()
 }
 
+/// The next run after `t_ms`, searched with a whole search's steps.
+fn next_of(timing: &Timing, t_ms: i64) -> Search {
+    timing.next_after(t_ms, &mut Steps::new(STEPS_PER_SEARCH))
+}
+
 fn runs_after(timing: &Timing, from_ms: i64, n: usize) -> Vec<i64> {
     let mut runs = Vec::new();
     let mut t = from_ms;
     for _ in 0..n {
-        t = timing.next_after(t).unwrap();
+        t = next_of(timing, t).found().unwrap();
         runs.push(t);
     }
     runs
@@ -221,7 +227,7 @@ fn cron_patterns_take_seconds_and_aliases_and_refuse_nonsense() {
         [1_005_000, 1_010_000]
     );
     let hourly = Timing::cron(b"@hourly", None).unwrap();
-    assert_eq!(hourly.next_after(0), Some(3_600_000));
+    assert_eq!(next_of(&hourly, 0), Search::Found(3_600_000));
     for bad in [
         &b""[..],
         b"61 * * * *",
@@ -341,7 +347,7 @@ proptest! {
     ) {
         let pattern = fields.join(" ");
         if let Ok(timing) = Timing::cron(pattern.as_bytes(), Some(b"Europe/Paris")) {
-            if let Some(next) = timing.next_after(t) {
+            if let Search::Found(next) = next_of(&timing, t) {
                 prop_assert!(next > t);
             }
         }
