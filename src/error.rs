@@ -23,6 +23,14 @@ pub fn syntax() -> RedisError {
     err("ERR syntax error".into())
 }
 
+/// An ENQUEUE or DEFER id in the form of a schedule's runs.
+pub fn reserved_id() -> RedisError {
+    err(
+        "ERR id must not begin with 'schedule:': that form is the runs of recurring schedules"
+            .to_string(),
+    )
+}
+
 pub fn empty(argument: &str) -> RedisError {
     err(format!("ERR {argument} must not be empty"))
 }

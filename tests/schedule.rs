@@ -1,5 +1,6 @@
 //! Recurring schedules on a real server: runs fired by the timer on time,
-//! each enqueued once (`<schedule>:<due-ms>`), missed runs as the policy
+//! each enqueued once (`schedule:<schedule>:<due-ms>`, a form no client
+//! may enqueue), missed runs as the policy
 //! says across a kill -9 and an AOF reload, the same content on a replica,
 //! a failover that neither repeats nor drops a run, and bad input refused
 //! with nothing written.
@@ -34,7 +35,7 @@ fn every(con: &mut Connection, queue: &str, name: &str, ms: &str, missed: &str) 
 
 /// The due time of each run of `name` among `ids`, in order.
 fn runs_of(ids: &BTreeSet<String>, name: &str) -> Vec<i64> {
-    let prefix = format!("{name}:");
+    let prefix = format!("schedule:{name}:");
     let mut runs: Vec<i64> = ids
         .iter()
         .filter_map(|id| id.strip_prefix(&prefix)?.parse().ok())
@@ -119,8 +120,63 @@ fn a_blocked_lease_is_served_the_next_run() {
         .unwrap();
     let leases = leases_in(&reply);
     assert_eq!(leases.len(), 1);
-    assert_eq!(leases[0].0, format!("tick:{next}").into_bytes());
+    assert_eq!(leases[0].0, format!("schedule:tick:{next}").into_bytes());
     assert!(server_time_ms(&mut con) >= next);
+}
+
+#[test]
+fn a_run_cannot_be_taken_first_by_a_client() {
+    // A run's id is predictable: enqueued first, the genuine run would be a
+    // duplicate, skipped, and workers would get the impostor's payload.
+    let server = timed_server("1000");
+    let mut con = server.connect();
+    let next = every(&mut con, "q", "tick", "400", "one");
+    let run = format!("schedule:tick:{next}");
+    let refusal =
+        "id must not begin with 'schedule:': that form is the runs of recurring schedules";
+    for call in [
+        &[
+            "VTRR.ENQUEUE",
+            "q",
+            "p",
+            "ok",
+            "1",
+            "x",
+            "p",
+            &run,
+            "1",
+            "forged",
+        ][..],
+        &[
+            "VTRR.DEFER",
+            "q",
+            "0",
+            "PRIORITY",
+            "3",
+            "p",
+            &run,
+            "1",
+            "forged",
+        ],
+    ] {
+        let refused: redis::RedisResult<i64> = command(call).query(&mut con);
+        let error = refused.expect_err("refused").to_string();
+        assert!(error.contains(refusal), "{error}");
+    }
+    assert_eq!(
+        (
+            stat(&mut con, "q", "queued"),
+            stat(&mut con, "q", "delayed")
+        ),
+        (0, 0),
+        "nothing written"
+    );
+    let reply: Value = command(&["VTRR.LEASE", "q", "60000", "BLOCK", "3000"])
+        .query(&mut con)
+        .unwrap();
+    let leases = leases_in(&reply);
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0].0, run.into_bytes(), "the genuine run");
 }
 
 #[test]

@@ -89,12 +89,12 @@ def test_schedules_pages_every_schedule_in_bounded_steps(queue: vtrr.Queue) -> N
         queue.schedule_view("s1", runs=21)
 
 
-def test_a_run_is_enqueued_as_name_colon_due_ms(queue: vtrr.Queue) -> None:
+def test_a_run_is_enqueued_as_schedule_name_colon_due_ms(queue: vtrr.Queue) -> None:
     next_ms = queue.schedule("beat", every_ms=100, partition="p", payload=b"run", weight=2)
     lease = queue.lease(10_000, block_ms=5_000)
     assert lease is not None and lease.payload == b"run"
-    name, due = lease.id.split(":")
-    assert name == "beat" and int(due) % 100 == 0 and int(due) >= next_ms
+    prefix, name, due = lease.id.split(":")
+    assert (prefix, name) == ("schedule", "beat") and int(due) % 100 == 0 and int(due) >= next_ms
     assert queue.ack(lease) == 1
     assert queue.unschedule("beat") == 1
     assert queue.stats().totals.enqueued >= 1
@@ -110,7 +110,8 @@ def test_bad_schedules_raise_and_write_nothing(queue: vtrr.Queue) -> None:
         schedule()
     for timing, says in (
         ({"cron": "every day"}, "CRON is not a valid pattern"),
-        ({"cron": "0 0 30 2 *"}, "the schedule has no run after now"),
+        ({"cron": "0 0 0 1 1 * 2020"}, "the schedule has no run after now"),
+        ({"cron": "0 0 30 2 *"}, "CRON: no run found within 10000 steps; simplify the pattern"),
         ({"cron": "* * * * *", "tz": "Mars/Olympus"}, "TZ must be an IANA time zone name"),
         ({"every_ms": 1000, "tz": "UTC"}, "TZ needs CRON"),
         ({"every_ms": 0}, "EVERY must be an integer between 1 and 31536000000"),
@@ -207,7 +208,7 @@ def test_runs_across_a_kill_9_and_an_aof_restart_are_served_once(make_server) ->
         seen = []
         for entry in server.client().lrange(f"done:{name}", 0, -1):
             job_id, timeouts, nacks = entry.decode().rsplit(":", 2)
-            schedule, due = job_id.split(":")
+            _, schedule, due = job_id.split(":")
             seen.append((schedule, int(due), int(timeouts), int(nacks)))
         return seen
 

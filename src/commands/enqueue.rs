@@ -3,7 +3,7 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, id, queue_name, Command};
-use crate::core::{parse_level, Level, NewItem};
+use crate::core::{parse_level, Level, NewItem, RUN_ID_PREFIX};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::{error, limits, ops};
 
@@ -38,6 +38,9 @@ fn items(groups: &[RedisString]) -> Result<Vec<NewItem<'_>>, RedisError> {
         .chunks_exact(4)
         .map(|group| {
             let id = id(&group[1])?;
+            if id.starts_with(RUN_ID_PREFIX) {
+                return Err(error::reserved_id());
+            }
             let weight = args::int_in(group[2].as_slice(), 1, limits::MAX_WEIGHT, error::weight)?;
             Ok(NewItem {
                 partition: group[0].as_slice(),

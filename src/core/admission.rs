@@ -23,7 +23,7 @@
 //! nothing left in `queue`, gives back a cancelled gap.
 
 use super::held;
-use super::levels::{of_queue_score, queue_score, Level};
+use super::levels::{of_queue_score, queue_score, Level, MAX_LEAD};
 use super::meta::partition_of;
 use super::partitions::{self, Defaults, Parking, Record, State, Stored};
 use super::ranks;
@@ -378,6 +378,18 @@ fn shift_held(store: &mut impl Store, partition: &mut Partition, level: Level, b
                 by.max(current.saturating_add(1).saturating_sub(first).min(0))
             }
             Err(_) => 0, // no time to stop at: no refund
+        },
+        _ if by > 0 => match read_current_virtual_time(store) {
+            // A charge moves a partition at most MAX_LEAD ahead of its
+            // level's clock: a flood of reported costs (RENEW ... COST in a
+            // loop) cannot drive the clock to the end of its band, where
+            // new items tie and go by id, in one stretch.
+            Ok(level_zero) => {
+                let current = current_at(store, level_zero, level);
+                let next = next_of(store, &partition.name, level, &mut Vec::new());
+                by.min(current.saturating_add(MAX_LEAD).saturating_sub(next).max(0))
+            }
+            Err(_) => 0, // no clock to measure the lead from: no charge
         },
         _ => by,
     };

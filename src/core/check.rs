@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::controls::count_from_keys;
 use super::cron_search::{Search, Steps, STEPS_PER_SEARCH};
 use super::held;
-use super::levels::{max_time, of_queue_score, Level};
+use super::levels::{max_time, of_queue_score, Level, MAX_LEVEL};
 use super::meta;
 use super::numbers::parse_meta;
 use super::partitions::{read_defaults, Parking};
@@ -14,7 +14,7 @@ use super::ranks::{self, queue_totals, Rank};
 use super::schedule::Schedule;
 use super::throttle;
 use super::types::CoreError;
-use super::virtual_time::read_current_virtual_time;
+use super::virtual_time::{current_at, read_current_virtual_time};
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// Every broken invariant, as a readable sentence naming the id.
@@ -156,6 +156,22 @@ fn check_levels(store: &mut impl Store, problems: &mut Vec<String>) {
             problems.push(format!(
                 "current_virtual_time {current} is outside priority 0's scores"
             ));
+        }
+        // A saturated clock: new items at the level tie at the end of its
+        // band and go by id, not in fair turn.
+        for level in -MAX_LEVEL..=MAX_LEVEL {
+            if current_at(store, current, level) >= max_time(level) {
+                problems.push(format!(
+                    "priority {level}'s virtual time is saturated at {}: its new items tie and \
+                     are served by id until it empties (a drain{})",
+                    max_time(level),
+                    if level == 0 {
+                        ""
+                    } else {
+                        ", or the level with nothing held"
+                    }
+                ));
+            }
         }
     }
 }

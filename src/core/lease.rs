@@ -8,7 +8,9 @@ use super::levels::{of_queue_score, Level};
 use super::meta;
 use super::partitions::{read_defaults, State};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
-use super::virtual_time::{current_at, parse_current_virtual_time, set_current_at, Placing};
+use super::virtual_time::{
+    current_at, parse_current_virtual_time, rebase_if_idle, set_current_at, Placing,
+};
 use super::{charge, counters, leased};
 use smallvec::SmallVec;
 
@@ -146,6 +148,7 @@ pub fn lease(
             if last > current {
                 set_current_at(store, level, last);
             }
+            rebase_if_idle(store, level, last.max(current));
             continue;
         }
         let popped = last.max(current);

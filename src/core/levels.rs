@@ -25,6 +25,15 @@ pub const MAX_LEVEL: Level = 100;
 /// How many virtual times one level other than 0 spans in `queue`.
 pub const SPAN: i64 = 1 << 45;
 
+/// How far a charge may move a partition ahead of its level's current
+/// virtual time (about a thousand jobs of the largest cost). The clock
+/// follows a partition's lead only when nothing else is left at the level,
+/// so reaching the end of a level's band this way takes 32 such stretches
+/// of 1,100 maximal reports each at a level other than 0 (4,096 at level 0),
+/// where a level other than 0 also starts again once it empties
+/// (`virtual_time::rebase_if_idle`).
+pub const MAX_LEAD: i64 = 1 << 40;
+
 /// Where the bands of the levels below 0 start (level 0 ends below it).
 const BELOW_ZERO: i64 = 1 << 52;
 

@@ -72,7 +72,7 @@ pub use ranks::Rank;
 pub use reclaim::reclaim;
 pub use schedule::{
     run_id, schedule, schedule_view, schedules_page, unschedule, Missed, Schedule, ScheduleView,
-    Timing, TimingError,
+    Timing, TimingError, RUN_ID_PREFIX,
 };
 pub use stats::{stats, Stats};
 pub use types::{Ack, Anomaly, CoreError, Due, Leased, NewItem};

@@ -1,5 +1,6 @@
 //! Recurring jobs fired by the server: a schedule enqueues one item per run,
-//! with the id `<schedule>:<due-ms>`, in the same call that moves the
+//! with the id `schedule:<schedule>:<due-ms>` (a form no client may
+//! enqueue), in the same call that moves the
 //! schedule to its next run. A schedule lives in two keys: its definition in
 //! `schedules` (hash) and its next run in `schedule_due` (sorted set, by
 //! due time), which the timer reads as it reads `delayed`. The run's id makes a
@@ -229,9 +230,15 @@ impl Schedule {
     }
 }
 
-/// The id of a schedule's run due at `due_ms`.
+/// What every run's id begins with, and no client's ENQUEUE or DEFER
+/// may: a run's id is predictable, and one taken first would make the
+/// genuine run a duplicate, skipped, with the impostor's payload served.
+pub const RUN_ID_PREFIX: &[u8] = b"schedule:";
+
+/// The id of a schedule's run due at `due_ms`: `schedule:<name>:<due-ms>`.
 pub fn run_id(name: &[u8], due_ms: i64) -> Vec<u8> {
-    let mut id = Vec::with_capacity(name.len() + 21);
+    let mut id = Vec::with_capacity(RUN_ID_PREFIX.len() + name.len() + 21);
+    id.extend_from_slice(RUN_ID_PREFIX);
     id.extend_from_slice(name);
     id.push(b':');
     id.extend_from_slice(itoa::Buffer::new().format(due_ms).as_bytes());

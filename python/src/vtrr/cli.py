@@ -672,7 +672,7 @@ def parser() -> argparse.ArgumentParser:
     enqueue.set_defaults(run=cmd_enqueue)
 
     schedule = command(
-        "schedule", "a recurring job: the server enqueues <name>:<due-ms> at each run"
+        "schedule", "a recurring job: the server enqueues schedule:<name>:<due-ms> at each run"
     )
     schedule.add_argument("name", help="the schedule's name")
     timing = schedule.add_mutually_exclusive_group(required=True)

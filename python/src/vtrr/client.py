@@ -254,7 +254,7 @@ class Queue:
         """Set a recurring schedule; returns its next run's due time (Unix ms).
 
         The server enqueues each run in `partition` as the item
-        `<name>:<due-ms>`: every `every_ms` (at its multiples since the
+        `schedule:<name>:<due-ms>`: every `every_ms` (at its multiples since the
         epoch) or when the `cron` pattern matches in `tz` (UTC when None);
         exactly one of the two. `missed`: the runs that fell due while none
         could fire (a stopped server), `"skip"`, `"one"` (the latest) or

@@ -199,7 +199,7 @@ class ScheduleView:
     """VTRR.SCHEDULES: one recurring schedule and its next runs.
 
     Each run is enqueued by the server in `partition` as the item
-    `<name>:<due-ms>`. `every_ms` is None for a CRON schedule, `cron` and
+    `schedule:<name>:<due-ms>`. `every_ms` is None for a CRON schedule, `cron` and
     `tz` for an EVERY one. A definition another client wrote that does not
     read as one has only `name`, `next_ms` and `runs`: the rest is None.
     """

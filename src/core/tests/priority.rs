@@ -285,3 +285,97 @@ fn a_controlled_partition_follows_its_backlog_only_at_a_level_it_has_items_at() 
     assert_eq!(lease_ids(&mut store, 0, 2), ["b5", "new0"]);
     assert_clean(&mut store);
 }
+
+/// Reports `floods` costs of a billion (the largest one call takes) on a
+/// lease of `id`.
+fn flood(store: &mut MemoryStore, id: &str, floods: usize) {
+    let token = token_of(store, id);
+    let report = Ack {
+        id: id.as_bytes(),
+        token: &token,
+        cost: Some(1_000_000_000),
+    };
+    for _ in 0..floods {
+        assert!(renew(
+            &mut store.scoped(CoreOp::RenewCost),
+            &report,
+            0,
+            60_000,
+            &mut Vec::new()
+        ));
+    }
+}
+
+fn level_time(store: &mut MemoryStore, level: Level) -> i64 {
+    let field = level.to_string();
+    store
+        .hget(HashKey::LevelVirtualTime, field.as_bytes())
+        .map_or(0, |raw| String::from_utf8(raw).unwrap().parse().unwrap())
+}
+
+#[test]
+fn a_flood_of_reported_costs_moves_a_partition_at_most_max_lead_ahead() {
+    let mut store = MemoryStore::new();
+    // A paused tenant's held item: neither a drain nor an empty level
+    // restarts level 5 here, so its clock shows where A's lead took it.
+    enqueue_n(&mut store, 0, "low", "l", 1);
+    assert!(pause(&mut store, b"low", &mut Vec::new()));
+    enqueue_n(&mut store, 5, "A", "a", 1);
+    assert_eq!(lease_ids(&mut store, 0, 1), ["a0"]);
+    // 36,000 billions: 2^45 at once without a bound.
+    flood(&mut store, "a0", 36_000);
+    enqueue_n(&mut store, 5, "A", "next", 1);
+    assert_eq!(lease_ids(&mut store, 0, 1), ["next0"]);
+    let clock = level_time(&mut store, 5);
+    assert!(clock <= levels::MAX_LEAD + 2, "{clock}");
+    // B and C still take turns there.
+    enqueue_n(&mut store, 5, "B", "b", 3);
+    enqueue_n(&mut store, 5, "C", "c", 3);
+    assert_eq!(
+        lease_ids(&mut store, 0, 6),
+        ["b0", "c0", "b1", "c1", "b2", "c2"]
+    );
+    assert_clean(&mut store);
+}
+
+#[test]
+fn a_level_driven_far_along_its_band_starts_again_once_it_empties() {
+    let mut store = MemoryStore::new();
+    enqueue_n(&mut store, 0, "low", "l", 1);
+    // Stretch after stretch, A reports a flood and leases alone at level 5:
+    // each time the clock follows A's lead, then the empty level rebases.
+    for stretch in 0..40 {
+        let id = format!("w{stretch}-");
+        enqueue_n(&mut store, 5, "A", &id, 1);
+        assert_eq!(lease_ids(&mut store, 0, 1), [format!("{id}0")]);
+        flood(&mut store, &format!("{id}0"), 1_100);
+        assert!(
+            level_time(&mut store, 5) < levels::SPAN - 1,
+            "saturated at {stretch}"
+        );
+    }
+    enqueue_n(&mut store, 5, "B", "b", 3);
+    enqueue_n(&mut store, 5, "C", "c", 3);
+    assert_eq!(
+        lease_ids(&mut store, 0, 6),
+        ["b0", "c0", "b1", "c1", "b2", "c2"]
+    );
+}
+
+#[test]
+fn check_reports_a_saturated_level_clock() {
+    let mut store = MemoryStore::new();
+    enqueue_n(&mut store, 5, "A", "a", 2);
+    assert_eq!(lease_ids(&mut store, 0, 1), ["a0"]);
+    store.hset(
+        HashKey::LevelVirtualTime,
+        b"5",
+        (levels::SPAN - 1).to_string().as_bytes(),
+    );
+    let problems = check::check(&mut store).unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with("priority 5's virtual time is saturated"),
+        "{problems:?}"
+    );
+}
