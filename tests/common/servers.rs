@@ -116,8 +116,10 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         self.child = Some(command.spawn().expect("cannot start redis-server"));
-        // Generous: a server run under valgrind (the bench's counts) takes seconds.
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Generous: a server run under valgrind (the bench's counts) takes
+        // seconds, and the debug module replaying a replication test's AOF
+        // on a loaded CI machine took more than 30.
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             if let Ok(mut con) = self.try_connect() {
                 if redis::cmd("PING").query::<String>(&mut con).is_ok() {
