@@ -153,9 +153,14 @@ fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=2
 soak: build ## Cluster soak: the queue's slot moved ROUNDS times each way under traffic (ROUNDS=20; SERVER=path for another server)
 	VTRR_SOAK_ROUNDS=$${ROUNDS:-20} VTRR_REDIS_SERVER=$${SERVER:-redis-server} cargo test --test cluster -- --nocapture
 
-run: release ## Start redis-server in the foreground with the module (redis.conf.example)
-	@if redis-cli -p $(PORT) ping >/dev/null 2>&1; then \
-	  echo "port $(PORT) is taken (another redis-server?); stop it or run: make run PORT=6380"; exit 1; fi
+# The port is checked before anything is built (the first release build
+# takes about 4 minutes on a 2-core machine), and a port found free is offered.
+run: ## Start redis-server in the foreground with the module (redis.conf.example); the first build takes about 4 minutes on 2 cores
+	@if (echo > /dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
+	  free=$$(for p in $$(seq 6380 6479); do (echo > /dev/tcp/127.0.0.1/$$p) 2>/dev/null || { echo $$p; break; }; done); \
+	  echo "port $(PORT) is taken (another redis-server?): stop it, or run: make run PORT=$$free"; exit 1; fi
+	@[ -f $(MODULE_RELEASE) ] || echo "building the module (release): about 4 minutes on a 2-core machine the first time"
+	@$(MAKE) --no-print-directory release
 	redis-server redis.conf.example --port $(PORT)
 
 clean: ## Remove build output
