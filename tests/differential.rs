@@ -282,7 +282,7 @@ fn same(a: &Value, b: &Value) -> bool {
             Value::SimpleString(name) => name.as_bytes(),
             _ => return false,
         };
-        name == b"waiting-ms" || name == b"oldest_waiting_ms"
+        name == b"waiting-ms" || name == b"oldest-waiting-ms"
     };
     let near = |x: &Value, y: &Value| match (x, y) {
         (Value::Int(x), Value::Int(y)) => (x - y).abs() <= CLOCK_SKEW_MS,

@@ -592,7 +592,7 @@ fn nack_delay_holds_the_item_until_its_retry_time() {
     );
     assert_eq!(hget(&mut con, "q", "delayed_task", "a").unwrap(), b"A");
     assert_eq!(key_hget(&mut con, "q", "nacks", "a").as_deref(), Some("1"));
-    assert_eq!(stats(&mut con, "q")["next_due_ms"], Value::Int(due));
+    assert_eq!(stats(&mut con, "q")["next-due-ms"], Value::Int(due));
     assert_invariants(&mut con, "q");
     assert_eq!(lease(&mut con, "q", 60_000), None, "served before due");
     let mut got = None;
@@ -1259,32 +1259,32 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
     assert_eq!(
         names,
         [
-            "acked_total",
-            "capped_partitions",
-            "current_virtual_time",
+            "acked-total",
+            "capped-partitions",
+            "current-virtual-time",
             "dead",
-            "dead_total",
+            "dead-total",
             "delayed",
-            "enqueued_total",
+            "enqueued-total",
             "expired",
-            "expired_total",
+            "expired-total",
             "held",
             "inflight",
             "layout",
-            "leased_total",
-            "nacked_total",
-            "next_due_ms",
-            "next_expiry_ms",
-            "oldest_waiting_ms",
+            "leased-total",
+            "nacked-total",
+            "next-due-ms",
+            "next-expiry-ms",
+            "oldest-waiting-ms",
             "partitions",
-            "paused_partitions",
+            "paused-partitions",
             "queued"
         ]
     );
     assert_eq!(fresh["layout"], Value::SimpleString(layout().to_string()));
     assert_eq!(fresh["delayed"], Value::Int(0));
     assert_eq!(fresh["dead"], Value::Int(0));
-    assert_eq!(fresh["next_due_ms"], Value::Nil);
+    assert_eq!(fresh["next-due-ms"], Value::Nil);
     defer_items(&mut con, "q", 20_000, &[("p", "late", 1, b"L")]);
     defer_items(&mut con, "q", 10_000, &[("p", "soon", 1, b"S")]);
     enqueue_items(&mut con, "q", &[("p", "c", 1, b"C"), ("p", "d", 1, b"D")]);
@@ -1293,18 +1293,18 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
     let now = stats(&mut con, "q");
     assert_eq!(now["delayed"], Value::Int(2));
     assert_eq!(now["dead"], Value::Int(1));
-    assert_eq!(now["next_due_ms"], Value::Int(soon));
+    assert_eq!(now["next-due-ms"], Value::Int(soon));
     assert_eq!(now["queued"], Value::Int(1));
     assert_eq!(now["inflight"], Value::Int(0));
-    assert_eq!(now["next_expiry_ms"], Value::Nil);
+    assert_eq!(now["next-expiry-ms"], Value::Nil);
     assert_eq!(cancel(&mut con, "q", &["soon"]), 1);
     let late = key_zscore(&mut con, "q", "delayed", "late").unwrap() as i64;
-    assert_eq!(stats(&mut con, "q")["next_due_ms"], Value::Int(late));
+    assert_eq!(stats(&mut con, "q")["next-due-ms"], Value::Int(late));
     assert_eq!(cancel(&mut con, "q", &["late", "c"]), 2);
     let after = stats(&mut con, "q");
     assert_eq!(after["delayed"], Value::Int(0));
     assert_eq!(after["dead"], Value::Int(0));
-    assert_eq!(after["next_due_ms"], Value::Nil);
+    assert_eq!(after["next-due-ms"], Value::Nil);
 }
 
 #[test]

@@ -119,7 +119,7 @@ fn the_oldest_line_comes_first_and_a_lease_restarts_its_wait() {
     let early_wait = int(&oldest[0].1, "waiting-ms").unwrap();
     let late_wait = int(&oldest[1].1, "waiting-ms").unwrap();
     assert!(early_wait > late_wait, "{early_wait} vs {late_wait}");
-    assert!(stat(&mut con, "q", "oldest_waiting_ms") >= early_wait);
+    assert!(stat(&mut con, "q", "oldest-waiting-ms") >= early_wait);
 
     // Serving z-early a grain after its place was written restarts its
     // wait and moves its place behind a-late's.
@@ -149,7 +149,7 @@ fn the_oldest_line_comes_first_and_a_lease_restarts_its_wait() {
         int(&partition_view(&mut con, "q", "z-early"), "waiting-ms"),
         None
     );
-    assert_eq!(stats(&mut con, "q")["oldest_waiting_ms"], Value::Nil);
+    assert_eq!(stats(&mut con, "q")["oldest-waiting-ms"], Value::Nil);
 }
 
 #[test]
@@ -189,7 +189,7 @@ fn totals_count_what_each_partition_and_the_queue_were_served() {
         "NACK ... DEAD is a nack"
     );
     let queue: View = stats(&mut con, "q").into_iter().collect();
-    assert_eq!(totals(&queue, "_total"), [6, 5, 1, 2, 1, 1]);
+    assert_eq!(totals(&queue, "-total"), [6, 5, 1, 2, 1, 1]);
 
     // A partition whose record goes (nothing left counted or set) takes
     // its totals with it; the queue keeps them.
@@ -199,7 +199,7 @@ fn totals_count_what_each_partition_and_the_queue_were_served() {
         [0; 6]
     );
     let queue: View = stats(&mut con, "q").into_iter().collect();
-    assert_eq!(totals(&queue, "_total"), [6, 5, 1, 2, 1, 1]);
+    assert_eq!(totals(&queue, "-total"), [6, 5, 1, 2, 1, 1]);
     assert!(vtrr_check(&mut con, "q").is_empty());
 }
 

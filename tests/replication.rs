@@ -947,12 +947,12 @@ fn wait_timer_idle(master: &mut Connection, queue: &str) {
                 .query(master)
                 .unwrap();
             let now_ms = time.0 * 1000 + time.1 / 1000;
-            let nothing_due = match &stats["next_due_ms"] {
+            let nothing_due = match &stats["next-due-ms"] {
                 Value::Nil => true,
                 Value::Int(due) => *due > now_ms + FAR_MS as i64 / 2,
                 other => panic!("next_due_ms {other:?}"),
             };
-            let no_short_lease = match &stats["next_expiry_ms"] {
+            let no_short_lease = match &stats["next-expiry-ms"] {
                 Value::Nil => true,
                 Value::Int(expiry) => *expiry > now_ms + 60_000,
                 other => panic!("next_expiry_ms {other:?}"),

@@ -313,7 +313,7 @@ fn a_paused_partition_waits_while_others_drain_and_resumes_without_a_burst() {
     assert_eq!(field(&limit, "paused"), Some(1));
     assert_eq!(stat(&mut con, "q", "queued"), 20);
     assert_eq!(stat(&mut con, "q", "held"), 20);
-    assert_eq!(stat(&mut con, "q", "paused_partitions"), 1);
+    assert_eq!(stat(&mut con, "q", "paused-partitions"), 1);
     assert_invariants(&mut con, "q");
 
     // Another partition is served well past p's old place in virtual time.
@@ -328,7 +328,7 @@ fn a_paused_partition_waits_while_others_drain_and_resumes_without_a_burst() {
     assert_eq!(resume(&mut con, "q", "p"), 1);
     assert_eq!(resume(&mut con, "q", "p"), 0, "not paused any more");
     assert_eq!(count(&view(&mut con, "q", "p"), "paused"), 0);
-    assert_eq!(stat(&mut con, "q", "paused_partitions"), 0);
+    assert_eq!(stat(&mut con, "q", "paused-partitions"), 0);
     let k = 8;
     let after = lease_until_nil(&mut con, "q");
     let p_first = among_first(&after, 2 * k, "p");
@@ -545,8 +545,8 @@ fn caps_pauses_and_held_items_survive_aof_and_rdb_restarts() {
         );
         // p 3 (own cap 1), r 3 (paused), d 2 (default cap 3).
         assert_eq!(stat(&mut con, "q", "held"), 8, "{persistence}");
-        assert_eq!(stat(&mut con, "q", "capped_partitions"), 1, "{persistence}");
-        assert_eq!(stat(&mut con, "q", "paused_partitions"), 1, "{persistence}");
+        assert_eq!(stat(&mut con, "q", "capped-partitions"), 1, "{persistence}");
+        assert_eq!(stat(&mut con, "q", "paused-partitions"), 1, "{persistence}");
         // Still at the caps; the old tokens still ack and free the slots.
         assert_eq!(lease(&mut con, "q", 60_000), None, "{persistence}");
         ack_all(&mut con, "q", &first);
@@ -1177,8 +1177,8 @@ fn partitions_lists_two_thousand_partitions_by_cursor_and_stats_counts_controls(
     assert_eq!(leases.len() as i64, total - held_back);
     assert_eq!(stat(&mut con, "q", "held"), held_back);
     assert_eq!(stat(&mut con, "q", "queued"), held_back);
-    assert_eq!(stat(&mut con, "q", "paused_partitions"), 3);
-    assert_eq!(stat(&mut con, "q", "capped_partitions"), 5);
+    assert_eq!(stat(&mut con, "q", "paused-partitions"), 3);
+    assert_eq!(stat(&mut con, "q", "capped-partitions"), 5);
     assert_eq!(stat(&mut con, "q", "inflight"), leases.len() as i64);
     let t0 = view(&mut con, "q", "t0002");
     assert_eq!(
@@ -1192,8 +1192,8 @@ fn partitions_lists_two_thousand_partitions_by_cursor_and_stats_counts_controls(
     );
     set_limit(&mut con, "q", "t0000", &["CONCURRENCY", "NONE"]);
     assert_eq!(resume(&mut con, "q", "t0005"), 1);
-    assert_eq!(stat(&mut con, "q", "paused_partitions"), 2);
-    assert_eq!(stat(&mut con, "q", "capped_partitions"), 4);
+    assert_eq!(stat(&mut con, "q", "paused-partitions"), 2);
+    assert_eq!(stat(&mut con, "q", "capped-partitions"), 4);
     assert_invariants(&mut con, "q");
 }
 

@@ -401,7 +401,7 @@ def test_web_serves_the_named_queues_with_the_options_given(
     finally:
         web.terminate()
         web.wait(10)
-    assert f'vtrr_queue_items{{queue="{queue.name}",state="queued"}} 5.0' in body
+    assert f'vtrr_queue_items{{queue="{queue.name}",state="ready"}} 5.0' in body
     assert body.count("vtrr_partition_items{") == 3 * 5, "two tenants and `other`, five states"
 
 

@@ -111,7 +111,7 @@ def one(samples: list[Sample], name: str, **labels: str) -> float:
 def by_state(counts: vtrr.Stats | vtrr.PartitionView) -> dict[tuple[str, ...], float]:
     leased = counts.inflight if isinstance(counts, vtrr.Stats) else counts.leased
     values = {
-        "queued": counts.queued - counts.held, "held": counts.held, "leased": leased,
+        "ready": counts.queued - counts.held, "held": counts.held, "leased": leased,
         "delayed": counts.delayed, "dead": counts.dead,
     }  # fmt: skip
     return {(state,): float(count) for state, count in values.items()}
@@ -178,7 +178,7 @@ def test_a_thousand_partitions_make_at_most_top_k_plus_one_series(
         series = of(samples, "vtrr_partition_items", queue=name, state=state)
         assert len(series) <= TOP_K + 1, (state, sorted(series))
         assert ("other",) in series and sum(series.values()) == by_state(queue.stats())[(state,)]
-    assert ("big",) in of(samples, "vtrr_partition_items", queue=name, state="queued")
+    assert ("big",) in of(samples, "vtrr_partition_items", queue=name, state="ready")
     assert len(of(samples, "vtrr_partition_waiting_seconds", queue=name)) <= TOP_K
     # The longest-waiting tenants have their series too: the first enqueued.
     assert ("tenant-0",) in of(samples, "vtrr_partition_waiting_seconds", queue=name)
@@ -258,5 +258,5 @@ def test_odd_partition_names_are_distinct_series(
     assert "\r" not in text and "\x00" not in text
     series = [(s.name, tuple(sorted(s.labels.items()))) for s in samples]
     assert len(series) == len(set(series)), "a series twice in one scrape"
-    queued = of(samples, "vtrr_partition_items", queue=queue.name, state="queued")
+    queued = of(samples, "vtrr_partition_items", queue=queue.name, state="ready")
     assert queued == {(label,): 1.0 for _, label in ODD_PARTITIONS} | {("other",): 0.0}

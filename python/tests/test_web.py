@@ -696,7 +696,7 @@ def test_metrics_are_served(client: redis.Redis, queue: vtrr.Queue) -> None:
         answer = http.get("/metrics")
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
-    assert f'vtrr_queue_items{{queue="{queue.name}",state="queued"}} 2.0' in answer.text
+    assert f'vtrr_queue_items{{queue="{queue.name}",state="ready"}} 2.0' in answer.text
 
 
 @pytest.mark.skipif(layout() == "native", reason="the load test runs on the keys layout only")

@@ -62,11 +62,11 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("expired", int(stats.expired)),
         ("partitions", int(stats.partitions)),
         (
-            "current_virtual_time",
+            "current-virtual-time",
             RedisValue::Integer(stats.current_virtual_time),
         ),
         (
-            "next_expiry_ms",
+            "next-expiry-ms",
             stats
                 .next_expiry_ms
                 .map_or(RedisValue::Null, RedisValue::Integer),
@@ -74,26 +74,26 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("delayed", int(stats.delayed)),
         ("dead", int(stats.dead)),
         (
-            "next_due_ms",
+            "next-due-ms",
             stats
                 .next_due_ms
                 .map_or(RedisValue::Null, RedisValue::Integer),
         ),
         ("held", int(stats.held)),
-        ("paused_partitions", int(stats.paused_partitions)),
-        ("capped_partitions", int(stats.capped_partitions)),
+        ("paused-partitions", int(stats.paused_partitions)),
+        ("capped-partitions", int(stats.capped_partitions)),
         (
-            "oldest_waiting_ms",
+            "oldest-waiting-ms",
             stats
                 .oldest_waiting_ms
                 .map_or(RedisValue::Null, RedisValue::Integer),
         ),
-        ("enqueued_total", int(stats.totals.enqueued)),
-        ("leased_total", int(stats.totals.leased)),
-        ("acked_total", int(stats.totals.acked)),
-        ("nacked_total", int(stats.totals.nacked)),
-        ("dead_total", int(stats.totals.dead)),
-        ("expired_total", int(stats.totals.expired)),
+        ("enqueued-total", int(stats.totals.enqueued)),
+        ("leased-total", int(stats.totals.leased)),
+        ("acked-total", int(stats.totals.acked)),
+        ("nacked-total", int(stats.totals.nacked)),
+        ("dead-total", int(stats.totals.dead)),
+        ("expired-total", int(stats.totals.expired)),
         (
             "layout",
             RedisValue::SimpleStringStatic(match layout {

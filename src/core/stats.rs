@@ -13,6 +13,8 @@ pub struct Stats {
     pub queued: u64,
     pub inflight: u64,
     pub expired: u64,
+    /// Partitions with a record: those with items or settings, the ones
+    /// `VTRR.PARTITIONS` lists.
     pub partitions: u64,
     pub current_virtual_time: i64,
     pub next_expiry_ms: Option<i64>,
@@ -45,7 +47,7 @@ pub fn stats(
         capped_partitions,
         inflight: store.zcard(ZsetKey::Inflight),
         expired: store.zcount_upto(ZsetKey::Inflight, now_ms as f64)?,
-        partitions: store.hlen(HashKey::PartitionVirtualTime),
+        partitions: store.hlen(HashKey::Partitions),
         current_virtual_time: read_current_virtual_time(store)?,
         next_expiry_ms: store.zfirst(ZsetKey::Inflight).map(|(_, s)| s as i64),
         delayed: store.zcard(ZsetKey::Delayed),

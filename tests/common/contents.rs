@@ -91,7 +91,7 @@ pub fn observed(con: &mut redis::Connection, name: &str) -> Vec<(String, redis::
     seen.extend(
         stats
             .into_iter()
-            .filter(|(field, _)| field != "layout" && field != "oldest_waiting_ms")
+            .filter(|(field, _)| field != "layout" && field != "oldest-waiting-ms")
             .map(|(field, value)| (format!("stats {field}"), value)),
     );
     let mut cursor = 0u64;
@@ -160,7 +160,7 @@ pub fn without_wait(view: &redis::Value) -> redis::Value {
         };
         matches!(
             name,
-            b"waiting-ms" | b"oldest_waiting_ms" | b"tokens" | b"next-token-ms"
+            b"waiting-ms" | b"oldest-waiting-ms" | b"tokens" | b"next-token-ms"
         )
     };
     match view {

@@ -226,7 +226,8 @@ def reclaim(name: str, limit: int | None = None) -> Command[int]:
 
 
 def _stats(reply: Any) -> Stats:
-    f = _fields(reply)
+    # Modules before this one spelled STATS' fields with underscores: both read.
+    f = {key.replace("_", "-"): value for key, value in _fields(reply).items()}
     return Stats(
         queued=int(f["queued"]),
         held=int(f["held"]),
@@ -235,20 +236,20 @@ def _stats(reply: Any) -> Stats:
         delayed=int(f["delayed"]),
         dead=int(f["dead"]),
         partitions=int(f["partitions"]),
-        paused_partitions=int(f["paused_partitions"]),
-        capped_partitions=int(f["capped_partitions"]),
-        current_virtual_time=int(f["current_virtual_time"]),
-        next_due_ms=_opt_int(f["next_due_ms"]),
-        next_expiry_ms=_opt_int(f["next_expiry_ms"]),
+        paused_partitions=int(f["paused-partitions"]),
+        capped_partitions=int(f["capped-partitions"]),
+        current_virtual_time=int(f["current-virtual-time"]),
+        next_due_ms=_opt_int(f["next-due-ms"]),
+        next_expiry_ms=_opt_int(f["next-expiry-ms"]),
         layout=cast(Layout, decode(f["layout"])),
-        oldest_waiting_ms=_opt_int(f["oldest_waiting_ms"]),
+        oldest_waiting_ms=_opt_int(f["oldest-waiting-ms"]),
         totals=Totals(
-            enqueued=int(f["enqueued_total"]),
-            leased=int(f["leased_total"]),
-            acked=int(f["acked_total"]),
-            nacked=int(f["nacked_total"]),
-            dead=int(f["dead_total"]),
-            expired=int(f["expired_total"]),
+            enqueued=int(f["enqueued-total"]),
+            leased=int(f["leased-total"]),
+            acked=int(f["acked-total"]),
+            nacked=int(f["nacked-total"]),
+            dead=int(f["dead-total"]),
+            expired=int(f["expired-total"]),
         ),
     )
 

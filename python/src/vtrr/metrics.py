@@ -33,7 +33,9 @@ from .types import PartitionView, Stats, Totals, decode
 
 logger = logging.getLogger("vtrr.metrics")
 
-STATES = ("queued", "held", "leased", "delayed", "dead")
+# Each item in one state: `ready` and `held` together are what every other view
+# (STATS, the CLI, vtrr top, the web view) calls `queued`.
+STATES = ("ready", "held", "leased", "delayed", "dead")
 OTHER = "other"
 """The `partition` label of the series holding every tenant not in the top."""
 
@@ -93,11 +95,11 @@ def _seconds(ms: int | None) -> float:
 
 
 def _by_state(counts: Stats | PartitionView) -> dict[str, int]:
-    """Items by state, each item in one: `queued` is what waits and may be leased
-    now, `held` what waits behind a pause or a cap (the server's `queued` counts both)."""
+    """Items by state, each item in one: `ready` is what waits and may be leased
+    now, `held` what waits behind a pause or a cap (`queued` everywhere counts both)."""
     leased = counts.inflight if isinstance(counts, Stats) else counts.leased
     return {
-        "queued": counts.queued - counts.held,
+        "ready": counts.queued - counts.held,
         "held": counts.held,
         "leased": leased,
         "delayed": counts.delayed,

@@ -192,7 +192,7 @@ class ShardedStats:
     """VTRR.STATS over every sub-queue.
 
     The counts are sums over the sub-queues (`partitions` sums each one's
-    entries of `partition_virtual_time`: a partition is in one sub-queue only,
+    partition records, those with items or settings: a partition is in one sub-queue only,
     so nothing is counted twice), and so are the `totals`; `next_due_ms` and
     `next_expiry_ms` are the earliest of any sub-queue, `oldest_waiting_ms`
     the longest. Virtual times do not add up across sub-queues: each
