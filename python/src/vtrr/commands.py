@@ -225,6 +225,18 @@ def reclaim(name: str, limit: int | None = None) -> Command[int]:
     return Command(args, _int)
 
 
+def _totals(f: dict[str, Any]) -> Totals:
+    """The `*-total` fields STATS and PARTITIONS share."""
+    return Totals(
+        enqueued=int(f["enqueued-total"]),
+        leased=int(f["leased-total"]),
+        acked=int(f["acked-total"]),
+        nacked=int(f["nacked-total"]),
+        dead=int(f["dead-total"]),
+        expired=int(f["expired-total"]),
+    )
+
+
 def _stats(reply: Any) -> Stats:
     # Modules before this one spelled STATS' fields with underscores: both read.
     f = {key.replace("_", "-"): value for key, value in _fields(reply).items()}
@@ -243,14 +255,7 @@ def _stats(reply: Any) -> Stats:
         next_expiry_ms=_opt_int(f["next-expiry-ms"]),
         layout=cast(Layout, decode(f["layout"])),
         oldest_waiting_ms=_opt_int(f["oldest-waiting-ms"]),
-        totals=Totals(
-            enqueued=int(f["enqueued-total"]),
-            leased=int(f["leased-total"]),
-            acked=int(f["acked-total"]),
-            nacked=int(f["nacked-total"]),
-            dead=int(f["dead-total"]),
-            expired=int(f["expired-total"]),
-        ),
+        totals=_totals(f),
     )
 
 
@@ -411,14 +416,7 @@ def _view(reply: Any) -> PartitionView:
         rate_in_force=_rate(f, suffix="-in-force"),
         tokens=_opt_int(f["tokens"]),
         next_token_ms=_opt_int(f["next-token-ms"]),
-        totals=Totals(
-            enqueued=int(f["enqueued-total"]),
-            leased=int(f["leased-total"]),
-            acked=int(f["acked-total"]),
-            nacked=int(f["nacked-total"]),
-            dead=int(f["dead-total"]),
-            expired=int(f["expired-total"]),
-        ),
+        totals=_totals(f),
     )
 
 
