@@ -8,7 +8,8 @@ use crate::layout::native::LoadError;
 use crate::layout::open::OpenError;
 use crate::limits::{
     MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT, MAX_PERIOD_MS,
-    MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
+    MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_REASON_BYTES, MAX_SHARE, MAX_TOP_OFFSET,
+    MAX_WEIGHT,
 };
 use crate::store::KeyKind;
 use crate::text::{printable_line, Quoted};
@@ -57,6 +58,13 @@ pub fn block_ms() -> RedisError {
 pub fn delay_ms(argument: &str) -> RedisError {
     err(format!(
         "ERR {argument} must be an integer between 0 and {MAX_DELAY_MS}"
+    ))
+}
+
+/// `VTRR.NACK ... REASON`.
+pub fn reason() -> RedisError {
+    err(format!(
+        "ERR REASON must be between 1 and {MAX_REASON_BYTES} bytes"
     ))
 }
 

@@ -12,6 +12,9 @@ pub const MAX_BLOCK_MS: i64 = 31_536_000_000;
 pub const MAX_DELAY_MS: i64 = MAX_LEASE_MS;
 /// The largest dead-letter policy limit (MAX-TIMEOUTS, MAX-NACKS).
 pub const MAX_POLICY_LIMIT: i64 = 1_000_000_000;
+/// The longest `REASON` of `VTRR.NACK`, in bytes: a one-line summary and
+/// the end of a traceback fit; each failed item keeps one.
+pub const MAX_REASON_BYTES: usize = 4096;
 /// How many dead items `VTRR.DEAD` lists without COUNT.
 pub const DEAD_DEFAULT_COUNT: usize = 10;
 /// The largest per-partition cap (CONCURRENCY, DEFAULT-CONCURRENCY).

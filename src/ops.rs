@@ -199,8 +199,14 @@ pub fn lease(
         }
         args
     };
+    // Acks end items' lives, which clears their last errors: only then is
+    // `last_error` opened.
+    let op = match acks {
+        [] => CoreOp::Lease,
+        _ => CoreOp::LeaseAcking,
+    };
     let (acked, outcome) = Call::client(ctx, queue).applied(
-        CoreOp::Lease,
+        op,
         tokens_used,
         |store, anomalies| {
             let acked = core::ack_each(store, acks, anomalies);
@@ -337,7 +343,7 @@ pub fn renew(
 }
 
 /// `VTRR.NACK`: None when the token was stale (nothing changed), else
-/// where the item went.
+/// where the item went. A `reason` becomes the item's last error.
 pub fn nack(
     ctx: &Context,
     queue: &[u8],
@@ -345,12 +351,21 @@ pub fn nack(
     id: &[u8],
     token: &[u8],
     how: Nack,
+    reason: Option<&[u8]>,
 ) -> Result<Option<Nacked>, RedisError> {
     let now_ms = at.now_ms;
     Call::client(ctx, queue).applied(
         CoreOp::Nack,
-        |_| apply(queue, now_ms, Operation::Nack { id, token, how }),
-        |store, anomalies| core::nack(store, id, token, now_ms, how, anomalies),
+        |_| {
+            let operation = Operation::Nack {
+                id,
+                token,
+                how,
+                reason,
+            };
+            apply(queue, now_ms, operation)
+        },
+        |store, anomalies| core::nack(store, id, token, now_ms, how, reason, anomalies),
         |nacked| {
             let done = Done::new(c"vtrr.nack");
             match nacked {
@@ -388,12 +403,19 @@ pub fn run_due(
     queue: &[u8],
     now_ms: i64,
     limit: usize,
+    schedule_steps: u32,
 ) -> Result<Option<Due>, RedisError> {
     let call = Call::server(ctx, queue);
     let due = call.run(
         CoreOp::RunDue,
-        Replicate::Apply(|_: &_| Some(apply(queue, now_ms, Operation::Due { limit }))),
-        |store, _| core::run_due(store, now_ms, limit),
+        Replicate::Apply(|_: &_| {
+            let operation = Operation::Due {
+                limit,
+                schedule_steps,
+            };
+            Some(apply(queue, now_ms, operation))
+        }),
+        |store, _| core::run_due(store, now_ms, limit, schedule_steps),
         |due| Done {
             // What it parked may have uncovered servable items.
             signal_ready: due.parked > 0,

@@ -83,6 +83,9 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
             if rng.chance(30) {
                 words.push("WITHCOUNTERS".into());
             }
+            if rng.chance(30) {
+                words.push("WITHPARTITION".into());
+            }
             // Settling a lease in the same call (ACK is the last option).
             if rng.chance(40) {
                 if let Some((id, pair)) = leased(rng) {
@@ -128,11 +131,17 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
         11 => {
             if let Some((id, pair)) = leased(rng) {
                 words.extend(["VTRR.NACK".into(), "{q}".into(), id.clone(), "{t}".into()]);
-                match rng.below(5) {
+                let how = rng.below(5);
+                match how {
                     0 => words.extend(["DELAY".into(), pick(rng, &["1", "60000"]).into()]),
                     1 => words.push("DEAD".into()),
                     2 => words.push("RELEASE".into()),
                     _ => {}
+                }
+                // What failed, kept with the item (DEAD lists it); a
+                // release takes none.
+                if how != 2 && rng.chance(50) {
+                    words.extend(["REASON".into(), format!("boom {id}\n\tat line {how}")]);
                 }
                 if rng.chance(50) {
                     words.push("WITHSTATE".into());
@@ -218,6 +227,8 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
                 &["VTRR.LEASE", "{q}", "-5"],
                 &["VTRR.LEASE", "{q}", "1000", "COUNT", "0"],
                 &["VTRR.NACK", "{q}", "i1", "t", "DELAY", "-1"],
+                &["VTRR.NACK", "{q}", "i1", "t", "REASON", ""],
+                &["VTRR.NACK", "{q}", "i1", "t", "RELEASE", "REASON", "x"],
                 &["VTRR.LIMIT", "{q}", "p0", "SHARE", "0"],
                 &["VTRR.POLICY", "{q}", "MAX-NACKS", "-3"],
                 &["VTRR.DEFER", "{q}", "-1", "p0", "x", "1", "payload"],

@@ -316,7 +316,7 @@ fn lifecycle_crash_step(
             .arg(LIFE)
             .arg("COUNT")
             .arg(1)
-            .query::<Vec<(String, Value, Value, Value, i64, i64, i64, String)>>(con)
+            .query::<Vec<(String, Value, Value, Value, i64, i64, i64, String, Value)>>(con)
             .and_then(|oldest| {
                 redis::cmd("VTRR.REVIVE")
                     .arg(LIFE)

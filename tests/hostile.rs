@@ -91,8 +91,10 @@ fn corpus_values() -> Vec<Vec<u8>> {
         "count",
         "BLOCK",
         "WITHCOUNTERS",
+        "WITHPARTITION",
         "DELAY",
         "DEAD",
+        "REASON",
         "LIMIT",
         "NONE",
         "CURSOR",
@@ -215,7 +217,15 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
             "1",
             "P",
         ],
-        vec!["VTRR.LEASE", q, "60000", "COUNT", "1", "WITHCOUNTERS"],
+        vec![
+            "VTRR.LEASE",
+            q,
+            "60000",
+            "COUNT",
+            "1",
+            "WITHCOUNTERS",
+            "WITHPARTITION",
+        ],
         vec!["VTRR.LEASE", q, "60000", "BLOCK", "10"],
         vec!["VTRR.ACK", q, id, token, id, token],
         vec![
@@ -236,6 +246,7 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
         vec!["VTRR.NACK", q, id, token, "DELAY", "10"],
         vec!["VTRR.NACK", q, id, token, "DEAD"],
         vec!["VTRR.NACK", q, id, token, "RELEASE", "WITHSTATE"],
+        vec!["VTRR.NACK", q, id, token, "DELAY", "10", "REASON", "boom"],
         vec!["VTRR.RECLAIM", q, "LIMIT", "10"],
         vec!["VTRR.STATS", q],
         vec!["VTRR.CHECK", q],
@@ -299,7 +310,7 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
             q,
             "c",
             "CRON",
-            "0 0 0 1 1 * 2999",
+            "0 0 0 1 1 * 2045",
             "TZ",
             "Europe/Paris",
             "PARTITION",
@@ -646,6 +657,9 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
             if rng.chance(50) {
                 args.push(b"WITHCOUNTERS".to_vec());
             }
+            if rng.chance(30) {
+                args.push(b"WITHPARTITION".to_vec());
+            }
             if rng.chance(3) {
                 // Blocks at most about one `hz` tick on an empty queue.
                 args.extend([b"BLOCK".to_vec(), b"1".to_vec()]);
@@ -678,6 +692,9 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
                     args.extend([b"DELAY".to_vec(), b"1".to_vec(), b"DEAD".to_vec()])
                 }
                 _ => {}
+            }
+            if rng.chance(30) {
+                args.extend([b"REASON".to_vec(), one_of(rng, &["boom", "x\0\r\n\u{ff}"])]);
             }
         }
         "VTRR.RECLAIM" if rng.chance(30) => {

@@ -379,3 +379,93 @@ fn lease_with_malformed_acks_is_refused_and_changes_nothing() {
         "a's lease was untouched"
     );
 }
+
+/// A lease WITHPARTITION: id, payload, token, timeouts, partition.
+type PartitionedLease = (Vec<u8>, Vec<u8>, String, i64, Vec<u8>);
+
+/// The same WITHCOUNTERS: the nack count before the partition.
+type CountedPartitionedLease = (Vec<u8>, Vec<u8>, String, i64, i64, Vec<u8>);
+
+/// WITHPARTITION: each lease ends with its item's partition (after the nack
+/// count with WITHCOUNTERS), as given at enqueue, any bytes; with COUNT,
+/// ACK and BLOCK alike.
+#[test]
+fn withpartition_ends_each_lease_with_its_partition() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    let binary: &[u8] = b"t\x00:\xff";
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("alice")
+        .arg("a")
+        .arg(1)
+        .arg("A")
+        .arg(binary)
+        .arg("b")
+        .arg(1)
+        .arg("B")
+        .query(&mut con)
+        .unwrap();
+    let one: PartitionedLease = command(&["VTRR.LEASE", "q", "60000", "WITHPARTITION"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        (one.0.as_slice(), one.4.as_slice()),
+        (&b"a"[..], &b"alice"[..])
+    );
+    // With WITHCOUNTERS the partition comes after the nack count, whatever
+    // order the options were given in.
+    assert_eq!(nack(&mut con, "q", b"a", &one.2, &[]), 1);
+    let leased: Vec<CountedPartitionedLease> = command(&[
+        "VTRR.LEASE",
+        "q",
+        "60000",
+        "WITHPARTITION",
+        "COUNT",
+        "5",
+        "WITHCOUNTERS",
+    ])
+    .query(&mut con)
+    .unwrap();
+    let seen: Vec<(&[u8], i64, &[u8])> = leased
+        .iter()
+        .map(|l| (l.0.as_slice(), l.4, l.5.as_slice()))
+        .collect();
+    assert_eq!(seen, [(&b"b"[..], 0, binary), (b"a", 1, b"alice")]);
+    // A blocked lease's reply, served later, carries it too; so does one
+    // that acks first.
+    let url = server.url();
+    let waiter = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let (acked, lease): (Vec<i64>, PartitionedLease) = redis::cmd("VTRR.LEASE")
+            .arg("q")
+            .arg(60_000)
+            .arg("BLOCK")
+            .arg(0)
+            .arg("WITHPARTITION")
+            .arg("ACK")
+            .arg("a")
+            .arg(&leased[1].2)
+            .query(&mut con)
+            .unwrap();
+        (acked, lease)
+    });
+    wait_blocked(&mut con, 1);
+    enqueue_one(&mut con, "q", "bob", "c", "C");
+    let (acked, lease) = waiter.join().unwrap();
+    assert_eq!(acked, [1]);
+    assert_eq!(
+        (lease.0.as_slice(), lease.4.as_slice()),
+        (&b"c"[..], &b"bob"[..])
+    );
+    // Without it, replies keep their four (or five) elements.
+    enqueue_one(&mut con, "q", "bob", "d", "D");
+    let plain: Value = command(&["VTRR.LEASE", "q", "60000"])
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        matches!(plain, Value::Array(ref e) if e.len() == 4),
+        "{plain:?}"
+    );
+    assert_invariants(&mut con, "q");
+}

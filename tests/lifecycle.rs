@@ -64,7 +64,7 @@ fn state(con: &mut Connection, queue: &str, id: &str) -> &'static str {
 }
 
 /// One entry of `VTRR.DEAD`: id, payload, partition, weight, timeouts,
-/// nacks, died_at_ms, reason.
+/// nacks, died_at_ms, reason, last error.
 type DeadEntry = (
     String,
     Vec<u8>,
@@ -74,6 +74,7 @@ type DeadEntry = (
     i64,
     i64,
     String,
+    Option<Vec<u8>>,
 );
 
 fn dead_list(con: &mut Connection, queue: &str, count: Option<u64>) -> Vec<DeadEntry> {
@@ -96,7 +97,7 @@ fn assert_one_dead(
 ) -> i64 {
     let dead = dead_list(con, queue, None);
     assert_eq!(dead.len(), 1, "{dead:?}");
-    let (id, payload, partition, weight, timeouts, nacks, died_at, reason) = dead[0].clone();
+    let (id, payload, partition, weight, timeouts, nacks, died_at, reason, _) = dead[0].clone();
     let (e_id, e_payload, e_partition, e_weight, e_timeouts, e_nacks, e_reason) = expected;
     assert_eq!(
         (
@@ -952,7 +953,7 @@ fn dead_lists_the_oldest_first_with_every_field_ten_by_default() {
     for pair in all.windows(2) {
         assert!(pair[0].6 < pair[1].6, "died_at not increasing: {pair:?}");
     }
-    for (id, payload, partition, weight, timeouts, nacks, died_at, reason) in &all {
+    for (id, payload, partition, weight, timeouts, nacks, died_at, reason, last_error) in &all {
         let (expected_partition, expected_weight) = if id == "slow" {
             ("s".to_string(), 4)
         } else {
@@ -970,6 +971,7 @@ fn dead_lists_the_oldest_first_with_every_field_ten_by_default() {
         assert_eq!(*nacks, 1, "{id}");
         assert!((started..=finished).contains(died_at), "{id} {died_at}");
         assert_eq!(reason, "nack");
+        assert_eq!(*last_error, None, "{id}: no nack gave a reason");
     }
     assert_eq!(
         dead_list(&mut con, "q", None),
@@ -1488,6 +1490,11 @@ fn check_is_clean_through_every_state_and_reports_planted_faults() {
             .arg("ghost2")
             .arg(1)
             .ignore()
+            .cmd("HSET")
+            .arg("vtrr:q:last_error")
+            .arg("ghost3")
+            .arg("boom")
+            .ignore()
             .query(con)
             .unwrap();
     });
@@ -1496,6 +1503,7 @@ fn check_is_clean_through_every_state_and_reports_planted_faults() {
         format!("{held} is both queued and delayed"),
         "dead_task holds ghost which is not dead".to_string(),
         "nacks holds ghost2 which is neither queued, in flight, delayed nor dead".to_string(),
+        "last_error holds ghost3 which is neither queued, in flight, delayed nor dead".to_string(),
         // The planted queue entry was never counted.
         "partition p counts (queued, held, leased, delayed, dead) [2, 0, 0, 1, 2] but the keys hold [3, 0, 0, 1, 2]".to_string(),
     ];
@@ -1679,4 +1687,111 @@ fn nack_release_requeues_without_counting_a_nack() {
         "ERR DEAD and RELEASE cannot be combined",
     );
     refusals.assert_refused(&mut con, "q");
+}
+
+/// The last error (`last_error`) of queue `queue`'s item `id`, in either
+/// layout.
+fn last_error(con: &mut Connection, queue: &str, id: &str) -> Option<Vec<u8>> {
+    hget(con, queue, "last_error", id)
+}
+
+/// NACK ... REASON: what failed, any bytes up to 4096, kept with the item
+/// while it waits for its retry, shown by VTRR.DEAD once it dies, replaced
+/// by the next reason, kept by a nack that gives none; gone once the item
+/// is acked, cancelled or revived.
+#[test]
+fn nack_reason_is_the_items_last_error_until_it_leaves() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    set_policy(&mut con, "q", &["MAX-NACKS", "2"]);
+    enqueue_items(&mut con, "q", &[("p", "a", 2, b"A")]);
+    let first: Vec<u8> = [&b"ValueError: \x00\xff\r\n"[..], &[b'x'; 4080]].concat();
+    assert_eq!(first.len(), 4096);
+    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let nacked: i64 = redis::cmd("VTRR.NACK")
+        .arg("q")
+        .arg("a")
+        .arg(&token)
+        .arg("REASON")
+        .arg(&first)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(nacked, 1);
+    assert_eq!(state(&mut con, "q", "a"), "queued");
+    assert_eq!(last_error(&mut con, "q", "a"), Some(first.clone()));
+    // A nack without a reason keeps the last one given.
+    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(nack(&mut con, "q", b"a", &token, &["DELAY", "0"]), 1);
+    assert_eq!(last_error(&mut con, "q", "a"), Some(first));
+    // The third nack passes MAX-NACKS 2: dead, and DEAD shows the reason
+    // beside why it died.
+    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let options = ["DELAY", "10", "REASON", "KeyError: 'b'", "WITHSTATE"];
+    let went: String = command(&[&["VTRR.NACK", "q", "a", &token][..], &options].concat())
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(went, "dead");
+    let dead = dead_list(&mut con, "q", None);
+    assert_eq!(dead.len(), 1);
+    let (id, _, partition, _, _, nacks, _, reason, error) = dead[0].clone();
+    assert_eq!(
+        (id.as_str(), partition.as_deref(), nacks, reason.as_str()),
+        ("a", Some("p"), 3, "max-nacks")
+    );
+    assert_eq!(error.as_deref(), Some(&b"KeyError: 'b'"[..]));
+    assert_invariants(&mut con, "q");
+    // Revived, it starts afresh.
+    assert_eq!(revive(&mut con, "q", &["a"]), 1);
+    assert_eq!(last_error(&mut con, "q", "a"), None);
+
+    // Acked or cancelled (leased) after a nack that said what failed:
+    // nothing of it is left.
+    for (queue, ends) in [("acked", "VTRR.ACK"), ("cancelled", "VTRR.CANCEL")] {
+        enqueue_items(&mut con, queue, &[("p", "b", 1, b"B")]);
+        let (_, _, token, _) = lease(&mut con, queue, 60_000).unwrap();
+        assert_eq!(nack(&mut con, queue, b"b", &token, &["REASON", "boom"]), 1);
+        let (_, _, token, _) = lease(&mut con, queue, 60_000).unwrap();
+        assert_eq!(
+            last_error(&mut con, queue, "b").as_deref(),
+            Some(&b"boom"[..])
+        );
+        let ended: i64 = match ends {
+            "VTRR.ACK" => ack(&mut con, queue, b"b", &token),
+            _ => command(&[ends, queue, "b"]).query(&mut con).unwrap(),
+        };
+        assert_eq!(ended, 1, "{ends}");
+        assert!(!key_exists(&mut con, queue, "last_error"), "after {ends}");
+        assert_invariants(&mut con, queue);
+    }
+}
+
+/// A bad REASON is refused before anything is written: empty, longer than
+/// 4096 bytes, missing, or given with RELEASE (a release is no failure).
+#[test]
+fn a_bad_nack_reason_is_refused_with_nothing_changed() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    enqueue_items(&mut con, "q", &[("p", "a", 1, b"A")]);
+    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let long = "x".repeat(4097);
+    let mut refusals = Refusals::default();
+    let size = "ERR REASON must be between 1 and 4096 bytes";
+    refusals.case(&["VTRR.NACK", "q", "a", &token, "REASON", ""], size);
+    refusals.case(&["VTRR.NACK", "q", "a", &token, "REASON", &long], size);
+    refusals.case(
+        &["VTRR.NACK", "q", "a", &token, "DEAD", "REASON"],
+        "ERR syntax error",
+    );
+    refusals.case(
+        &["VTRR.NACK", "q", "a", &token, "REASON", "boom", "RELEASE"],
+        "ERR REASON and RELEASE cannot be combined",
+    );
+    refusals.case(
+        &["VTRR.NACK", "q", "a", &token, "RELEASE", "REASON", "boom"],
+        "ERR REASON and RELEASE cannot be combined",
+    );
+    refusals.assert_refused(&mut con, "q");
+    assert_eq!(state(&mut con, "q", "a"), "inflight");
+    assert_eq!(nack(&mut con, "q", b"a", &token, &["reason", "ok"]), 1);
+    assert_eq!(last_error(&mut con, "q", "a").as_deref(), Some(&b"ok"[..]));
 }

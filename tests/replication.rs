@@ -147,6 +147,13 @@ fn maybe_priority(cmd: &mut redis::Cmd, rng: &mut Rng) {
     }
 }
 
+/// A NACK's `REASON` half the time: what failed, binary, naming `id` (the
+/// item keeps it as its last error).
+fn maybe_reason(rng: &mut Rng, id: &[u8]) -> Option<Vec<u8>> {
+    rng.chance(50)
+        .then(|| [&b"boom \x00\xff\r\n at "[..], id].concat())
+}
+
 /// `<option> <n> PER <ms> BURST <b>` (a quarter of the time), `<option>
 /// NONE` (another quarter) or nothing: RATE of LIMIT, DEFAULT-RATE of POLICY.
 fn maybe_rate(cmd: &mut redis::Cmd, rng: &mut Rng, option: &str) {
@@ -204,11 +211,12 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     set_policy(con, queue, &DEAD_LETTER_POLICY);
     // A schedule firing every few milliseconds through the whole workload
     // (runs fired by the timer and by LEASEs' due steps, all replicated),
-    // removed before the snapshots; and one whose only run is in 2999,
-    // left (`schedules`, `schedule_due`).
+    // removed before the snapshots; and one whose only run is in 2045,
+    // left (`schedules`, `schedule_due`): far off, yet within what one cron
+    // search looks ahead (about 21 years; a time bomb for 2045, to move then).
     for (name, timing) in [
         ("pulse", vec!["EVERY", "7"]),
-        ("far", vec!["CRON", "0 0 0 1 1 * 2999"]),
+        ("far", vec!["CRON", "0 0 0 1 1 * 2045"]),
     ] {
         let _: i64 = redis::cmd("VTRR.SCHEDULE")
             .arg(queue)
@@ -266,6 +274,9 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                     nack.arg("DELAY").arg(FAR_MS);
                 }
                 _ => {}
+            }
+            if let Some(text) = maybe_reason(&mut rng, &id) {
+                nack.arg("REASON").arg(text);
             }
         }
         let _: Vec<i64> = nacks.query(con).unwrap();
@@ -393,7 +404,8 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 let (id, token) = leases.swap_remove(rng.below(leases.len() as u64) as usize);
                 let mut nack = redis::cmd("VTRR.NACK");
                 nack.arg(queue).arg(&id).arg(&token);
-                match rng.below(7) {
+                let how = rng.below(7);
+                match how {
                     0 | 1 => {}
                     6 => {
                         nack.arg("RELEASE");
@@ -410,6 +422,10 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                     _ => {
                         nack.arg("DEAD");
                     }
+                }
+                // A release is no failure: it takes no reason.
+                if let Some(text) = maybe_reason(&mut rng, &id).filter(|_| how != 6) {
+                    nack.arg("REASON").arg(text);
                 }
                 let _: i64 = nack.query(con).unwrap();
             }
@@ -501,6 +517,8 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                     .arg(&token)
                     .arg("DELAY")
                     .arg(1 + rng.below(10))
+                    .arg("REASON")
+                    .arg("in MULTI")
                     .cmd("VTRR.DEFER")
                     .arg(queue)
                     .arg(1 + rng.below(10))

@@ -422,11 +422,11 @@ fn bad_schedules_are_refused_with_nothing_written() {
         // (tens of milliseconds); a search stops within its steps.
         (
             &["CRON", "0 0 0 30 2 *", "PARTITION", "p", "PAYLOAD", "x"],
-            "ERR CRON: no run found within 10000 steps; simplify the pattern",
+            "ERR CRON: no run found within 8000 steps; simplify the pattern",
         ),
         (
             &["CRON", "0 0 0 1 * +MON#5", "PARTITION", "p", "PAYLOAD", "x"],
-            "ERR CRON: no run found within 10000 steps; simplify the pattern",
+            "ERR CRON: no run found within 8000 steps; simplify the pattern",
         ),
         (
             &[
@@ -439,7 +439,7 @@ fn bad_schedules_are_refused_with_nothing_written() {
                 "PAYLOAD",
                 "x",
             ],
-            "ERR CRON: no run found within 10000 steps; simplify the pattern",
+            "ERR CRON: no run found within 8000 steps; simplify the pattern",
         ),
         (
             &["CRON", "0 0 0 1 1 * 2020", "PARTITION", "p", "PAYLOAD", "x"],

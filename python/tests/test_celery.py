@@ -144,6 +144,12 @@ class Setup:
     def triggers_in_broker(self) -> int:
         return self.vtrr.triggers.waiting()
 
+    def idle(self) -> bool:
+        """No worker of this test's Celery queue runs or holds a message (`celery inspect`)."""
+        inspect = self.app.control.inspect(timeout=1.0)
+        active, reserved = inspect.active() or {}, inspect.reserved() or {}
+        return bool(active) and not any(active.values()) and not any(reserved.values())
+
 
 @pytest.fixture
 def harness(server: Server, queue_name: str) -> Iterator[Callable[..., Setup]]:
@@ -391,7 +397,10 @@ def test_bad_input_is_refused_before_anything_is_enqueued(harness: Callable[...,
         other.task(max_retries=1)(project.job)
 
 
-def test_an_exception_acks_the_item_it_is_not_redelivered(harness: Callable[..., Setup]) -> None:
+def test_an_exception_is_not_run_again_but_dead_lettered_with_its_traceback(
+    harness: Callable[..., Setup],
+) -> None:
+    """Celery's FAILURE: not retried (no autoretry_for matches), and not lost either."""
     s = harness(lease_seconds=1)
     s.task.queue("p", [{"args": ["boom", "raise"], "id": "boom"}, {"args": ["next"], "id": "next"}])
     with s.worker():
@@ -403,8 +412,68 @@ def test_an_exception_acks_the_item_it_is_not_redelivered(harness: Callable[...,
         time.sleep(0.5)
     assert [run["id"] for run in s.runs()] == ["boom", "next"]
     stats = s.queue.stats()
-    assert (stats.inflight, stats.queued, stats.dead) == (0, 0, 0)
-    assert "ValueError: job boom fails" in s.log_text()
+    assert (stats.inflight, stats.queued, stats.dead) == (0, 0, 1)
+    assert (stats.totals.acked, stats.totals.nacked, stats.totals.dead) == (1, 1, 1)
+    [dead] = s.queue.dead()
+    assert (dead.id, dead.partition, dead.reason) == ("boom", "p", "nack")
+    assert dead.last_error is not None
+    assert dead.last_error.startswith(
+        "ValueError: job boom fails\nTraceback (most recent call last):"
+    )
+    assert 'in job\n    raise ValueError(f"job {job_id} fails")' in dead.last_error
+    log = s.log_text()
+    # Celery's own line, with the traceback, names the item; then where it went.
+    assert (
+        "Task celery_project.project.job[boom] raised unexpected: ValueError('job boom fails')"
+        in log
+    )
+    assert "boom (partition p) failed (ValueError('job boom fails')): dead-lettered" in log
+    assert s.queue.revive("boom") == 1, "VTRR.REVIVE runs it again"
+
+
+def test_a_task_whose_retries_are_spent_is_dead_lettered_with_the_last_error(
+    harness: Callable[..., Setup],
+) -> None:
+    """autoretry_for with max_retries=3: four attempts, then Celery's FAILURE."""
+    s = harness()
+    s.task.queue("p", [{"args": ["f1", "flaky"], "id": "f1"}])
+    with s.worker():
+        s.wait(lambda: s.queue.stats().dead == 1, "the item dead-lettered", timeout=30)
+    assert [run["retries"] for run in s.runs()] == [0, 1, 2, 3]
+    [dead] = s.queue.dead()
+    assert dead.id == "f1" and dead.last_error is not None
+    assert dead.last_error.split("\n")[0].endswith("TransientError: f1 attempt 3")
+    assert s.queue.check() == []
+
+
+def test_the_worker_log_names_each_run_by_its_item_and_not_the_empty_triggers(
+    harness: Callable[..., Setup],
+) -> None:
+    s = harness()
+    ids = s.task.queue("alice", [{"args": [f"x{i}"]} for i in range(3)])
+    for _ in range(3):  # triggers that find nothing to run
+        s.task.celery_task.apply_async(queue=s.celery_queue)
+    with s.worker():
+        s.wait_runs(3)
+        s.wait_drained()
+        s.wait(lambda: s.triggers_in_broker() == 0 and s.idle(), "every trigger to run")
+    log = s.log_text()
+    for item_id in ids:
+        assert f"Task celery_project.project.job[{item_id}] succeeded in " in log, log
+    assert log.count("Task celery_project.project.job[") == 3, (
+        "one line per item run: no trigger's 'received', no empty trigger's 'succeeded ...: None'"
+    )
+
+
+def test_celerys_ways_of_calling_a_task_point_to_queue(harness: Callable[..., Setup]) -> None:
+    s = harness()
+    for name in ("delay", "apply_async", "s", "signature"):
+        with pytest.raises(AttributeError, match=rf"has no {name}\(\): .*\.queue\(partition_key"):
+            getattr(s.task, name)("x1")
+        assert not hasattr(s.task, name)
+    with pytest.raises(AttributeError, match="'VTRRTask' object has no attribute 'nope'"):
+        s.task.nope  # noqa: B018
+    assert s.queue.stats().queued == 0 and s.triggers_in_broker() == 0
 
 
 def test_retry_and_autoretry_keep_the_lease_and_ack_after_the_retry_run(

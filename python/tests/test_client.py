@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 import time
 
 import pytest
 import redis
 import redis.asyncio
-from servers import Server, layout
+from servers import REPO, Cluster, Server, layout
 
 import vtrr
 from vtrr import Item
+from vtrr.client import QUEUE_KEY_SUFFIXES
+from vtrr.exchange import Exchange
 
 
 def test_enqueue_lease_ack_round_trip(queue: vtrr.Queue) -> None:
@@ -22,6 +25,7 @@ def test_enqueue_lease_ack_round_trip(queue: vtrr.Queue) -> None:
     lease = queue.lease(30_000)
     assert lease is not None
     assert (lease.id, lease.payload, lease.timeouts, lease.nacks) == ("a1", b"payload-1", 0, 0)
+    assert lease.partition == "alice"
     assert len(lease.token) == 32
     assert queue.stats().inflight == 1
     assert queue.ack(lease) == 1
@@ -195,6 +199,7 @@ def test_renew_nack_and_reclaim(queue: vtrr.Queue) -> None:
     assert queue.nack(third, dead=True)
     [dead] = queue.dead()
     assert (dead.id, dead.partition, dead.weight, dead.reason) == ("i", "p", 1, "nack")
+    assert dead.last_error is None, "no nack said what failed"
     assert queue.revive("i", "not-dead") == 1
     assert queue.stats().queued == 1
     assert queue.cancel("i") == 1
@@ -296,8 +301,74 @@ def test_acl_denial_is_no_permission(server: Server, queue_name: str) -> None:
 
 def test_a_server_without_the_module_says_so(make_server) -> None:  # type: ignore[no-untyped-def]
     bare = make_server(with_module=False)
-    with pytest.raises(vtrr.ModuleNotLoaded):
-        vtrr.Queue(bare.client(), "q").stats()
+    says = (
+        f"the vtrr module is not loaded on redis://127.0.0.1:{bare.port}/0: "
+        "add `loadmodule /path/to/libvtrr.so` to its configuration"
+    )
+    queue = vtrr.Queue(bare.client(), "q")
+    with pytest.raises(vtrr.ModuleNotLoaded, match=re.escape(says)):
+        queue.stats()
+    with pytest.raises(vtrr.ModuleNotLoaded, match=re.escape(says)):
+        queue.exchange(Exchange(1000, renews=(vtrr.Lease("i", b"", "t", 0, 0),), count=1))
+    assert issubclass(vtrr.ModuleNotLoaded, vtrr.VTRRError)
+
+    async def from_async() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=bare.port)
+        with pytest.raises(vtrr.ModuleNotLoaded, match=re.escape(says)):
+            await vtrr.AsyncQueue(client, "q").stats()
+        await client.aclose()
+
+    asyncio.run(from_async())
+
+
+def test_the_key_suffixes_are_the_modules() -> None:
+    """`exists` asks for every key a queue can have: each logical key of src/store/keys.rs."""
+    source = (REPO / "src" / "store" / "keys.rs").read_text()
+    named = re.findall(r'QueueKey::\w+ => "(\w+)"', source)
+    assert len(named) >= 30
+    assert sorted(QUEUE_KEY_SUFFIXES) == sorted(named)
+
+
+def test_a_queue_exists_once_it_has_any_key(
+    server: Server, queue_name: str, client: redis.Redis
+) -> None:
+    queue = vtrr.Queue(client, queue_name)
+    assert not queue.exists() and queue.stats().queued == 0, "the module answers zeros"
+    queue.set_limit("zed", share=2)  # a partition's settings alone
+    assert queue.exists()
+    scheduled = vtrr.Queue(client, queue_name + "s")
+    scheduled.schedule("nightly", cron="@daily", partition="ops", payload=b"")  # a schedule alone
+    assert scheduled.exists()
+    scheduled.unschedule("nightly")
+    assert not scheduled.exists(), "nothing left of it"
+    drained = vtrr.Queue(client, queue_name + "d")
+    drained.enqueue("a", "1", b"")
+    lease = drained.lease(1000)
+    assert lease is not None and drained.ack(lease) == 1
+    assert drained.exists(), "a drained queue keeps its totals"
+
+    async def from_async() -> tuple[bool, bool]:
+        async_client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        found = (
+            await vtrr.AsyncQueue(async_client, queue_name).exists(),
+            await vtrr.AsyncQueue(async_client, queue_name + "x").exists(),
+        )
+        await async_client.aclose()
+        return found
+
+    assert asyncio.run(from_async()) == (True, False)
+
+
+def test_exists_on_a_cluster(cluster: Cluster, queue_name: str) -> None:
+    client = cluster.client()
+    tagged = vtrr.Queue(client, queue_name)
+    assert not tagged.exists()
+    tagged.enqueue("a", "1", b"")
+    assert tagged.exists()
+    # Without a hash tag a name's keys spread over slots (no queue can live
+    # there): the client splits EXISTS by slot and finds none.
+    assert not vtrr.Queue(client, "no-tag-" + queue_name.strip("{}")).exists()
+    client.close()
 
 
 def test_async_queue_speaks_the_same_commands(server: Server, queue_name: str) -> None:
@@ -340,3 +411,25 @@ def test_replies_read_the_same_under_resp2_and_resp3(server: Server, queue_name:
         assert queue.nack(got.leases[0], delay_ms=60_000) is vtrr.NackOutcome.DELAYED
     assert seen[0] == seen[1]
     assert seen[0][2].share == 2
+
+
+def test_a_nacks_reason_is_the_dead_items_last_error(queue: vtrr.Queue) -> None:
+    queue.enqueue("p\xff", "i", b"x")
+    lease = queue.lease(60_000)
+    assert lease is not None and lease.partition == "p\xff"
+    assert queue.nack(lease, reason=b"first \xff") is vtrr.NackOutcome.QUEUED
+    lease = queue.lease(60_000)
+    assert lease is not None
+    for bad in ("", "x" * 4097, "é" * 2049):
+        with pytest.raises(vtrr.InvalidArgument, match="REASON must be between 1 and 4096 bytes"):
+            queue.nack(lease, reason=bad)
+    with pytest.raises(TypeError):
+        queue.nack(lease, reason=7)  # type: ignore[arg-type]
+    assert queue.stats().inflight == 1, "refused before it was sent"
+    assert queue.nack(lease, dead=True, reason="KeyError: 'k'\n  in run") is vtrr.NackOutcome.DEAD
+    [dead] = queue.dead()
+    assert (dead.reason, dead.nacks, dead.last_error) == ("nack", 2, "KeyError: 'k'\n  in run")
+    assert queue.revive("i") == 1
+    again = queue.lease(60_000)
+    assert again is not None and queue.nack(again, dead=True)
+    assert queue.dead()[0].last_error is None, "revived, it started afresh"

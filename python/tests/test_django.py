@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -87,13 +88,13 @@ class Project:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        """`manage.py <args>` in its own process group, output to a log file."""
+    def start(self, *args: str, debug: bool = False) -> subprocess.Popen[bytes]:
+        """`manage.py <args>` in its own process group, output to a log file; `debug`: DEBUG on."""
         name = f"{len(self.processes)}-{args[0]}"
         log = (self.directory / f"{name}.log").open("wb")
         process = subprocess.Popen(
             [sys.executable, str(MANAGE), *args],
-            env=self.env,
+            env={**self.env, "VTRR_DJANGO_DEBUG": "1" if debug else "0"},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -102,9 +103,9 @@ class Project:
         self.processes.append((name, process))
         return process
 
-    def run(self, *args: str, timeout: float = 60) -> None:
+    def run(self, *args: str, timeout: float = 60, debug: bool = False) -> None:
         """`manage.py <args>` to its end; it must exit 0."""
-        process = self.start(*args)
+        process = self.start(*args, debug=debug)
         try:
             code = process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -659,3 +660,24 @@ def test_a_task_that_cannot_load_is_dead_lettered_and_its_record_expires(
         assert 0 < int(project.client.pttl(record_key)) <= 60_000
     finally:
         backend.close()
+
+
+def test_the_vtrr_worker_logs_a_failure_once_with_timestamps(
+    project: Project, tasks: ModuleType
+) -> None:
+    """With DEBUG on (development), Django logs each task's end too: not its traceback again."""
+    failing = tasks.fail.enqueue("boom")
+    project.run("vtrr_worker", "--exit-empty", debug=True)
+    log = project.logs()
+    assert log.count("Traceback (most recent call last)") == 1, log
+    assert log.count("ValueError: boom") == 1, log
+    assert f"Task id={failing.id} path=djangoproject.tasks.fail state=FAILED" in log, (
+        "Django's own line, without the traceback"
+    )
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+    for says in (
+        "INFO vtrr.django: vtrr_worker: backend 'default'",
+        f"ERROR vtrr.django: vtrr: task {failing.id} failed",
+        "INFO vtrr.django: vtrr_worker: stopped",
+    ):
+        assert re.search(f"^{stamp}{re.escape(says)}", log, re.MULTILINE), (says, log)

@@ -62,21 +62,35 @@ def until(check: Callable[[], bool], what: str, seconds: float = 10) -> None:
 
 
 @pytest.fixture
-def terminal(server: Server, queue: vtrr.Queue) -> Iterator[Terminal]:
-    running = Terminal(VTRR, "--url", server.url, "top", queue.name, "--interval", "0.2")
-    yield running
-    running.kill()
+def open_top(server: Server, queue: vtrr.Queue) -> Iterator[Callable[..., Terminal]]:
+    """Starts `vtrr top` on the test's queue (which must exist by then) with these options."""
+    opened: list[Terminal] = []
+
+    def start(*options: str) -> Terminal:
+        opened.append(
+            Terminal(VTRR, "--url", server.url, "top", queue.name, "--interval", "0.2", *options)
+        )
+        return opened[-1]
+
+    yield start
+    for each in opened:
+        each.kill()
 
 
-def test_top_shows_tenants_pauses_resumes_and_quits(queue: vtrr.Queue, terminal: Terminal) -> None:
+def test_top_shows_tenants_pauses_resumes_and_quits(
+    queue: vtrr.Queue, open_top: Callable[..., Terminal]
+) -> None:
     queue.enqueue_many(
         [Item("alice", f"a{i}", b"") for i in range(3)]
         + [Item("bob", f"b{i}", b"") for i in range(2)]
         + [Item("carol", "c0", b"")]
     )
+    terminal = open_top("--write")
     until(lambda: all(t in terminal.screen() for t in ("alice", "bob", "carol")), "the tenants")
+    until(lambda: "q quit" in terminal.screen(), "the footer")
     screen = terminal.screen()
     assert "queued 6" in screen and "by queued" in screen, screen
+    assert "read-only" not in screen and "p pause tenant  r resume tenant" in screen, screen
     # Ranked by queued: alice, bob, carol. Down selects bob.
     terminal.keys("Down")
     time.sleep(0.3)  # a refresh in between must keep bob selected
@@ -84,6 +98,8 @@ def test_top_shows_tenants_pauses_resumes_and_quits(queue: vtrr.Queue, terminal:
     until(lambda: queue.partition("bob").paused, "bob paused")
     assert not queue.partition("alice").paused
     until(lambda: "paused bob" in terminal.screen(), "the line saying so")
+    # queued means every waiting item, held ones too, as STATS and the web view say.
+    until(lambda: "queued 6  held 2" in terminal.screen(), "bob's items held, still queued")
     terminal.keys("r")
     until(lambda: not queue.partition("bob").paused, "bob resumed")
     terminal.keys("b")
@@ -98,7 +114,7 @@ def line_of(screen: str, tenant: str) -> str:
 
 
 def test_top_shows_a_throttled_tenants_rate_and_when_its_next_token_is_due(
-    queue: vtrr.Queue, terminal: Terminal
+    queue: vtrr.Queue, open_top: Callable[..., Terminal]
 ) -> None:
     # alice: one token a minute, spent on the lease below: none left, the next due in ~60 s.
     queue.set_limit("alice", rate=vtrr.Rate(1, 60_000))
@@ -108,6 +124,7 @@ def test_top_shows_a_throttled_tenants_rate_and_when_its_next_token_is_due(
     # bob: a full bucket of 8 (its burst); carol: no rate.
     queue.set_limit("bob", rate=vtrr.Rate(5, 1000, burst=8))
     queue.enqueue_many([Item("bob", "b0", b""), Item("carol", "c0", b"")])
+    terminal = open_top()
     until(lambda: all(line_of(terminal.screen(), t) for t in ("alice", "bob", "carol")), "rows")
     screen = terminal.screen()
     assert "rate" in screen and "tokens" in screen, screen
@@ -142,3 +159,40 @@ def test_a_read_answered_while_the_app_closes_is_dropped(queue: vtrr.Queue) -> N
     ranked, tenants = queue.partitions_top(5, "queued")
     app._show(_Reading(time.monotonic(), stats, "queued", ranked, tenants))
     app._say("after the close")
+
+
+def test_top_is_read_only_unless_told_to_write(
+    server: Server, queue: vtrr.Queue, open_top: Callable[..., Terminal]
+) -> None:
+    queue.enqueue_many([Item("alice", "a0", b""), Item("alice", "a1", b""), Item("bob", "b0", b"")])
+    terminal = open_top()
+    until(lambda: line_of(terminal.screen(), "bob") != "", "the tenants")
+    until(lambda: "q quit" in terminal.screen(), "the footer")
+    screen = terminal.screen()
+    assert "read-only: vtrr top --write to pause and resume" in screen, screen
+    assert "pause tenant" not in screen and "resume tenant" not in screen, (
+        "the footer offers neither"
+    )
+    terminal.keys("Down")
+    terminal.keys("p")
+    queue.pause("alice")
+    terminal.keys("r")
+    time.sleep(0.6)  # three refreshes: time enough for a pause or resume to land
+    assert not queue.partition("bob").paused and queue.partition("alice").paused
+    assert "paused bob" not in terminal.screen() and "resumed" not in terminal.screen()
+    terminal.keys("q")
+    until(lambda: not terminal.running(), "vtrr top to quit")
+    # Its options are its own: no --json (it prints no document); a missing queue is said so.
+    json_option = subprocess.run(
+        [VTRR, "--url", server.url, "top", queue.name, "--json"],
+        capture_output=True, text=True, timeout=10,
+    )  # fmt: skip
+    assert json_option.returncode == 2
+    assert "vtrr top: error: unrecognized arguments: --json" in json_option.stderr
+    missing = subprocess.run(
+        [VTRR, "--url", server.url, "top", queue.name + "x"],
+        capture_output=True, text=True, timeout=10,
+    )  # fmt: skip
+    assert (missing.returncode, missing.stderr) == (
+        1, f"vtrr top: no queue named {queue.name + 'x'!r} on redis://127.0.0.1:{server.port}/0\n"
+    )  # fmt: skip

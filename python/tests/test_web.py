@@ -85,7 +85,8 @@ def links(html: str, path: str) -> list[str]:
 def test_every_page_answers_and_escapes_odd_names(client: redis.Redis, queue: vtrr.Queue) -> None:
     queue.enqueue("dying", "d1", b"\xffbinary payload")
     lease = queue.lease(10_000)
-    assert lease is not None and queue.nack(lease, dead=True)
+    error = "ValueError: <script>alert(2)</script>\nTraceback (most recent call last):\n  in run"
+    assert lease is not None and queue.nack(lease, dead=True, reason=error)
     queue.enqueue_many(
         Item(t, f"{i}-{n}", b"x") for i, t in enumerate(ODD_TENANTS) for n in range(i + 1)
     )
@@ -99,6 +100,10 @@ def test_every_page_answers_and_escapes_odd_names(client: redis.Redis, queue: vt
             answer = http.get(page)
             assert answer.status_code == 200, (page, answer.text)
             assert "<script>alert" not in answer.text
+        # A dead item's last error: its summary, and the whole text below it.
+        dead = http.get(f"/queue/dead?q={q}").text
+        assert "<summary><code>ValueError: &lt;script&gt;alert(2)&lt;/script&gt;</code>" in dead
+        assert "Traceback (most recent call last):\n  in run</pre>" in dead
         tenants = http.get(f"/queue/tenants?q={q}").text
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in tenants
         assert "caf\\xe9" in tenants and "line\\u000abreak" in tenants and "租户 ☃" in tenants
@@ -604,6 +609,16 @@ def test_queues_are_discovered_by_scan(client: redis.Redis, queue: vtrr.Queue) -
         assert f'href="/queue?q={url_of(queue.name)}"' in page
         assert "vtrr-not-a-queue" not in page
         assert http.get(f"/queue?q={url_of(queue.name)}").status_code == 200
+
+
+def test_a_queue_that_holds_only_schedules_is_discovered(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    """Any key of a queue names it: the web view and the exporter share the client's list."""
+    queue.schedule("nightly", every_ms=86_400_000, partition="ops", payload=b"x")
+    with web(client, []) as http:
+        assert f'href="/queue?q={url_of(queue.name)}"' in http.get("/").text
+        assert f'vtrr_queue_items{{queue="{queue.name}"' in http.get("/metrics").text
 
 
 def test_a_server_that_cannot_be_reached_shows_a_banner(

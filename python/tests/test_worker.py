@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +27,8 @@ from servers import Server
 import vtrr
 from vtrr import Backoff, Hooks, Item, Job, Worker
 from vtrr.exchange import Exchange, Exchanged
-from vtrr.worker import _Dispatch
+from vtrr.limits import MAX_REASON_BYTES
+from vtrr.worker import _Dispatch, failure_reason
 
 HERE = Path(__file__).resolve().parent
 
@@ -622,3 +626,188 @@ def test_a_renewal_not_asked_keeps_the_job_and_a_refused_one_stops_it(queue: vtr
     dispatch.absorb(sent, Exchanged((), (), (None, False), []), time.monotonic())
     assert not kept.should_stop()
     assert stopped.lost.is_set()
+
+
+class WorkerProcess:
+    """`vtrr worker` (the console script) in a process of its own, its log lines read as they come."""
+
+    def __init__(self, server: Server, *args: str) -> None:
+        command = [str(Path(sys.executable).parent / "vtrr"), "worker", *args, "--url", server.url]
+        env = {**os.environ, "VTRR_URL": server.url}
+        self.process = subprocess.Popen(
+            command, env=env, cwd=HERE, stderr=subprocess.PIPE, text=True
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def wait_for_line(self, text: str) -> None:
+        wait_for(lambda: self.said(text), what=f"the line {text!r}; got {self.lines}")
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def worker_processes() -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(server: Server, *args: str) -> WorkerProcess:
+        started.append(WorkerProcess(server, *args))
+        return started[-1]
+
+    yield start
+    for each in started:
+        each.kill()
+
+
+def test_a_second_signal_stops_at_once_and_gives_the_running_items_back(
+    server: Server, queue: vtrr.Queue, client: redis.Redis, worker_processes
+) -> None:  # type: ignore[no-untyped-def]
+    queue.enqueue("p", "too-long", b"sleep:30")
+    worker = worker_processes(server, "jobs:record", queue.name, "--grace-seconds", "60",
+                              "--lease-ms", "60000", "--block-ms", "100")  # fmt: skip
+    wait_for(lambda: queue.stats().inflight == 1, what="the lease")
+    worker.process.send_signal(signal.SIGINT)
+    worker.wait_for_line("signal SIGINT: stopping (grace 60.0 s; a second signal stops at once)")
+    time.sleep(0.3)
+    assert worker.process.poll() is None, "the first signal waits for the running job"
+    stopping_at = time.monotonic()
+    worker.process.send_signal(signal.SIGINT)
+    assert worker.process.wait(10) == 0
+    assert time.monotonic() - stopping_at < 5, "not the 60 s grace, nor the job's 30 s"
+    assert worker.said("signal SIGINT again: stopping now, running jobs go back unrun")
+    assert worker.said("stopping: too-long goes back to the queue unrun")
+    stats = queue.stats()
+    assert (stats.queued, stats.inflight) == (1, 0), "given back at once, not at lease expiry"
+    lease = queue.lease(1000)
+    assert lease is not None and (lease.id, lease.nacks) == ("too-long", 0), "released, uncounted"
+    assert done_list(client, queue.name) == []
+
+
+def test_a_lease_under_way_at_the_first_signal_is_given_back_unrun(
+    make_server: Callable[..., Server], queue_name: str, worker_processes
+) -> None:  # type: ignore[no-untyped-def]
+    server = make_server()  # its own: the one blocked client on it is the worker's
+    client = server.client()
+    queue = vtrr.Queue(client, queue_name)
+    queue.enqueue("p", "first", b"")
+    worker = worker_processes(server, "jobs:record", queue_name, "--block-ms", "20000")
+    wait_for(lambda: done_list(client, queue_name) == ["first:0:0"], what="the first job")
+    # Idle now: its LEASE ... BLOCK waits in the server for the next item.
+    wait_for(lambda: client.info("clients")["blocked_clients"] == 1, what="the blocked lease")
+    worker.process.send_signal(signal.SIGINT)
+    worker.wait_for_line("signal SIGINT: stopping")
+    # An item (a retry falling due alike) reaches the lease still waiting.
+    queue.enqueue("p", "late", b"")
+    assert worker.process.wait(10) == 0
+    assert done_list(client, queue_name) == ["first:0:0"], "once stopping, nothing new runs"
+    assert worker.said("stopping: late goes back to the queue unrun")
+    stats = queue.stats()
+    assert (stats.queued, stats.inflight) == (1, 0)
+    lease = queue.lease(1000)
+    assert lease is not None and (lease.id, lease.nacks) == ("late", 0)
+    client.close()
+
+
+# What a failure leaves behind (#43): the log's traceback, the item's last error.
+
+
+def explode(job: Job) -> None:
+    raise RuntimeError(f"boom on {job.id}")
+
+
+def test_a_failure_is_logged_with_its_traceback_and_partition_and_kept_with_the_item(
+    queue: vtrr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue.set_policy(max_nacks=1)
+    queue.enqueue("alice", "bad1", b"x")
+    worker = Worker(queue, explode, block_ms=50, backoff=Backoff(base_ms=10, jitter=0.0))
+    with caplog.at_level("WARNING", logger="vtrr.worker"):
+        thread = run_in_thread(worker)
+        wait_for(lambda: queue.stats().dead == 1, what="the item dead-lettered")
+        worker.stop()
+        thread.join(5)
+    failed = [r for r in caplog.records if "bad1" in r.getMessage()]
+    assert [r.levelname for r in failed] == ["WARNING", "ERROR"]
+    line = (
+        r"bad1 \(partition alice\) failed after \d+\.\d{3} s \(RuntimeError\('boom on bad1'\)\): "
+    )
+    assert re.fullmatch(line + "retry in 10 ms", failed[0].getMessage())
+    assert re.fullmatch(line + "dead-lettered by the queue's MAX-NACKS", failed[1].getMessage())
+    for record in failed:
+        assert record.exc_info is not None, "logged with its traceback"
+        text = logging.Formatter().format(record)
+        assert "Traceback (most recent call last):" in text and "in explode" in text
+    [dead] = queue.dead()
+    assert (dead.reason, dead.nacks) == ("max-nacks", 2)
+    assert dead.last_error is not None
+    summary, traceback_text = dead.last_error.split("\n", 1)
+    assert summary == "RuntimeError: boom on bad1"
+    assert traceback_text.startswith("Traceback (most recent call last):")
+    assert "in explode" in traceback_text
+    assert traceback_text.endswith("RuntimeError: boom on bad1")
+
+
+def test_a_reason_keeps_its_summary_and_the_end_of_a_long_traceback() -> None:
+    def chain(n: int) -> None:
+        try:
+            if n == 0:
+                raise ValueError("bottom \udcff " + "é" * 3000)
+            chain(n - 1)
+        except ValueError as error:
+            raise ValueError(f"level {n}") from error
+
+    try:
+        chain(40)
+    except ValueError as error:
+        reason = failure_reason(error)
+    sent = reason.encode()  # valid UTF-8: the lone surrogate came out as an escape
+    assert len(sent) <= MAX_REASON_BYTES
+    assert reason.startswith("ValueError: level 40\n...\n"), "the summary, then a gap"
+    assert reason.endswith("in chain\n    raise ValueError(f\"level {n}\") from error\n"
+                           "ValueError: level 40")  # fmt: skip
+    assert "bottom" not in reason, "the first causes gave way"
+    # A long line is cut (a character it splits goes); short ones are whole:
+    # the summary, then the traceback as Python prints it.
+    try:
+        raise KeyError("é" * 3000)
+    except KeyError as error:
+        cut = failure_reason(error)
+    assert cut.startswith("KeyError: 'éé") and cut.endswith("éé...")
+    assert "\n...\n" not in cut and cut.count("é...") == 2, "its two long lines cut, so it fits"
+    try:
+        raise KeyError("k")
+    except KeyError as error:
+        short = failure_reason(error)
+        printed = "".join(traceback.format_exception(error)).rstrip()
+    assert short.split("\n")[0] == "KeyError: 'k'"
+    assert short.split("\n", 1)[1] == printed
+
+
+def test_a_reason_past_the_bound_is_cut_so_the_server_takes_it(queue: vtrr.Queue) -> None:
+    queue.enqueue("p", "huge", b"x")
+
+    def handler(job: Job) -> None:
+        raise vtrr.DeadLetter("x" * 100_000)
+
+    worker = Worker(queue, handler, block_ms=50)
+    thread = run_in_thread(worker)
+    wait_for(lambda: queue.stats().dead == 1, what="the item dead-lettered")
+    worker.stop()
+    thread.join(5)
+    [dead] = queue.dead()
+    assert dead.reason == "nack" and dead.last_error is not None
+    summary, _ = dead.last_error.split("\n", 1)
+    assert summary == "vtrr.worker.DeadLetter: " + "x" * (MAX_REASON_BYTES // 8 - 24) + "..."
+    assert "in handler" in dead.last_error and dead.last_error.endswith("xxx...")

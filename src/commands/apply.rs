@@ -72,8 +72,13 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         } => {
             ops::renew(ctx, queue, &at, Ack { id, token, cost }, lease_ms)?;
         }
-        Operation::Nack { id, token, how } => {
-            ops::nack(ctx, queue, &at, id, token, how)?;
+        Operation::Nack {
+            id,
+            token,
+            how,
+            reason,
+        } => {
+            ops::nack(ctx, queue, &at, id, token, how, reason)?;
         }
         Operation::Defer {
             due_ms,
@@ -85,8 +90,11 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         Operation::Reclaim { limit } => {
             ops::reclaim(ctx, queue, &at, limit)?;
         }
-        Operation::Due { limit } => {
-            ops::run_due(ctx, queue, now_ms, limit)?;
+        Operation::Due {
+            limit,
+            schedule_steps,
+        } => {
+            ops::run_due(ctx, queue, now_ms, limit, schedule_steps)?;
         }
         Operation::Schedule { name, definition } => {
             let schedule = Schedule::decode(definition)

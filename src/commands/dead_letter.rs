@@ -144,6 +144,7 @@ fn dead(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     RedisValue::Integer(item.nacks),
                     RedisValue::Integer(item.died_at_ms),
                     bulk(item.reason),
+                    item.last_error.map_or(RedisValue::Null, bulk),
                 ])
             })
             .collect(),

@@ -79,6 +79,8 @@ struct LeaseArgs {
     count: Option<usize>,
     /// WITHCOUNTERS: each lease reply carries the nack count too.
     with_counters: bool,
+    /// WITHPARTITION: each lease reply carries the item's partition last.
+    with_partition: bool,
     /// With ACK or ACKCOST: whether each lease it names finished its item,
     /// replied first.
     acked: Option<Vec<bool>>,
@@ -96,6 +98,7 @@ fn parse_lease<'a>(
     let mut count = None;
     let mut block = None;
     let mut with_counters = false;
+    let mut with_partition = false;
     let mut acks = None;
     let mut options = args::Options::new(&argv[3..]);
     while let Some(name) = options.next_name() {
@@ -114,6 +117,7 @@ fn parse_lease<'a>(
                 )?)
             }
             "WITHCOUNTERS" => with_counters = true,
+            "WITHPARTITION" => with_partition = true,
             "ACK" => acks = Some(id_token_pairs(options.rest()).ok_or_else(error::ack_pairs)??),
             "ACKCOST" => acks = Some(id_token_costs(options.rest()).ok_or_else(error::ack_costs)??),
             _ => return Err(error::syntax()),
@@ -125,6 +129,7 @@ fn parse_lease<'a>(
             lease_ms,
             count,
             with_counters,
+            with_partition,
             acked: None,
         },
         block,
@@ -164,7 +169,7 @@ fn id_token_costs(argv: &[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisErro
     )
 }
 
-fn lease_reply(leased: Leased) -> RedisValue {
+fn lease_reply(leased: Leased, with_partition: bool) -> RedisValue {
     let mut reply = vec![
         bulk(leased.id),
         bulk(leased.payload),
@@ -173,6 +178,9 @@ fn lease_reply(leased: Leased) -> RedisValue {
     ];
     if let Some(nacks) = leased.nacks {
         reply.push(RedisValue::Integer(nacks));
+    }
+    if with_partition {
+        reply.push(bulk(leased.partition));
     }
     RedisValue::Array(reply)
 }
@@ -197,7 +205,9 @@ fn grant(ctx: &Context, request: &LeaseArgs, acks: &[Ack<'_>]) -> Result<ops::Gr
 /// The leases (one or nil without COUNT, an array with it), after what
 /// each ack did when ACK was given: `[[1, 0, ...], leases]`.
 fn reply(request: &LeaseArgs, leased: Vec<Leased>) -> RedisValue {
-    let mut leased = leased.into_iter().map(lease_reply);
+    let mut leased = leased
+        .into_iter()
+        .map(|leased| lease_reply(leased, request.with_partition));
     let leases = match request.count {
         Some(_) => RedisValue::Array(leased.collect()),
         None => leased.next().unwrap_or(RedisValue::Null),
@@ -227,7 +237,7 @@ fn serve_blocked(ctx: &Context, request: &LeaseArgs) -> Option<RedisResult> {
     }
 }
 
-/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS] [ACK <id> <token> ... | ACKCOST <id> <token> <cost> ...]
+/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS] [WITHPARTITION] [ACK <id> <token> ... | ACKCOST <id> <token> <cost> ...]
 fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let (mut request, block, acks) = parse_lease(ctx, &argv)?;
     let granted = grant(ctx, &request, &acks)?;
@@ -311,7 +321,7 @@ fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(i64::from(renewed)))
 }
 
-/// VTRR.NACK <name> <id> <token> [DELAY <ms> | DEAD | RELEASE] [WITHSTATE]
+/// VTRR.NACK <name> <id> <token> [DELAY <ms> | DEAD | RELEASE] [REASON <text>] [WITHSTATE]
 fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &NACK)?;
     let queue = queue_name(ctx, &argv[1])?;
@@ -319,6 +329,7 @@ fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let mut delay = None;
     let mut dead = false;
     let mut release = false;
+    let mut reason = None;
     let mut with_state = false;
     let mut options = args::Options::new(&argv[4..]);
     while let Some(name) = options.next_name() {
@@ -334,9 +345,20 @@ fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             }
             "DEAD" => dead = true,
             "RELEASE" => release = true,
+            "REASON" => {
+                let text = options.value()?.as_slice();
+                if !(1..=limits::MAX_REASON_BYTES).contains(&text.len()) {
+                    return Err(error::reason());
+                }
+                reason = Some(text);
+            }
             "WITHSTATE" => with_state = true,
             _ => return Err(error::syntax()),
         }
+    }
+    // A release is no failure: there is nothing to record.
+    if release && reason.is_some() {
+        return Err(error::exclusive("REASON", "RELEASE"));
     }
     let how = match (delay, dead, release) {
         (Some(_), true, _) => return Err(error::exclusive("DELAY", "DEAD")),
@@ -347,7 +369,8 @@ fn nack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         (None, false, true) => Nack::Release,
         (None, false, false) => Nack::Requeue,
     };
-    let nacked = ops::nack(ctx, queue, &ops::Moment::now(), id, argv[3].as_slice(), how)?;
+    let token = argv[3].as_slice();
+    let nacked = ops::nack(ctx, queue, &ops::Moment::now(), id, token, how, reason)?;
     Ok(match (nacked, with_state) {
         (nacked, false) => RedisValue::Integer(i64::from(nacked.is_some())),
         (None, true) => RedisValue::Null,

@@ -18,6 +18,9 @@ pub enum CoreOp {
     /// `VTRR.DEFER ... PRIORITY` of a level other than 0.
     DeferPrioritised,
     Lease,
+    /// `VTRR.LEASE ... ACK` (or `ACKCOST`): its acks end items' lives,
+    /// which clears their last errors.
+    LeaseAcking,
     Ack,
     /// `VTRR.ACKCOST`: an ACK whose charges move a partition's items.
     AckCost,
@@ -162,6 +165,9 @@ const DEFER_PRIORITISED: &[QueueKey] = &[
     QueueKey::Throttled,
 ];
 
+/// An ACK ends the item's life: what it leaves beside its state goes
+/// (`meta::forget`), its last error too, so a queue that never gives
+/// `NACK ... REASON` opens `last_error` here and never writes it.
 const ACK: &[QueueKey] = &[
     QueueKey::Inflight,
     QueueKey::InflightTask,
@@ -170,6 +176,7 @@ const ACK: &[QueueKey] = &[
     QueueKey::Priority,
     QueueKey::Timeouts,
     QueueKey::Nacks,
+    QueueKey::LastError,
     QueueKey::Queue,
     QueueKey::Held,
     QueueKey::HeldAt,
@@ -194,6 +201,7 @@ const ACK_COST: &[QueueKey] = &[
     QueueKey::Priority,
     QueueKey::Timeouts,
     QueueKey::Nacks,
+    QueueKey::LastError,
     QueueKey::Queue,
     QueueKey::Held,
     QueueKey::HeldAt,
@@ -252,6 +260,7 @@ const DEAD: &[QueueKey] = &[
     QueueKey::Dead,
     QueueKey::DeadTask,
     QueueKey::DeadReason,
+    QueueKey::LastError,
     QueueKey::Meta,
     QueueKey::Priority,
     QueueKey::Timeouts,
@@ -288,6 +297,7 @@ const CANCEL: &[QueueKey] = &[
     QueueKey::Priority,
     QueueKey::Timeouts,
     QueueKey::Nacks,
+    QueueKey::LastError,
     QueueKey::Throttled,
 ];
 
@@ -318,11 +328,17 @@ const NEXT_DUE: &[QueueKey] = &[
 const SCHEDULES: &[QueueKey] = &[QueueKey::Schedules, QueueKey::ScheduleDue];
 
 /// Every key but the schedules' (the last two): what the calls that move
-/// items anywhere touch. Runs are the timer's to fire, so a LEASE opens
-/// (and checks) no key it never reads.
-const ITEMS: &[QueueKey] = QueueKey::ALL
+/// items anywhere and may end their lives or record their errors touch
+/// (NACK, REVIVE, a LEASE's acks). Runs are the timer's to fire, so a LEASE
+/// opens (and checks) no key it never reads.
+const ITEMS_AND_ERRORS: &[QueueKey] = QueueKey::ALL
     .split_at(QueueKey::ALL.len() - SCHEDULES.len())
     .0;
+
+/// [`ITEMS_AND_ERRORS`] but `last_error` (listed just before the
+/// schedules' keys): a LEASE without acks, RECLAIM and RECOUNT keep an
+/// item's last error as it is, so a queue pays nothing for it there.
+const ITEMS: &[QueueKey] = ITEMS_AND_ERRORS.split_at(ITEMS_AND_ERRORS.len() - 1).0;
 
 impl CoreOp {
     /// The keys the operation touches; no other is opened for it.
@@ -335,9 +351,8 @@ impl CoreOp {
             CoreOp::Ack => ACK,
             CoreOp::AckCost | CoreOp::RenewCost => ACK_COST,
             CoreOp::Renew => RENEW,
-            CoreOp::Lease | CoreOp::Nack | CoreOp::Reclaim | CoreOp::Recount | CoreOp::Revive => {
-                ITEMS
-            }
+            CoreOp::Lease | CoreOp::Reclaim | CoreOp::Recount => ITEMS,
+            CoreOp::LeaseAcking | CoreOp::Nack | CoreOp::Revive => ITEMS_AND_ERRORS,
             CoreOp::RunDue | CoreOp::Check | CoreOp::Inspect | CoreOp::Convert => &QueueKey::ALL,
             // The dead-letter limits need only `policy`, so an ACL that
             // grants just that key can set them.
@@ -410,6 +425,7 @@ impl CoreOp {
             CoreOp::Defer => "defer",
             CoreOp::DeferPrioritised => "defer (with a priority)",
             CoreOp::Lease => "lease",
+            CoreOp::LeaseAcking => "lease (with acks)",
             CoreOp::Ack => "ack",
             CoreOp::AckCost => "ack (with costs)",
             CoreOp::Renew => "renew",
@@ -455,18 +471,23 @@ impl From<CoreOp> for Scope {
 
 #[cfg(test)]
 mod tests {
-    use super::{CoreOp, ITEMS, SCHEDULES};
+    use super::{CoreOp, ITEMS, ITEMS_AND_ERRORS, SCHEDULES};
     use crate::store::QueueKey;
 
-    /// `ITEMS` is every key but the schedules' (which `QueueKey::ALL` lists
-    /// last).
+    /// `ITEMS_AND_ERRORS` is every key but the schedules' (which
+    /// `QueueKey::ALL` lists last), `ITEMS` the same but `last_error`.
     #[test]
     fn the_keys_of_items_are_every_key_but_the_schedules() {
         let items: Vec<QueueKey> = QueueKey::ALL
             .into_iter()
             .filter(|key| !SCHEDULES.contains(key))
             .collect();
-        assert_eq!(ITEMS, items.as_slice());
+        assert_eq!(ITEMS_AND_ERRORS, items.as_slice());
+        let without_errors: Vec<QueueKey> = items
+            .into_iter()
+            .filter(|key| *key != QueueKey::LastError)
+            .collect();
+        assert_eq!(ITEMS, without_errors.as_slice());
     }
     use crate::core::*;
     use crate::store::memory::MemoryStore;
@@ -585,12 +606,19 @@ mod tests {
             &third.token,
             0,
             how,
+            Some(b"boom"),
             &mut anomalies,
         );
         assert!(matches!(nacked, Ok(Some(Nacked::Dead(_)))));
         let reclaimed = reclaim(&mut store.scoped(CoreOp::Reclaim), 30, 10).unwrap();
         assert_eq!(reclaimed.dead_lettered, 1);
-        let due = run_due(&mut store.scoped(CoreOp::RunDue), 60, 10).unwrap();
+        let due = run_due(
+            &mut store.scoped(CoreOp::RunDue),
+            60,
+            10,
+            STEPS_FOR_ANY_FIRING,
+        )
+        .unwrap();
         assert_eq!(due.promoted, 2);
         let dead = dead_items(&mut store.scoped(CoreOp::DeadItems), 10);
         assert_eq!(dead.len(), 2);

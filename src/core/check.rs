@@ -112,6 +112,7 @@ pub fn check(store: &mut impl Store) -> Result<Vec<String>, CoreError> {
         (HashKey::Priority, "priority"),
         (HashKey::Timeouts, "timeouts"),
         (HashKey::Nacks, "nacks"),
+        (HashKey::LastError, "last_error"),
     ] {
         for id in fields(store, hash)?.difference(&everyone) {
             problems.push(format!(

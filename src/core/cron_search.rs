@@ -13,7 +13,7 @@
 //! What a search costs is a function of the pattern, the zone and the start
 //! alone (no clock is read), so a replica or a reload decides as the
 //! master did. An hourly pattern takes one or two steps; 29 February on a
-//! Monday, as many as the days to it (a run up to 27 years ahead is found).
+//! Monday, as many as the days to it (a run up to 21 years ahead is found).
 
 use std::cell::Cell;
 use std::cmp::Ordering;
@@ -24,12 +24,12 @@ use croner::errors::CronError;
 use croner::time::{CivilDateTime, CronDateTime, Resolution, Weekday};
 use croner::Cron;
 
-/// The steps one search may take: at most about 100 ns each on the
+/// The steps one search may take: at most about 130 ns each on the
 /// machines the benchmarks run on (a resolution in a zone with many
 /// transitions; a day walked costs less), so a search costs at most about
-/// a millisecond. That is 27 years of days, or a daylight-saving gap of two
+/// a millisecond. That is 21 years of days, or a daylight-saving gap of two
 /// hours walked second by second (a pattern of every second or minute).
-pub const STEPS_PER_SEARCH: u32 = 10_000;
+pub const STEPS_PER_SEARCH: u32 = 8_000;
 
 /// How many days from the start a pattern's days must match within, or the
 /// search ends at once: every pattern whose days match at all matches

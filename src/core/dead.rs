@@ -137,6 +137,9 @@ pub struct DeadItem {
     pub nacks: i64,
     pub died_at_ms: i64,
     pub reason: Vec<u8>,
+    /// What its last `NACK ... REASON` said failed; None when no nack gave
+    /// a reason.
+    pub last_error: Option<Vec<u8>>,
 }
 
 /// `VTRR.DEAD`: the `count` oldest dead items, oldest first.
@@ -156,6 +159,7 @@ pub fn dead_items(store: &mut impl Store, count: usize) -> Vec<DeadItem> {
                 nacks: counters::read(store, HashKey::Nacks, &id, &mut anomalies),
                 died_at_ms: died_at as i64,
                 reason: store.hget(HashKey::DeadReason, &id).unwrap_or_default(),
+                last_error: store.hget(HashKey::LastError, &id),
                 id,
             }
         })
@@ -170,7 +174,7 @@ pub struct Moved {
 }
 
 /// `VTRR.REVIVE`: each dead id goes back to the queue with its counters
-/// reset, rescored as if freshly enqueued. It reads no clock (it
+/// and its last error reset, rescored as if freshly enqueued. It reads no clock (it
 /// propagates as sent on a native queue): a partition it gives a line
 /// starts that line's wait at its next lease or enqueue. One that died for a missing
 /// payload (or has lost its dead payload since) has nothing to run: it
@@ -194,6 +198,7 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
         store.hdel(HashKey::DeadReason, id);
         store.hdel(HashKey::Timeouts, id);
         store.hdel(HashKey::Nacks, id);
+        store.hdel(HashKey::LastError, id);
         let meta = meta::read(store, id);
         let anomalies = &mut outcome.anomalies;
         let mut partition = admission::open(store, &meta.partition, at.defaults, anomalies);

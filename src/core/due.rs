@@ -4,6 +4,7 @@
 //! partitions that came under control.
 
 use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
+use super::cron_search::Steps;
 use super::delay::promote_at;
 use super::reclaim::reclaim_at;
 use super::schedule::fire_at;
@@ -29,9 +30,15 @@ pub(super) fn due_at(
 }
 
 /// The timer's run on one queue: [`due_at`], then the due runs of
-/// recurring schedules (the timer's alone: a LEASE pays nothing for them),
-/// then up to [`MAX_PARKED_PER_CALL`] items' worth of parking under way.
-pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due, CoreError> {
+/// recurring schedules (the timer's alone: a LEASE pays nothing for them)
+/// within `schedule_steps` of cron searches, then up to
+/// [`MAX_PARKED_PER_CALL`] items' worth of parking under way.
+pub fn run_due(
+    store: &mut impl Store,
+    now_ms: i64,
+    limit: usize,
+    schedule_steps: u32,
+) -> Result<Due, CoreError> {
     let mut outcome = Due::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
     let taken = due_at(store, &at, now_ms, limit, &mut outcome);
@@ -40,6 +47,7 @@ pub fn run_due(store: &mut impl Store, now_ms: i64, limit: usize) -> Result<Due,
         &at,
         now_ms,
         limit.saturating_sub(taken),
+        Steps::new(schedule_steps),
         &mut outcome,
     );
     outcome.parking_left = park_queued(store, at.defaults, MAX_PARKED_PER_CALL, &mut outcome);

@@ -125,6 +125,7 @@ pub fn lease(
             token,
             timeouts,
             nacks,
+            partition: meta.partition,
             score,
         });
     }

@@ -65,10 +65,11 @@ pub(super) fn set_level(store: &mut impl Store, id: &[u8], level: Level) {
 }
 
 /// Deletes what an item leaves beside its state when it leaves the queue's
-/// life: `meta`, its level and its counters.
+/// life: `meta`, its level, its counters and its last error.
 pub(super) fn forget(store: &mut impl Store, id: &[u8]) {
     store.hdel(HashKey::Meta, id);
     store.hdel(HashKey::Priority, id);
     store.hdel(HashKey::Timeouts, id);
     store.hdel(HashKey::Nacks, id);
+    store.hdel(HashKey::LastError, id);
 }

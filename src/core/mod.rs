@@ -70,6 +70,7 @@ pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
 pub use ranks::Rank;
 pub use reclaim::reclaim;
+pub use schedule::STEPS_FOR_ANY_FIRING;
 pub use schedule::{
     run_id, schedule, schedule_view, schedules_page, unschedule, Missed, Schedule, ScheduleView,
     Timing, TimingError, RUN_ID_PREFIX,

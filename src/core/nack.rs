@@ -37,13 +37,17 @@ pub enum Nacked {
 /// `VTRR.NACK`: None when `token` is not the item's current lease token
 /// (nothing changed). Otherwise the lease ends, `nacks[id]` counts one more
 /// (but for a release), and the item goes where `nack` asks, unless that
-/// count passes the policy's MAX-NACKS: then it is dead-lettered.
+/// count passes the policy's MAX-NACKS: then it is dead-lettered. A
+/// `reason` (`REASON`: what failed) becomes the item's `last_error`, kept
+/// with it in every state until it leaves (`meta::forget`) or is revived;
+/// a nack without one leaves the last one given as it is.
 pub fn nack(
     store: &mut impl Store,
     id: &[u8],
     token: &[u8],
     now_ms: i64,
     nack: Nack,
+    reason: Option<&[u8]>,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<Option<Nacked>, CoreError> {
     if !leased::holds(store, id, token) {
@@ -51,6 +55,9 @@ pub fn nack(
     }
     let at = read_placing(store, anomalies)?;
     let payload = leased::take(store, id);
+    if let Some(reason) = reason {
+        store.hset(HashKey::LastError, id, reason);
+    }
     let past_policy = nack != Nack::Release && {
         let nacks = counters::increment(store, HashKey::Nacks, id, anomalies);
         let policy = read_policy(store, anomalies);

@@ -309,7 +309,7 @@ pub struct ScheduleView {
 
 /// The search steps one `VTRR.SCHEDULES` call may spend on the runs it
 /// shows: at most about 6 ms, whatever the patterns.
-pub const STEPS_PER_LISTING: u32 = 6 * STEPS_PER_SEARCH;
+pub const STEPS_PER_LISTING: u32 = 5 * STEPS_PER_SEARCH;
 
 /// `VTRR.SCHEDULES`: one HSCAN step over `schedules`, each with its next
 /// `runs` runs, as many as [`STEPS_PER_LISTING`] finds.
@@ -362,11 +362,12 @@ fn view(
     }
 }
 
-/// The search steps one timer call may spend on firing runs: three
-/// searches, what one firing needs at most (a missed run under `one`), so
-/// a call makes progress whatever the patterns and costs at most about
-/// 3 ms.
-const STEPS_PER_FIRING_CALL: u32 = 3 * STEPS_PER_SEARCH;
+/// The search steps that fund every firing one needs (three at most: a
+/// missed run under `one`). The timer gives them to its first call of a
+/// run, so a costly firing is made at the latest in the next run; its
+/// later calls get [`STEPS_PER_SEARCH`], so none of them holds the server
+/// for more than one search past the run's budget.
+pub const STEPS_FOR_ANY_FIRING: u32 = 3 * STEPS_PER_SEARCH;
 
 /// Where a firing moves its schedule.
 enum NextRun {
@@ -428,16 +429,17 @@ fn plan(schedule: &Schedule, due_ms: i64, now_ms: i64, steps: &mut Steps) -> Opt
 /// The timer's part: fires up to `limit` runs of the schedules due at
 /// `now_ms`, each enqueued at `now_ms` (scored as an ENQUEUE then), and
 /// moves each schedule to its next run as its missed policy says, within
-/// [`STEPS_PER_FIRING_CALL`] search steps. How many it took: runs fired or
-/// found already in the queue's life, and missed runs skipped.
+/// `steps` of cron searches (a firing they cannot fund waits for a call
+/// with more). How many it took: runs fired or found already in the
+/// queue's life, and missed runs skipped.
 pub(super) fn fire_at(
     store: &mut impl Store,
     at: &Placing,
     now_ms: i64,
     limit: usize,
+    mut steps: Steps,
     outcome: &mut Due,
 ) -> usize {
-    let mut steps = Steps::new(STEPS_PER_FIRING_CALL);
     let mut taken = 0;
     while taken < limit && steps.can_search() {
         let Some((name, due)) = store

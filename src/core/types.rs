@@ -167,6 +167,9 @@ pub struct Leased {
     pub timeouts: i64,
     /// The item's nack count, read only when asked for (WITHCOUNTERS).
     pub nacks: Option<i64>,
+    /// The partition it was served in (its `meta`'s; empty when that is
+    /// missing or unreadable), read to place it anyway.
+    pub partition: Vec<u8>,
     /// The item's virtual-time score when it was popped.
     pub score: f64,
 }

@@ -8,8 +8,8 @@
 //! | operation | arguments |
 //! |---|---|
 //! | `LEASE` | `<lease-ms> <count> <due-limit> [<token> ...]` (one token per item leased) |
-//! | `RENEW` | `<id> <token> <lease-ms>` |
-//! | `NACK` | `<id> <token> <delay-ms>\|REQUEUE\|DEAD` |
+//! | `RENEW` | `<id> <token> <lease-ms> [<cost>]` |
+//! | `NACK` | `<id> <token> <delay-ms>\|REQUEUE\|DEAD\|RELEASE [<reason>]` |
 //! | `DEFER` | `<due-ms> [PRIORITY <level>] <partition> <id> <weight> <payload> [...]` (PRIORITY when the level is not 0: an odd number of pairs after `<due-ms>` cannot be groups of four) |
 //! | `RECLAIM` | `<limit>` (VTRR.RECLAIM) |
 //! | `DUE` | `<limit>` (a timer run on the queue) |
@@ -19,7 +19,7 @@
 //! does; a server that meets a version it does not know applies nothing and
 //! says so in its log.
 
-use crate::core::{parse_level, Level, Nack, NewItem};
+use crate::core::{parse_level, Level, Nack, NewItem, STEPS_PER_SEARCH};
 
 /// The format this module writes and reads.
 pub const VERSION: &str = "1";
@@ -44,6 +44,8 @@ pub enum Operation<'a> {
         id: &'a [u8],
         token: &'a [u8],
         how: Nack,
+        /// `NACK ... REASON`: the item's last error.
+        reason: Option<&'a [u8]>,
     },
     Defer {
         due_ms: i64,
@@ -53,8 +55,11 @@ pub enum Operation<'a> {
     Reclaim {
         limit: usize,
     },
+    /// The timer's run: `schedule_steps` is what it funded the firing of
+    /// schedules with (a replica must fire exactly what its master fired).
     Due {
         limit: usize,
+        schedule_steps: u32,
     },
     /// `VTRR.SCHEDULE`: its next run is read from the clock.
     Schedule {
@@ -121,7 +126,12 @@ impl Apply<'_> {
                     emit(digits.format(*cost).as_bytes());
                 }
             }
-            Operation::Nack { id, token, how } => {
+            Operation::Nack {
+                id,
+                token,
+                how,
+                reason,
+            } => {
                 emit(b"NACK");
                 emit(digits.format(self.now_ms).as_bytes());
                 emit(id);
@@ -131,6 +141,9 @@ impl Apply<'_> {
                     Nack::Dead => emit(b"DEAD"),
                     Nack::Release => emit(b"RELEASE"),
                     Nack::Delay { ms } => emit(digits.format(*ms).as_bytes()),
+                }
+                if let Some(reason) = reason {
+                    emit(reason);
                 }
             }
             Operation::Defer {
@@ -157,10 +170,14 @@ impl Apply<'_> {
                 emit(digits.format(self.now_ms).as_bytes());
                 emit(digits.format(*limit).as_bytes());
             }
-            Operation::Due { limit } => {
+            Operation::Due {
+                limit,
+                schedule_steps,
+            } => {
                 emit(b"DUE");
                 emit(digits.format(self.now_ms).as_bytes());
                 emit(digits.format(*limit).as_bytes());
+                emit(digits.format(*schedule_steps).as_bytes());
             }
             Operation::Schedule { name, definition } => {
                 emit(b"SCHEDULE");
@@ -206,7 +223,7 @@ impl Apply<'_> {
                     _ => None,
                 },
             },
-            (b"NACK", [id, token, how]) => Operation::Nack {
+            (b"NACK", [id, token, how, reason @ ..]) if reason.len() <= 1 => Operation::Nack {
                 id,
                 token,
                 how: match how.to_ascii_uppercase().as_slice() {
@@ -215,6 +232,7 @@ impl Apply<'_> {
                     b"RELEASE" => Nack::Release,
                     _ => Nack::Delay { ms: integer(how)? },
                 },
+                reason: reason.first().copied(),
             },
             (b"DEFER", [due_ms, rest @ ..]) => {
                 let (level, groups) = match rest {
@@ -245,8 +263,15 @@ impl Apply<'_> {
             (b"RECLAIM", [limit]) => Operation::Reclaim {
                 limit: count(limit)?,
             },
+            // Before the steps were carried, every run funded three searches.
             (b"DUE", [limit]) => Operation::Due {
                 limit: count(limit)?,
+                schedule_steps: 3 * STEPS_PER_SEARCH,
+            },
+            (b"DUE", [limit, steps]) => Operation::Due {
+                limit: count(limit)?,
+                schedule_steps: u32::try_from(integer(steps)?)
+                    .map_err(|_| ParseError::Malformed("steps out of range"))?,
             },
             (b"SCHEDULE", [name, definition]) => Operation::Schedule { name, definition },
             _ => return Err(ParseError::Malformed("unknown operation or arguments")),
@@ -334,21 +359,31 @@ mod tests {
                 id: b"x",
                 token: b"t",
                 how: Nack::Requeue,
+                reason: None,
+            },
+            Operation::Nack {
+                id: b"x",
+                token: b"t",
+                how: Nack::Delay { ms: 10 },
+                reason: Some(b"ValueError: x\n  at \x00\xff"),
             },
             Operation::Nack {
                 id: b"x",
                 token: b"t",
                 how: Nack::Dead,
+                reason: Some(b"REQUEUE"),
             },
             Operation::Nack {
                 id: b"x",
                 token: b"t",
                 how: Nack::Release,
+                reason: None,
             },
             Operation::Nack {
                 id: b"x",
                 token: b"t",
                 how: Nack::Delay { ms: 250 },
+                reason: None,
             },
             Operation::Defer {
                 due_ms: 1_700_000_000_123,
@@ -363,7 +398,10 @@ mod tests {
             Operation::Reclaim { limit: 100 },
             // VTRR.RECLAIM without LIMIT: every expired lease.
             Operation::Reclaim { limit: usize::MAX },
-            Operation::Due { limit: 16 },
+            Operation::Due {
+                limit: 16,
+                schedule_steps: 8_000,
+            },
         ] {
             round_trip(Apply {
                 now_ms: 1_700_000_000_000,
@@ -390,6 +428,7 @@ mod tests {
             &["1", "RENEW", "1", "id", "token"],
             &["1", "DEFER", "1", "2", "p", "id", "1"],
             &["1", "LEASE", "1", "100", "1"],
+            &["1", "NACK", "1", "id", "token", "DEAD", "why", "extra"],
             &["1", "FLY", "1"],
         ] {
             assert!(

@@ -1,6 +1,6 @@
 //! Everything a queue keeps by item id, as one table of items: the
 //! per-item hashes (`task`, `meta`, `inflight_task`, `lease`,
-//! `delayed_task`, `dead_task`, `dead_reason`) and the scores of the sorted
+//! `delayed_task`, `dead_task`, `dead_reason`, `last_error`) and the scores of the sorted
 //! sets of item ids (`queue`, `inflight`, `delayed`, `dead`). An item is one
 //! allocation holding its id, its score in each of those sets and its value
 //! in each of those hashes; each set's (score, item) [`Order`] points at the
@@ -21,7 +21,7 @@ use super::thin::Thin;
 use super::{HashKey, HashPage, ZsetKey};
 
 /// The hashes whose fields are item ids, in slot order.
-pub const ITEM_HASHES: [HashKey; 7] = [
+pub const ITEM_HASHES: [HashKey; 8] = [
     HashKey::Task,
     HashKey::Meta,
     HashKey::InflightTask,
@@ -29,6 +29,7 @@ pub const ITEM_HASHES: [HashKey; 7] = [
     HashKey::DelayedTask,
     HashKey::DeadTask,
     HashKey::DeadReason,
+    HashKey::LastError,
 ];
 
 /// The sorted sets whose members are item ids; their scores are slots
@@ -793,7 +794,7 @@ mod tests {
     }
 
     proptest! {
-        /// The items answer as seven separate hashes and four separate
+        /// The items answer as eight separate hashes and four separate
         /// sorted sets would (every value and score, each set's order,
         /// when an item goes), their byte count is what they hold, and a
         /// clone stands on its own.

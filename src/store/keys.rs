@@ -16,8 +16,10 @@ pub enum KeyKind {
 }
 
 /// The keys of a queue: vtrr-queue's nine, then the module's own (delayed
-/// and dead items, nack counts, the dead-letter policy), which the Lua
-/// scripts never see.
+/// and dead items, nack counts, the dead-letter policy, ...), which the Lua
+/// scripts never see. The schedules' two come last (`core::access` leaves
+/// them out of the calls that move items), `last_error` just before them
+/// (left out of those that never record nor clear an item's error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueKey {
     Queue,
@@ -48,12 +50,13 @@ pub enum QueueKey {
     Throttled,
     Priority,
     LevelVirtualTime,
+    LastError,
     Schedules,
     ScheduleDue,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 30] = [
+    pub const ALL: [QueueKey; 31] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -82,6 +85,7 @@ impl QueueKey {
         QueueKey::Throttled,
         QueueKey::Priority,
         QueueKey::LevelVirtualTime,
+        QueueKey::LastError,
         QueueKey::Schedules,
         QueueKey::ScheduleDue,
     ];
@@ -122,6 +126,7 @@ impl QueueKey {
             QueueKey::ScheduleDue => "schedule_due",
             QueueKey::Priority => "priority",
             QueueKey::LevelVirtualTime => "level_virtual_time",
+            QueueKey::LastError => "last_error",
         }
     }
 
@@ -228,6 +233,9 @@ pub enum HashKey {
     /// virtual time, `<level> <partition>` -> the partition's next virtual
     /// time at that level, for levels other than 0 (see `core::levels`).
     LevelVirtualTime,
+    /// `vtrr:<name>:last_error`: id -> the reason its last `NACK ... REASON`
+    /// gave, kept until the item leaves (see `core::nack`).
+    LastError,
 }
 
 impl ZsetKey {
@@ -262,7 +270,7 @@ impl HashKey {
         HashKey::ALL.into_iter().find(|h| QueueKey::from(*h) == key)
     }
 
-    pub const ALL: [HashKey; 17] = [
+    pub const ALL: [HashKey; 18] = [
         HashKey::PartitionVirtualTime,
         HashKey::Task,
         HashKey::Meta,
@@ -280,6 +288,7 @@ impl HashKey {
         HashKey::Schedules,
         HashKey::Priority,
         HashKey::LevelVirtualTime,
+        HashKey::LastError,
     ];
 
     pub const fn index(self) -> usize {
@@ -326,6 +335,7 @@ impl From<HashKey> for QueueKey {
             HashKey::Schedules => QueueKey::Schedules,
             HashKey::Priority => QueueKey::Priority,
             HashKey::LevelVirtualTime => QueueKey::LevelVirtualTime,
+            HashKey::LastError => QueueKey::LastError,
         }
     }
 }

@@ -17,6 +17,7 @@ use redis_module::{Context, ContextFlags};
 use super::alarm::{self, arm};
 use super::index::with_index;
 use super::rebuild;
+use crate::core::{STEPS_FOR_ANY_FIRING, STEPS_PER_SEARCH};
 use crate::ops;
 use crate::server::cluster;
 use crate::server::log_warning;
@@ -110,13 +111,18 @@ fn recheck_written(ctx: &Context, deadline: Instant) -> bool {
 fn act_on_due(ctx: &Context, now: i64, deadline: Instant) -> bool {
     let chunk = config::reclaim_batch();
     let mut done_in_run = 0u64;
+    // The first call may fund any firing (a costly one is made in the next
+    // run at the latest); the later ones one search each, so no call holds
+    // the server more than a search's cost past the run's budget.
+    let mut schedule_steps = STEPS_FOR_ANY_FIRING;
     let work_left = loop {
         let Some((db, queue)) = with_index(|index| index.pop_due(now)) else {
             break false;
         };
         if select_db(ctx, db) {
             // The next run is read again when the queue is next visited.
-            let (due, run) = match ops::run_due(ctx, &queue, now, chunk) {
+            let steps = std::mem::replace(&mut schedule_steps, STEPS_PER_SEARCH);
+            let (due, run) = match ops::run_due(ctx, &queue, now, chunk, steps) {
                 Ok(None) => (Some(now.saturating_add(RETRY_MIGRATING_MS)), None),
                 Ok(Some(done)) => {
                     info::add(&info::TIMER_RECLAIMED, done.reclaimed);

@@ -10,10 +10,11 @@ use super::{
 /// leased and acked first by partition `t`, whose rate (one a day) it spent,
 /// so `t1` waits in `held` for a token (`throttled`); `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
 /// queued after one expired lease and one nack (so `timeouts` and `nacks`
-/// hold it), `d` delayed by a minute, all of partition `p`; `h1` held
+/// hold it, and `last_error` what its nack said, as b's), `d` delayed by a minute, all of partition `p`; `h1` held
 /// (its partition `h` is paused, so it waits in `held`); partition `k`
 /// paused with more items in `queue` than one call parks, so its parking
-/// is under way (`parking`); a schedule whose one run is in 2999
+/// is under way (`parking`); a schedule whose one run is in 2045 (within
+/// the 21 years a cron search looks ahead; to move before then)
 /// (`schedules`, `schedule_due`); `u1` of partition `u` queued at
 /// priority -1, so served after everything else (`priority`,
 /// `level_virtual_time`); and a MAX-TIMEOUTS policy. Needs a server whose
@@ -43,14 +44,17 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     assert_eq!(id, b"a");
     let (id, _, dead_token, _) = lease(con, name, 60_000).unwrap();
     assert_eq!(id, b"b");
-    assert_eq!(nack(con, name, b"b", &dead_token, &["DEAD"]), 1);
+    assert_eq!(
+        nack(con, name, b"b", &dead_token, &["DEAD", "REASON", "poison"]),
+        1
+    );
     let (id, _, _, _) = lease(con, name, 1).unwrap();
     assert_eq!(id, b"c");
     let_expire();
     assert_eq!(reclaim(con, name), 1);
     let (id, _, c_token, timeouts) = lease(con, name, 60_000).unwrap();
     assert_eq!((id.as_slice(), timeouts), (&b"c"[..], 1));
-    assert_eq!(nack(con, name, b"c", &c_token, &[]), 1);
+    assert_eq!(nack(con, name, b"c", &c_token, &["REASON", "boom"]), 1);
     assert_eq!(defer_items(con, name, 60_000, &[("p", "d", 1, b"d")]), 1);
     let paused: i64 = command(&["VTRR.PAUSE", name, "h"]).query(con).unwrap();
     assert_eq!(paused, 1);
@@ -69,7 +73,7 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
         name,
         "s",
         "CRON",
-        "0 0 0 1 1 * 2999",
+        "0 0 0 1 1 * 2045",
         "PARTITION",
         "s",
         "PAYLOAD",
@@ -130,7 +134,7 @@ pub fn queue_in_every_state_on_a_quiet_server() -> (Server, redis::Connection, S
 /// a's), each of which would change the queue or read the key if let
 /// through.
 pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
-    let calls: [(&str, Vec<&str>); 26] = [
+    let calls: [(&str, Vec<&str>); 27] = [
         ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
         (
             "enqueue-priority",
@@ -155,6 +159,18 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
             vec!["VTRR.DEFER", "q", "60000", "p", "new", "1", "N"],
         ),
         ("lease", vec!["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"]),
+        (
+            "lease-ack",
+            vec![
+                "VTRR.LEASE",
+                "q",
+                "60000",
+                "WITHPARTITION",
+                "ACK",
+                "a",
+                token,
+            ],
+        ),
         ("ack", vec!["VTRR.ACK", "q", "a", token]),
         ("nack", vec!["VTRR.NACK", "q", "a", token]),
         ("reclaim", vec!["VTRR.RECLAIM", "q"]),
@@ -222,7 +238,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         "default-cap",
     ];
     let ranked_and_stats = [RANKED, &["stats"]].concat();
-    let openers: [(&str, &[&str]); 21] = [
+    let openers: [(&str, &[&str]); 22] = [
         (
             "delayed",
             &[
@@ -465,6 +481,20 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "partition",
                 "recount",
                 "default-cap",
+            ],
+        ),
+        // Not by a LEASE without acks, nor RECLAIM or RECOUNT: they keep an
+        // item's last error as it is.
+        (
+            "last_error",
+            &[
+                "ack",
+                "lease-ack",
+                "nack",
+                "check",
+                "dead",
+                "revive",
+                "cancel",
             ],
         ),
         ("schedules", SCHEDULED),

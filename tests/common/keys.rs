@@ -7,9 +7,9 @@
 /// of partitions under control, per-partition records, the partitions
 /// whose parking is under way, the rankings of partitions, the queue's
 /// totals, the rate-limited partitions waiting for a token, the items'
-/// priority levels and the levels' virtual times, and the recurring
-/// schedules with their next runs).
-pub const ALL_SUFFIXES: [&str; 30] = [
+/// priority levels and the levels' virtual times, the items' last errors,
+/// and the recurring schedules with their next runs).
+pub const ALL_SUFFIXES: [&str; 31] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -38,6 +38,7 @@ pub const ALL_SUFFIXES: [&str; 30] = [
     "throttled",
     "priority",
     "level_virtual_time",
+    "last_error",
     "schedules",
     "schedule_due",
 ];

@@ -36,7 +36,7 @@ from .types import (
     Stats,
     Totals,
 )
-from .worker import Backoff, DeadLetter, Hooks, Job, Retry, Worker
+from .worker import Backoff, DeadLetter, Hooks, Job, Retry, Worker, failure_reason
 
 __all__ = [
     "AckedLeases",
@@ -74,5 +74,6 @@ __all__ = [
     "VTRRError",
     "Worker",
     "WrongType",
+    "failure_reason",
     "shard_of",
 ]

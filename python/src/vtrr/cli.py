@@ -1,6 +1,6 @@
 """`vtrr`: run a worker, look at a queue, or steer it, from the command line.
 
-    vtrr worker myapp.jobs:handle --queue files --concurrency 8
+    vtrr worker myapp.jobs:handle files --concurrency 8
     vtrr stats files            vtrr partitions files
     vtrr dead files --count 20  vtrr revive files job-17 job-18
     vtrr pause files alice      vtrr resume files alice
@@ -16,6 +16,8 @@ Tables for people, `--json` for scripts. The server comes from `--url` or
 `VTRR_URL` (default redis://127.0.0.1:6379/0); `--cluster` for a Redis Cluster.
 The options that are not a verb's own (`--url`, `--cluster`, `--json`) go
 before the verb or after it: an operator edits the end of a command line.
+Exit status: 0 done; 1 something named was not there (a queue, an id, a
+schedule); 2 an error (bad input, no server, no module), one line on stderr.
 """
 
 from __future__ import annotations
@@ -24,42 +26,66 @@ import argparse
 import base64
 import dataclasses
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import redis
 
-from .client import Queue
+from .client import Queue, server_of
 from .commands import Limit
-from .errors import VTRRError
-from .types import MISSED, RANKS, DeadItem, PartitionView, Rank, Rate, ScheduleView, encode
-from .worker import Backoff, Worker
+from .errors import NoPermission, VTRRError
+from .types import (
+    MISSED,
+    RANKS,
+    DeadItem,
+    Item,
+    PartitionView,
+    Rank,
+    Rate,
+    ScheduleView,
+    encode,
+)
+from .worker import LOG_FORMAT, Backoff, Worker
 
 
 class _Refused(Exception):
     """A verb's own one-line refusal (exit status 2)."""
 
 
+class _Missing(Exception):
+    """What a verb was to read or change is not there: one line, exit status 1."""
+
+
 def _client(args: argparse.Namespace) -> redis.Redis | redis.RedisCluster:
-    if args.cluster:
-        return redis.RedisCluster.from_url(args.url)
-    return redis.Redis.from_url(args.url)
+    try:
+        if args.cluster:
+            return redis.RedisCluster.from_url(args.url)
+        return redis.Redis.from_url(args.url)
+    except ValueError as error:  # redis-py's word on a URL it cannot read
+        raise _Refused(f"vtrr: --url (or VTRR_URL) {args.url!r}: {error}") from None
 
 
 def _handler(spec: str) -> Any:
+    """The handler `module:function` names, imported; a refusal when it cannot be."""
     module_name, sep, function_name = spec.partition(":")
     if not sep or not module_name or not function_name:
-        raise SystemExit(f"vtrr worker: handler must be module:function, not {spec!r}")
+        raise _Refused(
+            f"vtrr worker: the handler is module:function (myapp.jobs:handle), not {spec!r}"
+        )
     try:
-        return getattr(importlib.import_module(module_name), function_name)
+        handler = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as error:
-        raise SystemExit(f"vtrr worker: cannot load {spec!r}: {error}") from error
+        raise _Refused(f"vtrr worker: cannot load {spec!r}: {error}") from None
+    if not callable(handler):
+        raise _Refused(f"vtrr worker: {spec!r} is a {type(handler).__name__}, not a function")
+    return handler
 
 
 def _printable(value: Any) -> Any:
@@ -111,7 +137,26 @@ def _say(args: argparse.Namespace, record: dict[str, Any], line: str) -> None:
 
 
 def _queue(args: argparse.Namespace) -> Queue:
+    """The queue named, as it is: what `enqueue` and `schedule` add makes it."""
     return Queue(_client(args), args.queue)
+
+
+def _existing(args: argparse.Namespace, *, changes: bool = False) -> Queue:
+    """The queue named, which must exist (have a key): the module answers for a
+    missing queue as for an empty one and a change makes it, so a mistyped
+    name would pass unnoticed. `--create` (on the verbs that change
+    settings) goes ahead all the same."""
+    queue = _queue(args)
+    try:
+        if getattr(args, "create", False) or queue.exists():
+            return queue
+    except NoPermission:  # a user given the vtrr commands only (a monitor): not asked
+        return queue
+    queue.stats()  # on a server without the module, that is what to say
+    hint = ": nothing changed (--create to go ahead)" if changes else ""
+    raise _Missing(
+        f"vtrr {args.command}: no queue named {args.queue!r} on {server_of(queue.client)}{hint}"
+    )
 
 
 def _flat_totals(record: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +191,7 @@ def _watched(args: argparse.Namespace, draw: Callable[[], None]) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    queue = _queue(args)
+    queue = _existing(args)
 
     def draw() -> None:
         stats = dataclasses.asdict(queue.stats())
@@ -166,7 +211,7 @@ _PARTITION_COLUMNS = (
 def cmd_partitions(args: argparse.Namespace) -> int:
     if args.top is None and (args.by is not None or args.offset is not None):
         raise _Refused("vtrr partitions: --by and --offset go with --top")
-    queue = _queue(args)
+    queue = _existing(args)
 
     def draw() -> None:
         views: list[PartitionView]
@@ -190,14 +235,23 @@ def cmd_partitions(args: argparse.Namespace) -> int:
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    items: list[DeadItem] = Queue(_client(args), args.queue).dead(args.count)
-    columns = ("id", "partition", "weight", "timeouts", "nacks", "died_at_ms", "reason", "payload")
-    _emit(args, [dataclasses.asdict(item) for item in items], columns, "no dead items")
+    items: list[DeadItem] = _existing(args).dead(args.count)
+    rows = [dataclasses.asdict(item) for item in items]
+    if not args.json:
+        # A row is one line: the error's first, its summary (--json has it whole).
+        for row in rows:
+            error = row["last_error"]
+            row["last_error"] = None if error is None else (error.splitlines() or [""])[0]
+    columns = (
+        "id", "partition", "weight", "timeouts", "nacks", "died_at_ms", "reason", "last_error",
+        "payload",
+    )  # fmt: skip
+    _emit(args, rows, columns, "no dead items")
     return 0
 
 
 def cmd_revive(args: argparse.Namespace) -> int:
-    revived = Queue(_client(args), args.queue).revive(*args.ids)
+    revived = _existing(args).revive(*args.ids)
     print(
         json.dumps({"revived": revived}) if args.json else f"revived {revived} of {len(args.ids)}"
     )
@@ -205,20 +259,20 @@ def cmd_revive(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    cancelled = _queue(args).cancel(*args.ids)
+    cancelled = _existing(args).cancel(*args.ids)
     _say(args, {"cancelled": cancelled}, f"cancelled {cancelled} of {len(args.ids)}")
     return 0 if cancelled == len(args.ids) else 1
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    changed = _queue(args).pause(args.partition)
+    changed = _existing(args, changes=True).pause(args.partition)
     line = f"paused {args.partition}" if changed else f"{args.partition} was already paused"
     _say(args, {"partition": args.partition, "paused": True, "changed": changed}, line)
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    changed = _queue(args).resume(args.partition)
+    changed = _existing(args, changes=True).resume(args.partition)
     line = f"resumed {args.partition}" if changed else f"{args.partition} was not paused"
     _say(args, {"partition": args.partition, "paused": False, "changed": changed}, line)
     return 0
@@ -226,9 +280,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_limit(args: argparse.Namespace) -> int:
     """Set what was given, then show the partition's settings as they now are."""
-    queue = _queue(args)
     args.rate = _with_burst(args.rate, args.burst, "vtrr limit: --burst needs --rate N/MS")
-    if args.concurrency is not None or args.share is not None or args.rate is not None:
+    changes = args.concurrency is not None or args.share is not None or args.rate is not None
+    queue = _existing(args, changes=changes)
+    if changes:
         queue.set_limit(
             args.partition, concurrency=args.concurrency, share=args.share, rate=args.rate
         )
@@ -259,7 +314,6 @@ def _flatten_rate(record: dict[str, Any], field: str, burst: str) -> None:
 
 def cmd_policy(args: argparse.Namespace) -> int:
     """Set what was given, then show the queue's policy as it now is."""
-    queue = _queue(args)
     args.default_rate = _with_burst(
         args.default_rate,
         args.default_burst,
@@ -271,7 +325,9 @@ def cmd_policy(args: argparse.Namespace) -> int:
         "default_concurrency": args.default_concurrency,
         "default_rate": args.default_rate,
     }
-    if any(value is not None for value in given.values()):
+    changes = any(value is not None for value in given.values())
+    queue = _existing(args, changes=changes)
+    if changes:
         queue.set_policy(**given)
     policy = dataclasses.asdict(queue.policy())
     _flatten_rate(policy, "default_rate", "default_burst")
@@ -280,7 +336,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
 
 
 def _payload(args: argparse.Namespace) -> bytes:
-    """The payload: `--payload` (as the bytes typed), `--payload-file`, or stdin when piped."""
+    """The payload: `--payload` (as the bytes typed), `--payload-file`, or stdin when
+    piped (not empty: a script that passed no input meant to pass some)."""
     if args.payload is not None:
         return encode(args.payload)
     if args.payload_file is not None:
@@ -292,15 +349,27 @@ def _payload(args: argparse.Namespace) -> bytes:
     if sys.stdin is None or sys.stdin.isatty():
         # Reading a terminal would wait for a payload nobody knows is expected.
         raise _Refused("vtrr enqueue: give --payload, --payload-file, or the payload on stdin")
-    return sys.stdin.buffer.read()
+    payload = sys.stdin.buffer.read()
+    if not payload:
+        raise _Refused(
+            "vtrr enqueue: stdin gave an empty payload; for an empty one, say --payload ''"
+        )
+    return payload
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    added = _queue(args).enqueue(
-        args.partition, args.id, _payload(args), weight=args.weight, priority=args.priority
-    )
+    payload = _payload(args)
+    queue = _queue(args)
+    if args.delay is None:
+        added = queue.enqueue(
+            args.partition, args.id, payload, weight=args.weight, priority=args.priority
+        )
+    else:
+        item = Item(args.partition, args.id, payload, args.weight)
+        added = queue.defer(args.delay, [item], priority=args.priority) == 1
+    due = "" if args.delay is None else f", leasable in {args.delay} ms"
     line = (
-        f"enqueued {args.id} in {args.partition}"
+        f"enqueued {args.id} in {args.partition}{due}"
         if added
         else f"{args.id} is already in the queue (queued, leased, delayed or dead): skipped"
     )
@@ -324,7 +393,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_unschedule(args: argparse.Namespace) -> int:
-    removed = _queue(args).unschedule(*args.names)
+    removed = _existing(args).unschedule(*args.names)
     _say(args, {"unscheduled": removed}, f"unscheduled {removed} of {len(args.names)}")
     return 0 if removed == len(args.names) else 1
 
@@ -335,7 +404,7 @@ _SCHEDULE_COLUMNS = (
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:
-    queue = _queue(args)
+    queue = _existing(args)
     views: list[ScheduleView]
     if args.schedule is not None:
         one = queue.schedule_view(args.schedule, args.runs)
@@ -349,19 +418,21 @@ def cmd_schedules(args: argparse.Namespace) -> int:
         columns = (*columns[:-1], "runs", columns[-1]) if args.runs > 1 else columns
         for row in rows:
             row["runs"] = ",".join(str(run) for run in row["runs"])
-    _emit(args, rows, columns, "no schedules")
+    empty = "no schedules" if args.schedule is None else f"no schedule named {args.schedule}"
+    _emit(args, rows, columns, empty)
     return 0 if views or args.schedule is None else 1
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if (args.queue is None) == (args.queue_option is None):
+        raise _Refused("vtrr worker: name the queue once: vtrr worker HANDLER QUEUE [options]")
+    args.queue = args.queue or args.queue_option
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
     sys.path.insert(0, os.getcwd())
     handler = _handler(args.handler)
     try:
         worker = Worker(
-            Queue(_client(args), args.queue),
+            _queue(args),
             handler,
             concurrency=args.concurrency,
             lease_ms=args.lease_ms,
@@ -374,15 +445,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
             cost=args.cost,
         )
     except (TypeError, ValueError) as error:
-        print(f"vtrr worker: {error}", file=sys.stderr)
-        return 2
-    try:
-        worker.run()
-    except VTRRError as error:
-        # A permanent error (module not loaded, wrong type, no permission):
-        # one line and a failed exit, not a retry loop.
-        print(f"vtrr worker: {type(error).__name__}: {error}", file=sys.stderr)
-        return 2
+        raise _Refused(f"vtrr worker: {error}") from None
+    # A permanent error (module not loaded, wrong type, no permission) ends
+    # run(): main() prints it in one line, as for any verb.
+    worker.run()
     return 0
 
 
@@ -400,7 +466,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         from .metrics import QueueCollector, registry_for
     except ModuleNotFoundError as error:
         raise _missing_extra(error, "exporter") from error
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(format=LOG_FORMAT)
     collector = QueueCollector(_client(args), args.queues, top_k=args.top_k)
     try:
         server, _ = start_http_server(args.port, addr=args.host, registry=registry_for(collector))
@@ -452,7 +518,8 @@ def cmd_top(args: argparse.Namespace) -> int:
         from .top import TopApp
     except ModuleNotFoundError as error:
         raise _missing_extra(error, "top") from error
-    TopApp(_queue(args), top_k=args.top_k, interval_s=args.interval).run()
+    queue = _existing(args)
+    TopApp(queue, top_k=args.top_k, interval_s=args.interval, read_only=not args.write).run()
     return 0
 
 
@@ -545,31 +612,106 @@ def _global_options(parser: argparse.ArgumentParser, *, json_option: bool, top: 
         )
 
 
+class _VerbParser(argparse.ArgumentParser):
+    """A verb's parser. Its positionals may follow its options (`vtrr worker
+    HANDLER --concurrency 8 QUEUE`), and an argument it does not know is
+    reported with its own usage: the top parser would show the verbs'."""
+
+    _parsing = False
+
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        if self._parsing:  # one of the intermixed parse's own passes
+            return super().parse_known_args(args, namespace)
+        self._parsing = True
+        try:
+            parsed, unknown = self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._parsing = False
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
+
+
+def _create_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="go ahead even if the queue does not exist yet (this makes it)",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="vtrr", description="A fair queue with leases, native in Redis."
     )
+    top.add_argument(
+        "--version", action="version", version=f"vtrr {importlib.metadata.version('vtrr')}"
+    )
     _global_options(top, json_option=True, top=True)
-    sub = top.add_subparsers(dest="command", required=True)
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_VerbParser)
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        each = sub.add_parser(name, help=help)
-        _global_options(each, json_option=True, top=False)
+    def command(name: str, help: str, *, json_option: bool = True) -> argparse.ArgumentParser:
+        each = sub.add_parser(name, help=help, description=help)
+        _global_options(each, json_option=json_option, top=False)
         each.add_argument("queue", help="the queue's name")
         return each
 
-    worker = sub.add_parser("worker", help="run module:function on every item")
-    _global_options(worker, json_option=False, top=False)
-    worker.add_argument("handler", help="module:function, called with a vtrr.worker.Job")
-    worker.add_argument("--queue", required=True)
-    worker.add_argument("--concurrency", type=int, default=1)
-    worker.add_argument("--lease-ms", type=int, default=30_000)
-    worker.add_argument("--block-ms", type=int, default=1_000)
-    worker.add_argument(
-        "--backoff-ms", type=int, default=1_000, help="first retry's delay, doubled each time"
+    worker = sub.add_parser(
+        "worker",
+        help="run module:function on every item",
+        description="Lease the queue's items and run the handler on each: ACK when it "
+        "returns, NACK with a backoff when it raises. SIGTERM or SIGINT: stop leasing, "
+        "let running jobs finish for --grace-seconds, then give their items back; a "
+        "second signal gives them back at once.",
     )
-    worker.add_argument("--backoff-max-ms", type=int, default=3_600_000)
-    worker.add_argument("--grace-seconds", type=float, default=30.0)
+    _global_options(worker, json_option=False, top=False)
+    worker.add_argument(
+        "handler",
+        help="module:function (myapp.jobs:handle), called with a vtrr.Job; an async def "
+        "runs as asyncio tasks",
+    )
+    worker.add_argument("queue", nargs="?", help="the queue's name")
+    worker.add_argument(
+        "--queue", dest="queue_option", metavar="QUEUE", help="the queue's name, as an option"
+    )
+    worker.add_argument(
+        "--concurrency", type=int, default=1, help="jobs run at once (default: %(default)s)"
+    )
+    worker.add_argument(
+        "--lease-ms",
+        type=int,
+        default=30_000,
+        help="a lease's length in ms, renewed every third while its job runs: how soon a "
+        "dead worker's jobs come back (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--block-ms",
+        type=int,
+        default=1_000,
+        help="how long an idle worker's LEASE waits in the server for an item "
+        "(default: %(default)s)",
+    )
+    worker.add_argument(
+        "--backoff-ms",
+        type=int,
+        default=1_000,
+        help="a failed job's first retry delay in ms, doubled at each retry (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--backoff-max-ms",
+        type=int,
+        default=3_600_000,
+        help="the longest retry delay in ms (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=30.0,
+        help="after SIGTERM or SIGINT, how long running jobs may finish before their items "
+        "go back unrun (default: %(default)s)",
+    )
     worker.add_argument(
         "--exit-when-idle", action="store_true", help="stop once a lease finds nothing"
     )
@@ -580,7 +722,14 @@ def parser() -> argparse.ArgumentParser:
         help="charge each finished job's partition its run time in ms (or the handler's "
         "job.cost) in place of its weight (VTRR.ACKCOST)",
     )
-    worker.add_argument("--log-level", default="INFO")
+    worker.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default="INFO",
+        help="the lowest level of the log lines on stderr (INFO: one line per job) "
+        "(default: %(default)s)",
+    )
     worker.set_defaults(run=cmd_worker)
     stats = command("stats", "the queue's counts")
     _watch_option(stats)
@@ -616,9 +765,11 @@ def parser() -> argparse.ArgumentParser:
     cancel.set_defaults(run=cmd_cancel)
     pause = command("pause", "stop leasing a partition's items")
     pause.add_argument("partition")
+    _create_option(pause)
     pause.set_defaults(run=cmd_pause)
     resume = command("resume", "lease a paused partition's items again")
     resume.add_argument("partition")
+    _create_option(resume)
     resume.set_defaults(run=cmd_resume)
     limit = command("limit", "a partition's cap and share: set what is given, then show them")
     limit.add_argument("partition")
@@ -636,6 +787,7 @@ def parser() -> argparse.ArgumentParser:
         help="leased at most N weight units every MS ms, enforced at LEASE; none: no limit",
     )
     limit.add_argument("--burst", type=int, metavar="B", help="with --rate: at most B at once")
+    _create_option(limit)
     limit.set_defaults(run=cmd_limit)
     policy = command(
         "policy", "when items go dead, the default cap and rate: set what is given, then show"
@@ -655,6 +807,7 @@ def parser() -> argparse.ArgumentParser:
     policy.add_argument(
         "--default-burst", type=int, metavar="B", help="with --default-rate: at most B at once"
     )
+    _create_option(policy)
     policy.set_defaults(run=cmd_policy)
     enqueue = command("enqueue", "add one item (skipped, exit 1, if its id is already there)")
     enqueue.add_argument("partition")
@@ -666,8 +819,16 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="-100..100, larger first: strict between levels, fair inside one (default 0)",
     )
+    enqueue.add_argument(
+        "--delay",
+        type=_integer_from(0),
+        metavar="MS",
+        help="leasable MS ms from now, by the server's clock (VTRR.DEFER; default: at once)",
+    )
     source = enqueue.add_mutually_exclusive_group()
-    source.add_argument("--payload", metavar="TEXT", help="the payload (default: stdin)")
+    source.add_argument(
+        "--payload", metavar="TEXT", help="the payload ('' for none; default: stdin, not empty)"
+    )
     source.add_argument("--payload-file", metavar="PATH", help="read the payload from a file")
     enqueue.set_defaults(run=cmd_enqueue)
 
@@ -703,11 +864,18 @@ def parser() -> argparse.ArgumentParser:
     )
     schedules.set_defaults(run=cmd_schedules)
 
-    top_view = command("top", "a live view of the queue in the terminal (the top extra)")
+    top_view = command(
+        "top", "a live view of the queue in the terminal (the top extra)", json_option=False
+    )
     top_view.add_argument(
         "--top-k", type=_integer_from(1), default=20, help="tenants shown (default 20)"
     )
     top_view.add_argument("--interval", type=_positive, default=1.0, help="seconds between reads")
+    top_view.add_argument(
+        "--write",
+        action="store_true",
+        help="let p and r pause and resume tenants (default: read-only)",
+    )
     top_view.set_defaults(run=cmd_top)
 
     def serving(name: str, help: str, *, host: str, port: int) -> argparse.ArgumentParser:
@@ -770,6 +938,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Refused as error:
         print(error, file=sys.stderr)
         return 2
+    except _Missing as error:
+        print(error, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

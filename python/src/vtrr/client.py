@@ -37,23 +37,64 @@ from .types import (
     Rate,
     ScheduleView,
     Stats,
+    encode,
 )
 
 _RETRY_PAUSE_SECONDS = 0.05
+
+# A queue's keys are `vtrr:<name>:<suffix>`, one suffix per logical key of the
+# module (src/store/keys.rs; tests/test_client.py compares): the keys layout
+# writes each as a key of its own, the native layout the whole queue as one
+# key of the module's type at the first, `vtrr:<name>:queue`.
+QUEUE_KEY_SUFFIXES = (
+    "queue", "current_virtual_time", "partition_virtual_time", "task", "meta",
+    "inflight", "inflight_task", "lease", "timeouts", "delayed", "delayed_task",
+    "nacks", "dead", "dead_task", "dead_reason", "policy", "held", "held_at",
+    "partitions", "parking", "rank_queued", "rank_waiting", "rank_leased", "rank_dead",
+    "totals", "throttled", "priority", "level_virtual_time", "last_error", "schedules",
+    "schedule_due",
+)  # fmt: skip
 
 # Errors a slot move answers with: TRYAGAIN, and a cluster client's own
 # "gave up following redirections".
 _MOVING = (redis.exceptions.TryAgainError, redis.exceptions.ClusterError)
 
 
-def _parsed(name: str, batch: list[Command[Any]], replies: list[Any]) -> list[Any]:
+def queue_keys(name: str) -> list[bytes]:
+    """The name of every key queue `name` can have, in either layout.
+
+    They share a cluster slot when `name` holds a hash tag (as a queue on a
+    cluster must), and only then.
+    """
+    prefix = b"vtrr:" + encode(name) + b":"
+    return [prefix + suffix.encode() for suffix in QUEUE_KEY_SUFFIXES]
+
+
+def server_of(client: Any) -> str:
+    """The server a redis-py client (blocking or asyncio) talks to, as an operator
+    names it: its URL without credentials (a cluster's by its first node)."""
+    if isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster):
+        node = client.get_default_node()
+        return f"redis://{node.host}:{node.port} (a node of a Redis Cluster)"
+    pool = getattr(client, "connection_pool", None)
+    options = getattr(pool, "connection_kwargs", None)
+    if pool is None or not options:
+        return type(client).__name__
+    if "path" in options:
+        return f"unix://{options['path']}?db={options.get('db', 0)}"
+    tls = (redis.SSLConnection, redis.asyncio.SSLConnection)
+    scheme = "rediss" if issubclass(pool.connection_class, tls) else "redis"
+    return f"{scheme}://{options.get('host')}:{options.get('port')}/{options.get('db', 0)}"
+
+
+def _parsed(client: Any, name: str, batch: list[Command[Any]], replies: list[Any]) -> list[Any]:
     """A pipeline's replies parsed; its first error raised as the client raises it."""
     values = []
     for command, reply in zip(batch, replies, strict=True):
         if isinstance(reply, _MOVING):
             raise SlotMoving(f"{name}: {reply}") from reply
         if isinstance(reply, redis.exceptions.ResponseError):
-            raise translate(reply) from reply
+            raise translate(reply, server_of(client)) from reply
         if isinstance(reply, Exception):
             raise reply
         values.append(command.parse(reply))
@@ -91,7 +132,7 @@ class Queue:
                 time.sleep(_RETRY_PAUSE_SECONDS)
                 continue
             except redis.exceptions.ResponseError as error:
-                raise translate(error) from error
+                raise translate(error, server_of(self.client)) from error
             return command.parse(reply)
 
     def exchange(self, sent: exchange.Exchange) -> exchange.Exchanged:
@@ -103,7 +144,7 @@ class Queue:
         for command in batch:
             pipe.execute_command(*command.args)
         replies = pipe.execute(raise_on_error=False)
-        return exchange.read(sent, _parsed(self.name, batch, replies))
+        return exchange.read(sent, _parsed(self.client, self.name, batch, replies))
 
     # Adding items.
     def enqueue(
@@ -174,14 +215,23 @@ class Queue:
         return self.run(commands.ack_and_lease(self.name, pairs, lease_ms, count, block_ms, costs))
 
     def nack(
-        self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False
+        self,
+        lease: Fenced,
+        *,
+        delay_ms: int | None = None,
+        dead: bool = False,
+        reason: str | bytes | None = None,
     ) -> NackOutcome | None:
         """Give a leased item back: at once, after `delay_ms`, or to the dead letters.
 
-        Where it went (the queue's MAX-NACKS may dead-letter it), or None when
-        the lease was no longer current.
+        `reason`: what failed (1 to 4096 bytes; a str is sent as UTF-8), kept
+        with the item as its last error until it leaves: `dead()` shows it
+        (`DeadItem.last_error`). Where it went (the queue's MAX-NACKS may
+        dead-letter it), or None when the lease was no longer current.
         """
-        return self.run(commands.nack(self.name, lease.id, lease.token, delay_ms, dead))
+        return self.run(
+            commands.nack(self.name, lease.id, lease.token, delay_ms, dead, reason=reason)
+        )
 
     def release(self, lease: Fenced) -> bool:
         """Give a leased item back unrun: requeued at once, no nack counted."""
@@ -193,6 +243,20 @@ class Queue:
         return self.run(commands.reclaim(self.name, limit))
 
     # Reading the queue.
+    def exists(self) -> bool:
+        """Whether the queue has any key on the server, in either layout.
+
+        The module answers for a queue that does not exist as for an empty
+        one (STATS all zeros, PAUSE makes it): this tells the two apart, with
+        one EXISTS (split by slot on a cluster).
+        """
+        try:
+            return int(cast(Any, self.client).exists(*queue_keys(self.name))) > 0
+        except _MOVING as error:
+            raise SlotMoving(f"{self.name}: {error}") from error
+        except redis.exceptions.ResponseError as error:
+            raise translate(error, server_of(self.client)) from error
+
     def stats(self) -> Stats:
         return self.run(commands.stats(self.name))
 
@@ -372,7 +436,7 @@ class AsyncQueue:
                 await asyncio.sleep(_RETRY_PAUSE_SECONDS)
                 continue
             except redis.exceptions.ResponseError as error:
-                raise translate(error) from error
+                raise translate(error, server_of(self.client)) from error
             return command.parse(reply)
 
     async def exchange(self, sent: exchange.Exchange) -> exchange.Exchanged:
@@ -383,7 +447,7 @@ class AsyncQueue:
         for command in batch:
             pipe.execute_command(*command.args)
         replies = await pipe.execute(raise_on_error=False)
-        return exchange.read(sent, _parsed(self.name, batch, replies))
+        return exchange.read(sent, _parsed(self.client, self.name, batch, replies))
 
     async def enqueue(
         self,
@@ -433,9 +497,16 @@ class AsyncQueue:
         )
 
     async def nack(
-        self, lease: Fenced, *, delay_ms: int | None = None, dead: bool = False
+        self,
+        lease: Fenced,
+        *,
+        delay_ms: int | None = None,
+        dead: bool = False,
+        reason: str | bytes | None = None,
     ) -> NackOutcome | None:
-        return await self.run(commands.nack(self.name, lease.id, lease.token, delay_ms, dead))
+        return await self.run(
+            commands.nack(self.name, lease.id, lease.token, delay_ms, dead, reason=reason)
+        )
 
     async def release(self, lease: Fenced) -> bool:
         outcome = await self.run(commands.nack(self.name, lease.id, lease.token, release=True))
@@ -443,6 +514,14 @@ class AsyncQueue:
 
     async def reclaim(self, limit: int | None = None) -> int:
         return await self.run(commands.reclaim(self.name, limit))
+
+    async def exists(self) -> bool:
+        try:
+            return int(await cast(Any, self.client).exists(*queue_keys(self.name))) > 0
+        except _MOVING as error:
+            raise SlotMoving(f"{self.name}: {error}") from error
+        except redis.exceptions.ResponseError as error:
+            raise translate(error, server_of(self.client)) from error
 
     async def stats(self) -> Stats:
         return await self.run(commands.stats(self.name))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from .errors import InvalidArgument
-from .limits import MAX_COST, MAX_PRIORITY, check_int, check_item
+from .limits import MAX_COST, MAX_PRIORITY, check_int, check_item, check_reason
 from .types import (
     AckedLeases,
     DeadItem,
@@ -98,8 +98,10 @@ def defer(name: str, delay_ms: int, items: Iterable[Item], priority: int = 0) ->
 
 
 def _lease(reply: Any) -> Lease:
-    item_id, payload, token, timeouts, nacks = reply
-    return Lease(decode(item_id), bytes(payload), decode(token), int(timeouts), int(nacks))
+    item_id, payload, token, timeouts, nacks, partition = reply
+    return Lease(
+        decode(item_id), bytes(payload), decode(token), int(timeouts), int(nacks), decode(partition)
+    )
 
 
 def _lease_one(reply: Any) -> Lease | None:
@@ -111,23 +113,21 @@ def _lease_many(reply: Any) -> list[Lease]:
 
 
 def _lease_args(name: str, lease_ms: int, block_ms: int | None) -> tuple[Arg, ...]:
-    args: tuple[Arg, ...] = ("VTRR.LEASE", name, lease_ms)
+    """`VTRR.LEASE` with what every `Lease` holds: the nack count, the partition."""
+    args: tuple[Arg, ...] = ("VTRR.LEASE", name, lease_ms, "WITHCOUNTERS", "WITHPARTITION")
     if block_ms is not None:
         args += ("BLOCK", block_ms)
     return args
 
 
 def lease(name: str, lease_ms: int, block_ms: int | None = None) -> Command[Lease | None]:
-    return Command((*_lease_args(name, lease_ms, block_ms), "WITHCOUNTERS"), _lease_one)
+    return Command(_lease_args(name, lease_ms, block_ms), _lease_one)
 
 
 def lease_many(
     name: str, lease_ms: int, count: int, block_ms: int | None = None
 ) -> Command[list[Lease]]:
-    return Command(
-        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, "WITHCOUNTERS"),
-        _lease_many,
-    )
+    return Command((*_lease_args(name, lease_ms, block_ms), "COUNT", count), _lease_many)
 
 
 def _pairs(leases: Iterable[tuple[str, str]]) -> list[Arg]:
@@ -181,7 +181,7 @@ def ack_and_lease(
     option = "ACK" if costs is None else "ACKCOST"
     acks = _acks(leases, costs)
     return Command(
-        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, "WITHCOUNTERS", option, *acks),
+        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, option, *acks),
         _acked_leases,
     )
 
@@ -207,7 +207,9 @@ def nack(
     delay_ms: int | None = None,
     dead: bool = False,
     release: bool = False,
+    reason: str | bytes | None = None,
 ) -> Command[NackOutcome | None]:
+    """`VTRR.NACK ... WITHSTATE`; `reason` (`REASON`): what failed, kept with the item."""
     args: tuple[Arg, ...] = ("VTRR.NACK", name, encode(item_id), token)
     if delay_ms is not None:
         args += ("DELAY", delay_ms)
@@ -215,6 +217,8 @@ def nack(
         args += ("DEAD",)
     if release:
         args += ("RELEASE",)
+    if reason is not None:
+        args += ("REASON", check_reason(reason))
     return Command((*args, "WITHSTATE"), _nack_outcome)
 
 
@@ -317,8 +321,19 @@ def _dead(reply: Any) -> list[DeadItem]:
             nacks=int(nacks),
             died_at_ms=int(died_at_ms),
             reason=decode(reason),
+            last_error=None if last_error is None else decode(last_error),
         )
-        for item_id, payload, partition, weight, timeouts, nacks, died_at_ms, reason in reply
+        for (
+            item_id,
+            payload,
+            partition,
+            weight,
+            timeouts,
+            nacks,
+            died_at_ms,
+            reason,
+            last_error,
+        ) in reply
     ]
 
 

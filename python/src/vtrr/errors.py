@@ -26,7 +26,10 @@ class NoPermission(VTRRError):
 
 
 class ModuleNotLoaded(VTRRError):
-    """The server does not know the vtrr commands: the module is not loaded."""
+    """The server does not know the vtrr commands: the module is not loaded.
+
+    Its message names the server and how to load the module there.
+    """
 
 
 class SlotMoving(VTRRError):
@@ -37,13 +40,16 @@ class SerializationError(VTRRError, TypeError):
     """A task's arguments cannot be serialised: nothing was enqueued."""
 
 
-def translate(error: redis.exceptions.ResponseError) -> VTRRError:
-    """The exception for a server's reply error."""
+def translate(error: redis.exceptions.ResponseError, server: str) -> VTRRError:
+    """The exception for a reply error of `server` (as `client.server_of` names it)."""
     message = str(error)
     if isinstance(error, redis.exceptions.NoPermissionError) or message.startswith("NOPERM"):
         return NoPermission(message.removeprefix("NOPERM ").strip())
     if message.startswith("WRONGTYPE"):
         return WrongType(message.removeprefix("WRONGTYPE ").strip())
     if message.startswith("unknown command") and "VTRR." in message.upper():
-        return ModuleNotLoaded(message)
+        return ModuleNotLoaded(
+            f"the vtrr module is not loaded on {server}: add `loadmodule /path/to/libvtrr.so`"
+            " to its configuration (docs/operations.md, Loading the module)"
+        )
     return InvalidArgument(message)

@@ -20,12 +20,14 @@ from .types import Fenced, Lease, NackOutcome
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class GiveBack:
-    """A lease to NACK: after `delay_ms`, dead, or released uncounted (shutdown)."""
+    """A lease to NACK: after `delay_ms`, dead, or released uncounted (shutdown);
+    `reason`: what failed (`REASON`)."""
 
     lease: Fenced
     delay_ms: int | None = None
     dead: bool = False
     release: bool = False
+    reason: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,7 +86,15 @@ class Exchanged:
 def commands_of(name: str, exchange: Exchange) -> list[Command[Any]]:
     """The commands of `exchange`, in the order `read` expects their replies."""
     sent: list[Command[Any]] = [
-        commands.nack(name, give.lease.id, give.lease.token, give.delay_ms, give.dead, give.release)
+        commands.nack(
+            name,
+            give.lease.id,
+            give.lease.token,
+            give.delay_ms,
+            give.dead,
+            give.release,
+            give.reason,
+        )
         for give in exchange.nacks
     ]
     sent += [

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from .errors import InvalidArgument
-from .types import Item
+from .types import Item, encode
 
 MAX_WEIGHT: Final = 1_000_000_000
 MAX_COST: Final = 1_000_000_000
@@ -22,6 +22,8 @@ MAX_MS: Final = 315_360_000_000
 """lease-ms and delay-ms: ten years."""
 MAX_BLOCK_MS: Final = 31_536_000_000
 """BLOCK timeout-ms: one year."""
+MAX_REASON_BYTES: Final = 4096
+"""NACK ... REASON: what failed, in bytes."""
 
 
 def check_int(name: str, value: object, low: int, high: int) -> int:
@@ -46,3 +48,13 @@ def check_item(item: Item) -> Item:
         raise TypeError(f"payload must be bytes or str, not {type(item.payload).__name__}")
     check_int("weight", item.weight, 1, MAX_WEIGHT)
     return item
+
+
+def check_reason(reason: object) -> bytes:
+    """A NACK's `reason` as the bytes sent (a str as UTF-8): 1 to MAX_REASON_BYTES of them."""
+    if not isinstance(reason, str | bytes):
+        raise TypeError(f"reason must be str or bytes, not {type(reason).__name__}")
+    sent = encode(reason)
+    if not 1 <= len(sent) <= MAX_REASON_BYTES:
+        raise InvalidArgument(f"REASON must be between 1 and {MAX_REASON_BYTES} bytes")
+    return sent

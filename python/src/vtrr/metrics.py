@@ -28,7 +28,7 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from .client import Queue
+from .client import QUEUE_KEY_SUFFIXES, Queue
 from .types import PartitionView, Stats, Totals, decode
 
 logger = logging.getLogger("vtrr.metrics")
@@ -45,17 +45,9 @@ _SCAN_STEPS = 100
 _SCAN_COUNT = 1000
 _MAX_DISCOVERED = 1000
 _SCAN = "the scan for queues (SCAN vtrr:*)"
-# Any key of a queue names it (the suffixes of src/store/keys.rs): in the
-# keys layout a drained queue has no `queue` key left, but keeps others.
-_QUEUE_KEY_SUFFIXES = frozenset(
-    {
-        "queue", "current_virtual_time", "partition_virtual_time", "task", "meta",
-        "inflight", "inflight_task", "lease", "timeouts", "delayed", "delayed_task",
-        "nacks", "dead", "dead_task", "dead_reason", "policy", "held", "held_at",
-        "partitions", "parking", "rank_queued", "rank_waiting", "rank_leased", "rank_dead",
-        "totals", "throttled",
-    }
-)  # fmt: skip
+# Any key of a queue names it: in the keys layout a drained queue has no
+# `queue` key left, but keeps others.
+_QUEUE_KEY_SUFFIXES = frozenset(QUEUE_KEY_SUFFIXES)
 _TOTALS = tuple(field.name for field in dataclasses.fields(Totals))
 _TOTALS_HELP = {
     "enqueued": "Items accepted by ENQUEUE or DEFER.",

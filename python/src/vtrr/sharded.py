@@ -185,6 +185,8 @@ class ShardedLease:
     """The index of the sub-queue it was leased from."""
     weight: int
     """Its weight, as the producer wrote it in the envelope (1 without one)."""
+    partition: str | None = None
+    """Its partition (tenant), as enqueued; None in a lease made by hand."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -475,7 +477,14 @@ class ShardedQueue:
         self._charge[shard] += weight / max(self._backlogged[shard], 1)
         self._since_read += 1
         return ShardedLease(
-            reply.id, payload, reply.token, reply.timeouts, reply.nacks, shard, weight
+            reply.id,
+            payload,
+            reply.token,
+            reply.timeouts,
+            reply.nacks,
+            shard,
+            weight,
+            reply.partition,
         )
 
     def _sweep(self, lease_ms: int) -> ShardedLease | None:
@@ -602,10 +611,16 @@ class ShardedQueue:
         return self.sub_queues[lease.shard].renew(lease, lease_ms, cost=cost)
 
     def nack(
-        self, lease: ShardedLease, *, delay_ms: int | None = None, dead: bool = False
+        self,
+        lease: ShardedLease,
+        *,
+        delay_ms: int | None = None,
+        dead: bool = False,
+        reason: str | bytes | None = None,
     ) -> NackOutcome | None:
-        """Give a leased item back to its sub-queue: at once, after `delay_ms`, or dead."""
-        return self.sub_queues[lease.shard].nack(lease, delay_ms=delay_ms, dead=dead)
+        """Give a leased item back to its sub-queue: at once, after `delay_ms`, or dead
+        (`reason`: what failed, as `Queue.nack`)."""
+        return self.sub_queues[lease.shard].nack(lease, delay_ms=delay_ms, dead=dead, reason=reason)
 
     def release(self, lease: ShardedLease) -> bool:
         """Give a leased item back unrun to its sub-queue, no nack counted."""
@@ -654,7 +669,7 @@ class ShardedQueue:
                     NackOutcome.QUEUED if self._settling[lease.shard].release(lease) else None
                 )
             return lambda lease: self._settling[lease.shard].nack(
-                lease, delay_ms=give.delay_ms, dead=give.dead
+                lease, delay_ms=give.delay_ms, dead=give.dead, reason=give.reason
             )
 
         nacked = tuple(settle(give.lease, give_back(give), None) for give in sent.nacks)
@@ -687,6 +702,10 @@ class ShardedQueue:
         return sum(queue.reclaim(limit) for queue in self.sub_queues)
 
     # Reading.
+    def exists(self) -> bool:
+        """Whether any sub-queue has a key on the server."""
+        return any(queue.exists() for queue in self.sub_queues)
+
     def stats(self) -> ShardedStats:
         """Every sub-queue's VTRR.STATS, added up (see `ShardedStats`)."""
         each = tuple(queue.stats() for queue in self.sub_queues)

@@ -3,9 +3,11 @@
 The queue's counts by state, its throughput (from the differences of its
 totals between two reads), and its worst tenants by one ranking
 (`VTRR.PARTITIONS ... TOP`, `b` cycles queued/oldest/leased/dead). Arrow
-keys move the selection; `p` pauses the selected tenant, `r` resumes it,
-`q` quits. A refresh is one VTRR.STATS and one ranking of `top_k`
-partitions: bounded work, whatever the number of partitions.
+keys move the selection; `q` quits. Unless read-only (`vtrr top`'s default,
+as the web view's: a keypress should not pause a tenant by mistake; `vtrr
+top --write` steers), `p` pauses the selected tenant and `r` resumes it. A
+refresh is one VTRR.STATS and one ranking of `top_k` partitions: bounded
+work, whatever the number of partitions.
 
 A tenant with a rate limit shows it (`rate`: `5/1000ms`, and `b10` when its
 burst is not its amount) and its bucket (`tokens`: the whole tokens it holds,
@@ -96,7 +98,7 @@ def _per_second(now: _Reading, before: _Reading | None) -> str:
 def _row(view: PartitionView, now_ms: int) -> tuple[Text | int | str, ...]:
     return (
         Text(view.partition),  # as it is: a name is not markup
-        view.queued - view.held,
+        view.queued,
         view.held,
         view.leased,
         view.delayed,
@@ -124,11 +126,14 @@ class TopApp(App[None]):
     ]
     CSS = "#status { color: $warning; }"
 
-    def __init__(self, queue: Queue, *, top_k: int = 20, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, queue: Queue, *, top_k: int = 20, interval_s: float = 1.0, read_only: bool = False
+    ) -> None:
         super().__init__()
         self.queue = queue
         self.top_k = top_k
         self.interval_s = interval_s
+        self.read_only = read_only
         self.by: Rank = "queued"
         self._last: _Reading | None = None
         self._shown: list[str] = []  # the partitions in the table, in its order
@@ -143,7 +148,7 @@ class TopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = self.queue.name
+        self.sub_title = self.queue.name + (" · read-only" if self.read_only else "")
         self.query_one(DataTable).add_columns(*_COLUMNS)
         self.read()
         self.set_interval(self.interval_s, self.read)
@@ -168,7 +173,7 @@ class TopApp(App[None]):
             return
         stats = reading.stats
         counts = (
-            f"queued {stats.queued - stats.held}  held {stats.held}  leased {stats.inflight}"
+            f"queued {stats.queued}  held {stats.held}  leased {stats.inflight}"
             f"  delayed {stats.delayed}  dead {stats.dead}"
             f"  ·  oldest waiting {_seconds(stats.oldest_waiting_ms)} s\n"
             f"partitions {stats.partitions}  paused {stats.paused_partitions}"
@@ -177,10 +182,15 @@ class TopApp(App[None]):
         )
         self._last = reading
         self.query_one("#counts", Static).update(Text(counts))
+        steering = (
+            "read-only: vtrr top --write to pause and resume"
+            if self.read_only
+            else "p pause,  r resume"
+        )
         self.query_one("#ranking", Static).update(
             Text(
                 f"top {len(reading.tenants)} of {reading.ranked} by {reading.by}"
-                "  (b: queued / oldest / leased / dead;  ↑↓ select,  p pause,  r resume)"
+                f"  (b: queued / oldest / leased / dead;  ↑↓ select;  {steering})"
             )
         )
         table = self.query_one(DataTable)
@@ -204,6 +214,10 @@ class TopApp(App[None]):
     def _selected(self) -> str | None:
         row = self.query_one(DataTable).cursor_row
         return self._shown[row] if 0 <= row < len(self._shown) else None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only view neither offers `p` and `r` (the footer leaves them out) nor runs them."""
+        return not (self.read_only and action in ("pause", "resume"))
 
     def action_next_ranking(self) -> None:
         self.by = RANKS[(RANKS.index(self.by) + 1) % len(RANKS)]

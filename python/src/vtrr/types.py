@@ -50,6 +50,8 @@ class Lease:
     """How many times this item's lease expired before (0 on first delivery)."""
     nacks: int
     """How many times a worker nacked it."""
+    partition: str | None = None
+    """Its partition (tenant), as enqueued; None in a Lease made by hand."""
 
 
 class NackOutcome(enum.StrEnum):
@@ -192,6 +194,11 @@ class DeadItem:
     nacks: int
     died_at_ms: int
     reason: str
+    """Why it died: `max-timeouts`, `max-nacks`, `nack` (dead-lettered by its
+    worker) or `payload missing`."""
+    last_error: str | None
+    """What failed, as its last NACK's REASON said (a worker's: the
+    exception's summary, then its traceback); None when no nack said."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,13 +19,18 @@ in the server (`BLOCK`) rather than polling it.
 - A handler that returns: ACK. One that raises (anything, `SystemExit` and
   a task's `CancelledError` included: a handler never ends the worker):
   NACK with an exponential backoff and jitter from the item's nack count
-  (`Retry` sets the delay, `DeadLetter` sends the item to the dead letters).
+  (`Retry` sets the delay, `DeadLetter` sends the item to the dead letters),
+  and `REASON`: the exception's one-line summary and its traceback
+  (`failure_reason`), which the item keeps as its last error (`vtrr dead`
+  shows it once it dies). The log has the traceback too, with the item's
+  partition: at WARNING when it will be retried, at ERROR when it died.
   Giving up is the queue's POLICY (`MAX-NACKS`, `MAX-TIMEOUTS`), and a NACK
   the policy turned into a death is reported as one.
-- `stop()` (SIGTERM/SIGINT in `run()`): no new leases; running handlers get
+- `stop()` (SIGTERM/SIGINT in `run()`): no new leases (items a lease already
+  under way brings back go back unrun); running handlers get
   `grace_seconds` to finish, then their items go back by `NACK ... RELEASE`
   (at once, and uncounted: a deploy is no failure) and `cancelled` is set
-  on their jobs.
+  on their jobs. `stop(at_once=True)` (a second signal) ends the grace now.
 - A server that cannot be reached is retried with a capped backoff, logged
   once per change of state; a permanent error (the module not loaded, a
   key of the wrong type, no permission) stops the worker with that error.
@@ -36,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import queue as queue_module
@@ -43,6 +49,7 @@ import random
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Generator, Iterator
 from types import FrameType
 from typing import Any, Literal, Protocol, cast
@@ -51,13 +58,15 @@ import redis
 import redis.asyncio
 import redis.exceptions
 
-from .client import AsyncQueue, Queue
+from .client import AsyncQueue, Queue, server_of
 from .errors import InvalidArgument, ModuleNotLoaded, NoPermission, WrongType
 from .exchange import Exchange, Exchanged, GiveBack
-from .limits import MAX_BLOCK_MS, MAX_COST, MAX_MS, check_int
+from .limits import MAX_BLOCK_MS, MAX_COST, MAX_MS, MAX_REASON_BYTES, check_int
 from .types import Fenced, NackOutcome
 
 logger = logging.getLogger("vtrr.worker")
+# The log lines of the package's processes (`vtrr worker`, `vtrr exporter`, `manage.py vtrr_worker`).
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # While handlers run and the queue looked empty, the dispatcher asks again
 # this often (a finished job's settling asks at once, with a lease).
@@ -82,6 +91,9 @@ class Leased(Fenced, Protocol):
 
     @property
     def nacks(self) -> int: ...
+
+    @property
+    def partition(self) -> str | None: ...
 
 
 class Exchanging(Protocol):
@@ -177,6 +189,11 @@ class Job:
     def nacks(self) -> int:
         return self.lease.nacks
 
+    @property
+    def partition(self) -> str | None:
+        """The item's partition (tenant)."""
+        return self.lease.partition
+
     def should_stop(self) -> bool:
         """True once the handler's work can no longer count (lease lost or given back)."""
         return self.lost.is_set() or self.cancelled.is_set()
@@ -204,6 +221,35 @@ def _call_hook(hook: Callable[..., None] | None, *args: Any) -> None:
         logger.exception("worker hook %r failed", hook)
 
 
+def failure_reason(error: BaseException) -> str:
+    """What a NACK's REASON says of `error`: its one-line summary, then its traceback.
+
+    At most MAX_REASON_BYTES in UTF-8: past that each line is cut to an
+    eighth of them (`...` at the cut), then the summary and the end of the
+    traceback, where it was raised, are kept, a `...` line between them.
+    """
+    lines = traceback.format_exception_only(error)
+    # A SyntaxError's source lines come before its summary, notes after it.
+    first = next((line for line in lines if not line.startswith(" ")), lines[-1])
+    summary = (first.strip().splitlines() or [type(error).__name__])[0]
+    text = f"{summary}\n{''.join(traceback.format_exception(error)).rstrip()}"
+    # Lone surrogates (an exception's text may hold any) as escapes: valid UTF-8.
+    raw = text.encode("utf-8", "backslashreplace")
+    if len(raw) > MAX_REASON_BYTES:
+        longest = MAX_REASON_BYTES // 8
+        head, *rest = (
+            line[:longest] + b"..." if len(line) > longest else line for line in raw.split(b"\n")
+        )
+        body = b"\n".join(rest)
+        if len(head) + 1 + len(body) <= MAX_REASON_BYTES:
+            raw = head + b"\n" + body
+        else:
+            gap = b"\n...\n"
+            raw = head + gap + body[len(body) - (MAX_REASON_BYTES - len(head) - len(gap)) :]
+    # A cut may split a character: its pieces go.
+    return raw.decode("utf-8", "ignore")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Outcome:
     """What to tell the queue once a handler is done."""
@@ -212,16 +258,19 @@ class _Outcome:
     delay_ms: int | None = None
     dead: bool = False
     error: BaseException | None = None
+    reason: str | None = None
+    """The NACK's REASON: `failure_reason(error)`."""
 
 
 def _outcome(error: BaseException | None, job: Job, backoff: Backoff) -> _Outcome:
     if error is None:
         return _Outcome(ack=True)
+    failed = functools.partial(_Outcome, ack=False, error=error, reason=failure_reason(error))
     if isinstance(error, DeadLetter):
-        return _Outcome(ack=False, dead=True, error=error)
+        return failed(dead=True)
     if isinstance(error, Retry) and error.delay_ms is not None:
-        return _Outcome(ack=False, delay_ms=error.delay_ms, error=error)
-    return _Outcome(ack=False, delay_ms=backoff.delay_ms(job.nacks), error=error)
+        return failed(delay_ms=error.delay_ms)
+    return failed(delay_ms=backoff.delay_ms(job.nacks))
 
 
 def _cost(job: Job) -> int:
@@ -306,7 +355,7 @@ class _Dispatch:
             else None
         )
         nacks = tuple(
-            GiveBack(job.lease, outcome.delay_ms, outcome.dead)
+            GiveBack(job.lease, outcome.delay_ms, outcome.dead, reason=outcome.reason)
             for job, outcome in self._settling
             if not outcome.ack
         )
@@ -373,7 +422,7 @@ class _Dispatch:
         settling = {_key(job.lease) for job, _ in self._settling}
         abandoned = [job for key, job in self.running.items() if key not in settling]
         for job in abandoned:
-            logger.warning("grace period over: %s goes back to the queue", job.id)
+            logger.warning("stopping: %s goes back to the queue unrun", job.id)
             job.cancelled.set()
             del self.running[_key(job.lease)]
         releases = tuple(GiveBack(job.lease, release=True) for job in abandoned)
@@ -393,15 +442,25 @@ class _Dispatch:
             _call_hook(self.worker.hooks.succeeded, job, took)
         elif settled is NackOutcome.DEAD:
             why = "dead-lettered" if outcome.dead else "dead-lettered by the queue's MAX-NACKS"
-            logger.warning("%s failed after %.3f s (%r): %s", job.id, took, outcome.error, why)
+            logger.error(
+                "%s (partition %s) failed after %.3f s (%r): %s",
+                job.id,
+                job.partition,
+                took,
+                outcome.error,
+                why,
+                exc_info=outcome.error,
+            )
             _call_hook(self.worker.hooks.failed, job, outcome.error, None)
         else:
             logger.warning(
-                "%s failed after %.3f s (%r): retry in %s ms",
+                "%s (partition %s) failed after %.3f s (%r): retry in %s ms",
                 job.id,
+                job.partition,
                 took,
                 outcome.error,
                 outcome.delay_ms,
+                exc_info=outcome.error,
             )
             _call_hook(self.worker.hooks.failed, job, outcome.error, outcome.delay_ms)
 
@@ -551,9 +610,15 @@ class Worker:
         self.exit_when_idle = exit_when_idle
         self.cost = cost
         self.stopping = threading.Event()
+        self._grace_over = threading.Event()
 
-    def stop(self) -> None:
-        """Stop leasing; `run()` returns once the running handlers finish (or the grace ends)."""
+    def stop(self, *, at_once: bool = False) -> None:
+        """Stop leasing; `run()` returns once the running handlers finish (or the grace ends).
+
+        `at_once`: end the grace now: the running jobs' items go back unrun.
+        """
+        if at_once:
+            self._grace_over.set()
         self.stopping.set()
 
     @contextlib.contextmanager
@@ -563,9 +628,14 @@ class Worker:
             return
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
+            if self.stopping.is_set():
+                logger.warning("signal %s again: stopping now, running jobs go back unrun", name)
+                self.stop(at_once=True)
+                return
             logger.info(
-                "signal %s: stopping (grace %.1f s)",
-                signal.Signals(signum).name,
+                "signal %s: stopping (grace %.1f s; a second signal stops at once)",
+                name,
                 self.grace_seconds,
             )
             self.stop()
@@ -587,14 +657,11 @@ class Worker:
 
     def _banner(self, stats: Any) -> None:
         """The start-up line: where, which queue and layout, how many at once."""
-        client = getattr(self.queue, "client", None)
-        options = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-        server = f"{options.get('host', '?')}:{options.get('port', '?')}/{options.get('db', 0)}"
         logger.info(
             "vtrr worker: queue %s (layout %s) on %s, concurrency %d (%s), lease %d ms",
             self.queue.name,
             getattr(stats, "layout", "unknown" if stats is None else "per sub-queue"),
-            server if options else type(client).__name__,
+            server_of(getattr(self.queue, "client", None)),
             self.concurrency,
             "asyncio tasks" if self.is_async else "threads",
             self.lease_ms,
@@ -623,6 +690,8 @@ class Worker:
             now = time.monotonic()
             if self.stopping.is_set() and deadline is None:
                 deadline = now + self.grace_seconds
+            if self._grace_over.is_set():
+                deadline = now
             if deadline is not None and (not dispatch.running or now >= deadline):
                 return
             leasing = deadline is None
@@ -642,6 +711,18 @@ class Worker:
                 yield _Wait(reach.failed(error), woken=False)
                 continue
             reach.ok()
+            if self.stopping.is_set() and got.leases:
+                # Leased by a round trip under way when stop() came: never started.
+                unrun, got = got.leases, dataclasses.replace(got, leases=[])
+                dispatch.absorb(sent, got, time.monotonic())
+                for lease in unrun:
+                    logger.warning("stopping: %s goes back to the queue unrun", lease.id)
+                releases = tuple(GiveBack(lease, release=True) for lease in unrun)
+                try:
+                    yield _Send(Exchange(self.lease_ms, nacks=releases))
+                except (redis.exceptions.RedisError, OSError) as error:
+                    logger.warning("giving them back failed (%s): their leases will expire", error)
+                continue
             yield _Start(dispatch.absorb(sent, got, time.monotonic()))
             if self.exit_when_idle and sent.count > 0 and not got.leases and not dispatch.running:
                 return

@@ -49,6 +49,7 @@ def job(self: Any, job_id: str, action: str = "record", *rest: Any, **kwargs: An
     vtrr_timeouts is 0. sleep: sleeps kwargs["seconds"]. raise: raises
     ValueError. retry: self.retry(countdown=kwargs["countdown"]) on its first
     attempt of its first delivery. autoretry: raises TransientError on its first attempt.
+    flaky: raises TransientError on every attempt (autoretry until max_retries).
     """
     first_delivery = self.request.vtrr_timeouts == 0
     _record(self, "started", job_id)
@@ -71,6 +72,8 @@ def job(self: Any, job_id: str, action: str = "record", *rest: Any, **kwargs: An
         raise self.retry(countdown=float(kwargs["countdown"]))
     if action == "autoretry" and self.request.retries == 0:
         raise TransientError(job_id)
+    if action == "flaky":
+        raise TransientError(f"{job_id} attempt {self.request.retries}")
     return job_id
 
 

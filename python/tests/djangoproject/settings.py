@@ -1,8 +1,10 @@
 """Settings of the test project; the environment says which server and queue names to use.
 
 `VTRR_DJANGO_URL` (the test server), `VTRR_DJANGO_PREFIX` (the vtrr queue
-names' prefix, one per test) and `VTRR_DJANGO_LEASE_SECONDS` (short, so a
-killed worker's task comes back within the test).
+names' prefix, one per test), `VTRR_DJANGO_LEASE_SECONDS` (short, so a
+killed worker's task comes back within the test) and `VTRR_DJANGO_DEBUG`
+(1: DEBUG on, as in development, where Django's own task log lines show).
+No LOGGING: the workers' output is what a project that configured none sees.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 from typing import Any
 
 SECRET_KEY = "vtrr-django-tests"
-DEBUG = False
+DEBUG = os.environ.get("VTRR_DJANGO_DEBUG") == "1"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DATABASES: dict[str, Any] = {}
@@ -41,10 +43,3 @@ TEST_DONE_KEY = f"{TEST_PREFIX}:done"
 TASKS = tasks_setting(
     TEST_REDIS_URL, TEST_PREFIX, float(os.environ.get("VTRR_DJANGO_LEASE_SECONDS", "3600"))
 )
-
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"vtrr": {"handlers": ["console"], "level": "INFO"}},
-}

@@ -64,7 +64,16 @@ fn every_way_a_lease_ends_frees_its_slot() {
     assert_eq!(lease_ids(&mut store, 0, 5), ["a0"]);
     // Nack, expiry, cancel, ack: each lets exactly the next one in.
     let token = token_of(&mut store, "a0");
-    nack(&mut store, b"a0", &token, 0, Nack::Dead, &mut Vec::new()).unwrap();
+    nack(
+        &mut store,
+        b"a0",
+        &token,
+        0,
+        Nack::Dead,
+        None,
+        &mut Vec::new(),
+    )
+    .unwrap();
     assert_eq!(lease_ids(&mut store, 0, 5), ["a1"]);
     assert_eq!(reclaim(&mut store, 5_000, 10).unwrap().reclaimed, 1);
     assert_eq!(lease_ids(&mut store, 5_000, 5), ["a2"]);
@@ -154,7 +163,7 @@ fn a_pause_parks_what_the_partition_has_in_queue_a_bounded_number_per_call() {
     assert_eq!(record_p.parking, Parking::Underway);
     assert_eq!(store.zset_entries(ZsetKey::Parking).len(), 1);
     // The timer's run goes on parking and finishes.
-    let due = run_due(&mut store, 0, 10).unwrap();
+    let due = run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!(due.parked, 10);
     assert!(!due.parking_left);
     assert_eq!(record(&mut store, "P").parking, Parking::Done);
@@ -217,11 +226,14 @@ fn a_resume_during_parking_rejoins_the_whole_backlog_once_parked() {
         assert!(pause(&mut store, b"P", &mut Vec::new()));
     }
     assert!(resume(&mut store, b"P", &mut Vec::new()).unwrap());
-    let due = run_due(&mut store, 0, 10).unwrap();
+    let due = run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING).unwrap();
     assert!(due.parking_left);
     assert_eq!(record(&mut store, "P").parking, Parking::RejoinOwed);
     assert_eq!(
-        due.parked + run_due(&mut store, 0, 10).unwrap().parked,
+        due.parked
+            + run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING)
+                .unwrap()
+                .parked,
         1034
     );
     let view = partition_view(&mut store, b"P", 0, &mut Vec::new());
@@ -315,7 +327,7 @@ fn cancelling_an_item_left_in_queue_during_parking_keeps_the_head() {
         .unwrap();
     assert_eq!(cancel(&mut store, &[&left], &mut Vec::new()), 1);
     assert_eq!(record(&mut store, "P").head, Some(head));
-    run_due(&mut store, 0, 10).unwrap();
+    run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!(record(&mut store, "P").parking, Parking::Done);
     let in_queue = store
         .zset_entries(ZsetKey::Queue)
@@ -363,7 +375,7 @@ fn a_walk_that_reaches_its_bound_inside_a_tie_finishes_the_tie() {
     // 1,024 = 3 * 341 + 1: the bound falls on a0341 (score 342), the
     // first of its tie; the tie brings z00341 in.
     assert_eq!(held_count(&mut store, "P"), 342);
-    run_due(&mut store, 0, 10).unwrap();
+    run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!(held_count(&mut store, "P"), 400);
     assert_eq!(record(&mut store, "P").parking, Parking::Done);
     assert!(check::check(&mut store).unwrap().is_empty());
@@ -385,7 +397,10 @@ fn walks_in_one_call_share_its_bound() {
         "{q_held} of Q's held: over the call's bound"
     );
     assert!(q_held > 900, "{q_held}");
-    while run_due(&mut store, 0, 10).unwrap().parking_left {}
+    while run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING)
+        .unwrap()
+        .parking_left
+    {}
     assert_eq!(held_count(&mut store, "Q") + 1, 2000, "all but its head");
     assert!(check::check(&mut store).unwrap().is_empty());
 }
@@ -397,7 +412,7 @@ fn a_run_that_finishes_the_last_parking_at_its_bound_leaves_none() {
     let mut store = MemoryStore::new();
     enqueue_numbered(&mut store, "P", "p", 2 * MAX_PARKED_PER_CALL);
     assert!(pause(&mut store, b"P", &mut Vec::new()));
-    let due = run_due(&mut store, 0, 10).unwrap();
+    let due = run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!(due.parked as usize, MAX_PARKED_PER_CALL);
     assert!(!due.parking_left);
     assert_eq!(record(&mut store, "P").parking, Parking::Done);
@@ -415,7 +430,7 @@ fn a_walk_parks_and_counts_the_items_of_every_partition_parking() {
     let before = in_queue(&store);
     let mut parked = 0;
     loop {
-        let due = run_due(&mut store, 0, 10).unwrap();
+        let due = run_due(&mut store, 0, 10, STEPS_FOR_ANY_FIRING).unwrap();
         parked += due.parked;
         if !due.parking_left {
             break;

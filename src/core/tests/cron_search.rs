@@ -188,17 +188,27 @@ fn planted_costly_definitions_fire_once_within_each_calls_steps_then_leave() {
     let mut calls = 0;
     let mut not_found = 0;
     while store.zcard(ZsetKey::ScheduleDue) > 1 {
-        let due = run_due(&mut store.scoped(CoreOp::RunDue), DEC_2026, 16).unwrap();
+        // As the timer does: its first call of a run funds any firing,
+        // the later ones one search each.
+        let steps = if calls % 4 == 0 {
+            STEPS_FOR_ANY_FIRING
+        } else {
+            STEPS_PER_SEARCH
+        };
+        let due = run_due(&mut store.scoped(CoreOp::RunDue), DEC_2026, 16, steps).unwrap();
         calls += 1;
         let found_none = due
             .anomalies
             .iter()
             .filter(|a| matches!(a, Anomaly::ScheduleRunNotFound { .. }))
             .count();
-        // A call funds three searches: one each for a costly definition.
-        assert!(found_none <= 3, "{found_none} costly searches in one call");
+        // One search each for a costly definition, as many as the call funds.
+        assert!(
+            found_none <= (steps / STEPS_PER_SEARCH) as usize,
+            "{found_none} costly searches in one call of {steps} steps"
+        );
         not_found += found_none;
-        assert!(calls <= 20, "the timer made no progress");
+        assert!(calls <= 40, "the timer made no progress");
     }
     assert_eq!(not_found, 20);
     // Each fired its due run once and is never searched again: no longer due.
@@ -212,4 +222,55 @@ fn planted_costly_definitions_fire_once_within_each_calls_steps_then_leave() {
     assert_eq!((view.next_ms, view.runs.len()), (None, 0));
     let hourly = schedule_view(&mut store.scoped(CoreOp::Schedules), b"hourly", 3).unwrap();
     assert_eq!(hourly.runs.len(), 3);
+}
+
+#[test]
+fn a_firing_its_steps_cannot_fund_waits_for_a_call_that_can() {
+    // A missed run under `one` searches three times: a call funding one
+    // search leaves it due, changing nothing; the timer's next run funds it.
+    let mut store = MemoryStore::new();
+    let definition = Schedule {
+        timing: Timing::cron(b"0 0 0 * * MON", None).unwrap(),
+        missed: Missed::One,
+        partition: b"p".to_vec(),
+        weight: 1,
+        payload: b"x".to_vec(),
+    };
+    let monday = chrono::Utc
+        .with_ymd_and_hms(2026, 11, 30, 0, 0, 0)
+        .unwrap()
+        .timestamp_millis();
+    {
+        let mut scope = store.scoped(CoreOp::Schedule);
+        scope.hset(HashKey::Schedules, b"weekly", &definition.encode());
+        scope.zadd(ZsetKey::ScheduleDue, b"weekly", monday as f64);
+    }
+    // Two weeks on: the next Monday's run was missed.
+    let later = monday + 14 * 86_400_000 + 1;
+    let short = run_due(
+        &mut store.scoped(CoreOp::RunDue),
+        later,
+        16,
+        STEPS_PER_SEARCH,
+    )
+    .unwrap();
+    assert_eq!(short.fired, 0);
+    assert_eq!(store.zcard(ZsetKey::Queue), 0);
+    assert_eq!(
+        store.zscore(ZsetKey::ScheduleDue, b"weekly"),
+        Some(monday as f64),
+        "still due, nothing written"
+    );
+    let funded = run_due(
+        &mut store.scoped(CoreOp::RunDue),
+        later,
+        16,
+        STEPS_FOR_ANY_FIRING,
+    )
+    .unwrap();
+    assert_eq!(funded.fired, 1, "the latest missed run, under one");
+    assert_eq!(
+        store.zscore(ZsetKey::ScheduleDue, b"weekly"),
+        Some((monday + 21 * 86_400_000) as f64)
+    );
 }

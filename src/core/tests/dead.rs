@@ -28,6 +28,7 @@ fn max_timeouts_dead_letters_on_the_expiry_past_the_limit() {
             nacks: 0,
             died_at_ms: 30,
             reason: b"max-timeouts".to_vec(),
+            last_error: None,
         }]
     );
     assert_eq!(store.zcard(ZsetKey::Queue), 0);
@@ -145,7 +146,7 @@ fn cancel_deletes_an_item_in_any_state() {
         0
     );
     // And nothing brings it back.
-    assert!(run_due(&mut store, 1_000, 100).unwrap() == Due::default());
+    assert!(run_due(&mut store, 1_000, 100, STEPS_FOR_ANY_FIRING).unwrap() == Due::default());
 }
 
 #[test]

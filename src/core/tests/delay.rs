@@ -44,7 +44,7 @@ fn a_promoted_item_gets_no_credit_for_the_time_it_waited() {
     assert_eq!(lease_ids(&mut store, 10, 2), ["a1", "a2"]);
     // Promoted at 50 with current virtual time 2: it starts at 3, as if
     // enqueued then, tied with a3 (members break the tie), not at 1.
-    run_due(&mut store, 50, 100).unwrap();
+    run_due(&mut store, 50, 100, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!(store.zscore(ZsetKey::Queue, b"b"), Some(3.0));
 }
 
@@ -88,7 +88,7 @@ fn promotion_is_bounded_and_oldest_due_first() {
     defer(&mut store, 0, 30, &[item("A", "late", 1)]).unwrap();
     defer(&mut store, 0, 10, &[item("A", "early", 1)]).unwrap();
     defer(&mut store, 0, 20, &[item("A", "middle", 1)]).unwrap();
-    let outcome = run_due(&mut store, 100, 2).unwrap();
+    let outcome = run_due(&mut store, 100, 2, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!(outcome.promoted, 2);
     assert_eq!(
         store.zset_entries(ZsetKey::Delayed),
@@ -102,9 +102,9 @@ fn expired_leases_come_before_due_items_within_one_limit() {
     enqueue(&mut store, 0, &[item("A", "a", 1)]).unwrap();
     lease_at(&mut store, 0, 10, 1, 0).unwrap();
     defer(&mut store, 0, 10, &[item("B", "b", 1)]).unwrap();
-    let outcome = run_due(&mut store, 20, 1).unwrap();
+    let outcome = run_due(&mut store, 20, 1, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!((outcome.reclaimed, outcome.promoted), (1, 0));
-    let outcome = run_due(&mut store, 20, 1).unwrap();
+    let outcome = run_due(&mut store, 20, 1, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!((outcome.reclaimed, outcome.promoted), (0, 1));
 }
 
@@ -124,7 +124,7 @@ fn a_due_item_without_payload_is_dead_lettered() {
     let mut store = MemoryStore::new();
     defer(&mut store, 0, 10, &[item("A", "d", 1)]).unwrap();
     store.hdel(HashKey::DelayedTask, b"d");
-    let outcome = run_due(&mut store, 10, 10).unwrap();
+    let outcome = run_due(&mut store, 10, 10, STEPS_FOR_ANY_FIRING).unwrap();
     assert_eq!((outcome.promoted, outcome.dead_lettered), (0, 1));
     assert_eq!(
         store.hget(HashKey::DeadReason, b"d").unwrap(),

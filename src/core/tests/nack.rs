@@ -14,7 +14,7 @@ fn leased_one(store: &mut MemoryStore) -> Vec<u8> {
 }
 
 fn nack_now(store: &mut MemoryStore, token: &[u8], how: Nack) -> Option<Nacked> {
-    nack(store, b"a", token, 10, how, &mut Vec::new()).unwrap()
+    nack(store, b"a", token, 10, how, None, &mut Vec::new()).unwrap()
 }
 
 #[test]
@@ -152,4 +152,97 @@ fn a_release_requeues_without_counting_a_nack_or_meeting_the_policy() {
     assert_eq!(store.hget(HashKey::Nacks, b"a"), None, "no nack counted");
     assert_eq!(store.zcard(ZsetKey::Dead), 0, "MAX-NACKS 0 buried nothing");
     assert!(store.zscore(ZsetKey::Queue, b"a").is_some());
+}
+
+/// `nack` of "a" at 10 within NACK's declared keys, with `reason`.
+fn nack_saying(store: &mut MemoryStore, token: &[u8], how: Nack, reason: Option<&[u8]>) {
+    let scoped = &mut store.scoped(CoreOp::Nack);
+    assert!(nack(scoped, b"a", token, 10, how, reason, &mut Vec::new())
+        .unwrap()
+        .is_some());
+}
+
+/// "a" leased again at `now_ms` (it is the only item): its token.
+fn lease_again(store: &mut MemoryStore, now_ms: i64) -> Vec<u8> {
+    let leased = lease_at(store, now_ms, 100, 1, 10).unwrap().leased;
+    assert_eq!(ids_of(&leased), ["a"]);
+    leased[0].token.clone()
+}
+
+#[test]
+fn a_reason_is_the_items_last_error_until_revived() {
+    let mut store = MemoryStore::new();
+    let token = leased_one(&mut store);
+    nack_saying(&mut store, &token, Nack::Requeue, Some(b"boom\n\x00\xff"));
+    assert_eq!(
+        store.hget(HashKey::LastError, b"a").unwrap(),
+        b"boom\n\x00\xff"
+    );
+    // A nack that says nothing keeps what the last one said; a release too.
+    let token = lease_again(&mut store, 20);
+    nack_saying(&mut store, &token, Nack::Delay { ms: 5 }, None);
+    let token = lease_again(&mut store, 20);
+    nack_saying(&mut store, &token, Nack::Release, None);
+    assert_eq!(
+        store.hget(HashKey::LastError, b"a").unwrap(),
+        b"boom\n\x00\xff"
+    );
+    // The next reason replaces it, and the dead-letter set shows it.
+    let token = lease_again(&mut store, 30);
+    nack_saying(&mut store, &token, Nack::Dead, Some(b"second"));
+    let dead = dead_items(&mut store.scoped(CoreOp::DeadItems), 10);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].reason.as_slice(), dead[0].last_error.as_deref()),
+        (&b"nack"[..], Some(&b"second"[..]))
+    );
+    assert_eq!(dead[0].nacks, 3);
+    // Revived, it starts afresh: counters and last error gone.
+    let revived = revive(&mut store.scoped(CoreOp::Revive), &[b"a"]).unwrap();
+    assert_eq!(revived.count, 1);
+    assert_eq!(store.hget(HashKey::LastError, b"a"), None);
+    assert_eq!(check::check(&mut store).unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn an_item_without_a_reason_lists_none() {
+    let mut store = MemoryStore::new();
+    let token = leased_one(&mut store);
+    nack_saying(&mut store, &token, Nack::Dead, None);
+    let dead = dead_items(&mut store.scoped(CoreOp::DeadItems), 10);
+    assert_eq!(dead[0].last_error, None);
+    assert_eq!(store.hlen(HashKey::LastError), 0);
+}
+
+#[test]
+fn the_last_error_leaves_with_the_item() {
+    // Acked (ACK, and LEASE ... ACK within its own keys) or cancelled in
+    // any state: nothing of it stays behind.
+    for how in ["ack", "lease-ack", "cancel-queued", "cancel-dead"] {
+        let mut store = MemoryStore::new();
+        let token = leased_one(&mut store);
+        let dead = if how == "cancel-dead" {
+            Nack::Dead
+        } else {
+            Nack::Requeue
+        };
+        nack_saying(&mut store, &token, dead, Some(b"boom"));
+        let gone = match how {
+            "ack" => {
+                let token = lease_again(&mut store, 20);
+                let acks = [Ack::pair(b"a", &token)];
+                ack(&mut store.scoped(CoreOp::Ack), &acks, &mut Vec::new()) == 1
+            }
+            "lease-ack" => {
+                let token = lease_again(&mut store, 20);
+                let acks = [Ack::pair(b"a", &token)];
+                let scoped = &mut store.scoped(CoreOp::LeaseAcking);
+                ack_each(scoped, &acks, &mut Vec::new()) == [true]
+            }
+            _ => cancel(&mut store.scoped(CoreOp::Cancel), &[b"a"], &mut Vec::new()) == 1,
+        };
+        assert!(gone, "{how}");
+        assert_eq!(store.hget(HashKey::LastError, b"a"), None, "{how}");
+        assert_eq!(check::check(&mut store).unwrap(), Vec::<String>::new());
+    }
 }

@@ -90,6 +90,7 @@ fn an_item_keeps_its_level_through_a_reclaim_a_nack_and_a_delay() {
         &token,
         5000,
         Nack::Delay { ms: 100 },
+        None,
         &mut Vec::new(),
     )
     .unwrap();

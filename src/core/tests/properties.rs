@@ -438,6 +438,7 @@ impl Simulation {
                     &mut self.store.scoped(CoreOp::RunDue),
                     self.now_ms,
                     usize::MAX,
+                    STEPS_FOR_ANY_FIRING,
                 )
                 .unwrap();
                 self.note_entries(before);
@@ -614,6 +615,7 @@ impl Simulation {
                         b"stale",
                         self.now_ms,
                         Nack::Requeue,
+                        None,
                         &mut Vec::new()
                     )
                     .unwrap()
@@ -624,12 +626,16 @@ impl Simulation {
                         _ => Nack::Dead,
                     };
                     let before = self.queued();
+                    // Half the nacks say what failed: the item keeps it
+                    // until it leaves (CHECK reports one left behind).
+                    let reason = (pick % 2 == 0).then_some(&b"boom"[..]);
                     let nacked = nack(
                         &mut self.store.scoped(CoreOp::Nack),
                         &id,
                         &token,
                         self.now_ms,
                         how,
+                        reason,
                         &mut Vec::new(),
                     )
                     .unwrap();

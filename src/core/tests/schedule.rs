@@ -30,7 +30,13 @@ fn set(store: &mut MemoryStore, now_ms: i64, name: &str, definition: &Schedule) 
 }
 
 fn run_timer(store: &mut MemoryStore, now_ms: i64, limit: usize) -> Due {
-    run_due(&mut store.scoped(CoreOp::RunDue), now_ms, limit).unwrap()
+    run_due(
+        &mut store.scoped(CoreOp::RunDue),
+        now_ms,
+        limit,
+        STEPS_FOR_ANY_FIRING,
+    )
+    .unwrap()
 }
 
 fn queued_ids(store: &mut MemoryStore) -> Vec<String> {
@@ -62,13 +68,13 @@ fn every_runs_fall_on_multiples_of_the_period_and_each_enqueues_one_item() {
     // Nothing before the run is due.
     assert_eq!(run_timer(&mut store, 1_099, 16).fired, 0);
     assert_eq!(run_timer(&mut store, 1_103, 16).fired, 1);
-    assert_eq!(queued_ids(&mut store), ["tick:1100"]);
+    assert_eq!(queued_ids(&mut store), ["schedule:tick:1100"]);
     assert_eq!(next_run(&mut store, "tick"), Some(1_200));
     // The item is the schedule's: partition, weight, payload.
     let leased = lease_at(&mut store, 1_150, 60_000, 1, 16).unwrap().leased;
     assert_eq!(leased[0].payload, b"report");
     assert_eq!(
-        store.hget(HashKey::Meta, b"tick:1100").as_deref(),
+        store.hget(HashKey::Meta, b"schedule:tick:1100").as_deref(),
         Some(&b"2:cron"[..])
     );
     assert_sound(&mut store);
@@ -84,7 +90,7 @@ fn a_run_already_in_the_queues_life_is_not_enqueued_again() {
     store.zadd(ZsetKey::ScheduleDue, b"tick", 100.0);
     let again = run_timer(&mut store, 100, 16);
     assert_eq!(again.fired, 0);
-    assert_eq!(queued_ids(&mut store), ["tick:100"]);
+    assert_eq!(queued_ids(&mut store), ["schedule:tick:100"]);
     assert_eq!(next_run(&mut store, "tick"), Some(200));
 }
 
@@ -101,10 +107,18 @@ fn missed_runs_follow_the_policy() {
     assert_eq!(fired(Missed::Skip), (vec![], Some(500), 0));
     assert_eq!(
         fired(Missed::One),
-        (vec!["s:400".to_string()], Some(500), 1)
+        (vec!["schedule:s:400".to_string()], Some(500), 1)
     );
     let (all, next, count) = fired(Missed::All);
-    assert_eq!(all, ["s:100", "s:200", "s:300", "s:400"]);
+    assert_eq!(
+        all,
+        [
+            "schedule:s:100",
+            "schedule:s:200",
+            "schedule:s:300",
+            "schedule:s:400"
+        ]
+    );
     assert_eq!((next, count), (Some(500), 4));
 }
 
@@ -115,7 +129,7 @@ fn a_late_run_that_is_not_missed_fires_under_every_policy() {
         set(&mut store, 0, "s", &every(100, missed));
         // 90 ms late, before the next run: late, not missed.
         assert_eq!(run_timer(&mut store, 190, 16).fired, 1, "{missed:?}");
-        assert_eq!(queued_ids(&mut store), ["s:100"]);
+        assert_eq!(queued_ids(&mut store), ["schedule:s:100"]);
     }
 }
 
@@ -160,7 +174,7 @@ fn unschedule_removes_the_schedule_and_keeps_its_enqueued_runs() {
     let names: [&[u8]; 2] = [b"s", b"never"];
     assert_eq!(unschedule(&mut store.scoped(CoreOp::Unschedule), &names), 1);
     assert_eq!(run_timer(&mut store, 500, 16).fired, 0);
-    assert_eq!(queued_ids(&mut store), ["s:100"]);
+    assert_eq!(queued_ids(&mut store), ["schedule:s:100"]);
     assert_eq!(store.hlen(HashKey::Schedules), 0);
 }
 

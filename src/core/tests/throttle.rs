@@ -84,9 +84,21 @@ fn the_timer_is_due_when_the_next_token_is_and_lets_the_partition_back_in() {
     assert_eq!(leased_at(&mut store, 1_000, 5), ["p-0000"]);
     assert_eq!(next_due(&mut store.scoped(CoreOp::NextDue)), Some(1_200));
     assert_eq!(store.zcard(ZsetKey::Queue), 0, "a LEASE blocked now waits");
-    let due = run_due(&mut store.scoped(CoreOp::RunDue), 1_199, 16).unwrap();
+    let due = run_due(
+        &mut store.scoped(CoreOp::RunDue),
+        1_199,
+        16,
+        STEPS_FOR_ANY_FIRING,
+    )
+    .unwrap();
     assert_eq!(due.refilled, 0, "not before its token");
-    let due = run_due(&mut store.scoped(CoreOp::RunDue), 1_200, 16).unwrap();
+    let due = run_due(
+        &mut store.scoped(CoreOp::RunDue),
+        1_200,
+        16,
+        STEPS_FOR_ANY_FIRING,
+    )
+    .unwrap();
     assert_eq!(due.refilled, 1);
     assert_eq!(store.zcard(ZsetKey::Queue), 1, "its head is back for LEASE");
     assert_eq!(leased_at(&mut store, 1_200, 5), ["p-0001"]);
@@ -322,9 +334,21 @@ fn an_idle_partition_keeps_its_bucket_until_it_is_full_then_its_record_goes() {
     assert_eq!(ack_leased(&mut store, 1000, 5), ["a-next"]);
     // Full at 3000 (one token left after 1000 plus two refilled): the due
     // step drops the blank record and its listing.
-    run_due(&mut store.scoped(CoreOp::RunDue), 2999, 16).unwrap();
+    run_due(
+        &mut store.scoped(CoreOp::RunDue),
+        2999,
+        16,
+        STEPS_FOR_ANY_FIRING,
+    )
+    .unwrap();
     assert!(store.hget(HashKey::Partitions, b"a").is_some());
-    run_due(&mut store.scoped(CoreOp::RunDue), 3000, 16).unwrap();
+    run_due(
+        &mut store.scoped(CoreOp::RunDue),
+        3000,
+        16,
+        STEPS_FOR_ANY_FIRING,
+    )
+    .unwrap();
     assert_eq!(store.hget(HashKey::Partitions, b"a"), None);
     assert_eq!(store.zcard(ZsetKey::Throttled), 0);
     assert_sound(&mut store);

@@ -36,6 +36,8 @@ use crate::store::{HashKey, Store, ZsetKey};
 /// The hashes of priorities (tags 31 and 33) came without a new version:
 /// a queue without priorities loads in a module of before them, one with
 /// them is refused there for its unknown tags, as a newer version would be.
+/// So did `last_error` (tag 34): a queue no `NACK ... REASON` wrote loads
+/// in a module of before it, one holding an error is refused there.
 pub const ENCODING_VERSION: i32 = 3;
 
 /// A chunk is cut once it holds this many bytes (a record is never split).

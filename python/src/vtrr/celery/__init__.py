@@ -18,8 +18,11 @@ How a run goes (the Celery task registered under the function's name is the
    `vtrr_lease_lost` (a `threading.Event`, set when the lease was lost).
 3. While it runs, a `vtrr.heartbeat.Heartbeat` renews the lease about every
    third of `lease_seconds`, so a task may run longer than its lease.
-4. Return or `Exception`: `VTRR.ACK` (vtrr-queue's semantics: a failed
-   task is not redelivered). `SystemExit` and other `BaseException`s
+4. Return: `VTRR.ACK`. An `Exception` (Celery's FAILURE, its retries spent
+   or none asked for): not run again, as in Celery and vtrr-queue, but not
+   dropped either: `VTRR.NACK ... DEAD REASON <the exception and its
+   traceback>`, so `VTRR.DEAD` (`vtrr dead`) lists it with what failed and
+   `VTRR.REVIVE` runs it again. `SystemExit` and other `BaseException`s
    (billiard's hard time limit): no ACK; the lease expires, the timer
    reclaims the item and it runs again with `vtrr_timeouts` one higher.
    A lease found lost (a RENEW or the ACK replied 0) is never acked again.
@@ -37,7 +40,11 @@ How a run goes (the Celery task registered under the function's name is the
    scheduler) or the next `.queue()` does.
 7. An item whose payload is not vtrr-queue's JSON, or names another task,
    is dead-lettered (`VTRR.NACK ... DEAD`: `VTRR.DEAD` lists it,
-   `VTRR.REVIVE` brings it back) rather than dropped. A start trigger of
+   `VTRR.REVIVE` brings it back) rather than dropped.
+8. The worker's log tells runs by their items: Celery's line of a run names
+   the item's id (what `.queue()` returned) where it would name the trigger
+   message's, and triggers that found nothing to run, and every trigger's
+   "received", are not logged (`running.TriggerLog`). A start trigger of
    vtrr-queue 0.1.0 (`is_start`, sent before its items land) that finds the
    queue empty gets the one delayed second chance 0.1.0's workers give it.
 

@@ -99,6 +99,7 @@ class Delivery:
                 "token": self.lease.token,
                 "timeouts": self.lease.timeouts,
                 "nacks": self.lease.nacks,
+                "partition": self.lease.partition,
             }
         return body
 
@@ -112,6 +113,7 @@ class Delivery:
             return cls(payload, None)
         if not isinstance(kept, Mapping):
             return None
+        partition = kept.get("partition")
         try:
             lease = Lease(
                 id=str(kept["id"]),
@@ -119,6 +121,7 @@ class Delivery:
                 token=str(kept["token"]),
                 timeouts=int(kept.get("timeouts", 0)),
                 nacks=int(kept.get("nacks", 0)),
+                partition=None if partition is None else str(partition),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -15,6 +15,7 @@ from ..client import Queue
 from ..heartbeat import Heartbeat
 from .broker import Triggers
 from .codec import Delivery, Payload
+from .running import log_triggers
 from .task import ALLOWED_TASK_OPTIONS, VTRRTask, resolve_base
 
 logger = logging.getLogger("vtrr.celery")
@@ -139,6 +140,7 @@ class VTRRQueue:
             celery_task = self._celery_app.task(
                 name=task_name, bind=True, base=base, _vtrr_queue=self, **options
             )(run)
+            log_triggers(task_name)
             wrapped: VTRRTask[..., Any] = VTRRTask(f, self, celery_task)
             self._task = wrapped
             return wrapped
@@ -242,7 +244,7 @@ class VTRRQueue:
                 else f"is for task {payload.task_name!r}, not {expected!r}"
             )
             logger.error("vtrr %s: item %s %s: dead-lettered", self.name, lease.id, reason)
-            self.queue.nack(lease, dead=True)
+            self.queue.nack(lease, dead=True, reason=f"vtrr.celery: its payload {reason}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """One trigger run: lease the next item, call the task with it under a renewed lease,
-settle (ACK, or keep the lease for a retry), chain the next trigger."""
+settle (ACK, dead-letter a failure, or keep the lease for a retry), chain the next
+trigger; and Celery's log lines of trigger runs, told as the items they ran."""
 
 from __future__ import annotations
 
@@ -7,11 +8,59 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import celery
+from celery.exceptions import TaskPredicate
+
 from ..types import Lease
+from ..worker import failure_reason
 from .codec import Delivery
 from .owner import Owner
 
 logger = logging.getLogger("vtrr.celery")
+
+ITEM_FIELD: Final = "vtrr_item"
+"""Set on the Celery request of a trigger run that ran an item: the item's id."""
+
+
+class TriggerLog(logging.Filter):
+    """Celery's log lines of the triggers of `names`, as the items they ran.
+
+    A trigger is a wake-up, not a task: its "received" line says nothing
+    (dropped), a run that found nothing to lease is no task run (its
+    "succeeded ...: None" dropped), and the line of a run that ran an item
+    names the item's id (what `.queue()` returned) in place of the
+    trigger message's. Installed on Celery's loggers by `log_triggers`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = record.args
+        if not isinstance(data, Mapping) or data.get("name") not in self.names:
+            return True
+        if record.name == "celery.worker.strategy":
+            return False
+        task = celery.current_task
+        item = None if task is None else getattr(task.request, ITEM_FIELD, None)
+        if item is None:
+            return False
+        record.args = {**data, "id": item}
+        return True
+
+
+_TRIGGER_LOG = TriggerLog()
+
+
+def log_triggers(task_name: str) -> None:
+    """Celery's log lines of `task_name`'s runs told as items (`TriggerLog`)."""
+    _TRIGGER_LOG.names.add(task_name)
+    for name in ("celery.app.trace", "celery.worker.strategy"):
+        celery_logger = logging.getLogger(name)
+        if _TRIGGER_LOG not in celery_logger.filters:
+            celery_logger.addFilter(_TRIGGER_LOG)
+
 
 START_RETRY_COUNTDOWN: Final = 3
 """vtrr-queue's second chance for a start trigger that found the queue empty."""
@@ -80,6 +129,8 @@ def _run(
     delivery: Delivery,
 ) -> Any:
     lease = delivery.lease
+    # Celery's line for this run names the item (`TriggerLog`).
+    setattr(task.request, ITEM_FIELD, task.request.id if lease is None else lease.id)
     if lease is not None:
         delivery.lost = owner._heartbeat.track(lease)
     # Explicit `headers`: Celery's Context otherwise turns unknown fields
@@ -93,12 +144,18 @@ def _run(
         vtrr_lease_lost=delivery.lost,
     )
     settle = False
+    failure: Exception | None = None
     try:
         result = call(*args, **kwargs)
         settle = True
         return result
-    except Exception:
+    except TaskPredicate:
+        # Retry (the lease is kept), Ignore, Reject: no failure of the item.
         settle = True
+        raise
+    except Exception as error:
+        settle = True
+        failure = error
         raise
     finally:
         # BaseException (SystemExit from billiard's hard time limit, a cold
@@ -108,10 +165,13 @@ def _run(
         if lease is not None:
             owner._heartbeat.untrack(lease)
             if settle:
-                _settle(owner, delivery, lease)
+                _settle(owner, delivery, lease, failure)
 
 
-def _settle(owner: Owner, delivery: Delivery, lease: Lease) -> None:
+def _settle(owner: Owner, delivery: Delivery, lease: Lease, failure: Exception | None) -> None:
+    """ACK; or for a task that raised (and is not retried: Celery does not run a
+    failed task again unless it retries), `NACK ... DEAD REASON <traceback>`:
+    VTRR.DEAD lists it with what failed, VTRR.REVIVE runs it again."""
     try:
         if delivery.lost.is_set():
             logger.warning(
@@ -124,6 +184,23 @@ def _settle(owner: Owner, delivery: Delivery, lease: Lease) -> None:
             if not owner.queue.renew(lease, owner.lease_ms):
                 logger.warning(
                     "vtrr %s: lease of %s lost as its retry was sent", owner.name, lease.id
+                )
+        elif failure is not None:
+            went = owner.queue.nack(lease, dead=True, reason=failure_reason(failure))
+            if went is None:
+                logger.warning(
+                    "vtrr %s: NACK of %s found its lease lost (it may run again)",
+                    owner.name,
+                    lease.id,
+                )
+            else:
+                logger.warning(
+                    "vtrr %s: %s (partition %s) failed (%r): dead-lettered "
+                    "(VTRR.DEAD shows its error; VTRR.REVIVE runs it again)",
+                    owner.name,
+                    lease.id,
+                    lease.partition,
+                    failure,
                 )
         elif owner.queue.ack(lease) == 0:
             logger.warning(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Concatenate, Final
+from typing import TYPE_CHECKING, Any, Concatenate, Final, NoReturn
 
 from celery import Task
 from celery.exceptions import Retry
@@ -45,6 +45,12 @@ task is always bound.
 
 TASK_KEYS: Final = frozenset({"weight", "args", "kwargs", "id"})
 """The keys of one `.queue(tasks=[...])` entry."""
+
+CELERY_CALLS: Final = frozenset(
+    {"delay", "apply_async", "apply", "s", "si", "signature", "map", "starmap", "chunks"}
+)
+"""Celery's ways of calling a task, which a `VTRRTask` has not: its items are
+enqueued for a partition by `.queue()`; an AttributeError names it."""
 
 
 class VTRRCeleryTask(Task):  # type: ignore[misc]  # celery is untyped
@@ -136,6 +142,22 @@ class VTRRTask[**P, R]:
     def __call__(self, task: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the function directly (no queue): `task` is what `self` will be."""
         return self._fn(task, *args, **kwargs)
+
+    if not TYPE_CHECKING:  # type checkers keep reporting the attribute as missing
+
+        def __getattr__(self, name: str) -> NoReturn:
+            if name in CELERY_CALLS:
+                raise AttributeError(
+                    f"{type(self).__name__} {self.name} has no {name}(): every item belongs"
+                    ' to a partition, so enqueue with .queue(partition_key, tasks=[{"args":'
+                    ' [...], "kwargs": {...}}]); Celery\'s task (the trigger that runs the'
+                    " next item) is .celery_task",
+                    name=name,
+                    obj=self,
+                )
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+            )
 
     @property
     def name(self) -> str:

@@ -50,7 +50,7 @@ from threadmill.backends.base import (
 )
 
 from .. import commands
-from ..client import Queue
+from ..client import Queue, server_of
 from ..errors import SerializationError, translate
 from ..heartbeat import Heartbeat
 from ..limits import MAX_MS, MAX_WEIGHT, check_int
@@ -182,12 +182,11 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             )
 
     # Sending.
-    @staticmethod
-    def _execute(pipe: Any) -> list[Any]:
+    def _execute(self, pipe: Any) -> list[Any]:
         try:
             return cast(list[Any], pipe.execute())
         except redis.exceptions.ResponseError as error:
-            raise translate(error) from error
+            raise translate(error, server_of(self.client)) from error
 
     def _server_now_ms(self, queue_name: str) -> int:
         """The clock of the server holding the queue (TIME), in Unix ms."""
@@ -511,12 +510,14 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                 finished_at=timezone.now(),
             )
             logger.exception("vtrr: task %s failed", task_result.id)
-            task_finished.send(type(self), task_result=task_result)
-            return task_result
-        task_result = dataclasses.replace(
-            task_result, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now()
-        )
-        object.__setattr__(task_result, "_return_value", return_value)
+        else:
+            task_result = dataclasses.replace(
+                task_result, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now()
+            )
+            object.__setattr__(task_result, "_return_value", return_value)
+        # Sent outside the `except`, as threadmill's worker does: Django's own
+        # receiver logs the exception being handled, which would print the
+        # traceback logged above a second time.
         task_finished.send(type(self), task_result=task_result)
         return task_result
 

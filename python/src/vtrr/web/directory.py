@@ -17,15 +17,12 @@ from typing import Any, cast
 
 import redis
 
+from ..client import QUEUE_KEY_SUFFIXES
 from ..types import decode, encode
 
 _PREFIX = b"vtrr:"
-# Every key of a queue is vtrr:<name>:<one of these> (src/store/keys.rs).
-_SUFFIXES = frozenset(
-    b"queue current_virtual_time partition_virtual_time task meta inflight inflight_task lease"
-    b" timeouts delayed delayed_task nacks dead dead_task dead_reason policy held held_at"
-    b" partitions parking".split()
-)
+# Every key of a queue is vtrr:<name>:<one of these>.
+_SUFFIXES = frozenset(suffix.encode() for suffix in QUEUE_KEY_SUFFIXES)
 _SCAN_COUNT = 1000
 _SCAN_CALLS = 1000  # a million keys examined per node at most
 _KEEP_SECONDS = 30.0

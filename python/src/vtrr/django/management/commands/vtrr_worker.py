@@ -1,4 +1,9 @@
-"""`manage.py vtrr_worker`: run a VTRRBackend's tasks in N threads, with graceful SIGTERM."""
+"""`manage.py vtrr_worker`: run a VTRRBackend's tasks in N threads, with graceful SIGTERM.
+
+It says what it does through the `vtrr.django` logger: when the project's
+LOGGING sends the `vtrr` loggers nowhere, to stderr with timestamps (the
+format of `vtrr worker`); otherwise as the project says.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
 from vtrr.django.backend import VTRRBackend
+from vtrr.worker import LOG_FORMAT
 
 logger = logging.getLogger("vtrr.django")
 
@@ -76,6 +82,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
         exit_empty: bool = options["exit_empty"]
+        _log_to_stderr_unless_configured()
 
         stopping = threading.Event()
 
@@ -83,8 +90,8 @@ class Command(BaseCommand):  # type: ignore[misc]
             if stopping.is_set():
                 raise SystemExit(1)
             stopping.set()
-            self.stdout.write(
-                f"{signal.Signals(signum).name}: finishing the running tasks, then exiting"
+            logger.info(
+                "%s: finishing the running tasks, then exiting", signal.Signals(signum).name
             )
 
         signal.signal(signal.SIGTERM, on_signal)
@@ -100,9 +107,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             )
             for index in range(concurrency)
         ]
-        self.stdout.write(
-            f"vtrr_worker: backend {alias!r}, queues {queues}, {concurrency} thread(s)"
-        )
+        logger.info("vtrr_worker: backend %r, queues %s, %d thread(s)", alias, queues, concurrency)
         for thread in threads:
             thread.start()
         try:
@@ -111,7 +116,7 @@ class Command(BaseCommand):  # type: ignore[misc]
                     thread.join(0.1)
         finally:
             backend.close()
-        self.stdout.write("vtrr_worker: stopped")
+        logger.info("vtrr_worker: stopped")
 
     @staticmethod
     def _work(
@@ -135,3 +140,15 @@ class Command(BaseCommand):  # type: ignore[misc]
             except Exception:
                 # The lease expires and the task runs again.
                 logger.exception("vtrr_worker: acknowledge of task %s failed", result.id)
+
+
+def _log_to_stderr_unless_configured() -> None:
+    """Timestamped INFO lines on stderr for the `vtrr` loggers, unless the
+    project's LOGGING already sends them (or everything) somewhere."""
+    vtrr_logger = logging.getLogger("vtrr")
+    if vtrr_logger.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    vtrr_logger.addHandler(handler)
+    vtrr_logger.setLevel(logging.INFO)
