@@ -17,9 +17,9 @@ GATE_TEST      := instruction_counts_stay_within_the_committed_baseline
 # native layout, replication (about a minute) runs on the newest Redis,
 # cluster on Valkey 9 (its own, atomic slot migration; Valkey 8 migrates as
 # Redis does, met by the keys layout's cluster suite) and defrag on the
-# newest of each (the two servers' defrag APIs); hostile input, whose
-# subject is the module's parsing, runs on Redis 7.0 only (make test, both
-# layouts).
+# newest of each (the two servers' defrag APIs); hostile input and hostile
+# timing, whose subjects are the module's parsing and its own cost, run on
+# Redis 7.0 only (make test, both layouts).
 MATRIX_SUITES := --test lifecycle --test lease --test enqueue --test reclaim --test stats --test contract --test faults \
                  --test blocking --test security --test cluster --test replication --test timer --test tenants \
                  --test lua_compat --test worker --test schedule
@@ -48,13 +48,26 @@ PYTHON_LAYOUT_FREE := tests/test_install.py tests/test_web_browser.py tests/test
 PYTHON_MATRIX_TESTS := tests/test_client.py tests/test_worker.py tests/test_cli.py tests/test_cluster.py tests/test_sharded.py
 PYTHON_MATRIX_SERVERS := redis-8.2
 PYTHON_OLDEST_SERVERS := valkey-9
+# The Node package (node/): make test runs its whole node:test suite on the
+# keys layout and, on the native one, the files a layout can change (the
+# client, the worker, the cluster, ioredis, the kill -9 loop); packing and
+# installing, the Python interop and the declarations' check against the
+# module's table run once. Its tests mostly wait on servers and worker
+# processes, so three files run at once. The summary reporter ends each pass
+# with pytest's closing-line form, which .ci/run's count reads.
+NODE_TEST := node --test --test-concurrency=3 --test-timeout=120000 --test-reporter=spec --test-reporter-destination=stdout \
+             --test-reporter=./build/test/summary.js --test-reporter-destination=stdout
+NODE_NATIVE_TESTS := client worker cluster ioredis chaos
+# The package runs on Node 20; its test runner's options (--test-concurrency,
+# --test-timeout) came in 20.11.
+NODE_RECENT := const [major, minor] = process.versions.node.split(".").map(Number); process.exit(major > 20 || (major === 20 && minor >= 11) ? 0 : 1)
 
-.PHONY: help deps build release lint unit integration test test-matrix python-env python-env-oldest python-lint python-test fuzz soak bench bench-e2e bench-instructions bench-baseline run clean mutants
+.PHONY: help deps build release lint unit integration test test-matrix python-env python-env-oldest python-lint python-test node-env node-lint node-test fuzz soak bench bench-e2e bench-instructions bench-baseline run clean mutants
 
 help: ## Show this help
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, valgrind, chromium and its driver for the web view's browser tests, tmux for vtrr top's, redis-py)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, libclang-dev, valgrind, chromium and its driver for the web view's browser tests, tmux for vtrr top's, redis-py); say if Node 20+ and npm are missing
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
@@ -65,6 +78,8 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, redis-tools, l
 	@python3 -c 'import redis' 2>/dev/null || python3 -m pip install --quiet redis 2>/dev/null \
 	  || python3 -m pip install --quiet --break-system-packages redis 2>/dev/null \
 	  || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-redis >/dev/null; }
+	@command -v npm >/dev/null && node -e '$(NODE_RECENT)' 2>/dev/null \
+	  || echo "note: Node 20.11+ and npm not found: the Node package's targets (node-lint, node-test, part of make test) need them; Debian 12's nodejs is 18, see https://nodejs.org/en/download"
 
 build: deps ## Build the module (debug): target/debug/libvtrr.so, and the bench program
 	cargo build --lib --examples
@@ -82,13 +97,15 @@ unit: deps ## Unit and property tests of the core (no server)
 integration: build release ## Integration suites against real redis-server processes (the instruction-count gate needs the release module)
 	cargo test --tests --test '*'
 
-test: deps lint build release python-env ## Everything CI runs: lint, unit, property and integration tests (on both layouts), the instruction-count gate, the Python package's suite
+test: deps lint build release python-env ## Everything CI runs: lint, unit, property and integration tests (on both layouts), the instruction-count gate, the Python and Node packages' suites
 	@echo "=== $$(date +%T) built; the Rust tests, keys layout"
 	cargo test --lib --tests
 	@echo "=== $$(date +%T) the Rust integration suites, native layout"
 	VTRR_LAYOUT=native cargo test --test '*' -- --skip $(GATE_TEST)
 	@echo "=== $$(date +%T) the Python package"
 	$(MAKE) --no-print-directory python-lint python-test
+	@echo "=== $$(date +%T) the Node package"
+	$(MAKE) --no-print-directory node-lint node-test
 	@echo "=== $$(date +%T) make test done"
 
 python-env: ## A Python 3.12+ virtualenv in python/.venv with the package (editable) and its test tools
@@ -103,6 +120,20 @@ python-lint: python-env ## The Python package: ruff (lint and format) and mypy -
 python-test: build python-env ## The Python package's pytest suite against real servers, on both layouts (VTRR_REDIS_SERVER as for cargo)
 	cd python && $(PYTEST)
 	cd python && VTRR_LAYOUT=native $(PYTEST) $(addprefix --ignore=,$(PYTHON_LAYOUT_FREE))
+
+node-env: ## The Node package's dependencies in node/node_modules: npm ci from package-lock.json (again only when it or package.json changed)
+	@command -v npm >/dev/null && node -e '$(NODE_RECENT)' 2>/dev/null \
+	  || { echo "the Node package's tools need Node 20.11+ and npm, found $$(node --version 2>/dev/null || echo neither): install Node 20 (https://nodejs.org/en/download)"; exit 1; }
+	@stamp=node/node_modules/.package-lock.json; \
+	  if [ "$$stamp" -nt node/package-lock.json ] && [ "$$stamp" -nt node/package.json ]; then :; \
+	  else cd node && npm ci --no-audit --no-fund; fi
+
+node-lint: node-env ## The Node package: biome (lint and format) and tsc --noEmit (strict)
+	cd node && npx biome check src test bench && npx tsc -p tsconfig.json --noEmit
+
+node-test: build node-env python-env ## The Node package's node:test suite against real servers, on both layouts (VTRR_REDIS_SERVER as for cargo)
+	cd node && npx tsc -p tsconfig.json && $(NODE_TEST) build/test/*.test.js
+	cd node && VTRR_LAYOUT=native $(NODE_TEST) $(foreach file,$(NODE_NATIVE_TESTS),build/test/$(file).test.js)
 
 test-matrix: build python-env python-env-oldest ## Integration suites on Redis 7.4, Redis 8.2, Valkey 8 and Valkey 9 (fetched into .servers/): a representative set on each layout and of the Python suite
 	bash scripts/fetch-servers.sh
@@ -130,7 +161,7 @@ bench: release ## Module vs Lua vs Streams vs list, scaling, fairness, timer; wr
 	VTRR_MODULE=$$PWD/$(MODULE_RELEASE) VTRR_REDIS_SERVER=$$PWD/scripts/pinned-server.sh \
 	  taskset -c 1 target/release/examples/bench --out BENCHMARKS.md --plot docs/fairness.svg
 
-bench-e2e: release python-env ## One worker process draining a queue: vtrr.Worker (both layouts) vs BullMQ, Celery, RQ (installs them into bench/e2e/bullmq/node_modules and .bench/; E2E_JOBS, E2E_ROUNDS); writes docs/e2e.md
+bench-e2e: release python-env ## One worker process draining a queue: vtrr.Worker and the Node package's Worker (both layouts) vs BullMQ, Celery, RQ (installs them into bench/e2e/bullmq/node_modules, node/node_modules and .bench/; E2E_JOBS, E2E_ROUNDS); writes docs/e2e.md
 	python/.venv/bin/python bench/e2e/run.py --out docs/e2e.md
 
 bench-instructions: release ## Instructions per operation, each system, counted by callgrind (exact, repeatable); writes docs/instructions.md
@@ -147,8 +178,13 @@ bench-baseline: release ## Rewrites the instruction-count gate's baseline (tiny 
 	  target/debug/examples/bench --instructions --smoke --json examples/bench/instructions-baseline.json > /dev/null; \
 	status=$$?; rm -rf $$counts; exit $$status
 
-fuzz: build ## Long random-argument campaign against a live server (FUZZ_CALLS=200000)
+fuzz: build release ## The hostile campaigns: a long random-argument one (FUZZ_CALLS=200000), then hostile timing with the release module and its budgets, quiet and with every core busy, both layouts
 	VTRR_FUZZ_CALLS=$${FUZZ_CALLS:-200000} cargo test --test hostile random_arguments -- --nocapture
+	@status=0; for layout in keys native; do \
+	  echo "=== hostile timing, $$layout layout, release module, budgets held"; \
+	  VTRR_LAYOUT=$$layout VTRR_TIMING_BUDGETS=1 VTRR_MODULE=$$PWD/$(MODULE_RELEASE) \
+	    cargo test --test hostile_timing -- --nocapture --test-threads 1 || status=1; \
+	done; exit $$status
 
 soak: build ## Cluster soak: the queue's slot moved ROUNDS times each way under traffic (ROUNDS=20; SERVER=path for another server)
 	VTRR_SOAK_ROUNDS=$${ROUNDS:-20} VTRR_REDIS_SERVER=$${SERVER:-redis-server} cargo test --test cluster -- --nocapture

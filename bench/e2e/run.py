@@ -34,7 +34,8 @@ Sizes: E2E_JOBS (20,000) measured jobs after E2E_WARMUP (5,000) for vtrr
 and BullMQ; E2E_SLOW_JOBS (5,000) after E2E_SLOW_WARMUP (500) for Celery
 and RQ (hundreds to under two thousand jobs/s: per-job figures need no
 more); E2E_ROUNDS (3). E2E_WARMUP=0 measures from the first handler's
-start instead. E2E_SYSTEMS (native,keys,bullmq,celery,rq) and E2E_ROWS
+start instead. E2E_SYSTEMS (native,keys,bullmq,celery,rq,node-native,
+node-keys: the Node package's Worker, node/bench/e2e.ts) and E2E_ROWS
 (noop,2ms) choose a subset. `--out` writes the Markdown report (`make
 bench-e2e`: docs/e2e.md); the raw figures go to .bench/e2e.json.
 
@@ -74,6 +75,7 @@ PACKAGE_PYTHON = ROOT / "python" / ".venv" / "bin" / "python"
 PEERS = STATE / "peers"
 PEERS_PYTHON = PEERS / "bin" / "python"
 BULLMQ = HERE / "bullmq"
+NODE_PACKAGE = ROOT / "node"
 MODULE = ROOT / "target" / "release" / "libvtrr.so"
 PARTITIONS = 100
 PAYLOAD_BYTES = 100
@@ -107,6 +109,12 @@ def ensure_bullmq() -> None:
     subprocess.run(
         ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=BULLMQ, check=True
     )
+
+
+def ensure_node_package() -> None:
+    """The Node package's tools (`make node-env`: npm ci when stale) and its runner compiled."""
+    subprocess.run(["make", "--no-print-directory", "node-env"], cwd=ROOT, check=True)
+    subprocess.run(["npx", "tsc", "-p", "tsconfig.json"], cwd=NODE_PACKAGE, check=True)
 
 
 def ensure_peers(extra: list[str] | None = None) -> None:
@@ -183,6 +191,7 @@ class System:
 def systems() -> list[System]:
     vtrr = [str(PACKAGE_PYTHON), str(HERE / "vtrr_runner.py")]
     node = ["node", str(BULLMQ / "runner.js")]
+    vtrr_node = ["node", str(NODE_PACKAGE / "build" / "bench" / "e2e.js")]
     celery = [str(PEERS_PYTHON), str(HERE / "celery_runner.py")]
     rq = [str(PEERS_PYTHON), str(HERE / "rq_runner.py")]
 
@@ -203,6 +212,8 @@ def systems() -> list[System]:
             slow=True, env={"E2E_MODE": "work"},
         ),
         System("rq", "RQ SimpleWorker", [*rq, "fill"], lambda row: [*rq, "work"], slow=True, concurrent=False),
+        System("node-native", "vtrr Worker (Node) native", [*vtrr_node, "fill"], lambda row: [*vtrr_node, "work"], layout="native"),
+        System("node-keys", "vtrr Worker (Node) keys", [*vtrr_node, "fill"], lambda row: [*vtrr_node, "work"], layout="keys"),
     ]  # fmt: skip
 
 
@@ -389,6 +400,11 @@ def versions(server: Server) -> dict[str, str]:
         "Python": platform.python_version(),
         "BullMQ": package_json("bullmq"),
         "ioredis": package_json("ioredis"),
+        "node-redis (vtrr Node's)": json.loads(
+            (NODE_PACKAGE / "node_modules" / "redis" / "package.json").read_text()
+        )["version"]
+        if (NODE_PACKAGE / "node_modules" / "redis" / "package.json").exists()
+        else "not installed",
         "Node": node,
         "Celery": peer("celery"),
         "kombu": peer("kombu"),
@@ -559,7 +575,12 @@ def ratios(row_results: list[dict[str, Any]]) -> dict[str, list[float]]:
 
     bull = {metric: series("bullmq", metric) for metric in ("jobs_per_s", "server_us", "client_us")}
     out: dict[str, list[float]] = {}
-    for key, label in (("native", "native"), ("keys", "keys")):
+    for key, label in (
+        ("native", "native"),
+        ("keys", "keys"),
+        ("node-native", "Node native"),
+        ("node-keys", "Node keys"),
+    ):
         for metric, title in (
             ("jobs_per_s", "jobs/s"),
             ("server_us", "server CPU/job"),
@@ -768,7 +789,9 @@ def main() -> None:
     if args.profile:
         profile(worker_pin, server_pin, logs)
         return
-    wanted_systems = os.environ.get("E2E_SYSTEMS", "native,keys,bullmq,celery,rq").split(",")
+    wanted_systems = os.environ.get(
+        "E2E_SYSTEMS", "native,keys,bullmq,celery,rq,node-native,node-keys"
+    ).split(",")
     wanted_rows = os.environ.get("E2E_ROWS", "noop,2ms").split(",")
     chosen = [system for system in systems() if system.key in wanted_systems]
     rows = [row for row in ROWS if row.key in wanted_rows]
@@ -776,6 +799,8 @@ def main() -> None:
         ensure_bullmq()
     if any(system.key in ("celery", "rq") for system in chosen):
         ensure_peers()
+    if any(system.key.startswith("node-") for system in chosen):
+        ensure_node_package()
     jobs = int(os.environ.get("E2E_JOBS", "20000"))
     slow_jobs = int(os.environ.get("E2E_SLOW_JOBS", "5000"))
     warmup = int(os.environ.get("E2E_WARMUP", "5000"))
