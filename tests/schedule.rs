@@ -408,7 +408,7 @@ fn bad_schedules_are_refused_with_nothing_written() {
         ),
         (
             &["CRON", "61 * * * *", "PARTITION", "p", "PAYLOAD", "x"],
-            "ERR CRON is not a valid pattern",
+            "ERR CRON is not a valid pattern: its minutes field",
         ),
         (
             &["CRON", "* * *", "PARTITION", "p", "PAYLOAD", "x"],

@@ -77,7 +77,7 @@ impl Timing {
                 .and_then(|name| Tz::from_str(name).ok())
                 .ok_or(TimingError::Zone)?,
         };
-        let cron = Cron::from_str(pattern).map_err(|e| TimingError::Pattern(e.to_string()))?;
+        let cron = Cron::from_str(pattern).map_err(|e| refusal(pattern, &e.to_string()))?;
         Ok(Timing::Cron {
             pattern: pattern.to_string(),
             zone,
@@ -126,6 +126,43 @@ impl Timing {
             _ => false,
         }
     }
+}
+
+/// The fields of a pattern of 5, 6 (seconds first) or 7 (a year last).
+fn field_names(count: usize) -> Option<&'static [&'static str]> {
+    const FIELDS: [&str; 7] = [
+        "seconds",
+        "minutes",
+        "hours",
+        "day of month",
+        "month",
+        "day of week",
+        "year",
+    ];
+    match count {
+        5 => Some(&FIELDS[1..6]),
+        6 => Some(&FIELDS[..6]),
+        7 => Some(&FIELDS[..]),
+        _ => None,
+    }
+}
+
+/// Why croner refused `pattern`, naming the field at fault: croner's own
+/// message (`Component error: Number out of bounds.`) does not. The field
+/// is the first whose replacement by `*` makes the pattern read.
+fn refusal(pattern: &str, why: &str) -> TimingError {
+    let fields: Vec<&str> = pattern.split_whitespace().collect();
+    let at_fault = field_names(fields.len()).and_then(|names| {
+        (0..fields.len()).find_map(|i| {
+            let mut starred = fields.clone();
+            starred[i] = "*";
+            Cron::from_str(&starred.join(" ")).ok().map(|_| names[i])
+        })
+    });
+    TimingError::Pattern(match at_fault {
+        Some(field) => format!("its {field} field: {why}"),
+        None => why.to_string(),
+    })
 }
 
 /// What a schedule does with runs it missed.

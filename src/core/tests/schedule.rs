@@ -258,6 +258,20 @@ fn cron_patterns_take_seconds_and_aliases_and_refuse_nonsense() {
         Timing::cron(b"* * * * *", Some(b"Mars/Olympus")).unwrap_err(),
         TimingError::Zone
     );
+    // The field at fault is named: croner's message alone does not.
+    for (bad, field) in [
+        (&b"61 * * * *"[..], "its minutes field"),
+        (b"0 0 25 * * *", "its hours field"),
+        (b"* * 32 * *", "its day of month field"),
+        (b"* * * 13 *", "its month field"),
+        (b"* * * * 9", "its day of week field"),
+        (b"0 0 0 1 1 * 6000", "its year field"),
+    ] {
+        let Err(TimingError::Pattern(why)) = Timing::cron(bad, None) else {
+            panic!("{bad:?} refused");
+        };
+        assert!(why.starts_with(field), "{bad:?}: {why}");
+    }
     assert_eq!(Timing::every(0).unwrap_err(), TimingError::Period);
 }
 
