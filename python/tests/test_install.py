@@ -78,7 +78,7 @@ SMOKE = {
         client = redis.Redis(port=PORT)
         vtrr.Queue(client, NAME).enqueue("p", "a", b"x")
         text = generate_latest(registry_for(QueueCollector(client, [NAME]))).decode()
-        assert 'vtrr_queue_items{queue="' + NAME + '",state="queued"} 1.0' in text, text
+        assert 'vtrr_queue_items{queue="' + NAME + '",state="ready"} 1.0' in text, text
     """,
     "top": """
         import asyncio, redis, vtrr
