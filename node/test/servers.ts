@@ -116,6 +116,9 @@ export class Server {
       '',
       '--appendonly',
       'no',
+      // A replica's full sync starts at once, not after 5 s.
+      '--repl-diskless-sync-delay',
+      '0',
     ];
     if (options.withModule ?? true) {
       const moduleArgs = options.moduleArgs ?? [];

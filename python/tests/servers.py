@@ -72,6 +72,8 @@ class Server:
             "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log"),
             "--save", "", "--appendonly", "no",
+            # A replica's full sync starts at once, not after 5 s.
+            "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
         if with_module:
             args += ["--loadmodule", module_path(), *module_args]

@@ -101,7 +101,11 @@ impl Server {
             .arg("--logfile")
             .arg(self.dir.join("redis.log"))
             .arg("--daemonize")
-            .arg("no");
+            .arg("no")
+            // A replica's full sync starts at once, not after the default
+            // 5 s wait for more replicas (which a loaded machine stretched
+            // past a test's 10 s bound).
+            .args(["--repl-diskless-sync-delay", "0"]);
         if self.with_module {
             command
                 .arg("--loadmodule")
