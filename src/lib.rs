@@ -19,6 +19,7 @@ pub mod server;
 pub mod store;
 pub mod text;
 pub mod timer;
+pub mod watch;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{LoadingSubevent, ServerRole};

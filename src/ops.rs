@@ -33,8 +33,8 @@ use crate::store::keys;
 use crate::store::memory::MemoryStore;
 use crate::store::QueueKey;
 use crate::text::Quoted;
-use crate::timer::alarm::wake_by;
-use crate::timer::index::with_index;
+use crate::watch::alarm::wake_by;
+use crate::watch::index::with_index;
 use crate::{config, error, info};
 
 /// When a time-dependent operation runs, and the lease tokens it draws: the

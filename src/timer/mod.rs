@@ -2,7 +2,7 @@
 //! queue (exactly as `VTRR.RECLAIM`) and moves due delayed items into their
 //! queue (exactly as LEASE's promotion step).
 //!
-//! It never scans the keyspace per tick. Its [`index`] maps each (db, queue)
+//! It never scans the keyspace per tick. Its index ([`crate::watch::index`]) maps each (db, queue)
 //! with leases, delayed items or a parking under way to the earliest time
 //! one may be due:
 //! - the operations layer notes the expiry of every lease it grants and the
@@ -20,8 +20,6 @@
 //! Each [`tick`] acts on the index through the operations layer; its cost is
 //! proportional to the queues due or written, not to the keyspace.
 
-pub mod alarm;
-pub mod index;
 mod rebuild;
 mod tick;
 
@@ -32,8 +30,8 @@ use redis_module::Context;
 use crate::config;
 use crate::server::{now_ms, selected_db};
 use crate::store::keys;
-use alarm::{arm, disarm, wake_by};
-use index::with_index;
+use crate::watch::alarm::{arm, disarm, ring, wake_by};
+use crate::watch::index::with_index;
 
 /// Keyspace events on zset and generic keys: another client (or a replicated
 /// effect) wrote an inflight or delayed key, so its queue is rechecked at the
@@ -77,7 +75,7 @@ pub fn request_rebuild(ctx: &Context) {
 /// sooner when something it knows of is due sooner; with 0 it stays
 /// stopped.
 pub fn reschedule(ctx: &Context) {
-    alarm::ring(tick::tick);
+    ring(tick::tick);
     disarm(ctx);
     let interval = config::reclaim_interval_ms();
     if interval > 0 {

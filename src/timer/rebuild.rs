@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use redis_module::{Context, RedisValue};
 
-use super::index::with_index;
 use crate::server::bytes_of;
 use crate::server::select_db;
 use crate::store::keys;
+use crate::watch::index::with_index;
 
 /// Keys one SCAN call walks; the step looks at its budget between calls.
 const SCAN_COUNT: &str = "1000";

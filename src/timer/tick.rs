@@ -14,8 +14,6 @@ use std::time::{Duration, Instant};
 
 use redis_module::{Context, ContextFlags};
 
-use super::alarm::{self, arm};
-use super::index::with_index;
 use super::rebuild;
 use crate::core::{STEPS_FOR_ANY_FIRING, STEPS_PER_SEARCH};
 use crate::ops;
@@ -23,6 +21,8 @@ use crate::server::cluster;
 use crate::server::log_warning;
 use crate::server::{now_ms, select_db, selected_db, writes_paused};
 use crate::text::Quoted;
+use crate::watch::alarm::{self, arm};
+use crate::watch::index::with_index;
 use crate::{config, info};
 
 /// How soon the next run comes while work is left.

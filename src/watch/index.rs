@@ -1,6 +1,7 @@
 //! The timer's due-time index: for each (db, queue), the earliest time
-//! something in it may fall due (today a lease expiry; any other kind of
-//! due time is just another time), ordered by that time, plus the queues to
+//! something in it may fall due (a lease's expiry, a delayed item's or a
+//! parked partition's due time, a schedule's next run: all just times),
+//! ordered by that time, plus the queues to
 //! reread and the state of a rebuild. A plain data structure: the
 //! operations write it, the tick reads it.
 
