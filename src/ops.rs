@@ -22,15 +22,15 @@ use crate::core::{
     Leased, Level, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank,
     Schedule, ScheduleView, Stats,
 };
+use crate::layout::convert::ConvertError;
 use crate::layout::native::load_chunk;
-use crate::layout::open::{may_write_every_key, Caller, OpenError, Propagate};
-use crate::layout::{keys_layout_key_beside, layout_of, QueueStore};
+use crate::layout::open::{Caller, OpenError, Propagate};
+use crate::layout::{self, QueueStore};
 use crate::replication::effects::{replicate_verbatim, ApplyArgs};
 use crate::replication::replay::{Apply, Operation};
 use crate::server::log_warning;
 use crate::server::{new_token, now_ms, selected_db};
 use crate::store::keys;
-use crate::store::memory::MemoryStore;
 use crate::store::QueueKey;
 use crate::text::Quoted;
 use crate::watch::alarm::wake_by;
@@ -626,124 +626,14 @@ pub fn stats(ctx: &Context, queue: &[u8]) -> Result<(Stats, Layout), RedisError>
     })
 }
 
-/// `VTRR.CONVERT`: moves the queue to layout `to`, atomically, leases and
-/// tokens included; false when it has that layout already or does not
-/// exist. Every key's ACL permission is checked before anything changes.
+/// `VTRR.CONVERT`: moves the queue to layout `to` (see
+/// [`layout::convert`](crate::layout::convert)).
 pub fn convert(ctx: &Context, queue: &[u8], to: Layout) -> Result<bool, RedisError> {
-    let from = layout_of(ctx, queue);
-    if from == to {
-        return Ok(false);
-    }
-    may_write_every_key(ctx, queue).map_err(|e| error::open(&e))?;
-    // The target is checked before anything is taken: a key of the keys
-    // layout beside a native queue is another client's, not to merge into.
-    if to == Layout::keys {
-        if let Some(key) = keys_layout_key_beside(ctx, queue) {
-            return Err(error::convert_key_taken(&key));
-        }
-    }
-    let moved = take_queue(ctx, queue, from)?;
-    if moved.is_empty() {
-        return Ok(false);
-    }
-    let mut target = match put_queue(ctx, queue, to, moved) {
-        Ok(target) => target,
-        // Whatever refused the target, the queue goes back where it was:
-        // nothing changed, so nothing is propagated.
-        Err((refused, moved)) => {
-            if let Err((_, lost)) = put_queue(ctx, queue, from, moved) {
-                log_warning(
-                    ctx,
-                    &format!(
-                        "vtrr: VTRR.CONVERT of queue {} failed and could not put back its {} entries",
-                        Quoted(queue),
-                        lost.entries()
-                    ),
-                );
-            }
-            return Err(refused);
-        }
-    };
-    target.commit(c"vtrr.convert", || Propagate::Verbatim);
-    drop(target);
-    let db = selected_db(ctx);
-    with_index(|index| index.recheck.insert((db, queue.to_vec())));
-    Ok(true)
-}
-
-/// Opens `queue` in `layout` for VTRR.CONVERT.
-fn open_for_convert<'ctx>(
-    ctx: &'ctx Context,
-    queue: &[u8],
-    layout: Layout,
-) -> Result<QueueStore<'ctx>, RedisError> {
-    QueueStore::open_as(
-        layout,
-        ctx,
-        queue,
-        CoreOp::Convert.into(),
-        Caller::Client,
-        false,
-    )
-    .map_err(|e| error::open(&e))
-}
-
-/// Takes the whole queue out of `layout`, leaving its keys deleted.
-fn take_queue(ctx: &Context, queue: &[u8], layout: Layout) -> Result<MemoryStore, RedisError> {
-    Ok(match open_for_convert(ctx, queue, layout)? {
-        QueueStore::Native(mut native) => native.take(),
-        QueueStore::Keys(mut keys) => {
-            let moved =
-                core::convert::read_queue(&mut *keys).map_err(|e| error::core(&e, queue))?;
-            if !moved.is_empty() {
-                core::convert::clear_queue(&mut *keys);
-                keys.signal_modified();
-            }
-            moved
-        }
+    layout::convert::convert(ctx, queue, to).map_err(|refused| match refused {
+        ConvertError::Open(e) => error::open(&e),
+        ConvertError::KeyTaken(key) => error::convert_key_taken(&key),
+        ConvertError::Core(e) => error::core(&e, queue),
     })
-}
-
-/// Puts `moved` into `layout` (empty), returning the store to commit; on
-/// failure, the refusal and the queue, with nothing left written.
-// The queue travels by value (a move of its root, once per CONVERT).
-#[allow(clippy::result_large_err)]
-fn put_queue<'ctx>(
-    ctx: &'ctx Context,
-    queue: &[u8],
-    layout: Layout,
-    moved: MemoryStore,
-) -> Result<QueueStore<'ctx>, (RedisError, MemoryStore)> {
-    let mut target = match open_for_convert(ctx, queue, layout) {
-        Ok(target) => target,
-        Err(refused) => return Err((refused, moved)),
-    };
-    match &mut target {
-        QueueStore::Native(native) => native.install(moved),
-        QueueStore::Keys(keys) => {
-            core::convert::write_queue(&moved, &mut **keys);
-            free_in_background(moved);
-        }
-    }
-    Ok(target)
-}
-
-/// Entries above which a queue taken out of its key is freed on a thread
-/// of its own: about what freeing costs as much as starting the thread.
-const FREED_IN_BACKGROUND: usize = 10_000;
-
-/// Frees a big queue off the main thread, as the server's lazy free frees
-/// an unlinked native queue (a million entries take a fifth of a second to
-/// free); on this thread when it is small or no thread can start.
-fn free_in_background(queue: MemoryStore) {
-    if queue.entries() <= FREED_IN_BACKGROUND {
-        return;
-    }
-    // A thread that cannot start drops the closure, and the queue with it,
-    // here.
-    let _ = std::thread::Builder::new()
-        .name("vtrr-free".into())
-        .spawn(move || drop(queue));
 }
 
 /// `VTRR.LOAD`: adds a chunk of a native queue's encoding to the key (a

@@ -16,16 +16,20 @@ use std::ptr;
 use redis_module::{raw, Context, RedisValue};
 use smallvec::SmallVec;
 
-use super::open::{check_caller, check_permissions, Caller, OpenError, Propagate, QueueKeyOpen};
+use super::convert::free_in_background;
+use super::open::{OpenError, Opening, Propagate};
+use super::QueueLayout;
+use crate::config::Layout;
+use crate::core::{convert, CoreError};
 use crate::replication::effects::{
     format_score, replicate_apply, replicate_verbatim, Command, Effects,
 };
 use crate::server::acl::Access;
 use crate::server::api::api;
 use crate::server::blocking::signal_ready;
-use crate::server::key_names::names_of;
 use crate::server::notify_module_event;
 use crate::server::strings::{bytes_in, bytes_of, take_string, OwnedString};
+use crate::store::memory::MemoryStore;
 use crate::store::{
     HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ValueVisit, ZsetKey,
 };
@@ -60,41 +64,25 @@ pub struct KeysStore<'ctx> {
 }
 
 impl<'ctx> KeysStore<'ctx> {
-    /// Opens the keys `scope` declares of queue `queue` (for writing when
-    /// it writes), after checking the calling client's ACL permissions on
-    /// each (the commands name a queue, not keys, so Redis cannot check them
-    /// itself), and checks their types. With `records_effects` its writes
-    /// are recorded to propagate as effects; its commit must then be
-    /// [`Propagate::Effects`], and only then.
-    ///
-    /// `probe` is `vtrr:<name>:queue` as the layout probe opened it: used
-    /// as the `queue` slot when it was opened in this mode, else closed.
-    pub fn open_with(
-        ctx: &'ctx Context,
-        queue: &[u8],
-        scope: Scope,
-        caller: Caller,
-        records_effects: bool,
-        probe: Option<QueueKeyOpen>,
-    ) -> Result<Self, OpenError> {
-        let access = Access::of(scope.writes);
-        check_caller(ctx, queue, caller, access)?;
-        let (names, queue_name) = names_of(queue, scope.keys);
-        check_permissions(ctx, &names, caller, access)?;
+    /// Opens the keys the operation declares (for writing when it writes),
+    /// after [`Opening::check`], and checks their types. With
+    /// `records_effects` its writes are recorded to propagate as effects;
+    /// its commit must then be [`Propagate::Effects`], and only then.
+    fn open_keys(mut opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
+        let (names, queue_name) = opening.check(opening.scope.keys)?;
         let mut store = KeysStore {
-            ctx,
+            ctx: opening.ctx,
             queue_name,
-            scope,
-            access,
-            records_effects,
+            scope: opening.scope,
+            access: opening.access,
+            records_effects: opening.records_effects,
             slots: Default::default(),
             recent_members: Default::default(),
         };
-        let mut probe = probe.filter(|p| p.writable == scope.writes);
         for (key, name) in QueueKey::ALL.into_iter().zip(names) {
             if let Some(name) = name {
                 let opened = match key {
-                    QueueKey::Queue => probe.take().map(QueueKeyOpen::take),
+                    QueueKey::Queue => Some(opening.open_queue_key(&name)),
                     _ => None,
                 };
                 store.open_slot(key, name, opened)?;
@@ -109,11 +97,11 @@ impl<'ctx> KeysStore<'ctx> {
         &mut self,
         which: QueueKey,
         name: OwnedString,
-        opened: Option<(OwnedString, *mut raw::RedisModuleKey)>,
+        opened: Option<*mut raw::RedisModuleKey>,
     ) -> Result<(), OpenError> {
         let mode = self.access.open_mode();
         let key = match opened {
-            Some((_, key)) => key,
+            Some(key) => key,
             // SAFETY: ctx is the live context of this call; name is a valid
             // string kept alive in the slot for as long as the key is open.
             None => unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
@@ -195,55 +183,6 @@ impl<'ctx> KeysStore<'ctx> {
         made
     }
 
-    /// Whether this command wrote anything so far.
-    pub fn changed(&self) -> bool {
-        self.slots.iter().flatten().any(|s| s.written)
-    }
-
-    /// Whether this command wrote `which`.
-    pub fn wrote(&self, which: QueueKey) -> bool {
-        self.slots[which.index()]
-            .as_ref()
-            .is_some_and(|slot| slot.written)
-    }
-
-    /// Signals the changed keys (for WATCH and client-side caching),
-    /// propagates the call as `propagate` says (asked only when something
-    /// changed) and fires `event` on `vtrr:<name>:queue`. Returns whether
-    /// anything had changed.
-    pub fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool {
-        if !self.changed() {
-            return false;
-        }
-        let propagate = propagate();
-        match &propagate {
-            Propagate::Effects => {}
-            Propagate::Verbatim => replicate_verbatim(self.ctx),
-            Propagate::Apply(args) => replicate_apply(self.ctx, args),
-        }
-        let effects = matches!(propagate, Propagate::Effects);
-        debug_assert_eq!(
-            effects, self.records_effects,
-            "effects recorded iff propagated"
-        );
-        let queue_grew = self.slots[QueueKey::Queue.index()]
-            .as_ref()
-            .is_some_and(|slot| slot.added);
-        if queue_grew {
-            // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
-            signal_ready(self.ctx, &self.queue_name);
-        }
-        for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
-            // SAFETY: ctx and the key name are valid for this call.
-            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
-            if effects {
-                slot.effects.replicate(self.ctx, &slot.name);
-            }
-        }
-        self.notify(event);
-        true
-    }
-
     /// Signals the keys written so far (WATCH) without propagating or
     /// notifying: VTRR.CONVERT's source, whose target commits the call.
     pub fn signal_modified(&self) {
@@ -251,16 +190,6 @@ impl<'ctx> KeysStore<'ctx> {
             // SAFETY: ctx and the key name are valid for this call.
             unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
         }
-    }
-
-    /// Wakes clients blocked in VTRR.LEASE ... BLOCK on this queue.
-    pub fn signal_ready(&self) {
-        signal_ready(self.ctx, &self.queue_name);
-    }
-
-    /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
-    pub fn notify(&self, event: &CStr) {
-        notify_module_event(self.ctx, &self.queue_name, event);
     }
 
     /// Notes a write to `which`, and records it as an effect (`args`, made
@@ -357,6 +286,89 @@ fn call_error(command: &'static str, slot: &Slot, reply: String) -> StoreError {
 /// The reply of `command` was not of the shape it always has.
 fn unexpected(command: &'static str, slot: &Slot, reply: &RedisValue) -> StoreError {
     call_error(command, slot, format!("unexpected reply {reply:?}"))
+}
+
+impl<'ctx> QueueLayout<'ctx> for KeysStore<'ctx> {
+    const LAYOUT: Layout = Layout::keys;
+
+    fn open(opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
+        Self::open_keys(opening)
+    }
+
+    /// Whether this command wrote anything so far.
+    fn changed(&self) -> bool {
+        self.slots.iter().flatten().any(|s| s.written)
+    }
+
+    /// Whether this command wrote `which`.
+    fn wrote(&self, which: QueueKey) -> bool {
+        self.slots[which.index()]
+            .as_ref()
+            .is_some_and(|slot| slot.written)
+    }
+
+    /// Signals the changed keys (for WATCH and client-side caching),
+    /// propagates the call as `propagate` says (asked only when something
+    /// changed) and fires `event` on `vtrr:<name>:queue`. Returns whether
+    /// anything had changed.
+    fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool {
+        if !self.changed() {
+            return false;
+        }
+        let propagate = propagate();
+        match &propagate {
+            Propagate::Effects => {}
+            Propagate::Verbatim => replicate_verbatim(self.ctx),
+            Propagate::Apply(args) => replicate_apply(self.ctx, args),
+        }
+        let effects = matches!(propagate, Propagate::Effects);
+        debug_assert_eq!(
+            effects, self.records_effects,
+            "effects recorded iff propagated"
+        );
+        let queue_grew = self.slots[QueueKey::Queue.index()]
+            .as_ref()
+            .is_some_and(|slot| slot.added);
+        if queue_grew {
+            // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
+            signal_ready(self.ctx, &self.queue_name);
+        }
+        for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
+            // SAFETY: ctx and the key name are valid for this call.
+            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
+            if effects {
+                slot.effects.replicate(self.ctx, &slot.name);
+            }
+        }
+        self.notify(event);
+        true
+    }
+
+    /// Wakes clients blocked in VTRR.LEASE ... BLOCK on this queue.
+    fn signal_ready(&self) {
+        signal_ready(self.ctx, &self.queue_name);
+    }
+
+    /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
+    fn notify(&self, event: &CStr) {
+        notify_module_event(self.ctx, &self.queue_name, event);
+    }
+
+    /// Reads the whole queue out of its keys and deletes them (the keys
+    /// are signalled; the target layout's commit propagates the call).
+    fn take(&mut self) -> Result<MemoryStore, CoreError> {
+        let moved = convert::read_queue(self)?;
+        if !moved.is_empty() {
+            convert::clear_queue(self);
+            self.signal_modified();
+        }
+        Ok(moved)
+    }
+
+    fn install(&mut self, queue: MemoryStore) {
+        convert::write_queue(&queue, self);
+        free_in_background(queue);
+    }
 }
 
 impl Drop for KeysStore<'_> {

@@ -11,19 +11,21 @@ use std::ffi::CStr;
 
 use redis_module::Context;
 
+pub mod convert;
 pub mod keys;
 pub mod native;
 pub mod open;
 
 use keys::KeysStore;
 use native::{found_at, Found, NativeStore};
-use open::{Caller, OpenError, Propagate, QueueKeyOpen};
+use open::{Caller, OpenError, Opening, Propagate, QueueKeyOpen};
 
 use crate::config::{self, Layout};
-use crate::replication::effects::{replicate_apply, replicate_verbatim};
+use crate::core::CoreError;
 use crate::server::api::api;
 use crate::server::key_names::names_of;
 use crate::server::strings::OwnedString;
+use crate::store::memory::MemoryStore;
 use crate::store::{HashKey, HashPage, QueueKey, Record, Scope, Store, StoreError, ZsetKey};
 
 /// The layout of queue `queue` as a call on it would find it.
@@ -65,6 +67,46 @@ pub fn keys_layout_key_beside(ctx: &Context, queue: &[u8]) -> Option<Vec<u8>> {
     Some(found.bytes().to_vec())
 }
 
+/// What a layout provides besides the [`Store`] the core sees: the seam
+/// between the operations and a queue's layout. A layout is a folder
+/// implementing this, plus its line in each of [`QueueStore`]'s three
+/// lists (the enum, [`QueueStore::open_in`] and `dispatch!`), all below.
+pub trait QueueLayout<'ctx>: Store + Sized {
+    const LAYOUT: Layout;
+
+    /// Opens the queue for one call, after [`Opening::check`].
+    fn open(opening: Opening<'ctx, '_>) -> Result<Self, OpenError>;
+
+    /// Whether the call wrote anything so far.
+    fn changed(&self) -> bool;
+
+    /// Whether the call wrote the logical key `which`.
+    fn wrote(&self, which: QueueKey) -> bool;
+
+    /// Signals what the call changed (WATCH), propagates it as `propagate`
+    /// says (asked only when something changed), wakes clients blocked on
+    /// the queue when it grew, and fires `event` on `vtrr:<name>:queue`.
+    /// Whether anything had changed.
+    fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool;
+
+    /// Wakes clients blocked in `VTRR.LEASE ... BLOCK` on this queue.
+    fn signal_ready(&self);
+
+    /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
+    fn notify(&self, event: &CStr);
+
+    /// Takes the whole queue out (VTRR.CONVERT), leaving its keys deleted.
+    fn take(&mut self) -> Result<MemoryStore, CoreError>;
+
+    /// Puts `queue` in the empty queue (VTRR.CONVERT, whose commit
+    /// propagates the call).
+    fn install(&mut self, queue: MemoryStore);
+
+    fn layout(&self) -> Layout {
+        Self::LAYOUT
+    }
+}
+
 /// The store of one call, in the queue's layout. The keys layout's store
 /// (a slot per key, about a kilobyte) is boxed: one allocation per call
 /// costs less than the copies of it that moving the store through a call
@@ -72,6 +114,16 @@ pub fn keys_layout_key_beside(ctx: &Context, queue: &[u8]) -> Option<Vec<u8>> {
 pub enum QueueStore<'ctx> {
     Keys(Box<KeysStore<'ctx>>),
     Native(NativeStore<'ctx>),
+}
+
+/// Each method, on whichever store the queue has.
+macro_rules! dispatch {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            QueueStore::Keys($store) => $call,
+            QueueStore::Native($store) => $call,
+        }
+    };
 }
 
 impl<'ctx> QueueStore<'ctx> {
@@ -88,15 +140,8 @@ impl<'ctx> QueueStore<'ctx> {
     ) -> Result<Self, OpenError> {
         let probe = QueueKeyOpen::open(ctx, queue, scope.writes);
         let layout = layout_at(ctx, queue, &probe);
-        Self::open_in(
-            layout,
-            ctx,
-            queue,
-            scope,
-            caller,
-            records_effects,
-            Some(probe),
-        )
+        let opening = Opening::new(ctx, queue, scope, caller, records_effects, Some(probe));
+        Self::open_in(layout, opening)
     }
 
     /// Opens queue `queue` in `layout` (VTRR.CONVERT opens both).
@@ -106,97 +151,50 @@ impl<'ctx> QueueStore<'ctx> {
         queue: &[u8],
         scope: Scope,
         caller: Caller,
-        records_effects: bool,
     ) -> Result<Self, OpenError> {
-        Self::open_in(layout, ctx, queue, scope, caller, records_effects, None)
+        Self::open_in(layout, Opening::new(ctx, queue, scope, caller, false, None))
     }
 
-    /// The store of `layout`, reusing `probe` (the queue key, already open) if given.
-    fn open_in(
-        layout: Layout,
-        ctx: &'ctx Context,
-        queue: &[u8],
-        scope: Scope,
-        caller: Caller,
-        records_effects: bool,
-        probe: Option<QueueKeyOpen>,
-    ) -> Result<Self, OpenError> {
+    fn open_in(layout: Layout, opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
         Ok(match layout {
-            Layout::keys => QueueStore::Keys(Box::new(KeysStore::open_with(
-                ctx,
-                queue,
-                scope,
-                caller,
-                records_effects,
-                probe,
-            )?)),
-            Layout::native => {
-                QueueStore::Native(NativeStore::open_with(ctx, queue, scope, caller, probe)?)
-            }
+            Layout::keys => QueueStore::Keys(Box::new(KeysStore::open(opening)?)),
+            Layout::native => QueueStore::Native(NativeStore::open(opening)?),
         })
     }
 
     pub fn layout(&self) -> Layout {
-        match self {
-            QueueStore::Keys(_) => Layout::keys,
-            QueueStore::Native(_) => Layout::native,
-        }
+        dispatch!(self, s => s.layout())
     }
 
     pub fn changed(&self) -> bool {
-        match self {
-            QueueStore::Keys(store) => store.changed(),
-            QueueStore::Native(store) => store.changed(),
-        }
+        dispatch!(self, s => s.changed())
     }
 
     /// Whether the call wrote the logical key `which`.
     pub fn wrote(&self, which: QueueKey) -> bool {
-        match self {
-            QueueStore::Keys(store) => store.wrote(which),
-            QueueStore::Native(store) => store.wrote(which),
-        }
+        dispatch!(self, s => s.wrote(which))
     }
 
-    /// Commits the call (see [`KeysStore::commit`]); a native queue
-    /// propagates it as a command whatever `propagate` says of effects: the
-    /// same command on the same value writes the same.
+    /// See [`QueueLayout::commit`].
     pub fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool {
-        match self {
-            QueueStore::Keys(store) => store.commit(event, propagate),
-            QueueStore::Native(store) => {
-                let ctx = store.ctx();
-                store.commit(event, || match propagate() {
-                    Propagate::Effects | Propagate::Verbatim => replicate_verbatim(ctx),
-                    Propagate::Apply(args) => replicate_apply(ctx, &args),
-                })
-            }
-        }
+        dispatch!(self, s => s.commit(event, propagate))
     }
 
     pub fn signal_ready(&self) {
-        match self {
-            QueueStore::Keys(store) => store.signal_ready(),
-            QueueStore::Native(store) => store.signal_ready(),
-        }
+        dispatch!(self, s => s.signal_ready())
     }
 
     pub fn notify(&self, event: &CStr) {
-        match self {
-            QueueStore::Keys(store) => store.notify(event),
-            QueueStore::Native(store) => store.notify(event),
-        }
+        dispatch!(self, s => s.notify(event))
     }
-}
 
-/// Each operation, on whichever store the queue has.
-macro_rules! dispatch {
-    ($self:ident, $store:ident => $call:expr) => {
-        match $self {
-            QueueStore::Keys($store) => $call,
-            QueueStore::Native($store) => $call,
-        }
-    };
+    pub fn take(&mut self) -> Result<MemoryStore, CoreError> {
+        dispatch!(self, s => s.take())
+    }
+
+    pub fn install(&mut self, queue: MemoryStore) {
+        dispatch!(self, s => s.install(queue))
+    }
 }
 
 impl Store for QueueStore<'_> {

@@ -10,7 +10,7 @@ use crate::server::api::api;
 use crate::server::cluster::{self, Actor};
 use crate::server::key_names::names_of;
 use crate::server::strings::OwnedString;
-use crate::store::{KeyKind, QueueKey};
+use crate::store::{KeyKind, QueueKey, Scope};
 
 /// Who is acting: a client (whose ACL user is checked) or the server itself
 /// (the timer, which has no client and no user).
@@ -42,10 +42,81 @@ pub enum OpenError {
     SlotMoving,
 }
 
+/// A queue about to be opened for one call: what each layout's
+/// [`open`](super::QueueLayout::open) starts from, and the checks every open
+/// makes before it opens a key ([`Opening::check`]).
+pub struct Opening<'ctx, 'q> {
+    pub ctx: &'ctx Context,
+    pub queue: &'q [u8],
+    /// The keys the operation declares, and whether it writes.
+    pub scope: Scope,
+    pub caller: Caller,
+    pub access: Access,
+    /// Whether writes are recorded to propagate as effects (only the keys
+    /// layout has effects: a native queue always propagates commands).
+    pub records_effects: bool,
+    /// `vtrr:<name>:queue` as the layout probe opened it, when in this
+    /// call's mode.
+    probe: Option<QueueKeyOpen>,
+}
+
+impl<'ctx, 'q> Opening<'ctx, 'q> {
+    pub(crate) fn new(
+        ctx: &'ctx Context,
+        queue: &'q [u8],
+        scope: Scope,
+        caller: Caller,
+        records_effects: bool,
+        probe: Option<QueueKeyOpen>,
+    ) -> Self {
+        Opening {
+            ctx,
+            queue,
+            scope,
+            caller,
+            access: Access::of(scope.writes),
+            records_effects,
+            probe: probe.filter(|p| p.writable == scope.writes),
+        }
+    }
+
+    /// The checks of every open, in every layout, before any key is
+    /// opened: the cluster's (the queue's slot is not moving) and the
+    /// calling client's ACL user's on each key of `keys` (the commands name
+    /// a queue, not keys, so the server cannot check them itself). The
+    /// names of `keys` (at their [`QueueKey::index`]) and the name of
+    /// `vtrr:<name>:queue`, which notifications name whether opened or not.
+    pub fn check(
+        &self,
+        keys: &[QueueKey],
+    ) -> Result<([Option<OwnedString>; QueueKey::ALL.len()], OwnedString), OpenError> {
+        check_caller(self.ctx, self.queue, self.caller, self.access)?;
+        let (names, queue_name) = names_of(self.queue, keys);
+        check_permissions(self.ctx, &names, self.caller, self.access)?;
+        Ok((names, queue_name))
+    }
+
+    /// `vtrr:<name>:queue` open in the call's mode (named `name`): the
+    /// probe's key when it was opened so, else opened now; NULL when it is
+    /// missing and opened for reading (which reads as empty). The caller
+    /// closes it.
+    pub fn open_queue_key(&mut self, name: &OwnedString) -> *mut raw::RedisModuleKey {
+        match self.probe.take() {
+            Some(probe) => probe.take().1,
+            // SAFETY: live context and a valid name, which the caller keeps
+            // while the key is open.
+            None => {
+                unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, self.access.open_mode()) }
+                    .cast::<raw::RedisModuleKey>()
+            }
+        }
+    }
+}
+
 /// The cluster check of every open: a client or the timer acts only where
 /// the queue's slot is not moving (the timer's reads only refresh its
 /// index, so they may).
-pub(crate) fn check_caller(
+fn check_caller(
     ctx: &Context,
     queue: &[u8],
     caller: Caller,
@@ -64,7 +135,7 @@ pub(crate) fn check_caller(
 
 /// The calling client's ACL user may access every key of `names` as
 /// `access` says (the first denied one is logged and named).
-pub(crate) fn check_permissions(
+fn check_permissions(
     ctx: &Context,
     names: &[Option<OwnedString>],
     caller: Caller,

@@ -21,6 +21,7 @@ use super::items::{item_slot, order_slot, ItemHash, ItemOrder, Items};
 use super::order::Order;
 use super::record::Record;
 use super::thin::Thin;
+use super::value_access::ValueAccess;
 use super::zset::Zset;
 use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
 
@@ -574,15 +575,25 @@ pub struct Scoped<'a> {
     scope: Scope,
 }
 
+impl ValueAccess for Scoped<'_> {
+    fn read(&mut self, which: QueueKey) -> Option<&mut MemoryStore> {
+        Some(self.check(which, false))
+    }
+
+    fn write(&mut self, which: QueueKey) -> &mut MemoryStore {
+        self.check(which, true)
+    }
+
+    fn remove<T: Default>(
+        &mut self,
+        which: QueueKey,
+        remove: impl FnOnce(&mut MemoryStore) -> (T, bool),
+    ) -> T {
+        remove(self.check(which, true)).0
+    }
+}
+
 impl Scoped<'_> {
-    fn reading(&mut self, key: impl Into<QueueKey>) -> &mut MemoryStore {
-        self.check(key.into(), false)
-    }
-
-    fn writing(&mut self, key: impl Into<QueueKey>) -> &mut MemoryStore {
-        self.check(key.into(), true)
-    }
-
     fn check(&mut self, key: QueueKey, write: bool) -> &mut MemoryStore {
         assert!(
             self.scope.allows(key, write),
@@ -590,130 +601,6 @@ impl Scoped<'_> {
             self.scope.refusal(key, write)
         );
         self.store
-    }
-}
-
-impl Store for Scoped<'_> {
-    fn zscore(&mut self, key: ZsetKey, member: &[u8]) -> Option<f64> {
-        self.reading(key).zscore(key, member)
-    }
-
-    fn zadd(&mut self, key: ZsetKey, member: &[u8], score: f64) {
-        self.writing(key).zadd(key, member, score)
-    }
-
-    fn zrem(&mut self, key: ZsetKey, member: &[u8]) -> bool {
-        self.writing(key).zrem(key, member)
-    }
-
-    fn zfirst(&mut self, key: ZsetKey) -> Option<(Vec<u8>, f64)> {
-        self.reading(key).zfirst(key)
-    }
-
-    fn zrange_upto(&mut self, key: ZsetKey, max: f64, limit: usize) -> Vec<(Vec<u8>, f64)> {
-        self.reading(key).zrange_upto(key, max, limit)
-    }
-
-    fn zrange_above(
-        &mut self,
-        key: ZsetKey,
-        above: f64,
-        max: f64,
-        limit: usize,
-    ) -> Vec<(Vec<u8>, f64)> {
-        self.reading(key).zrange_above(key, above, max, limit)
-    }
-
-    fn zfirst_from(&mut self, key: ZsetKey, from: &[u8]) -> Option<Vec<u8>> {
-        self.reading(key).zfirst_from(key, from)
-    }
-
-    fn zcard(&mut self, key: ZsetKey) -> u64 {
-        self.reading(key).zcard(key)
-    }
-
-    fn zcount_upto(&mut self, key: ZsetKey, max: f64) -> Result<u64, StoreError> {
-        self.reading(key).zcount_upto(key, max)
-    }
-
-    fn zmembers_from(
-        &mut self,
-        key: ZsetKey,
-        offset: usize,
-        limit: usize,
-    ) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.reading(key).zmembers_from(key, offset, limit)
-    }
-
-    fn hget(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
-        self.reading(key).hget(key, field)
-    }
-
-    fn hset(&mut self, key: HashKey, field: &[u8], value: &[u8]) {
-        self.writing(key).hset(key, field, value)
-    }
-
-    fn hdel(&mut self, key: HashKey, field: &[u8]) {
-        self.writing(key).hdel(key, field)
-    }
-
-    fn set_item(&mut self, id: &[u8], payload: (HashKey, &[u8]), meta: Option<&[u8]>) {
-        if meta.is_some() {
-            self.writing(HashKey::Meta);
-        }
-        self.writing(payload.0).set_item(id, payload, meta)
-    }
-
-    fn record(&mut self, partition: &[u8]) -> Option<Result<Record, Vec<u8>>> {
-        self.reading(HashKey::Partitions).record(partition)
-    }
-
-    fn set_record(&mut self, partition: &[u8], record: &Record) {
-        self.writing(HashKey::Partitions)
-            .set_record(partition, record)
-    }
-
-    fn hget_int(&mut self, key: HashKey, field: &[u8]) -> Option<Result<i64, Vec<u8>>> {
-        self.reading(key).hget_int(key, field)
-    }
-
-    fn hset_int(&mut self, key: HashKey, field: &[u8], value: i64) {
-        self.writing(key).hset_int(key, field, value)
-    }
-
-    fn htake(&mut self, key: HashKey, field: &[u8]) -> Option<Vec<u8>> {
-        self.writing(key).htake(key, field)
-    }
-
-    fn hlen(&mut self, key: HashKey) -> u64 {
-        self.reading(key).hlen(key)
-    }
-
-    fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.reading(key).hfields(key)
-    }
-
-    fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
-        self.reading(key).hscan(key, cursor, count)
-    }
-
-    fn delete(&mut self, key: QueueKey) {
-        self.writing(key).delete(key)
-    }
-
-    fn current_virtual_time(&mut self) -> Option<Vec<u8>> {
-        self.reading(QueueKey::CurrentVirtualTime)
-            .current_virtual_time()
-    }
-
-    fn set_current_virtual_time(&mut self, value: i64) {
-        self.writing(QueueKey::CurrentVirtualTime)
-            .set_current_virtual_time(value)
-    }
-
-    fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
-        self.writing(QueueKey::CurrentVirtualTime)
-            .set_raw_current_virtual_time(value)
     }
 }
 

@@ -16,6 +16,7 @@ pub mod number;
 mod order;
 pub mod record;
 pub mod thin;
+pub mod value_access;
 mod zset;
 
 pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
