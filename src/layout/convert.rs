@@ -8,10 +8,10 @@ use super::open::{may_write_every_key, Caller, OpenError, Propagate};
 use super::{keys_layout_key_beside, layout_of, QueueStore};
 use crate::config::Layout;
 use crate::core::{CoreError, CoreOp};
-use crate::server::{log_warning, selected_db};
+use crate::server::log_warning;
 use crate::store::memory::MemoryStore;
 use crate::text::Quoted;
-use crate::watch::index::with_index;
+use crate::watch;
 
 /// Why a queue was not converted. Nothing changed.
 pub enum ConvertError {
@@ -64,8 +64,7 @@ pub fn convert(ctx: &Context, queue: &[u8], to: Layout) -> Result<bool, ConvertE
     };
     target.commit(c"vtrr.convert", || Propagate::Verbatim);
     drop(target);
-    let db = selected_db(ctx);
-    with_index(|index| index.recheck.insert((db, queue.to_vec())));
+    watch::recheck(ctx, queue);
     Ok(true)
 }
 

@@ -21,14 +21,19 @@ pub enum Caller {
 }
 
 /// How a committed call reaches replicas and the AOF (in `vtrr.replication
-/// effects` mode, always as its effects).
-pub enum Propagate {
-    /// Its writes, as the plain commands that redo them (ZADD, HSET, ...).
+/// effects` mode, always as its effects). The operations layer holds, until
+/// the call's outcome is known, a `Propagate` whose `A` makes the arguments
+/// of its `VTRR.APPLY` from that outcome.
+pub enum Propagate<A = ApplyArgs> {
+    /// Its writes, as the plain commands that redo them (ZADD, HSET, ...):
+    /// the rarer writes, which walk what they change.
     Effects,
-    /// The client's command as it was sent: the call is deterministic.
+    /// The client's command as it was sent: the call is deterministic (the
+    /// same call on the same keys writes the same).
     Verbatim,
-    /// `VTRR.APPLY` with these arguments (`replay::Apply::write_args`).
-    Apply(ApplyArgs),
+    /// `VTRR.APPLY` with these arguments (`replay::Apply::write_args`): a
+    /// time-dependent call, with the moment it ran and what it drew.
+    Apply(A),
 }
 
 /// Why a queue's keys could not be opened. Nothing was written.
@@ -103,9 +108,9 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
     pub fn open_queue_key(&mut self, name: &OwnedString) -> *mut raw::RedisModuleKey {
         match self.probe.take() {
             Some(probe) => probe.take().1,
-            // SAFETY: live context and a valid name, which the caller keeps
-            // while the key is open.
             None => {
+                // SAFETY: live context and a valid name, which the caller
+                // keeps while the key is open.
                 unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, self.access.open_mode()) }
                     .cast::<raw::RedisModuleKey>()
             }

@@ -21,9 +21,8 @@ use super::items::{item_slot, order_slot, ItemHash, ItemOrder, Items};
 use super::order::Order;
 use super::record::Record;
 use super::thin::Thin;
-use super::value_access::ValueAccess;
 use super::zset::Zset;
-use super::{HashKey, HashPage, QueueKey, Scope, Store, StoreError, ZsetKey};
+use super::{HashKey, HashPage, QueueKey, Store, StoreError, ZsetKey};
 
 /// One queue's keys as plain collections.
 #[derive(Debug, Clone)]
@@ -340,16 +339,6 @@ impl MemoryStore {
         }
         None
     }
-
-    /// This store as one operation sees it: any key the operation does not
-    /// declare (or a write in a read-only one) panics, naming the key and
-    /// the operation. The core's tests run each call through it.
-    pub fn scoped(&mut self, scope: impl Into<Scope>) -> Scoped<'_> {
-        Scoped {
-            store: self,
-            scope: scope.into(),
-        }
-    }
 }
 
 impl Store for MemoryStore {
@@ -565,42 +554,6 @@ impl Store for MemoryStore {
             .map_or(0, |v| heap(v.len()));
         self.bytes += heap(value.len());
         self.current_virtual_time = Some(value.into());
-    }
-}
-
-/// A [`MemoryStore`] scoped to one operation's declared keys
-/// ([`MemoryStore::scoped`]).
-pub struct Scoped<'a> {
-    store: &'a mut MemoryStore,
-    scope: Scope,
-}
-
-impl ValueAccess for Scoped<'_> {
-    fn read(&mut self, which: QueueKey) -> Option<&mut MemoryStore> {
-        Some(self.check(which, false))
-    }
-
-    fn write(&mut self, which: QueueKey) -> &mut MemoryStore {
-        self.check(which, true)
-    }
-
-    fn remove<T: Default>(
-        &mut self,
-        which: QueueKey,
-        remove: impl FnOnce(&mut MemoryStore) -> (T, bool),
-    ) -> T {
-        remove(self.check(which, true)).0
-    }
-}
-
-impl Scoped<'_> {
-    fn check(&mut self, key: QueueKey, write: bool) -> &mut MemoryStore {
-        assert!(
-            self.scope.allows(key, write),
-            "{}",
-            self.scope.refusal(key, write)
-        );
-        self.store
     }
 }
 

@@ -4,7 +4,7 @@
 //! and what a write notes.
 
 use super::memory::MemoryStore;
-use super::{HashKey, HashPage, QueueKey, Record, Store, StoreError, ZsetKey};
+use super::{HashKey, HashPage, QueueKey, Record, Scope, Store, StoreError, ZsetKey};
 
 /// How a call reaches its one [`MemoryStore`], key by key: every [`Store`]
 /// method is written once, over these three.
@@ -164,5 +164,53 @@ impl<A: ValueAccess> Store for A {
     fn set_raw_current_virtual_time(&mut self, value: &[u8]) {
         self.write(QueueKey::CurrentVirtualTime)
             .set_raw_current_virtual_time(value)
+    }
+}
+
+impl MemoryStore {
+    /// This store as one operation sees it: any key the operation does not
+    /// declare (or a write in a read-only one) panics, naming the key and
+    /// the operation. The core's tests run each call through it.
+    pub fn scoped(&mut self, scope: impl Into<Scope>) -> Scoped<'_> {
+        Scoped {
+            store: self,
+            scope: scope.into(),
+        }
+    }
+}
+
+/// A [`MemoryStore`] scoped to one operation's declared keys
+/// ([`MemoryStore::scoped`]).
+pub struct Scoped<'a> {
+    store: &'a mut MemoryStore,
+    scope: Scope,
+}
+
+impl ValueAccess for Scoped<'_> {
+    fn read(&mut self, which: QueueKey) -> Option<&mut MemoryStore> {
+        Some(self.check(which, false))
+    }
+
+    fn write(&mut self, which: QueueKey) -> &mut MemoryStore {
+        self.check(which, true)
+    }
+
+    fn remove<T: Default>(
+        &mut self,
+        which: QueueKey,
+        remove: impl FnOnce(&mut MemoryStore) -> (T, bool),
+    ) -> T {
+        remove(self.check(which, true)).0
+    }
+}
+
+impl Scoped<'_> {
+    fn check(&mut self, key: QueueKey, write: bool) -> &mut MemoryStore {
+        assert!(
+            self.scope.allows(key, write),
+            "{}",
+            self.scope.refusal(key, write)
+        );
+        self.store
     }
 }

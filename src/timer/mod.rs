@@ -28,8 +28,9 @@ use std::time::Duration;
 use redis_module::Context;
 
 use crate::config;
-use crate::server::{now_ms, selected_db};
+use crate::server::now_ms;
 use crate::store::keys;
+use crate::watch;
 use crate::watch::alarm::{arm, disarm, ring, wake_by};
 use crate::watch::index::with_index;
 
@@ -47,8 +48,7 @@ pub fn on_keyspace_event(ctx: &Context, kind: redis_module::NotifyEvent, _event:
             .flatten()
     });
     if let Some(queue) = queue {
-        let db = selected_db(ctx);
-        with_index(|index| index.recheck.insert((db, queue.to_vec())));
+        watch::recheck(ctx, queue);
     }
 }
 

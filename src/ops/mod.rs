@@ -3,39 +3,37 @@
 //! ([`Call::run`]) serves every operation: it opens the keys the core
 //! operation declares (`core::access`), runs the core, commits (keyspace
 //! events, propagation, blocked clients), logs anomalies, counts INFO and
-//! notes in the timer's index what it must watch ([`watch`], the one hook).
+//! notes in the timer's index what it must watch ([`crate::watch`]).
 //! Each operation says only what is its own: its core call and, from the
 //! outcome, its [`Done`]. It knows nothing of how its callers parse or reply.
 
-use std::ffi::CStr;
-use std::sync::atomic::AtomicU64;
-
 use redis_module::{Context, RedisError};
-use smallvec::SmallVec;
 
 use crate::config::Layout;
-use crate::config::Replication;
 use crate::core::key_view::KeyView;
 use crate::core::partitions::Record;
 use crate::core::{
-    self, check, Ack, Anomaly, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest,
-    Leased, Level, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank,
-    Schedule, ScheduleView, Stats,
+    self, check, Ack, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest, Leased, Level,
+    LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank, Schedule,
+    ScheduleView, Stats,
 };
 use crate::layout::convert::ConvertError;
 use crate::layout::native::load_chunk;
-use crate::layout::open::{Caller, OpenError, Propagate};
+use crate::layout::open::{OpenError, Propagate};
 use crate::layout::{self, QueueStore};
-use crate::replication::effects::{replicate_verbatim, ApplyArgs};
-use crate::replication::replay::{Apply, Operation};
+use crate::replication::effects::replicate_verbatim;
+use crate::replication::replay::Operation;
 use crate::server::log_warning;
-use crate::server::{new_token, now_ms, selected_db};
+use crate::server::{new_token, now_ms};
 use crate::store::keys;
 use crate::store::QueueKey;
 use crate::text::Quoted;
-use crate::watch::alarm::wake_by;
-use crate::watch::index::with_index;
-use crate::{config, error, info};
+use crate::watch;
+use crate::{error, info};
+
+mod call;
+
+use call::{apply, due_event, Call, Done, Refused, DEAD_EVENT};
 
 /// When a time-dependent operation runs, and the lease tokens it draws: the
 /// server's clock and fresh tokens, or the master's (`VTRR.APPLY`).
@@ -408,7 +406,7 @@ pub fn run_due(
     let call = Call::server(ctx, queue);
     let due = call.run(
         CoreOp::RunDue,
-        Replicate::Apply(|_: &_| {
+        Propagate::Apply(|_: &_| {
             let operation = Operation::Due {
                 limit,
                 schedule_steps,
@@ -643,8 +641,7 @@ pub fn load(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), RedisError> {
     load_chunk(ctx, key, chunk).map_err(|why| error::load_refused(key, &why))?;
     replicate_verbatim(ctx);
     if let Some(queue) = keys::queue_of_queue_key(key) {
-        let db = selected_db(ctx);
-        with_index(|index| index.recheck.insert((db, queue.to_vec())));
+        watch::recheck(ctx, queue);
     }
     Ok(())
 }
@@ -668,351 +665,5 @@ pub fn next_due(ctx: &Context, queue: &[u8]) -> (Option<i64>, Option<i64>) {
     match Call::server(ctx, queue).open(CoreOp::NextDue, false) {
         Ok(mut store) => (core::next_due(&mut store), core::next_run(&mut store)),
         Err(_) => (None, None),
-    }
-}
-
-/// The one hook to the timer: something of `queue` (in the context's
-/// database) falls due at `due_ms`.
-fn watch(ctx: &Context, queue: &[u8], due_ms: i64) {
-    let db = selected_db(ctx);
-    with_index(|index| index.note_due(db, queue, due_ms));
-}
-
-/// The timer's hook for a schedule's next run, which it acts on on time.
-fn watch_run(ctx: &Context, queue: &[u8], run_ms: i64) {
-    let db = selected_db(ctx);
-    with_index(|index| index.set_run(db, queue, Some(run_ms)));
-    wake_by(ctx, run_ms);
-}
-
-/// The event of a call that leased nothing: what it did to due items.
-fn due_event(due: &Due) -> &'static CStr {
-    if due.reclaimed > 0 {
-        c"vtrr.reclaim"
-    } else if due.promoted > 0 {
-        c"vtrr.promote"
-    } else if due.refilled > 0 {
-        c"vtrr.refill"
-    } else if due.fired > 0 {
-        c"vtrr.fire"
-    } else if due.dead_lettered > 0 {
-        DEAD_EVENT
-    } else {
-        // Only items of paused or capped partitions moved to `held`.
-        c"vtrr.hold"
-    }
-}
-
-const DEAD_EVENT: &CStr = c"vtrr.dead";
-
-/// What is an operation's own, read from its outcome: the keyspace events
-/// of a call that changed something, what it counts, watches and logs.
-struct Done<'a> {
-    /// Fired on `vtrr:<name>:queue` when the call changed something.
-    event: &'static CStr,
-    /// Fired before `event`: what a LEASE's first step put back in the
-    /// queue, items a call dead-lettered.
-    before: SmallVec<[&'static CStr; 3]>,
-    /// Wake clients blocked on the queue after the commit.
-    signal_ready: bool,
-    /// INFO counters to add to.
-    counts: SmallVec<[(&'static AtomicU64, u64); 2]>,
-    /// What the call did to due items: counted and logged.
-    due: Option<&'a Due>,
-    /// Anomalies the outcome carries (beside those the core pushed).
-    anomalies: &'a [Anomaly],
-    /// Times something of the queue falls due, for the timer.
-    watch: SmallVec<[i64; 2]>,
-    /// A schedule's next run, which the timer wakes for.
-    run: Option<i64>,
-    /// The timer rereads when the queue next falls due (read-only): a
-    /// control change may have started a parking that outlasts the call.
-    recheck: bool,
-}
-
-impl<'a> Done<'a> {
-    fn new(event: &'static CStr) -> Self {
-        Done {
-            event,
-            before: SmallVec::new(),
-            signal_ready: false,
-            counts: SmallVec::new(),
-            due: None,
-            anomalies: &[],
-            watch: SmallVec::new(),
-            run: None,
-            recheck: false,
-        }
-    }
-
-    fn event(self, event: &'static CStr) -> Self {
-        Done { event, ..self }
-    }
-
-    fn before(mut self, event: &'static CStr) -> Self {
-        self.before.push(event);
-        self
-    }
-
-    fn count(mut self, counter: &'static AtomicU64, n: u64) -> Self {
-        self.counts.push((counter, n));
-        self
-    }
-
-    fn watch(mut self, due_ms: i64) -> Self {
-        self.watch.push(due_ms);
-        self
-    }
-
-    fn run(self, run_ms: i64) -> Self {
-        Done {
-            run: Some(run_ms),
-            ..self
-        }
-    }
-
-    fn recheck(self) -> Self {
-        Done {
-            recheck: true,
-            ..self
-        }
-    }
-
-    fn anomalies(self, anomalies: &'a [Anomaly]) -> Self {
-        Done { anomalies, ..self }
-    }
-
-    /// Counts and logs what the call did to due items, and fires
-    /// `vtrr.dead` before its own event when it dead-lettered any.
-    fn due(mut self, due: &'a Due) -> Self {
-        if due.dead_lettered > 0 && self.event != DEAD_EVENT {
-            self.before.push(DEAD_EVENT);
-        }
-        self.due = Some(due);
-        self
-    }
-}
-
-/// How a writing call reaches replicas and the AOF in `vtrr.replication
-/// commands` mode; in `effects` mode every call propagates its effects.
-enum Replicate<A> {
-    /// Deterministic (ENQUEUE, ACK): the same call on the same keys writes
-    /// the same, so the command as it was sent.
-    Verbatim,
-    /// Time-dependent: `VTRR.APPLY` with the call's moment and what it
-    /// used, made from its outcome only when it changed something; none
-    /// when the outcome shows the call read no clock (the command as sent).
-    Apply(A),
-    /// The rarer writes, which walk what they change (POLICY, LIMIT, PAUSE,
-    /// RESUME, RECOUNT, REVIVE, CANCEL): their effects in either mode.
-    Effects,
-}
-
-/// The `A` of a call that propagates no `VTRR.APPLY`.
-type Unused<T> = fn(&T) -> Option<ApplyArgs>;
-
-/// `VTRR.APPLY` of `operation` on `queue` as run at `now_ms`.
-fn apply(queue: &[u8], now_ms: i64, operation: Operation<'_>) -> ApplyArgs {
-    let mut args = ApplyArgs::default();
-    Apply { now_ms, operation }.write_args(queue, |arg| args.push(arg));
-    args
-}
-
-/// Why a call did nothing.
-enum Refused {
-    Open(OpenError),
-    Core(CoreError),
-}
-
-/// One call of an operation on one queue, by a client or by the server
-/// itself (the timer).
-struct Call<'a> {
-    ctx: &'a Context,
-    queue: &'a [u8],
-    caller: Caller,
-}
-
-impl<'a> Call<'a> {
-    fn client(ctx: &'a Context, queue: &'a [u8]) -> Self {
-        Call {
-            ctx,
-            queue,
-            caller: Caller::Client,
-        }
-    }
-
-    fn server(ctx: &'a Context, queue: &'a [u8]) -> Self {
-        Call {
-            ctx,
-            queue,
-            caller: Caller::Server,
-        }
-    }
-
-    /// A deterministic write ([`Replicate::Verbatim`]).
-    fn verbatim<T>(
-        &self,
-        op: CoreOp,
-        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
-        done: impl FnOnce(&T) -> Done<'_>,
-    ) -> Result<T, RedisError> {
-        let replicate = Replicate::<Unused<T>>::Verbatim;
-        self.run(op, replicate, core, done)
-            .map_err(|e| self.error(e))
-    }
-
-    /// A time-dependent write ([`Replicate::Apply`]); `apply` makes its
-    /// `VTRR.APPLY` ([`apply`]) from its outcome.
-    fn applied<T>(
-        &self,
-        op: CoreOp,
-        apply: impl FnOnce(&T) -> ApplyArgs,
-        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
-        done: impl FnOnce(&T) -> Done<'_>,
-    ) -> Result<T, RedisError> {
-        self.clocked(op, |value| Some(apply(value)), core, done)
-    }
-
-    /// A write that may read the clock ([`Replicate::Apply`]): `apply`
-    /// makes its `VTRR.APPLY` from its outcome, or none when the outcome
-    /// shows it read none (then it propagates as sent).
-    fn clocked<T>(
-        &self,
-        op: CoreOp,
-        apply: impl FnOnce(&T) -> Option<ApplyArgs>,
-        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
-        done: impl FnOnce(&T) -> Done<'_>,
-    ) -> Result<T, RedisError> {
-        let replicate = Replicate::Apply(apply);
-        self.run(op, replicate, core, done)
-            .map_err(|e| self.error(e))
-    }
-
-    /// A write that propagates its effects ([`Replicate::Effects`]).
-    fn effects<T>(
-        &self,
-        op: CoreOp,
-        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
-        done: impl FnOnce(&T) -> Done<'_>,
-    ) -> Result<T, RedisError> {
-        let replicate = Replicate::<Unused<T>>::Effects;
-        self.run(op, replicate, core, done)
-            .map_err(|e| self.error(e))
-    }
-
-    /// A call that only reads: opens the keys `op` declares for reading,
-    /// runs `core`, logs its anomalies.
-    fn read<T>(
-        &self,
-        op: CoreOp,
-        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
-    ) -> Result<T, RedisError> {
-        debug_assert!(!op.writes(), "{op:?} writes");
-        let mut store = self
-            .open(op, false)
-            .map_err(|e| self.error(Refused::Open(e)))?;
-        let mut anomalies = Vec::new();
-        let value = core(&mut store, &mut anomalies).map_err(|e| self.error(Refused::Core(e)));
-        drop(store);
-        self.log_anomalies(&anomalies);
-        value
-    }
-
-    /// The runner of every writing call: opens the keys of the queue that
-    /// `op` declares, runs `core` on them, and — when it changed something
-    /// — fires the events, propagates as `replicate` says, signals the
-    /// changed keys and wakes blocked clients as the call's [`Done`] says;
-    /// then logs anomalies, counts and watches.
-    fn run<T, A>(
-        &self,
-        op: CoreOp,
-        replicate: Replicate<A>,
-        core: impl FnOnce(&mut QueueStore<'_>, &mut Vec<Anomaly>) -> Result<T, CoreError>,
-        done: impl FnOnce(&T) -> Done<'_>,
-    ) -> Result<T, Refused>
-    where
-        A: FnOnce(&T) -> Option<ApplyArgs>,
-    {
-        let effects = match (config::replication(), &replicate) {
-            (Replication::effects, _) | (_, Replicate::Effects) => true,
-            (Replication::commands, Replicate::Verbatim | Replicate::Apply(_)) => false,
-        };
-        let mut store = self.open(op, effects).map_err(Refused::Open)?;
-        // A native queue propagates as commands in either mode (its value
-        // has no effects to replay): a time-dependent call as VTRR.APPLY.
-        let effects = effects && store.layout() == Layout::keys;
-        let mut anomalies = Vec::new();
-        let value = core(&mut store, &mut anomalies).map_err(Refused::Core)?;
-        let done = done(&value);
-        if store.changed() {
-            for event in &done.before {
-                store.notify(event);
-            }
-            store.commit(done.event, || match replicate {
-                _ if effects => Propagate::Effects,
-                Replicate::Verbatim => Propagate::Verbatim,
-                Replicate::Apply(apply) => match apply(&value) {
-                    Some(args) => Propagate::Apply(args),
-                    None => Propagate::Verbatim,
-                },
-                Replicate::Effects => Propagate::Effects,
-            });
-            if done.signal_ready {
-                store.signal_ready();
-            }
-        }
-        // A partition's next token came to be listed or moved: the timer
-        // reads when the queue next falls due.
-        let recheck = done.recheck || store.wrote(QueueKey::Throttled);
-        drop(store);
-        self.log_anomalies(&anomalies);
-        self.log_anomalies(done.anomalies);
-        if let Some(due) = done.due {
-            self.log_anomalies(&due.anomalies);
-            info::add(&info::RECLAIMED, due.reclaimed);
-            info::add(&info::PROMOTED, due.promoted);
-            info::add(&info::SCHEDULE_RUNS, due.fired);
-            info::add(&info::DEAD_LETTERED, due.dead_lettered);
-        }
-        for (counter, n) in done.counts {
-            info::add(counter, n);
-        }
-        for due_ms in done.watch {
-            watch(self.ctx, self.queue, due_ms);
-        }
-        if let Some(run_ms) = done.run {
-            watch_run(self.ctx, self.queue, run_ms);
-        }
-        if recheck {
-            let db = selected_db(self.ctx);
-            with_index(|index| index.recheck.insert((db, self.queue.to_vec())));
-        }
-        Ok(value)
-    }
-
-    /// Opens the keys of the queue that `op` declares, recording its writes
-    /// as effects when it will propagate them.
-    fn open(&self, op: CoreOp, effects: bool) -> Result<QueueStore<'a>, OpenError> {
-        QueueStore::open(self.ctx, self.queue, op.into(), self.caller, effects)
-    }
-
-    /// The error reply: a wrong type, a denied key, a moving slot, or what
-    /// the core refused.
-    fn error(&self, refused: Refused) -> RedisError {
-        match refused {
-            Refused::Open(e) => error::open(&e),
-            Refused::Core(e) => error::core(&e, self.queue),
-        }
-    }
-
-    /// Logs what an operation repaired in keys written by other clients.
-    fn log_anomalies(&self, anomalies: &[Anomaly]) {
-        if anomalies.is_empty() {
-            return;
-        }
-        let queue = Quoted(self.queue);
-        for anomaly in anomalies {
-            log_warning(self.ctx, &format!("vtrr: queue {queue}: {anomaly}"));
-        }
     }
 }
