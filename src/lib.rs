@@ -9,6 +9,7 @@
 pub mod commands;
 pub mod config;
 pub mod core;
+pub mod engine;
 pub mod error;
 pub mod info;
 pub mod layout;

@@ -7,7 +7,7 @@ use super::{args, bulk, check_arity, id, queue_name, Command};
 use crate::core::{Ack, Leased, Nack, Nacked};
 use crate::server::blocking::{block_on_key, Waiter};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
-use crate::store::keys::{key_name, QueueKey};
+use crate::store::vocabulary::{key_name, QueueKey};
 use crate::{config, error, limits, ops};
 
 pub const LEASE: Command = Command {

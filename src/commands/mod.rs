@@ -43,7 +43,9 @@ fn check_arity(argv: &[RedisString], command: &Command) -> Result<(), RedisError
 /// (so one queue's keys live in one slot, on one shard).
 fn queue_name<'a>(ctx: &Context, raw: &'a RedisString) -> Result<&'a [u8], RedisError> {
     let name = args::queue_name(raw)?;
-    if ctx.get_flags().contains(ContextFlags::CLUSTER) && !crate::store::keys::has_hash_tag(name) {
+    if ctx.get_flags().contains(ContextFlags::CLUSTER)
+        && !crate::store::vocabulary::has_hash_tag(name)
+    {
         return Err(error::cluster_needs_hash_tag());
     }
     Ok(name)

@@ -490,7 +490,7 @@ mod tests {
         assert_eq!(ITEMS, without_errors.as_slice());
     }
     use crate::core::*;
-    use crate::store::memory::MemoryStore;
+    use crate::engine::memory::MemoryStore;
     use crate::store::{Store, ZsetKey};
 
     fn item<'a>(partition: &'a [u8], id: &'a [u8]) -> NewItem<'a> {

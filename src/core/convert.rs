@@ -16,8 +16,8 @@
 use std::borrow::Cow;
 
 use super::types::CoreError;
-use crate::store::memory::MemoryStore;
-use crate::store::thin::Thin;
+use crate::engine::memory::MemoryStore;
+use crate::engine::thin::Thin;
 use crate::store::{HashKey, QueueKey, Store, ZsetKey};
 
 /// What names the fields of a hash of item ids.

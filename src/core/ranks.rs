@@ -233,7 +233,7 @@ pub fn oldest_waiting_since(store: &mut impl Store, anomalies: &mut Vec<Anomaly>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::memory::MemoryStore;
+    use crate::engine::memory::MemoryStore;
 
     fn record(queued: u64, leased: u64, since: Option<i64>) -> Record {
         Record {

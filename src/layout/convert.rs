@@ -8,8 +8,8 @@ use super::open::{may_write_every_key, Caller, OpenError, Propagate};
 use super::{keys_layout_key_beside, layout_of, QueueStore};
 use crate::config::Layout;
 use crate::core::{CoreError, CoreOp};
+use crate::engine::memory::MemoryStore;
 use crate::server::log_warning;
-use crate::store::memory::MemoryStore;
 use crate::text::Quoted;
 use crate::watch;
 

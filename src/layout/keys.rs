@@ -21,6 +21,7 @@ use super::open::{OpenError, Opening, Propagate};
 use super::QueueLayout;
 use crate::config::Layout;
 use crate::core::{convert, CoreError};
+use crate::engine::memory::MemoryStore;
 use crate::replication::effects::{
     format_score, replicate_apply, replicate_verbatim, Command, Effects,
 };
@@ -29,7 +30,6 @@ use crate::server::api::api;
 use crate::server::blocking::signal_ready;
 use crate::server::notify_module_event;
 use crate::server::strings::{bytes_in, bytes_of, take_string, OwnedString};
-use crate::store::memory::MemoryStore;
 use crate::store::{
     HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ValueVisit, ZsetKey,
 };

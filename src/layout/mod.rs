@@ -22,10 +22,10 @@ use open::{Caller, OpenError, Opening, Propagate, QueueKeyOpen};
 
 use crate::config::{self, Layout};
 use crate::core::CoreError;
+use crate::engine::memory::MemoryStore;
 use crate::server::api::api;
 use crate::server::key_names::names_of;
 use crate::server::strings::OwnedString;
-use crate::store::memory::MemoryStore;
 use crate::store::{HashKey, HashPage, QueueKey, Record, Scope, Store, StoreError, ZsetKey};
 
 /// The layout of queue `queue` as a call on it would find it.

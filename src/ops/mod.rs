@@ -25,7 +25,7 @@ use crate::replication::effects::replicate_verbatim;
 use crate::replication::replay::Operation;
 use crate::server::log_warning;
 use crate::server::{new_token, now_ms};
-use crate::store::keys;
+use crate::store::vocabulary;
 use crate::store::QueueKey;
 use crate::text::Quoted;
 use crate::watch;
@@ -640,7 +640,7 @@ pub fn convert(ctx: &Context, queue: &[u8], to: Layout) -> Result<bool, RedisErr
 pub fn load(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), RedisError> {
     load_chunk(ctx, key, chunk).map_err(|why| error::load_refused(key, &why))?;
     replicate_verbatim(ctx);
-    if let Some(queue) = keys::queue_of_queue_key(key) {
+    if let Some(queue) = vocabulary::queue_of_queue_key(key) {
         watch::recheck(ctx, queue);
     }
     Ok(())

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 
 use super::strings::OwnedString;
-use crate::store::keys::{key_name, QueueKey};
+use crate::store::vocabulary::{key_name, QueueKey};
 
 /// The key names of one queue, each made on first use.
 struct QueueKeyNames {

@@ -1,26 +1,18 @@
 //! The storage surface the VTRR core sees: the handful of sorted-set, hash
 //! and string operations on one queue's keys, with no server in sight.
-//! `keys` is the one key vocabulary: [`QueueKey`] names every key of a
-//! queue, [`ZsetKey`] and [`HashKey`] the sorted sets and hashes the
-//! operations take. `memory` implements the trait over plain collections:
-//! the core's test twin, and the value of a native queue; `defrag` walks
-//! such a value for the server's active defrag. The layouts that
-//! implement it over a server are in `crate::layout`.
+//! `vocabulary` is the one key vocabulary: [`QueueKey`] names every key of
+//! a queue, [`ZsetKey`] and [`HashKey`] the sorted sets and hashes the
+//! operations take; `record` is a partition's record, `number` how numbers
+//! are written. The trait is implemented over plain collections by
+//! `crate::engine` (the core's test twin, and the value of a native queue)
+//! and over a server's keys by `crate::layout`.
 
-pub mod defrag;
-mod hash;
-mod items;
-pub mod keys;
-pub mod memory;
 pub mod number;
-mod order;
 pub mod record;
-pub mod thin;
-pub mod value_access;
-mod zset;
+pub mod vocabulary;
 
-pub use keys::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
 pub use record::{LevelState, Rate, Record};
+pub use vocabulary::{HashKey, KeyKind, QueueKey, Scope, ZsetKey};
 
 /// One HSCAN step: the next cursor (0 when done) and field/value pairs.
 pub type HashPage = (u64, Vec<(Vec<u8>, Vec<u8>)>);

@@ -29,7 +29,7 @@ use redis_module::Context;
 
 use crate::config;
 use crate::server::now_ms;
-use crate::store::keys;
+use crate::store::vocabulary;
 use crate::watch;
 use crate::watch::alarm::{arm, disarm, ring, wake_by};
 use crate::watch::index::with_index;
@@ -42,9 +42,9 @@ pub fn on_keyspace_event(ctx: &Context, kind: redis_module::NotifyEvent, _event:
     // events on `vtrr:<name>:queue`); the keys layout's ZADDs there say
     // nothing about due items.
     let native_arrived = kind == redis_module::NotifyEvent::GENERIC;
-    let queue = keys::queue_of_due_key(key).or_else(|| {
+    let queue = vocabulary::queue_of_due_key(key).or_else(|| {
         native_arrived
-            .then(|| keys::queue_of_queue_key(key))
+            .then(|| vocabulary::queue_of_queue_key(key))
             .flatten()
     });
     if let Some(queue) = queue {

@@ -10,7 +10,7 @@ use redis_module::{Context, RedisValue};
 
 use crate::server::bytes_of;
 use crate::server::select_db;
-use crate::store::keys;
+use crate::store::vocabulary;
 use crate::watch::index::with_index;
 
 /// Keys one SCAN call walks; the step looks at its budget between calls.
@@ -42,8 +42,8 @@ pub fn step(ctx: &Context, deadline: Instant) -> bool {
                 // A native queue is its `queue` key; the keys layout's due
                 // keys name theirs (a recheck of a queue with nothing due
                 // only reads).
-                let queue =
-                    keys::queue_of_due_key(&bytes).or_else(|| keys::queue_of_queue_key(&bytes));
+                let queue = vocabulary::queue_of_due_key(&bytes)
+                    .or_else(|| vocabulary::queue_of_queue_key(&bytes));
                 if let Some(queue) = queue {
                     found.push((db, queue.to_vec()));
                 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::core::*;
-use crate::store::memory::MemoryStore;
+use crate::engine::memory::MemoryStore;
 use crate::store::{HashKey, Store, ZsetKey};
 
 #[test]

@@ -18,7 +18,7 @@ mod sharding;
 mod throttle;
 
 use crate::core::*;
-use crate::store::memory::MemoryStore;
+use crate::engine::memory::MemoryStore;
 
 pub fn item<'a>(partition: &'a str, id: &'a str, weight: u64) -> NewItem<'a> {
     NewItem {

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::core::*;
-use crate::store::memory::MemoryStore;
+use crate::engine::memory::MemoryStore;
 use crate::store::{HashKey, Store, ZsetKey};
 
 fn enqueue_at_level(store: &mut MemoryStore, level: Level, items: &[NewItem<'_>]) {

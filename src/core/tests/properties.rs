@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::{apply_limit, apply_policy};
 use crate::core::partitions::{Defaults, Record};
 use crate::core::*;
-use crate::store::memory::MemoryStore;
+use crate::engine::memory::MemoryStore;
 use crate::store::{HashKey, Rate, Store, ZsetKey};
 
 /// The items with these ids, of one partition and weight.

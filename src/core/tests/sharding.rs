@@ -20,7 +20,7 @@
 //! once. `cargo test --lib sharding -- --nocapture` prints the table.
 
 use crate::core::*;
-use crate::store::memory::MemoryStore;
+use crate::engine::memory::MemoryStore;
 
 /// A partition's sub-queue: FNV-1a (64 bits) of its name, finished with
 /// MurmurHash3's fmix64, mod K. FNV-1a alone mod a power of two depends on

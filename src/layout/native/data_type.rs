@@ -10,11 +10,11 @@ use redis_module::native_types::RedisType;
 use redis_module::{raw, Context};
 
 use super::encoding::{self, DecodeError, ENCODING_VERSION};
+use crate::engine::defrag::{DefragCursor, Relocate};
+use crate::engine::memory::MemoryStore;
 use crate::info;
 use crate::server::api::api;
 use crate::server::strings::OwnedString;
-use crate::store::defrag::{DefragCursor, Relocate};
-use crate::store::memory::MemoryStore;
 
 /// The module's data type: one native queue.
 pub static QUEUE_TYPE: RedisType = RedisType::new(

@@ -23,7 +23,7 @@
 //! its input, anything that is not such a sequence: an unknown tag, a
 //! length past the end, a NaN score, an entry given twice.
 
-use crate::store::memory::MemoryStore;
+use crate::engine::memory::MemoryStore;
 use crate::store::{HashKey, Store, ZsetKey};
 
 /// The encoding version: `rdb_load` receives it and refuses newer ones.

@@ -1,5 +1,5 @@
 //! The `native` layout: a whole queue in one key of the module's type,
-//! `vtrrqueue`, whose value is a [`MemoryStore`](crate::store::memory::MemoryStore).
+//! `vtrrqueue`, whose value is a [`MemoryStore`](crate::engine::memory::MemoryStore).
 //! It lives at the name the keys layout gives its `queue` sorted set,
 //! `vtrr:<name>:queue`, so:
 //!

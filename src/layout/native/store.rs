@@ -11,6 +11,8 @@ use super::data_type::{found_at, queue_type, Found};
 use super::encoding;
 use crate::config::Layout;
 use crate::core::CoreError;
+use crate::engine::memory::MemoryStore;
+use crate::engine::value_access::ValueAccess;
 use crate::layout::open::{OpenError, Opening, Propagate};
 use crate::layout::QueueLayout;
 use crate::replication::effects::{replicate_apply, replicate_load, replicate_verbatim};
@@ -19,8 +21,6 @@ use crate::server::api::api;
 use crate::server::blocking::signal_ready;
 use crate::server::notify_module_event;
 use crate::server::strings::OwnedString;
-use crate::store::memory::MemoryStore;
-use crate::store::value_access::ValueAccess;
 use crate::store::{KeyKind, QueueKey, Scope};
 
 /// A native queue open for one call: the [`Store`] over its value, which a

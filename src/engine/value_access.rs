@@ -4,7 +4,7 @@
 //! and what a write notes.
 
 use super::memory::MemoryStore;
-use super::{HashKey, HashPage, QueueKey, Record, Scope, Store, StoreError, ZsetKey};
+use crate::store::{HashKey, HashPage, QueueKey, Record, Scope, Store, StoreError, ZsetKey};
 
 /// How a call reaches its one [`MemoryStore`], key by key: every [`Store`]
 /// method is written once, over these three.

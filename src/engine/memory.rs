@@ -19,10 +19,10 @@ use super::defrag::{move_bytes, DefragCursor, Pace, Relocate};
 use super::hash::{heap, Bytes, Hash, Stored, StoredNumber, StoredRecord, TextForm as _};
 use super::items::{item_slot, order_slot, ItemHash, ItemOrder, Items};
 use super::order::Order;
-use super::record::Record;
 use super::thin::Thin;
 use super::zset::Zset;
-use super::{HashKey, HashPage, QueueKey, Store, StoreError, ZsetKey};
+use crate::store::record::Record;
+use crate::store::{HashKey, HashPage, QueueKey, Store, StoreError, ZsetKey};
 
 /// One queue's keys as plain collections.
 #[derive(Debug, Clone)]

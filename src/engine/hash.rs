@@ -11,9 +11,9 @@ use ahash::RandomState;
 use hashbrown::HashTable;
 
 use super::defrag::{move_bytes, move_vec, walk_buckets, Pace, Relocate};
-use super::number::canonical_int;
-use super::record::{LevelState, Record};
-use super::HashPage;
+use crate::store::number::canonical_int;
+use crate::store::record::{LevelState, Record};
+use crate::store::HashPage;
 
 pub type Bytes = Box<[u8]>;
 

@@ -170,8 +170,8 @@ pub(super) fn move_vec<T: Copy>(vec: &mut Vec<T>, mover: &mut impl Relocate) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::items::{item_slot, order_slot};
-    use crate::store::memory::MemoryStore;
+    use crate::engine::items::{item_slot, order_slot};
+    use crate::engine::memory::MemoryStore;
     use crate::store::{HashKey, LevelState, Record, Store, ZsetKey};
     use proptest::prelude::*;
 

@@ -18,7 +18,7 @@ use hashbrown::HashTable;
 use super::defrag::{walk_buckets, Pace, Relocate};
 use super::order::{Order, Pointer};
 use super::thin::Thin;
-use super::{HashKey, HashPage, ZsetKey};
+use crate::store::{HashKey, HashPage, ZsetKey};
 
 /// The hashes whose fields are item ids, in slot order.
 pub const ITEM_HASHES: [HashKey; 8] = [
