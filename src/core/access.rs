@@ -67,253 +67,166 @@ pub enum CoreOp {
     Schedules,
 }
 
+/// The keys of `parts`, one after another: a key list composed of shared
+/// parts ([`keys!`]), checked at compile time to name no key twice.
+const fn join<const N: usize>(parts: &[&[QueueKey]]) -> [QueueKey; N] {
+    let mut keys = [QueueKey::Queue; N];
+    let (mut at, mut part) = (0, 0);
+    while part < parts.len() {
+        let mut i = 0;
+        while i < parts[part].len() {
+            let key = parts[part][i];
+            let mut seen = 0;
+            while seen < at {
+                assert!(keys[seen] as usize != key as usize, "a key listed twice");
+                seen += 1;
+            }
+            keys[at] = key;
+            at += 1;
+            i += 1;
+        }
+        part += 1;
+    }
+    assert!(at == N);
+    keys
+}
+
+/// How many keys `parts` list together.
+const fn total(parts: &[&[QueueKey]]) -> usize {
+    let (mut n, mut part) = (0, 0);
+    while part < parts.len() {
+        n += parts[part].len();
+        part += 1;
+    }
+    n
+}
+
+/// A key list made of parts (lists and keys).
+macro_rules! keys {
+    ($($part:expr),+ $(,)?) => {{
+        const PARTS: &[&[QueueKey]] = &[$($part),+];
+        &join::<{ total(PARTS) }>(PARTS)
+    }};
+}
+
+/// The operator's rankings and the queue's totals, which every change of a
+/// partition's counts keeps up to date.
+const RANKINGS: &[QueueKey] = &[
+    QueueKey::RankQueued,
+    QueueKey::RankWaiting,
+    QueueKey::RankLeased,
+    QueueKey::RankDead,
+    QueueKey::Totals,
+];
+
 /// What every call that counts items per partition opens: the partition
-/// records, the default cap (`policy`), the held items a freed slot or a
-/// new item may move, and `throttled`, where a rate-limited partition waits
-/// for its next token.
-const ENQUEUE: &[QueueKey] = &[
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::Throttled,
+/// records and rankings, the default cap (`policy`), the held items a freed
+/// slot or a new item may move, and `throttled`, where a rate-limited
+/// partition waits for its next token.
+const COUNTED: &[QueueKey] = keys![
+    &[QueueKey::Held, QueueKey::HeldAt, QueueKey::Partitions],
+    RANKINGS,
+    &[QueueKey::Policy, QueueKey::Throttled],
 ];
 
-/// ENQUEUE at a priority level other than 0: that level's virtual times
-/// and the items' levels too (level 0 touches neither, and opens neither).
-const ENQUEUE_PRIORITISED: &[QueueKey] = &[
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::LevelVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::Priority,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::Throttled,
-];
-
-const DEFER: &[QueueKey] = &[
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::DelayedTask,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::Throttled,
-];
-
-/// DEFER at a priority level other than 0: that level's virtual times
-/// and the items' levels too (level 0 touches neither, and opens neither).
-const DEFER_PRIORITISED: &[QueueKey] = &[
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::LevelVirtualTime,
-    QueueKey::Task,
-    QueueKey::Meta,
-    QueueKey::Priority,
-    QueueKey::DelayedTask,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::Throttled,
-];
-
-/// An ACK ends the item's life: what it leaves beside its state goes
-/// (`meta::forget`), its last error too, so a queue that never gives
-/// `NACK ... REASON` opens `last_error` here and never writes it.
-const ACK: &[QueueKey] = &[
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
+/// What an item keeps beside its state, which the end of its life clears
+/// (`meta::forget`): a queue that never gives `NACK ... REASON` opens
+/// `last_error` and never writes it.
+const ITEM_FIELDS: &[QueueKey] = &[
     QueueKey::Meta,
     QueueKey::Priority,
     QueueKey::Timeouts,
     QueueKey::Nacks,
     QueueKey::LastError,
-    QueueKey::Queue,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::Throttled,
+];
+
+const VIRTUAL_TIMES: &[QueueKey] = &[
+    QueueKey::PartitionVirtualTime,
+    QueueKey::LevelVirtualTime,
+    QueueKey::CurrentVirtualTime,
+];
+
+/// What a priority level other than 0 adds: that level's virtual times and
+/// the items' levels (level 0 touches neither, and opens neither).
+const LEVELS: &[QueueKey] = &[QueueKey::LevelVirtualTime, QueueKey::Priority];
+
+const ENQUEUE: &[QueueKey] = keys![
+    &[
+        QueueKey::Queue,
+        QueueKey::Inflight,
+        QueueKey::Delayed,
+        QueueKey::Dead,
+        QueueKey::CurrentVirtualTime,
+        QueueKey::PartitionVirtualTime,
+        QueueKey::Task,
+        QueueKey::Meta,
+    ],
+    COUNTED,
+];
+
+const ENQUEUE_PRIORITISED: &[QueueKey] = keys![ENQUEUE, LEVELS];
+
+const DEFER: &[QueueKey] = keys![ENQUEUE, &[QueueKey::DelayedTask]];
+
+const DEFER_PRIORITISED: &[QueueKey] = keys![DEFER, LEVELS];
+
+/// An ACK ends the item's life: what it leaves beside its state goes.
+const ACK: &[QueueKey] = keys![
+    &[
+        QueueKey::Inflight,
+        QueueKey::InflightTask,
+        QueueKey::Lease,
+        QueueKey::Queue,
+    ],
+    ITEM_FIELDS,
+    COUNTED,
 ];
 
 /// An ACK, and what a charge moves (`admission::shift`): the partition's
 /// held items, head and next virtual time, the parking it starts, and the
 /// current virtual time a refund stops at.
-const ACK_COST: &[QueueKey] = &[
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
-    QueueKey::Meta,
-    QueueKey::Priority,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-    QueueKey::LastError,
-    QueueKey::Queue,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Parking,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::LevelVirtualTime,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::Throttled,
-];
+const ACK_COST: &[QueueKey] = keys![ACK, &[QueueKey::Parking], VIRTUAL_TIMES];
 
 const RENEW: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Lease];
 
 /// What a change of a partition's settings (or the default cap) may touch:
 /// its record, its held items and head, its virtual time (RESUME), and the
 /// parking it starts (a walk over `queue` reading each item's `meta`).
-const CONTROL: &[QueueKey] = &[
-    QueueKey::Queue,
-    QueueKey::Meta,
-    QueueKey::Priority,
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Parking,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::LevelVirtualTime,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::Throttled,
+const CONTROL: &[QueueKey] = keys![
+    &[
+        QueueKey::Queue,
+        QueueKey::Meta,
+        QueueKey::Priority,
+        QueueKey::Parking,
+    ],
+    COUNTED,
+    VIRTUAL_TIMES,
 ];
 
-const PARTITIONS: &[QueueKey] = &[
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::LevelVirtualTime,
-    QueueKey::Policy,
+const PARTITIONS: &[QueueKey] = keys![
+    &[QueueKey::Partitions, QueueKey::Policy],
+    RANKINGS,
+    &[QueueKey::PartitionVirtualTime, QueueKey::LevelVirtualTime],
 ];
 
-const DEAD: &[QueueKey] = &[
-    QueueKey::Dead,
-    QueueKey::DeadTask,
-    QueueKey::DeadReason,
-    QueueKey::LastError,
-    QueueKey::Meta,
-    QueueKey::Priority,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
+const DEAD: &[QueueKey] = keys![
+    &[QueueKey::Dead, QueueKey::DeadTask, QueueKey::DeadReason],
+    ITEM_FIELDS,
 ];
 
-/// A cancel may take a parking partition's last item in `queue`, which
-/// ends its parking (and a rejoin owed reads the current virtual time).
-const CANCEL: &[QueueKey] = &[
-    QueueKey::Held,
-    QueueKey::HeldAt,
-    QueueKey::Parking,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::Partitions,
-    QueueKey::RankQueued,
-    QueueKey::RankWaiting,
-    QueueKey::RankLeased,
-    QueueKey::RankDead,
-    QueueKey::Totals,
-    QueueKey::Policy,
-    QueueKey::Queue,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::LevelVirtualTime,
-    QueueKey::Task,
-    QueueKey::Delayed,
-    QueueKey::DelayedTask,
-    QueueKey::Dead,
-    QueueKey::DeadTask,
-    QueueKey::DeadReason,
-    QueueKey::Inflight,
-    QueueKey::InflightTask,
-    QueueKey::Lease,
-    QueueKey::Meta,
-    QueueKey::Priority,
-    QueueKey::Timeouts,
-    QueueKey::Nacks,
-    QueueKey::LastError,
-    QueueKey::Throttled,
-];
-
-const STATS: &[QueueKey] = &[
-    QueueKey::Held,
-    QueueKey::Policy,
-    QueueKey::Queue,
-    QueueKey::Inflight,
-    QueueKey::Delayed,
-    QueueKey::Dead,
-    QueueKey::PartitionVirtualTime,
-    QueueKey::LevelVirtualTime,
-    QueueKey::CurrentVirtualTime,
-    QueueKey::RankWaiting,
-    QueueKey::Partitions,
-    QueueKey::Totals,
+const STATS: &[QueueKey] = keys![
+    &[
+        QueueKey::Held,
+        QueueKey::Policy,
+        QueueKey::Queue,
+        QueueKey::Inflight,
+        QueueKey::Delayed,
+        QueueKey::Dead,
+        QueueKey::RankWaiting,
+        QueueKey::Partitions,
+        QueueKey::Totals,
+    ],
+    VIRTUAL_TIMES,
 ];
 
 const NEXT_DUE: &[QueueKey] = &[
@@ -329,7 +242,8 @@ const SCHEDULES: &[QueueKey] = &[QueueKey::Schedules, QueueKey::ScheduleDue];
 
 /// Every key but the schedules' (the last two): what the calls that move
 /// items anywhere and may end their lives or record their errors touch
-/// (NACK, REVIVE, a LEASE's acks). Runs are the timer's to fire, so a LEASE
+/// (NACK, REVIVE, a LEASE's acks; CANCEL, which may take an item from any
+/// state, a parking partition's last one included). Runs are the timer's to fire, so a LEASE
 /// opens (and checks) no key it never reads.
 const ITEMS_AND_ERRORS: &[QueueKey] = QueueKey::ALL
     .split_at(QueueKey::ALL.len() - SCHEDULES.len())
@@ -352,7 +266,9 @@ impl CoreOp {
             CoreOp::AckCost | CoreOp::RenewCost => ACK_COST,
             CoreOp::Renew => RENEW,
             CoreOp::Lease | CoreOp::Reclaim | CoreOp::Recount => ITEMS,
-            CoreOp::LeaseAcking | CoreOp::Nack | CoreOp::Revive => ITEMS_AND_ERRORS,
+            CoreOp::LeaseAcking | CoreOp::Nack | CoreOp::Revive | CoreOp::Cancel => {
+                ITEMS_AND_ERRORS
+            }
             CoreOp::RunDue | CoreOp::Check | CoreOp::Inspect | CoreOp::Convert => &QueueKey::ALL,
             // The dead-letter limits need only `policy`, so an ACL that
             // grants just that key can set them.
@@ -361,7 +277,6 @@ impl CoreOp {
             CoreOp::Limit => &[QueueKey::Partitions],
             CoreOp::PartitionView | CoreOp::PartitionsPage | CoreOp::PartitionsTop => PARTITIONS,
             CoreOp::DeadItems => DEAD,
-            CoreOp::Cancel => CANCEL,
             CoreOp::Stats => STATS,
             CoreOp::NextDue => NEXT_DUE,
             CoreOp::Schedule | CoreOp::Unschedule | CoreOp::Schedules => SCHEDULES,
