@@ -6,18 +6,22 @@
 //! enters the queue. One file per concept, imports running one way (each
 //! line uses only those below it):
 //!
+//! - access: the keys each operation declares (what the layouts open)
 //! - commands: enqueue, lease (with ack and renew), nack, dead (the
 //!   dead-letter set, its policy, revive, cancel), controls (LIMIT, PAUSE,
-//!   RESUME, PARTITIONS, RECOUNT), stats, check
+//!   RESUME, PARTITIONS, RECOUNT), stats, check, key_view (INSPECT),
+//!   convert (a whole queue read and written, for CONVERT)
 //! - due (what falls due: the step LEASE and the timer run first), delay,
-//!   reclaim, schedule (recurring runs)
+//!   reclaim, schedule (recurring runs) and cron_search (its metered search)
 //! - charge (a reported cost charged to a partition), scoring (where an
 //!   item enters the queue)
-//! - admission (the head rule, settling, parking), leased (a lease's state)
+//! - admission (the head rule, settling, parking), throttle (a partition's
+//!   token bucket), leased (a lease's state)
 //! - ranks (the rankings of partitions and the queue's totals, kept from
 //!   each record change)
 //! - held (the encoding of `held`), partitions (the per-partition record),
-//!   meta (an item's weight and partition), counters
+//!   meta (an item's weight and partition), levels (priority levels and
+//!   their virtual times), counters
 //! - virtual_time, numbers, types
 
 pub mod access;

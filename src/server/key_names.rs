@@ -1,6 +1,6 @@
 //! Key names of the most recently used queues, kept across calls. A queue's
-//! names never change, and making and freeing nine of them for every call
-//! was 5% of a lease+ack cycle (docs/instructions.md has the history).
+//! names never change, and making and freeing them (nine, when this was
+//! written; a call opens up to 31) for every call was 5% of a lease+ack cycle (docs/instructions.md has the history).
 
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
