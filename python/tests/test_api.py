@@ -1,22 +1,32 @@
-"""Queue, AsyncQueue and ShardedQueue keep the same methods (#31).
+"""Queue, AsyncQueue and ShardedQueue keep the same methods (#31, #44).
 
-A method added to `Queue` and forgotten in `AsyncQueue` (or given other
-parameters there) fails here; so does one a worker or an operator uses on a
-`Queue` that `ShardedQueue` lacks, unless it is listed below with the
-reason. The comparison itself is tested too, on classes grown for the
-purpose, so a check that compares nothing cannot pass unnoticed.
+`Queue` and `AsyncQueue` inherit one method per command from
+`commands.QueueCommands`: a command function that is not one of them fails
+here, and so does a method shown (`inspect.signature`, type hints, its
+docstring) otherwise than its function, less the queue name. A method
+written in `Queue` and forgotten in `AsyncQueue` (or given other parameters
+or another docstring there) fails here; so does one a worker or an operator
+uses on a `Queue` that `ShardedQueue` lacks, unless it is listed below with
+the reason. The comparisons themselves are tested too, on classes grown for
+the purpose, so a check that compares nothing cannot pass unnoticed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import inspect
 import re
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import redis
+import redis.asyncio
+
 import vtrr
+from vtrr import commands
 from vtrr.sharded import ShardedQueue, ShardedStats
 
 Methods = dict[str, Callable[..., Any]]
@@ -86,6 +96,8 @@ def sync_async_differences(sync: type, async_: type) -> list[str]:
             problems.append(f"{name}: {parameters(blocking)} != {parameters(awaited)}")
         if gives != returns(awaited):
             problems.append(f"{name}: returns {returns(awaited)}, not {gives}")
+        if blocking.__doc__ != awaited.__doc__:
+            problems.append(f"{name}: documented otherwise in {async_.__name__}")
     return problems
 
 
@@ -114,11 +126,119 @@ def test_the_comparison_finds_a_method_added_to_one_side_only() -> None:
     assert sync_async_differences(Grown, vtrr.AsyncQueue) == ["purge: in Grown, not in AsyncQueue"]
     assert [problem.split(": ", 1) for problem in sync_async_differences(vtrr.Queue, Drifted)] == [
         ["lease", f"{parameters(vtrr.Queue.lease)} != {parameters(Drifted.lease)}"],
+        ["lease", "documented otherwise in Drifted"],
         ["partitions", "not an async generator in Drifted"],
         ["partitions", "returns collections.abc.Iterator[vtrr.types.PartitionView],"
                        " not collections.abc.AsyncIterator[vtrr.types.PartitionView]"],
+        ["partitions", "documented otherwise in Drifted"],
         ["stats", "not a coroutine in Drifted"],
+        ["stats", "documented otherwise in Drifted"],
     ]  # fmt: skip
+
+
+def test_every_public_method_is_documented() -> None:
+    assert [
+        f"{cls.__name__}.{name}"
+        for cls in (vtrr.Queue, vtrr.AsyncQueue, ShardedQueue)
+        for name, method in public_methods(cls).items()
+        if not method.__doc__
+    ] == []
+
+
+def command_functions() -> Methods:
+    """Every public function of `vtrr.commands` that makes a `Command`."""
+    return {
+        name: function
+        for name, function in inspect.getmembers(commands, inspect.isfunction)
+        if function.__module__ == commands.__name__
+        and not name.startswith("_")
+        and typing.get_origin(typing.get_type_hints(function)["return"]) is commands.Command
+    }
+
+
+# Command functions that are no queue's method, and why.
+NOT_METHODS = {
+    # NACK with every option, as a worker's round trip sends it; a queue has
+    # `nack` and `release`.
+    "give_back",
+}
+
+
+def shown_differences(queue: type) -> list[str]:
+    """How `queue`'s command methods are not their functions, less the queue name."""
+    functions = command_functions()
+    methods = {
+        name: method
+        for name, method in public_methods(queue).items()
+        if inspect.unwrap(method) is not method  # a command's, not written in `queue`
+    }
+    problems = [
+        f"{name}: not a method of {queue.__name__}"
+        for name in sorted(functions.keys() - methods.keys() - NOT_METHODS)
+    ]
+    for name, method in sorted(methods.items()):
+        function = functions.get(name)
+        if inspect.unwrap(method) is not function:
+            problems.append(f"{name}: runs {inspect.unwrap(method).__name__}")
+            continue
+        _queue_name, *expected = parameters(function)
+        if parameters(method) != ["POSITIONAL_OR_KEYWORD self", *expected]:
+            problems.append(f"{name}: {parameters(method)} != {expected}")
+        (reply,) = typing.get_args(typing.get_type_hints(function)["return"])
+        if returns(method) != text(reply, {}):
+            problems.append(f"{name}: returns {returns(method)}, not {text(reply, {})}")
+        if not method.__doc__ or method.__doc__ != function.__doc__:
+            problems.append(f"{name}: documented otherwise than {function.__name__}")
+    return problems
+
+
+def test_every_command_is_a_method_shown_as_its_function() -> None:
+    assert len(command_functions()) >= 30
+    assert shown_differences(vtrr.Queue) == []
+    assert shown_differences(vtrr.AsyncQueue) == []
+
+
+def test_the_command_comparison_finds_a_method_missing_or_shown_otherwise() -> None:
+    class Drifted(vtrr.Queue):
+        dead = None  # type: ignore[assignment]
+        partition = commands.QueueMethod(commands.pause)  # type: ignore[assignment]
+
+        @functools.wraps(commands.lease, assigned=(), updated=())  # claims to be its method
+        def lease(self, lease_ms: int) -> int:  # type: ignore[override]
+            """Not how `commands.lease` is documented."""
+            return 0
+
+    assert shown_differences(Drifted) == [
+        "dead: not a method of Drifted",
+        f"lease: {parameters(Drifted.lease)} != {parameters(commands.lease)[1:]}",
+        "lease: returns int, not vtrr.types.Lease | None",
+        "lease: documented otherwise than lease",
+        "partition: runs pause",
+    ]
+
+
+def test_a_command_method_sends_its_arguments_with_the_queue_name() -> None:
+    sent: list[tuple[commands.Arg, ...]] = []
+
+    class Blocking(vtrr.Queue):
+        def run[T](self, command: commands.Command[T]) -> T:
+            sent.append(command.args)
+            return command.parse(1)
+
+    class Awaited(vtrr.AsyncQueue):
+        async def run[T](self, command: commands.Command[T]) -> T:
+            sent.append(command.args)
+            return command.parse(1)
+
+    lease = vtrr.Lease("job-1", b"", "token", 0, 0)
+    assert Blocking(redis.Redis(), "files").ack(lease, costs=[7]) == 1
+    assert asyncio.run(Awaited(redis.asyncio.Redis(), "files").ack(lease, costs=[7])) == 1
+    Blocking(redis.Redis(), "files").set_limit("bob", share=3)
+    assert sent == [
+        commands.ack("files", lease, costs=[7]).args,
+        commands.ack("files", lease, costs=[7]).args,
+        commands.set_limit("files", "bob", share=3).args,
+    ]
 
 
 # What a `Queue` has that a `ShardedQueue` does not, and why. Nothing else may be missing.

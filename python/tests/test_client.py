@@ -322,8 +322,8 @@ def test_a_server_without_the_module_says_so(make_server) -> None:  # type: igno
 
 
 def test_the_key_suffixes_are_the_modules() -> None:
-    """`exists` asks for every key a queue can have: each logical key of src/store/keys.rs."""
-    source = (REPO / "src" / "store" / "keys.rs").read_text()
+    """`exists` asks for every key a queue can have: each logical key of src/store/vocabulary.rs."""
+    source = (REPO / "src" / "store" / "vocabulary.rs").read_text()
     named = re.findall(r'QueueKey::\w+ => "(\w+)"', source)
     assert len(named) >= 30
     assert sorted(QUEUE_KEY_SUFFIXES) == sorted(named)

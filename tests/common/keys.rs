@@ -1,7 +1,7 @@
 //! The key vocabulary of a queue as the suites see it: every suffix, the
 //! key names of a queue, and whether a key exists.
 
-/// Every key suffix of a queue, in the module's order (src/keys.rs):
+/// Every key suffix of a queue, in the module's order (src/store/vocabulary.rs):
 /// vtrr-queue's nine (`SUFFIXES`), then the module's own (delayed and dead
 /// items, nack counts, the dead-letter policy and default cap, held items
 /// of partitions under control, per-partition records, the partitions

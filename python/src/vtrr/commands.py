@@ -1,21 +1,31 @@
-"""Each vtrr command as its arguments and the parser of its reply.
+"""Each vtrr command, once: its arguments, their checks, its reply's parser, its docs.
 
-`Queue` and `AsyncQueue` differ only in how they send a command (a blocking
-or an awaited call); what they send and how they read the reply is here,
-once, so the two stay the same.
+A command is a function of the queue's name and the method's arguments
+that returns a `Command`, the arguments to send and how to read the reply:
+nothing here does any I/O. `QueueCommands` makes each one a method of a
+queue, the queue supplying its name and sending the command with its `run`:
+`Queue` inherits them blocking and `AsyncQueue` awaited, so the two cannot
+differ. `ShardedQueue` sends them through its sub-queues.
+
+A new command is a function here and a line in `QueueCommands`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, cast
+import functools
+import typing
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from inspect import Parameter, Signature, iscoroutinefunction, signature
+from types import MethodType
+from typing import Any, Concatenate, Literal, Protocol, Self, cast, overload
 
 from .errors import InvalidArgument
 from .limits import MAX_COST, MAX_PRIORITY, check_int, check_item, check_reason
 from .types import (
     AckedLeases,
     DeadItem,
+    Fenced,
     Item,
     Layout,
     Lease,
@@ -44,6 +54,95 @@ class Command[T]:
     parse: Callable[[Any], T]
 
 
+class BlockingRunner(Protocol):
+    """A queue that sends a command and returns its parsed reply: a `Queue`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run[T](self, command: Command[T]) -> T: ...
+
+
+class AsyncRunner(Protocol):
+    """A queue whose `run` is a coroutine function: an `AsyncQueue`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run[T](self, command: Command[T]) -> Coroutine[Any, Any, T]: ...
+
+
+class QueueMethod[**P, T]:
+    """A command as a method of a queue, which supplies the name and runs it.
+
+    On a `BlockingRunner` the method returns the reply, on an `AsyncRunner`
+    it is a coroutine function; either is shown (`help()`,
+    `inspect.signature`, `typing.get_type_hints`) as the command's function
+    with `self` for the queue name, returning the parsed reply.
+    """
+
+    def __init__(self, build: Callable[Concatenate[str, P], Command[T]]) -> None:
+        def blocking(queue: BlockingRunner, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return queue.run(build(queue.name, *args, **kwargs))
+
+        async def awaited(queue: AsyncRunner, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return await queue.run(build(queue.name, *args, **kwargs))
+
+        self._blocking = _shown_as(blocking, build)
+        self._awaited = _shown_as(awaited, build)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        for method in (self._blocking, self._awaited):
+            method.__qualname__ = f"{owner.__qualname__}.{name}"
+
+    @overload
+    def __get__(
+        self, queue: None, owner: type[BlockingRunner]
+    ) -> Callable[Concatenate[BlockingRunner, P], T]: ...
+    @overload
+    def __get__(
+        self, queue: None, owner: type[AsyncRunner]
+    ) -> Callable[Concatenate[AsyncRunner, P], Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, queue: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, queue: BlockingRunner, owner: type) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, queue: AsyncRunner, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    def __get__(self, queue: object, owner: type) -> object:
+        if not hasattr(owner, "run"):  # read on `QueueCommands` itself
+            return self
+        method = self._awaited if _runs_awaited(owner) else self._blocking
+        return method if queue is None else MethodType(method, queue)
+
+
+@functools.cache  # a method is looked up at every call: look at its class once
+def _runs_awaited(owner: type[BlockingRunner | AsyncRunner]) -> bool:
+    return iscoroutinefunction(owner.run)
+
+
+def _shown_as[M: Callable[..., object]](method: M, build: Callable[..., Command[Any]]) -> M:
+    """`method`, which runs `build`'s command, described as `build` is: its name,
+    docstring and parameters, `self` in place of the queue name, returning the
+    parsed reply (`T` of its `Command[T]`)."""
+    hints = typing.get_type_hints(build)
+    reply = typing.get_args(hints.pop("return"))[0]
+    reply = None if reply is type(None) else reply  # shown as `-> None`
+    queue, *parameters = signature(build).parameters.values()
+    del hints[queue.name]
+    functools.update_wrapper(method, build, assigned=("__module__", "__name__", "__doc__"))
+    method.__annotations__ = {**hints, "return": reply}
+    # `__signature__`, which `inspect.signature` reads, is unknown to a function's type.
+    vars(method)["__signature__"] = Signature(
+        [
+            Parameter("self", Parameter.POSITIONAL_OR_KEYWORD),
+            *(parameter.replace(annotation=hints[parameter.name]) for parameter in parameters),
+        ],
+        return_annotation=reply,
+    )
+    return method
+
+
 def _int(reply: Any) -> int:
     return int(reply)
 
@@ -68,35 +167,53 @@ def _fields(reply: Any) -> dict[str, Any]:
     return {decode(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
 
 
-def _item_args(items: Iterable[Item]) -> list[Arg]:
-    args: list[Arg] = []
-    for item in map(check_item, items):
-        args += [encode(item.partition), encode(item.id), item.weight, item.payload]
-    return args
-
-
-def _priority_args(priority: int) -> list[Arg]:
-    """`PRIORITY <level>` (nothing for level 0), the level checked first."""
+# Adding items.
+def _adding(
+    command: str, queue: str, timing: tuple[Arg, ...], items: Iterable[Item], priority: int
+) -> tuple[Arg, ...]:
+    """`VTRR.ENQUEUE` or `VTRR.DEFER`: the level checked first, then every item."""
     level = check_int("priority", priority, -MAX_PRIORITY, MAX_PRIORITY)
-    return ["PRIORITY", level] if level else []
-
-
-def enqueue(name: str, items: Iterable[Item], priority: int = 0) -> Command[int]:
-    level = _priority_args(priority)
-    item_args = _item_args(items)
+    item_args: list[Arg] = []
+    for item in map(check_item, items):
+        item_args += [encode(item.partition), encode(item.id), item.weight, item.payload]
     if not item_args:
-        raise ValueError("enqueue needs at least one item")
-    return Command(("VTRR.ENQUEUE", name, *level, *item_args), _int)
+        raise ValueError(f"{command.split('.')[1].lower()} needs at least one item")
+    # No `PRIORITY` at the default level, 0.
+    return (command, queue, *timing, *(("PRIORITY", level) if level else ()), *item_args)
 
 
-def defer(name: str, delay_ms: int, items: Iterable[Item], priority: int = 0) -> Command[int]:
-    level = _priority_args(priority)
-    item_args = _item_args(items)
-    if not item_args:
-        raise ValueError("defer needs at least one item")
-    return Command(("VTRR.DEFER", name, delay_ms, *level, *item_args), _int)
+def enqueue(
+    queue: str,
+    /,
+    partition: str,
+    item_id: str,
+    payload: bytes | str,
+    weight: int = 1,
+    *,
+    priority: int = 0,
+) -> Command[bool]:
+    """Add one item; False when its id is already in the queue's life (skipped).
+
+    `priority` (-100..100, larger first) is strict between levels and
+    fair between partitions inside one.
+    """
+    item = Item(partition, item_id, payload, weight)
+    return Command(_adding("VTRR.ENQUEUE", queue, (), [item], priority), _bool)
 
 
+def enqueue_many(queue: str, /, items: Iterable[Item], *, priority: int = 0) -> Command[int]:
+    """Add items in one atomic command, at `priority`; returns how many were new."""
+    return Command(_adding("VTRR.ENQUEUE", queue, (), items, priority), _int)
+
+
+def defer(
+    queue: str, /, delay_ms: int, items: Iterable[Item], *, priority: int = 0
+) -> Command[int]:
+    """Add items that become leasable `delay_ms` after the server's clock now."""
+    return Command(_adding("VTRR.DEFER", queue, (delay_ms,), items, priority), _int)
+
+
+# Leases.
 def _lease(reply: Any) -> Lease:
     item_id, payload, token, timeouts, nacks, partition = reply
     return Lease(
@@ -112,55 +229,58 @@ def _lease_many(reply: Any) -> list[Lease]:
     return [] if reply is None else [_lease(entry) for entry in reply]
 
 
-def _lease_args(name: str, lease_ms: int, block_ms: int | None) -> tuple[Arg, ...]:
+def _lease_args(queue: str, lease_ms: int, block_ms: int | None) -> tuple[Arg, ...]:
     """`VTRR.LEASE` with what every `Lease` holds: the nack count, the partition."""
-    args: tuple[Arg, ...] = ("VTRR.LEASE", name, lease_ms, "WITHCOUNTERS", "WITHPARTITION")
+    args: tuple[Arg, ...] = ("VTRR.LEASE", queue, lease_ms, "WITHCOUNTERS", "WITHPARTITION")
     if block_ms is not None:
         args += ("BLOCK", block_ms)
     return args
 
 
-def lease(name: str, lease_ms: int, block_ms: int | None = None) -> Command[Lease | None]:
-    return Command(_lease_args(name, lease_ms, block_ms), _lease_one)
+def lease(queue: str, /, lease_ms: int, *, block_ms: int | None = None) -> Command[Lease | None]:
+    """Lease the next item (waiting up to `block_ms`, 0 forever); None when none came."""
+    return Command(_lease_args(queue, lease_ms, block_ms), _lease_one)
 
 
 def lease_many(
-    name: str, lease_ms: int, count: int, block_ms: int | None = None
+    queue: str, /, lease_ms: int, count: int, *, block_ms: int | None = None
 ) -> Command[list[Lease]]:
-    return Command((*_lease_args(name, lease_ms, block_ms), "COUNT", count), _lease_many)
+    """Lease up to `count` items."""
+    return Command((*_lease_args(queue, lease_ms, block_ms), "COUNT", count), _lease_many)
 
 
-def _pairs(leases: Iterable[tuple[str, str]]) -> list[Arg]:
-    pairs: list[Arg] = []
-    for item_id, token in leases:
-        pairs += [encode(item_id), token]
-    if not pairs:
-        raise ValueError("ack needs at least one lease")
-    return pairs
-
-
-def _acks(leases: Iterable[tuple[str, str]], costs: Sequence[int] | None) -> list[Arg]:
-    """`<id> <token> ...` pairs, or `<id> <token> <cost> ...` triples with `costs`."""
-    if costs is None:
-        return _pairs(leases)
-    leases = list(leases)
-    if len(costs) != len(leases):
+def leases_with_costs[L: Fenced](
+    leases: Sequence[L], costs: Sequence[int] | None
+) -> list[tuple[L, int | None]]:
+    """Each lease with its cost (None without `costs`), refused as ACK refuses
+    them: no lease, or not one cost per lease."""
+    if costs is not None and len(costs) != len(leases):
         raise ValueError(f"{len(costs)} costs for {len(leases)} leases: one cost per lease")
-    triples: list[Arg] = []
-    for (item_id, token), cost in zip(leases, costs, strict=True):
-        check_int("cost", cost, 0, MAX_COST)
-        triples += [encode(item_id), token, cost]
-    if not triples:
+    if not leases:
         raise ValueError("ack needs at least one lease")
-    return triples
+    each: Sequence[int | None] = [None] * len(leases) if costs is None else costs
+    return list(zip(leases, each, strict=True))
 
 
-def ack(
-    name: str, leases: Iterable[tuple[str, str]], costs: Sequence[int] | None = None
-) -> Command[int]:
-    """`VTRR.ACK`, or `VTRR.ACKCOST` charging each lease's cost (one per lease)."""
+def _ack_args(leases: Sequence[Fenced], costs: Sequence[int] | None) -> list[Arg]:
+    """`<id> <token> ...` pairs, or `<id> <token> <cost> ...` triples with `costs`."""
+    args: list[Arg] = []
+    for fenced, cost in leases_with_costs(leases, costs):
+        args += [encode(fenced.id), fenced.token]
+        if cost is not None:
+            args.append(check_int("cost", cost, 0, MAX_COST))
+    return args
+
+
+def ack(queue: str, /, *leases: Fenced, costs: Sequence[int] | None = None) -> Command[int]:
+    """Fenced ACK: how many of the leases were still current (and are now done).
+
+    With `costs` (one per lease, in the weights' units: what each job
+    really cost), `VTRR.ACKCOST`: each partition is charged its job's
+    cost in place of the weight it was queued with.
+    """
     command = "VTRR.ACK" if costs is None else "VTRR.ACKCOST"
-    return Command((command, name, *_acks(leases, costs)), _int)
+    return Command((command, queue, *_ack_args(leases, costs)), _int)
 
 
 def _acked_leases(reply: Any) -> AckedLeases:
@@ -169,28 +289,32 @@ def _acked_leases(reply: Any) -> AckedLeases:
 
 
 def ack_and_lease(
-    name: str,
-    leases: Iterable[tuple[str, str]],
+    queue: str,
+    /,
+    done: Iterable[Fenced],
     lease_ms: int,
     count: int,
+    *,
     block_ms: int | None = None,
     costs: Sequence[int] | None = None,
 ) -> Command[AckedLeases]:
-    """`VTRR.LEASE ... ACK` (`ACKCOST` with `costs`): the acks at once, then up
-    to `count` leases."""
+    """ACK the `done` leases (charging `costs`, as `ack`) and lease up to
+    `count` items, in one round trip (`VTRR.LEASE ... ACK`, or `ACKCOST`)."""
     option = "ACK" if costs is None else "ACKCOST"
-    acks = _acks(leases, costs)
+    acks = _ack_args(list(done), costs)
     return Command(
-        (*_lease_args(name, lease_ms, block_ms), "COUNT", count, option, *acks),
-        _acked_leases,
+        (*_lease_args(queue, lease_ms, block_ms), "COUNT", count, option, *acks), _acked_leases
     )
 
 
-def renew(
-    name: str, item_id: str, token: str, lease_ms: int, cost: int | None = None
-) -> Command[bool]:
-    """`VTRR.RENEW`; with `cost`, `COST`: what the job cost since its last report."""
-    args: tuple[Arg, ...] = ("VTRR.RENEW", name, encode(item_id), token, lease_ms)
+def renew(queue: str, /, lease: Fenced, lease_ms: int, *, cost: int | None = None) -> Command[bool]:
+    """Fenced re-lease for `lease_ms` from now; False when the lease is lost.
+
+    With `cost`, what the job has cost since its last report (or its lease),
+    charged to its partition now; the ACK that finishes it (`costs=`)
+    then reports only the rest.
+    """
+    args: tuple[Arg, ...] = ("VTRR.RENEW", queue, encode(lease.id), lease.token, lease_ms)
     if cost is not None:
         args += ("COST", check_int("cost", cost, 0, MAX_COST))
     return Command(args, _bool)
@@ -200,17 +324,19 @@ def _nack_outcome(reply: Any) -> NackOutcome | None:
     return None if reply is None else NackOutcome(decode(reply))
 
 
-def nack(
-    name: str,
-    item_id: str,
-    token: str,
+def give_back(
+    queue: str,
+    /,
+    lease: Fenced,
+    *,
     delay_ms: int | None = None,
     dead: bool = False,
     release: bool = False,
     reason: str | bytes | None = None,
 ) -> Command[NackOutcome | None]:
-    """`VTRR.NACK ... WITHSTATE`; `reason` (`REASON`): what failed, kept with the item."""
-    args: tuple[Arg, ...] = ("VTRR.NACK", name, encode(item_id), token)
+    """`VTRR.NACK ... WITHSTATE` with any of its options: `nack` and `release`,
+    and a worker's round trip, which sends either."""
+    args: tuple[Arg, ...] = ("VTRR.NACK", queue, encode(lease.id), lease.token)
     if delay_ms is not None:
         args += ("DELAY", delay_ms)
     if dead:
@@ -222,13 +348,40 @@ def nack(
     return Command((*args, "WITHSTATE"), _nack_outcome)
 
 
-def reclaim(name: str, limit: int | None = None) -> Command[int]:
-    args: tuple[Arg, ...] = ("VTRR.RECLAIM", name)
+def nack(
+    queue: str,
+    /,
+    lease: Fenced,
+    *,
+    delay_ms: int | None = None,
+    dead: bool = False,
+    reason: str | bytes | None = None,
+) -> Command[NackOutcome | None]:
+    """Give a leased item back: at once, after `delay_ms`, or to the dead letters.
+
+    `reason`: what failed (1 to 4096 bytes; a str is sent as UTF-8), kept
+    with the item as its last error until it leaves: `dead()` shows it
+    (`DeadItem.last_error`). Where it went (the queue's MAX-NACKS may
+    dead-letter it), or None when the lease was no longer current.
+    """
+    return give_back(queue, lease, delay_ms=delay_ms, dead=dead, reason=reason)
+
+
+def release(queue: str, /, lease: Fenced) -> Command[bool]:
+    """Give a leased item back unrun: requeued at once, no nack counted."""
+    released = give_back(queue, lease, release=True)
+    return Command(released.args, lambda reply: reply is not None)
+
+
+def reclaim(queue: str, /, limit: int | None = None) -> Command[int]:
+    """Take expired leases back now (the module's timer does it anyway)."""
+    args: tuple[Arg, ...] = ("VTRR.RECLAIM", queue)
     if limit is not None:
         args += ("LIMIT", limit)
     return Command(args, _int)
 
 
+# Reading the queue.
 def _totals(f: dict[str, Any]) -> Totals:
     """The `*-total` fields STATS and PARTITIONS share."""
     return Totals(
@@ -263,97 +416,14 @@ def _stats(reply: Any) -> Stats:
     )
 
 
-def stats(name: str) -> Command[Stats]:
-    return Command(("VTRR.STATS", name), _stats)
+def stats(queue: str, /) -> Command[Stats]:
+    """The queue's counts (`VTRR.STATS`)."""
+    return Command(("VTRR.STATS", queue), _stats)
 
 
-def check(name: str) -> Command[list[str]]:
-    return Command(("VTRR.CHECK", name), lambda reply: [decode(p) for p in reply])
-
-
-Limit = int | Literal["NONE"] | None
-
-
-def _limit_arg(option: str, value: Limit) -> tuple[Arg, ...]:
-    return () if value is None else (option, value)
-
-
-def _policy(reply: Any) -> Policy:
-    f = _fields(reply)
-    return Policy(
-        max_timeouts=_opt_int(f["max-timeouts"]),
-        max_nacks=_opt_int(f["max-nacks"]),
-        default_concurrency=_opt_int(f["default-concurrency"]),
-        default_rate=_rate(f, prefix="default-"),
-    )
-
-
-def get_policy(name: str) -> Command[Policy]:
-    return Command(("VTRR.POLICY", name), _policy)
-
-
-def set_policy(
-    name: str,
-    max_timeouts: Limit,
-    max_nacks: Limit,
-    default_concurrency: Limit,
-    default_rate: Rate | Literal["NONE"] | None = None,
-) -> Command[None]:
-    options = (
-        *_limit_arg("MAX-TIMEOUTS", max_timeouts),
-        *_limit_arg("MAX-NACKS", max_nacks),
-        *_limit_arg("DEFAULT-CONCURRENCY", default_concurrency),
-        *_rate_args(default_rate, "DEFAULT-RATE"),
-    )
-    if not options:
-        raise ValueError("set_policy needs at least one setting (None leaves one unchanged)")
-    return Command(("VTRR.POLICY", name, *options), _ok)
-
-
-def _dead(reply: Any) -> list[DeadItem]:
-    return [
-        DeadItem(
-            id=decode(item_id),
-            payload=bytes(payload),
-            partition=None if partition is None else decode(partition),
-            weight=_opt_int(weight),
-            timeouts=int(timeouts),
-            nacks=int(nacks),
-            died_at_ms=int(died_at_ms),
-            reason=decode(reason),
-            last_error=None if last_error is None else decode(last_error),
-        )
-        for (
-            item_id,
-            payload,
-            partition,
-            weight,
-            timeouts,
-            nacks,
-            died_at_ms,
-            reason,
-            last_error,
-        ) in reply
-    ]
-
-
-def dead(name: str, count: int = 10) -> Command[list[DeadItem]]:
-    return Command(("VTRR.DEAD", name, "COUNT", count), _dead)
-
-
-def _ids(command: str, name: str, ids: Iterable[str]) -> Command[int]:
-    encoded = [encode(item_id) for item_id in ids]
-    if not encoded:
-        raise ValueError(f"{command.split('.')[1].lower()} needs at least one id")
-    return Command((command, name, *encoded), _int)
-
-
-def revive(name: str, ids: Iterable[str]) -> Command[int]:
-    return _ids("VTRR.REVIVE", name, ids)
-
-
-def cancel(name: str, ids: Iterable[str]) -> Command[int]:
-    return _ids("VTRR.CANCEL", name, ids)
+def check(queue: str, /) -> Command[list[str]]:
+    """The invariants the queue breaks; empty when it is sound (O(N))."""
+    return Command(("VTRR.CHECK", queue), lambda reply: [decode(p) for p in reply])
 
 
 def _rate(f: Mapping[str, Any], prefix: str = "", suffix: str = "") -> Rate | None:
@@ -362,54 +432,6 @@ def _rate(f: Mapping[str, Any], prefix: str = "", suffix: str = "") -> Rate | No
         return None
     per_ms, burst = f[f"{prefix}per-ms{suffix}"], f[f"{prefix}burst{suffix}"]
     return Rate(amount=int(amount), per_ms=int(per_ms), burst=int(burst))
-
-
-def _settings(reply: Any) -> PartitionSettings:
-    f = _fields(reply)
-    return PartitionSettings(
-        concurrency=_opt_int(f["concurrency"]),
-        paused=int(f["paused"]) == 1,
-        share=int(f["share"]),
-        rate=_rate(f),
-    )
-
-
-def get_limit(name: str, partition: str) -> Command[PartitionSettings]:
-    return Command(("VTRR.LIMIT", name, encode(partition)), _settings)
-
-
-def _rate_args(rate: Rate | Literal["NONE"] | None, option: str = "RATE") -> tuple[Arg, ...]:
-    if rate is None:
-        return ()
-    if rate == "NONE":
-        return (option, "NONE")
-    burst = () if rate.burst is None else ("BURST", rate.burst)
-    return (option, rate.amount, "PER", rate.per_ms, *burst)
-
-
-def set_limit(
-    name: str,
-    partition: str,
-    concurrency: Limit,
-    share: int | None,
-    rate: Rate | Literal["NONE"] | None = None,
-) -> Command[None]:
-    options = (
-        *_limit_arg("CONCURRENCY", concurrency),
-        *_limit_arg("SHARE", share),
-        *_rate_args(rate),
-    )
-    if not options:
-        raise ValueError("set_limit needs concurrency, share or rate")
-    return Command(("VTRR.LIMIT", name, encode(partition), *options), _ok)
-
-
-def pause(name: str, partition: str) -> Command[bool]:
-    return Command(("VTRR.PAUSE", name, encode(partition)), _bool)
-
-
-def resume(name: str, partition: str) -> Command[bool]:
-    return Command(("VTRR.RESUME", name, encode(partition)), _bool)
 
 
 def _view(reply: Any) -> PartitionView:
@@ -440,46 +462,111 @@ def _page(reply: Any) -> tuple[int, list[PartitionView]]:
     return int(cursor), [_view(entry) for entry in entries]
 
 
+def partition(queue: str, /, partition: str) -> Command[PartitionView]:
+    """One partition's counts and settings (all zeros if never seen)."""
+    return Command(
+        ("VTRR.PARTITIONS", queue, "PARTITION", encode(partition)),
+        lambda reply: _page(reply)[1][0],
+    )
+
+
 def partitions_page(
-    name: str, cursor: int = 0, count: int | None = None
+    queue: str, /, cursor: int = 0, count: int | None = None
 ) -> Command[tuple[int, list[PartitionView]]]:
-    args: tuple[Arg, ...] = ("VTRR.PARTITIONS", name, "CURSOR", cursor)
+    """One step of the partition scan; go on until the cursor is 0."""
+    args: tuple[Arg, ...] = ("VTRR.PARTITIONS", queue, "CURSOR", cursor)
     if count is not None:
         args += ("COUNT", count)
     return Command(args, _page)
 
 
 def partitions_top(
-    name: str, count: int, by: Rank, offset: int = 0
+    queue: str, /, count: int, by: Rank = "queued", offset: int = 0
 ) -> Command[tuple[int, list[PartitionView]]]:
-    """VTRR.PARTITIONS ... TOP: (how many partitions the ranking holds, the page)."""
-    args: tuple[Arg, ...] = ("VTRR.PARTITIONS", name, "TOP", count, "BY", by.upper())
+    """The partitions ranked by the server, worst first: most queued,
+    longest waiting (``oldest``), most leased, most dead. Returns how many
+    partitions the ranking holds and ``count`` of them from ``offset``."""
+    args: tuple[Arg, ...] = ("VTRR.PARTITIONS", queue, "TOP", count, "BY", by.upper())
     if offset:
         args += ("OFFSET", offset)
     return Command(args, _page)
 
 
-def partition(name: str, partition: str) -> Command[PartitionView]:
-    return Command(
-        ("VTRR.PARTITIONS", name, "PARTITION", encode(partition)),
-        lambda reply: _page(reply)[1][0],
-    )
+def _dead(reply: Any) -> list[DeadItem]:
+    return [
+        DeadItem(
+            id=decode(item_id),
+            payload=bytes(payload),
+            partition=None if partition is None else decode(partition),
+            weight=_opt_int(weight),
+            timeouts=int(timeouts),
+            nacks=int(nacks),
+            died_at_ms=int(died_at_ms),
+            reason=decode(reason),
+            last_error=None if last_error is None else decode(last_error),
+        )
+        for (
+            item_id,
+            payload,
+            partition,
+            weight,
+            timeouts,
+            nacks,
+            died_at_ms,
+            reason,
+            last_error,
+        ) in reply
+    ]
 
 
+def dead(queue: str, /, count: int = 10) -> Command[list[DeadItem]]:
+    """The oldest dead-lettered items, oldest first."""
+    return Command(("VTRR.DEAD", queue, "COUNT", count), _dead)
+
+
+# Item life.
+def _ids(command: str, queue: str, ids: Iterable[str]) -> Command[int]:
+    encoded = [encode(item_id) for item_id in ids]
+    if not encoded:
+        raise ValueError(f"{command.split('.')[1].lower()} needs at least one id")
+    return Command((command, queue, *encoded), _int)
+
+
+def revive(queue: str, /, *ids: str) -> Command[int]:
+    """Put dead items back in the queue, as if freshly enqueued; how many were revived."""
+    return _ids("VTRR.REVIVE", queue, ids)
+
+
+def cancel(queue: str, /, *ids: str) -> Command[int]:
+    """Delete items in any state (queued, delayed, dead or leased); how many were cancelled."""
+    return _ids("VTRR.CANCEL", queue, ids)
+
+
+# Recurring schedules.
 def schedule(
+    queue: str,
+    /,
     name: str,
-    schedule: str,
     *,
-    every_ms: int | None,
-    cron: str | None,
-    tz: str | None,
+    every_ms: int | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
     partition: str,
     payload: bytes | str,
-    weight: int,
-    missed: Missed,
+    weight: int = 1,
+    missed: Missed = "one",
 ) -> Command[int]:
-    """`VTRR.SCHEDULE`: exactly one of `every_ms` and `cron` (checked here, as the server does)."""
+    """Set a recurring schedule; returns its next run's due time (Unix ms).
+
+    The server enqueues each run in `partition` as the item
+    `schedule:<name>:<due-ms>`: every `every_ms` (at its multiples since the
+    epoch) or when the `cron` pattern matches in `tz` (UTC when None);
+    exactly one of the two. `missed`: the runs that fell due while none
+    could fire (a stopped server), `"skip"`, `"one"` (the latest) or
+    `"all"`. Setting it again with the same timing keeps its next run.
+    """
     timing: tuple[Arg, ...]
+    # Exactly one of `every_ms` and `cron`, checked here as the server does.
     if every_ms is not None and cron is None:
         timing = ("EVERY", every_ms)
     elif cron is not None and every_ms is None:
@@ -495,15 +582,16 @@ def schedule(
         raise TypeError(f"payload must be bytes or str, not {type(payload).__name__}")
     options = ("PARTITION", encode(partition), "PAYLOAD", payload, "WEIGHT", weight)
     return Command(
-        ("VTRR.SCHEDULE", name, encode(schedule), *timing, *options, "MISSED", missed), _int
+        ("VTRR.SCHEDULE", queue, encode(name), *timing, *options, "MISSED", missed), _int
     )
 
 
-def unschedule(name: str, schedules: Iterable[str]) -> Command[int]:
-    encoded = [encode(schedule) for schedule in schedules]
+def unschedule(queue: str, /, *names: str) -> Command[int]:
+    """Remove schedules (their runs already enqueued stay); how many existed."""
+    encoded = [encode(name) for name in names]
     if not encoded:
         raise ValueError("unschedule needs at least one schedule")
-    return Command(("VTRR.UNSCHEDULE", name, *encoded), _int)
+    return Command(("VTRR.UNSCHEDULE", queue, *encoded), _int)
 
 
 def _opt_text(reply: Any) -> str | None:
@@ -527,9 +615,10 @@ def _schedule(reply: Any) -> ScheduleView:
     )
 
 
-def schedule_view(name: str, schedule: str, runs: int = 1) -> Command[ScheduleView | None]:
+def schedule_view(queue: str, /, name: str, runs: int = 1) -> Command[ScheduleView | None]:
+    """One schedule with its next `runs` due times (0 to 20); None if there is none."""
     return Command(
-        ("VTRR.SCHEDULES", name, "SCHEDULE", encode(schedule), "RUNS", runs),
+        ("VTRR.SCHEDULES", queue, "SCHEDULE", encode(name), "RUNS", runs),
         lambda reply: None if reply is None else _schedule(reply),
     )
 
@@ -540,21 +629,163 @@ def _schedules_page(reply: Any) -> tuple[int, list[ScheduleView]]:
 
 
 def schedules_page(
-    name: str, cursor: int = 0, count: int | None = None, runs: int = 1
+    queue: str, /, cursor: int = 0, count: int | None = None, runs: int = 1
 ) -> Command[tuple[int, list[ScheduleView]]]:
-    args: tuple[Arg, ...] = ("VTRR.SCHEDULES", name, "CURSOR", cursor)
+    """One step of the schedule scan; go on until the cursor is 0."""
+    args: tuple[Arg, ...] = ("VTRR.SCHEDULES", queue, "CURSOR", cursor)
     if count is not None:
         args += ("COUNT", count)
     return Command((*args, "RUNS", runs), _schedules_page)
 
 
-def recount(name: str) -> Command[int]:
-    return Command(("VTRR.RECOUNT", name), _int)
+# Settings.
+Limit = int | Literal["NONE"] | None
 
 
-def convert(name: str, layout: Layout) -> Command[bool]:
-    return Command(("VTRR.CONVERT", name, layout.upper()), _bool)
+def _limit_arg(option: str, value: Limit) -> tuple[Arg, ...]:
+    return () if value is None else (option, value)
 
 
-def inspect(name: str, key: str) -> Command[Any]:
-    return Command(("VTRR.INSPECT", name, key), lambda reply: reply)
+def _rate_args(rate: Rate | Literal["NONE"] | None, option: str = "RATE") -> tuple[Arg, ...]:
+    if rate is None:
+        return ()
+    if rate == "NONE":
+        return (option, "NONE")
+    burst = () if rate.burst is None else ("BURST", rate.burst)
+    return (option, rate.amount, "PER", rate.per_ms, *burst)
+
+
+def _policy(reply: Any) -> Policy:
+    f = _fields(reply)
+    return Policy(
+        max_timeouts=_opt_int(f["max-timeouts"]),
+        max_nacks=_opt_int(f["max-nacks"]),
+        default_concurrency=_opt_int(f["default-concurrency"]),
+        default_rate=_rate(f, prefix="default-"),
+    )
+
+
+def policy(queue: str, /) -> Command[Policy]:
+    """The dead-letter policy and the default cap and rate (`VTRR.POLICY`)."""
+    return Command(("VTRR.POLICY", queue), _policy)
+
+
+def set_policy(
+    queue: str,
+    /,
+    *,
+    max_timeouts: Limit = None,
+    max_nacks: Limit = None,
+    default_concurrency: Limit = None,
+    default_rate: Rate | Literal["NONE"] | None = None,
+) -> Command[None]:
+    """Set the dead-letter policy and the default cap and rate (of every
+    partition without its own); None leaves one as it is, "NONE" clears it."""
+    options = (
+        *_limit_arg("MAX-TIMEOUTS", max_timeouts),
+        *_limit_arg("MAX-NACKS", max_nacks),
+        *_limit_arg("DEFAULT-CONCURRENCY", default_concurrency),
+        *_rate_args(default_rate, "DEFAULT-RATE"),
+    )
+    if not options:
+        raise ValueError("set_policy needs at least one setting (None leaves one unchanged)")
+    return Command(("VTRR.POLICY", queue, *options), _ok)
+
+
+def _settings(reply: Any) -> PartitionSettings:
+    f = _fields(reply)
+    return PartitionSettings(
+        concurrency=_opt_int(f["concurrency"]),
+        paused=int(f["paused"]) == 1,
+        share=int(f["share"]),
+        rate=_rate(f),
+    )
+
+
+def limit(queue: str, /, partition: str) -> Command[PartitionSettings]:
+    """A partition's own settings: its cap, whether it is paused, its share, its rate."""
+    return Command(("VTRR.LIMIT", queue, encode(partition)), _settings)
+
+
+def set_limit(
+    queue: str,
+    /,
+    partition: str,
+    *,
+    concurrency: Limit = None,
+    share: int | None = None,
+    rate: Rate | Literal["NONE"] | None = None,
+) -> Command[None]:
+    """Sets what is given: a cap, a share, a rate limit (`"NONE"` removes one)."""
+    options = (
+        *_limit_arg("CONCURRENCY", concurrency),
+        *_limit_arg("SHARE", share),
+        *_rate_args(rate),
+    )
+    if not options:
+        raise ValueError("set_limit needs concurrency, share or rate")
+    return Command(("VTRR.LIMIT", queue, encode(partition), *options), _ok)
+
+
+def pause(queue: str, /, partition: str) -> Command[bool]:
+    """Stop leasing a partition's items (it still takes new ones); False if it already was."""
+    return Command(("VTRR.PAUSE", queue, encode(partition)), _bool)
+
+
+def resume(queue: str, /, partition: str) -> Command[bool]:
+    """Lease a paused partition's items again; False if it was not paused."""
+    return Command(("VTRR.RESUME", queue, encode(partition)), _bool)
+
+
+def recount(queue: str, /) -> Command[int]:
+    """Rewrite every partition's counts from the keys; how many partition records changed."""
+    return Command(("VTRR.RECOUNT", queue), _int)
+
+
+def convert(queue: str, /, layout: Layout) -> Command[bool]:
+    """Move the queue to the other layout (one blocking O(N) call)."""
+    return Command(("VTRR.CONVERT", queue, layout.upper()), _bool)
+
+
+def inspect(queue: str, /, key: str) -> Command[Any]:
+    """One logical key of the queue (a suffix: `queue`, `inflight`, ...), whole, as the
+    keys layout has it, in either layout (`VTRR.INSPECT`, a diagnostic)."""
+    return Command(("VTRR.INSPECT", queue, key), lambda reply: reply)
+
+
+class QueueCommands:
+    """Every command above but `give_back` as a method (see `QueueMethod`):
+    `Queue` and `AsyncQueue` inherit them, each with its own `name` and `run`."""
+
+    enqueue = QueueMethod(enqueue)
+    enqueue_many = QueueMethod(enqueue_many)
+    defer = QueueMethod(defer)
+    lease = QueueMethod(lease)
+    lease_many = QueueMethod(lease_many)
+    ack = QueueMethod(ack)
+    ack_and_lease = QueueMethod(ack_and_lease)
+    renew = QueueMethod(renew)
+    nack = QueueMethod(nack)
+    release = QueueMethod(release)
+    reclaim = QueueMethod(reclaim)
+    stats = QueueMethod(stats)
+    check = QueueMethod(check)
+    partition = QueueMethod(partition)
+    partitions_page = QueueMethod(partitions_page)
+    partitions_top = QueueMethod(partitions_top)
+    dead = QueueMethod(dead)
+    revive = QueueMethod(revive)
+    cancel = QueueMethod(cancel)
+    schedule = QueueMethod(schedule)
+    unschedule = QueueMethod(unschedule)
+    schedule_view = QueueMethod(schedule_view)
+    schedules_page = QueueMethod(schedules_page)
+    policy = QueueMethod(policy)
+    set_policy = QueueMethod(set_policy)
+    limit = QueueMethod(limit)
+    set_limit = QueueMethod(set_limit)
+    pause = QueueMethod(pause)
+    resume = QueueMethod(resume)
+    recount = QueueMethod(recount)
+    convert = QueueMethod(convert)
+    inspect = QueueMethod(inspect)

@@ -86,35 +86,40 @@ class Exchanged:
 def commands_of(name: str, exchange: Exchange) -> list[Command[Any]]:
     """The commands of `exchange`, in the order `read` expects their replies."""
     sent: list[Command[Any]] = [
-        commands.nack(
+        commands.give_back(
             name,
-            give.lease.id,
-            give.lease.token,
-            give.delay_ms,
-            give.dead,
-            give.release,
-            give.reason,
+            give.lease,
+            delay_ms=give.delay_ms,
+            dead=give.dead,
+            release=give.release,
+            reason=give.reason,
         )
         for give in exchange.nacks
     ]
     sent += [
-        commands.renew(name, lease.id, lease.token, exchange.lease_ms, cost)
+        commands.renew(name, lease, exchange.lease_ms, cost=cost)
         for lease, cost in zip(exchange.renews, exchange.renew_costs_each(), strict=True)
     ]
-    pairs = [(lease.id, lease.token) for lease in exchange.acks]
-    if exchange.count and pairs:
+    if exchange.count and exchange.acks:
         sent.append(
             commands.ack_and_lease(
-                name, pairs, exchange.lease_ms, exchange.count, exchange.block_ms, exchange.costs
+                name,
+                exchange.acks,
+                exchange.lease_ms,
+                exchange.count,
+                block_ms=exchange.block_ms,
+                costs=exchange.costs,
             )
         )
     elif exchange.count:
-        sent.append(commands.lease_many(name, exchange.lease_ms, exchange.count, exchange.block_ms))
+        sent.append(
+            commands.lease_many(name, exchange.lease_ms, exchange.count, block_ms=exchange.block_ms)
+        )
     else:
-        # Nothing to lease: one ACK per pair, each telling whether it took.
+        # Nothing to lease: one ACK per lease, each telling whether it took.
         sent += [
-            commands.ack(name, [pair], costs)
-            for pair, costs in zip(pairs, exchange.ack_costs(), strict=True)
+            commands.ack(name, lease, costs=costs)
+            for lease, costs in zip(exchange.acks, exchange.ack_costs(), strict=True)
         ]
     return sent
 

@@ -71,6 +71,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from . import commands
 from .client import Queue
 from .commands import Limit
 from .errors import SlotMoving, VTRRError
@@ -349,14 +350,14 @@ class ShardedQueue:
         return self.sub_queues[self.shard_of(partition)]
 
     def _split(self, items: Iterable[Item]) -> dict[int, list[Item]]:
+        """Each sub-queue's items, wrapped, every item checked before any is sent."""
         groups: dict[int, list[Item]] = {}
         for item in items:
             check_item(item)
             wrapped = dataclasses.replace(item, payload=wrap(item.payload, item.weight))
             groups.setdefault(self.shard_of(item.partition), []).append(wrapped)
-        if not groups:
-            raise ValueError("needs at least one item")
-        return groups
+        # No item at all: the first sub-queue's command refuses it, as a Queue's does.
+        return groups or {0: []}
 
     # Adding items.
     def enqueue(
@@ -590,13 +591,9 @@ class ShardedQueue:
     def ack(self, *leases: ShardedLease, costs: Sequence[int] | None = None) -> int:
         """Fenced ACK (charging `costs`, one per lease, as `Queue.ack`), one call
         per sub-queue concerned: how many were still current."""
-        if costs is not None and len(costs) != len(leases):
-            raise ValueError(f"{len(costs)} costs for {len(leases)} leases: one cost per lease")
         groups: dict[int, list[tuple[ShardedLease, int | None]]] = {}
-        for n, lease in enumerate(leases):
-            groups.setdefault(lease.shard, []).append((lease, None if costs is None else costs[n]))
-        if not groups:
-            raise ValueError("ack needs at least one lease")
+        for lease, cost in commands.leases_with_costs(leases, costs):
+            groups.setdefault(lease.shard, []).append((lease, cost))
         return sum(
             self.sub_queues[i].ack(
                 *(lease for lease, _ in group),
@@ -843,6 +840,7 @@ class ShardedQueue:
             )
 
     def limit(self, partition: str) -> PartitionSettings:
+        """A partition's own settings, from its sub-queue."""
         return self.queue_for(partition).limit(partition)
 
     def set_limit(
@@ -864,9 +862,11 @@ class ShardedQueue:
         )
 
     def pause(self, partition: str) -> bool:
+        """Stop leasing a partition's items, in its sub-queue; False if it already was."""
         return self.queue_for(partition).pause(partition)
 
     def resume(self, partition: str) -> bool:
+        """Lease a paused partition's items again, in its sub-queue; False if it was not paused."""
         return self.queue_for(partition).resume(partition)
 
     def recount(self) -> int:

@@ -272,9 +272,9 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
                 raise InvalidTask("run_after must be at most ten years away")
         priority = task.priority
         command = (
-            commands.defer(name, delay_ms, [item], priority)
+            commands.defer(name, delay_ms, [item], priority=priority)
             if delay_ms
-            else commands.enqueue(name, [item], priority)
+            else commands.enqueue_many(name, [item], priority=priority)
         )
         enqueued_ms = enqueued_at.timestamp() * 1000
         ingress = self._key(queue_name, "ingress")
@@ -476,9 +476,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         finished_ms = (task_result.finished_at or timezone.now()).timestamp() * 1000
         finished = self._finished_key(queue_name, task_result.status)
         pipe = self.client.pipeline(transaction=True)
-        pipe.execute_command(
-            *commands.ack(held.queue.name, [(held.lease.id, held.lease.token)]).args
-        )
+        pipe.execute_command(*commands.ack(held.queue.name, held.lease).args)
         pipe.set(self._record_key(queue_name, task_result.id), serialized, px=self.result_ttl_ms)
         pipe.zadd(finished, {task_result.id: finished_ms})
         pipe.zremrangebyscore(finished, "-inf", f"({finished_ms - self.result_ttl_ms}")
