@@ -8,7 +8,7 @@ use crate::replication::effects::ApplyArgs;
 use crate::server::acl::{Access, AclUser};
 use crate::server::api::api;
 use crate::server::cluster::{self, Actor};
-use crate::server::key_names::names_of;
+use crate::server::key_names::{names_of, queue_key_name};
 use crate::server::strings::OwnedString;
 use crate::store::{KeyKind, QueueKey, Scope};
 
@@ -97,8 +97,18 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
     ) -> Result<([Option<OwnedString>; QueueKey::ALL.len()], OwnedString), OpenError> {
         check_caller(self.ctx, self.queue, self.caller, self.access)?;
         let (names, queue_name) = names_of(self.queue, keys);
-        check_permissions(self.ctx, &names, self.caller, self.access)?;
+        check_permissions(self.ctx, names.iter().flatten(), self.caller, self.access)?;
         Ok((names, queue_name))
+    }
+
+    /// [`Self::check`] for a layout that opens `vtrr:<name>:queue` alone:
+    /// its name (no array of names is made: a native call's open is a
+    /// few hundred instructions).
+    pub fn check_queue_key(&self) -> Result<OwnedString, OpenError> {
+        check_caller(self.ctx, self.queue, self.caller, self.access)?;
+        let name = queue_key_name(self.queue);
+        check_permissions(self.ctx, [&name], self.caller, self.access)?;
+        Ok(name)
     }
 
     /// `vtrr:<name>:queue` open in the call's mode (named `name`): the
@@ -140,9 +150,9 @@ fn check_caller(
 
 /// The calling client's ACL user may access every key of `names` as
 /// `access` says (the first denied one is logged and named).
-fn check_permissions(
+fn check_permissions<'n>(
     ctx: &Context,
-    names: &[Option<OwnedString>],
+    names: impl IntoIterator<Item = &'n OwnedString>,
     caller: Caller,
     access: Access,
 ) -> Result<(), OpenError> {
@@ -151,7 +161,7 @@ fn check_permissions(
         Caller::Server => None,
     };
     if let Some(user) = user {
-        if let Some(denied) = names.iter().flatten().find(|name| !user.may(name, access)) {
+        if let Some(denied) = names.into_iter().find(|name| !user.may(name, access)) {
             user.log_denied(ctx, denied);
             return Err(OpenError::NoPermission {
                 key: denied.bytes().to_vec(),
@@ -165,7 +175,7 @@ fn check_permissions(
 /// (VTRR.CONVERT checks it before it changes anything).
 pub fn may_write_every_key(ctx: &Context, queue: &[u8]) -> Result<(), OpenError> {
     let (names, _) = names_of(queue, &QueueKey::ALL);
-    check_permissions(ctx, &names, Caller::Client, Access::Write)
+    check_permissions(ctx, names.iter().flatten(), Caller::Client, Access::Write)
 }
 
 /// `vtrr:<name>:queue`, open: the key that tells a queue's layout, handed
@@ -178,7 +188,7 @@ pub struct QueueKeyOpen {
 
 impl QueueKeyOpen {
     pub(crate) fn open(ctx: &Context, queue: &[u8], writable: bool) -> QueueKeyOpen {
-        let (_, name) = names_of(queue, &[]);
+        let name = queue_key_name(queue);
         let mode = Access::of(writable).open_mode();
         // SAFETY: live context and a valid name kept with the key; a missing
         // key opened for reading is NULL, which reads as empty.

@@ -72,18 +72,28 @@ pub fn names_of(
     keys: &[QueueKey],
 ) -> ([Option<OwnedString>; QueueKey::ALL.len()], OwnedString) {
     let mut names: [Option<OwnedString>; QueueKey::ALL.len()] = Default::default();
-    let queue_key = KEY_NAMES.with_borrow_mut(|cache| {
-        let mut uncached;
-        let queue_names = if queue.len() <= KeyNameCache::LONGEST_QUEUE_NAME {
-            cache.of_queue(queue)
-        } else {
-            uncached = QueueKeyNames::new(queue);
-            &mut uncached
-        };
+    let queue_key = with_names(queue, |queue_names| {
         for &key in keys {
             names[key.index()] = Some(queue_names.name(key));
         }
         queue_names.name(QueueKey::Queue)
     });
     (names, queue_key)
+}
+
+/// The name of `queue`'s `queue` key alone (what a native queue opens).
+pub fn queue_key_name(queue: &[u8]) -> OwnedString {
+    with_names(queue, |queue_names| queue_names.name(QueueKey::Queue))
+}
+
+/// `use_names` on the cached names of `queue` (or on names made for this
+/// call only, for a name too long to keep).
+fn with_names<T>(queue: &[u8], use_names: impl FnOnce(&mut QueueKeyNames) -> T) -> T {
+    KEY_NAMES.with_borrow_mut(|cache| {
+        if queue.len() <= KeyNameCache::LONGEST_QUEUE_NAME {
+            use_names(cache.of_queue(queue))
+        } else {
+            use_names(&mut QueueKeyNames::new(queue))
+        }
+    })
 }

@@ -47,9 +47,9 @@ pub struct NativeStore<'ctx> {
 
 impl<'ctx> NativeStore<'ctx> {
     /// Opens `vtrr:<name>:queue`, the one key of a native queue, after
-    /// [`Opening::check`], and finds its value.
+    /// [`Opening::check_queue_key`], and finds its value.
     fn open_key(mut opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
-        let (_, name) = opening.check(&[QueueKey::Queue])?;
+        let name = opening.check_queue_key()?;
         let key = opening.open_queue_key(&name);
         let (ctx, scope, access) = (opening.ctx, opening.scope, opening.access);
         let mut store = NativeStore {
@@ -82,6 +82,13 @@ impl<'ctx> NativeStore<'ctx> {
             }
         }
         Ok(store)
+    }
+
+    /// Where a write the open does not allow goes: off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn dropped_write(&mut self) -> &mut MemoryStore {
+        self.dropped.get_or_insert_with(Box::default)
     }
 
     /// Whether the open allows writing `which`. A write it does not allow
@@ -227,7 +234,7 @@ impl ValueAccess for NativeStore<'_> {
     /// with the store (see [`Self::may_write`]).
     fn write(&mut self, which: QueueKey) -> &mut MemoryStore {
         if !self.may_write(which) {
-            return self.dropped.get_or_insert_with(Box::default);
+            return self.dropped_write();
         }
         self.written = true;
         self.added |= which == QueueKey::Queue;
