@@ -165,6 +165,7 @@ register!(
     lease::NACK,
     reclaim::RECLAIM,
     stats::STATS,
+    stats::JOB,
     stats::CHECK,
     stats::INSPECT,
     dead_letter::POLICY,

@@ -228,6 +228,7 @@ fn commands_declare_arity_flags_and_key_position() {
         ("vtrr.renew", -5, vec!["write", "module", "fast"]),
         ("vtrr.reclaim", -2, vec!["write", "module"]),
         ("vtrr.stats", 2, vec!["readonly", "module", "fast"]),
+        ("vtrr.job", -3, vec!["readonly", "module", "fast"]),
         ("vtrr.check", 2, vec!["readonly", "module"]),
         // The README's command reference: syntax gives the arity, "Flags:"
         // the flags (`deny-oom` is shown as `denyoom`).

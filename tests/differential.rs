@@ -215,7 +215,7 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
             (1 + rng.below(5)).to_string(),
         ]),
         19 => words.extend([
-            pick(rng, &["VTRR.REVIVE", "VTRR.CANCEL"]).into(),
+            pick(rng, &["VTRR.REVIVE", "VTRR.CANCEL", "VTRR.JOB"]).into(),
             "{q}".into(),
             id,
             format!("i{}", rng.below(40)),

@@ -249,6 +249,7 @@ fn templates(q: &str, id: &str, token: &str) -> Vec<Vec<String>> {
         vec!["VTRR.NACK", q, id, token, "DELAY", "10", "REASON", "boom"],
         vec!["VTRR.RECLAIM", q, "LIMIT", "10"],
         vec!["VTRR.STATS", q],
+        vec!["VTRR.JOB", q, id, "x2"],
         vec!["VTRR.CHECK", q],
         vec![
             "VTRR.POLICY",
@@ -540,7 +541,7 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Every command the fuzz calls.
-const FUZZED: [&str; 19] = [
+const FUZZED: [&str; 20] = [
     "VTRR.ENQUEUE",
     "VTRR.DEFER",
     "VTRR.LEASE",
@@ -560,12 +561,13 @@ const FUZZED: [&str; 19] = [
     "VTRR.RESUME",
     "VTRR.PARTITIONS",
     "VTRR.RECOUNT",
+    "VTRR.JOB",
 ];
 
 /// The commands of shaped calls, weighted so items keep flowing: enough
 /// enqueues and leases to nack, enough deaths to revive, and caps and
 /// pauses that come and go.
-const SHAPED_MIX: [&str; 29] = [
+const SHAPED_MIX: [&str; 30] = [
     "VTRR.ENQUEUE",
     "VTRR.ENQUEUE",
     "VTRR.ENQUEUE",
@@ -595,6 +597,7 @@ const SHAPED_MIX: [&str; 29] = [
     "VTRR.RESUME",
     "VTRR.PARTITIONS",
     "VTRR.RECOUNT",
+    "VTRR.JOB",
 ];
 
 /// One of `options`, or now and then a nasty value instead.
@@ -748,7 +751,7 @@ fn shaped_args(command: &str, rng: &mut Rng, leases: &[(Vec<u8>, Vec<u8>)]) -> V
         "VTRR.DEAD" if rng.chance(40) => {
             args.extend([b"COUNT".to_vec(), one_of(rng, &["1", "5"])]);
         }
-        "VTRR.REVIVE" | "VTRR.CANCEL" => {
+        "VTRR.REVIVE" | "VTRR.CANCEL" | "VTRR.JOB" => {
             for _ in 0..1 + rng.below(2) {
                 // Half the time an id leased before, which a NACK ... DEAD
                 // may have buried: a seed whose fixed ids never die still

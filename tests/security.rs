@@ -45,6 +45,7 @@ fn a_user_limited_to_one_queue_gets_noperm_for_another_and_nothing_changes() {
         ("VTRR.RENEW", vec!["other", "o", "t", "1000"]),
         ("VTRR.RECLAIM", vec!["other"]),
         ("VTRR.STATS", vec!["other"]),
+        ("VTRR.JOB", vec!["other", "o"]),
         ("VTRR.CHECK", vec!["other"]),
         ("VTRR.LIMIT", vec!["other", "p", "CONCURRENCY", "1"]),
         ("VTRR.LIMIT", vec!["other", "p"]),

@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+
 use common::*;
 
 #[test]
@@ -73,4 +75,146 @@ fn stats_counts_the_partitions_partitions_lists() {
         (stat(&mut con, "q", "partitions"), listed(&mut con, "q")),
         (1, 1)
     );
+}
+
+/// `VTRR.JOB <queue> <ids...>`: one map per id, in order.
+fn job(con: &mut redis::Connection, queue: &str, ids: &[&str]) -> Vec<BTreeMap<String, Value>> {
+    redis::cmd("VTRR.JOB")
+        .arg(queue)
+        .arg(ids)
+        .query(con)
+        .unwrap()
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::Okay => "OK".into(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+/// Every state an item can be in, and what the queue keeps of each; the
+/// same shape (every field) for each id, unknown ones included.
+#[test]
+fn job_reports_each_items_state() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    // Dead: leased and nacked to the dead letters, with a reason.
+    enqueue_items(&mut con, "q", &[("x", "z1", 1, b"Z")]);
+    let (_, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let _: Value = redis::cmd("VTRR.NACK")
+        .arg("q")
+        .arg("z1")
+        .arg(&token)
+        .arg("DEAD")
+        .arg("REASON")
+        .arg("boom")
+        .query(&mut con)
+        .unwrap();
+    // Leased, then held behind its partition's cap, delayed, queued.
+    enqueue_items(&mut con, "q", &[("p", "l1", 2, b"L")]);
+    let before_lease = server_time_ms(&mut con);
+    let (leased, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    assert_eq!(leased, b"l1");
+    let _: () = redis::cmd("VTRR.LIMIT")
+        .arg("q")
+        .arg("p")
+        .arg("CONCURRENCY")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    enqueue_items(&mut con, "q", &[("p", "h1", 1, b"H")]);
+    defer_items(&mut con, "q", 60_000, &[("d", "d1", 1, b"D")]);
+    let _: i64 = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg("PRIORITY")
+        .arg(3)
+        .arg("r")
+        .arg("q1")
+        .arg(1)
+        .arg("Q")
+        .query(&mut con)
+        .unwrap();
+
+    let ids = ["q1", "h1", "l1", "d1", "z1", "never", "q1"];
+    let replies = job(&mut con, "q", &ids);
+    assert_eq!(replies.len(), ids.len());
+    let fields: Vec<&str> = replies[0].keys().map(String::as_str).collect();
+    for reply in &replies {
+        assert_eq!(reply.keys().map(String::as_str).collect::<Vec<_>>(), fields);
+    }
+    let states: Vec<String> = replies.iter().map(|r| text(&r["state"])).collect();
+    assert_eq!(
+        states,
+        ["queued", "held", "leased", "delayed", "dead", "unknown", "queued"]
+    );
+    for (reply, id) in replies.iter().zip(ids) {
+        assert_eq!(text(&reply["id"]), id);
+    }
+    let (queued, held, leased, delayed, dead, unknown) = (
+        &replies[0],
+        &replies[1],
+        &replies[2],
+        &replies[3],
+        &replies[4],
+        &replies[5],
+    );
+    assert_eq!(
+        (
+            text(&queued["partition"]),
+            &queued["weight"],
+            &queued["priority"]
+        ),
+        ("r".to_string(), &Value::Int(1), &Value::Int(3))
+    );
+    assert_eq!(text(&held["partition"]), "p");
+    assert_eq!(leased["weight"], Value::Int(2));
+    match leased["expires-ms"] {
+        Value::Int(at) => assert!(
+            (before_lease + 60_000..before_lease + 70_000).contains(&at),
+            "expires at {at}, leased at {before_lease}"
+        ),
+        ref other => panic!("expires-ms {other:?}"),
+    }
+    assert_eq!(leased["due-ms"], Value::Nil);
+    match delayed["due-ms"] {
+        Value::Int(at) => assert!(at >= before_lease + 60_000, "due at {at}"),
+        ref other => panic!("due-ms {other:?}"),
+    }
+    assert_eq!(text(&dead["last-error"]), "boom");
+    assert_eq!(dead["nacks"], Value::Int(1));
+    assert!(matches!(dead["dead-ms"], Value::Int(at) if at >= before_lease - 60_000));
+    assert!(!text(&dead["reason"]).is_empty());
+    for field in [
+        "partition",
+        "weight",
+        "priority",
+        "expires-ms",
+        "last-error",
+    ] {
+        assert_eq!(unknown[field], Value::Nil, "{field}");
+    }
+
+    // Acked, it is no longer the queue's to know.
+    assert_eq!(ack(&mut con, "q", b"l1", &token), 1);
+    assert_eq!(text(&job(&mut con, "q", &["l1"])[0]["state"]), "unknown");
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn job_refuses_a_missing_or_empty_id() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let missing = error_of(redis::cmd("VTRR.JOB").arg("q").query(&mut con));
+    assert!(missing.contains("wrong number of arguments"), "{missing}");
+    let empty = error_of(
+        redis::cmd("VTRR.JOB")
+            .arg("q")
+            .arg("a")
+            .arg("")
+            .query(&mut con),
+    );
+    assert!(empty.starts_with("ERR") && empty.contains("id"), "{empty}");
 }

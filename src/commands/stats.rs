@@ -1,13 +1,15 @@
-//! Read-only queue inspection: `VTRR.STATS` and `VTRR.CHECK`.
+//! Read-only queue inspection: `VTRR.STATS`, `VTRR.JOB`, `VTRR.CHECK` and
+//! `VTRR.INSPECT`.
 
 use std::collections::BTreeMap;
 
 use redis_module::redisvalue::RedisValueKey;
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
-use super::{check_arity, queue_name, Command};
+use super::{check_arity, id, queue_name, Command};
 use crate::config::Layout;
 use crate::core::key_view::KeyView;
+use crate::core::JobState;
 use crate::error;
 use crate::ops;
 use crate::replication::effects::format_score;
@@ -24,6 +26,18 @@ pub const STATS: Command = Command {
         key_flags: KEY_READ,
     },
     handler: stats,
+};
+
+pub const JOB: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.job",
+        flags: "readonly fast",
+        arity: -3,
+        summary: "What became of items, by id: queued, held, leased, delayed, dead or unknown, with what the queue keeps of each",
+        complexity: "O(1) per id",
+        key_flags: KEY_READ,
+    },
+    handler: job,
 };
 
 pub const CHECK: Command = Command {
@@ -107,6 +121,49 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))
         .collect();
     Ok(RedisValue::OrderedMap(map))
+}
+
+/// VTRR.JOB <name> <id> [<id> ...]: one map per id, every field in every
+/// map (null where the state has none), so a client reads one shape.
+fn job(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &JOB)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let ids = argv[2..].iter().map(id).collect::<Result<Vec<_>, _>>()?;
+    let statuses = ops::job(ctx, queue, &ids)?;
+    let bytes = |value: Option<Vec<u8>>| value.map_or(RedisValue::Null, RedisValue::StringBuffer);
+    let int = |value: Option<i64>| value.map_or(RedisValue::Null, RedisValue::Integer);
+    let replies = ids.iter().zip(statuses).map(|(id, status)| {
+        let known = status.state != JobState::Unknown;
+        let (state, expires, due, died, reason) = match status.state {
+            JobState::Queued => ("queued", None, None, None, None),
+            JobState::Held => ("held", None, None, None, None),
+            JobState::Leased { expires_ms } => ("leased", Some(expires_ms), None, None, None),
+            JobState::Delayed { due_ms } => ("delayed", None, Some(due_ms), None, None),
+            JobState::Dead { died_ms, reason } => ("dead", None, None, Some(died_ms), Some(reason)),
+            JobState::Unknown => ("unknown", None, None, None, None),
+        };
+        let fields = [
+            ("id", RedisValue::StringBuffer(id.to_vec())),
+            ("state", RedisValue::SimpleStringStatic(state)),
+            ("partition", bytes(status.partition)),
+            ("weight", int(status.weight.map(|w| w as i64))),
+            ("priority", int(known.then_some(i64::from(status.level)))),
+            ("timeouts", int(known.then_some(status.timeouts))),
+            ("nacks", int(known.then_some(status.nacks))),
+            ("expires-ms", int(expires)),
+            ("due-ms", int(due)),
+            ("dead-ms", int(died)),
+            ("reason", bytes(reason)),
+            ("last-error", bytes(status.last_error)),
+        ];
+        RedisValue::OrderedMap(
+            fields
+                .into_iter()
+                .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))
+                .collect(),
+        )
+    });
+    Ok(RedisValue::Array(replies.collect()))
 }
 
 /// VTRR.INSPECT <name> <key>

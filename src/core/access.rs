@@ -65,6 +65,8 @@ pub enum CoreOp {
     Unschedule,
     /// `VTRR.SCHEDULES`: the schedules and their next runs.
     Schedules,
+    /// `VTRR.JOB`: items' states, by id.
+    Job,
 }
 
 /// The keys of `parts`, one after another: a key list composed of shared
@@ -237,6 +239,20 @@ const NEXT_DUE: &[QueueKey] = &[
     QueueKey::ScheduleDue,
 ];
 
+/// Each place an item may be (by id: no `held` member is found without
+/// its partition, so `held_at`), and what an item keeps beside its state.
+const JOB: &[QueueKey] = keys![
+    &[
+        QueueKey::Queue,
+        QueueKey::HeldAt,
+        QueueKey::Inflight,
+        QueueKey::Delayed,
+        QueueKey::Dead,
+        QueueKey::DeadReason,
+    ],
+    ITEM_FIELDS,
+];
+
 /// A schedule's definition and its next run; nothing of the items.
 const SCHEDULES: &[QueueKey] = &[QueueKey::Schedules, QueueKey::ScheduleDue];
 
@@ -280,6 +296,7 @@ impl CoreOp {
             CoreOp::Stats => STATS,
             CoreOp::NextDue => NEXT_DUE,
             CoreOp::Schedule | CoreOp::Unschedule | CoreOp::Schedules => SCHEDULES,
+            CoreOp::Job => JOB,
         }
     }
 
@@ -298,6 +315,7 @@ impl CoreOp {
                 | CoreOp::Inspect
                 | CoreOp::NextDue
                 | CoreOp::Schedules
+                | CoreOp::Job
         )
     }
 
@@ -370,6 +388,7 @@ impl CoreOp {
             CoreOp::Schedule => "schedule",
             CoreOp::Unschedule => "unschedule",
             CoreOp::Schedules => "schedules",
+            CoreOp::Job => "job",
         }
     }
 }

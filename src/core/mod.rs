@@ -9,7 +9,8 @@
 //! - access: the keys each operation declares (what the layouts open)
 //! - commands: enqueue, lease (with ack and renew), nack, dead (the
 //!   dead-letter set, its policy, revive, cancel), controls (LIMIT, PAUSE,
-//!   RESUME, PARTITIONS, RECOUNT), stats, check, key_view (INSPECT),
+//!   RESUME, PARTITIONS, RECOUNT), stats, job (an item's status), check,
+//!   key_view (INSPECT),
 //!   convert (a whole queue read and written, for CONVERT)
 //! - due (what falls due: the step LEASE and the timer run first), delay,
 //!   reclaim, schedule (recurring runs) and cron_search (its metered search)
@@ -37,6 +38,7 @@ mod delay;
 mod due;
 mod enqueue;
 mod held;
+mod job;
 pub mod key_view;
 mod lease;
 mod leased;
@@ -68,6 +70,7 @@ pub use dead::{
 pub use delay::{defer, defer_at};
 pub use due::{next_due, next_run, run_due};
 pub use enqueue::{enqueue, enqueue_at, EnqueueOutcome};
+pub use job::{job_status, JobState, JobStatus};
 pub use lease::{ack, ack_each, lease, renew, LeaseOutcome, LeaseRequest};
 pub use levels::{parse_level, Level, MAX_LEVEL};
 pub use nack::{nack, Nack, Nacked};

@@ -13,9 +13,9 @@ use crate::config::Layout;
 use crate::core::key_view::KeyView;
 use crate::core::partitions::Record;
 use crate::core::{
-    self, check, Ack, CoreError, CoreOp, DeadItem, Due, LeaseOutcome, LeaseRequest, Leased, Level,
-    LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank, Schedule,
-    ScheduleView, Stats,
+    self, check, Ack, CoreError, CoreOp, DeadItem, Due, JobStatus, LeaseOutcome, LeaseRequest,
+    Leased, Level, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank,
+    Schedule, ScheduleView, Stats,
 };
 use crate::layout::convert::ConvertError;
 use crate::layout::native::load_chunk;
@@ -650,6 +650,13 @@ pub fn load(ctx: &Context, key: &[u8], chunk: &[u8]) -> Result<(), RedisError> {
 pub fn inspect(ctx: &Context, queue: &[u8], key: QueueKey) -> Result<KeyView, RedisError> {
     Call::client(ctx, queue).read(CoreOp::Inspect, |store, _| {
         core::key_view::key_view(store, key)
+    })
+}
+
+/// `VTRR.JOB`: each id's status, in order.
+pub fn job(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<Vec<JobStatus>, RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Job, |store, anomalies| {
+        Ok(core::job_status(store, ids, anomalies))
     })
 }
 

@@ -134,7 +134,7 @@ pub fn queue_in_every_state_on_a_quiet_server() -> (Server, redis::Connection, S
 /// a's), each of which would change the queue or read the key if let
 /// through.
 pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
-    let calls: [(&str, Vec<&str>); 27] = [
+    let calls: [(&str, Vec<&str>); 28] = [
         ("enqueue", vec!["VTRR.ENQUEUE", "q", "p", "new", "1", "N"]),
         (
             "enqueue-priority",
@@ -211,6 +211,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         ),
         ("unschedule", vec!["VTRR.UNSCHEDULE", "q", "s"]),
         ("schedules", vec!["VTRR.SCHEDULES", "q"]),
+        ("job", vec!["VTRR.JOB", "q", "a", "b"]),
     ];
     // The schedule commands, and CHECK (runs are the timer's to fire).
     const SCHEDULED: &[&str] = &["check", "schedule-set", "unschedule", "schedules"];
@@ -251,6 +252,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "reclaim",
                 "stats",
                 "check",
+                "job",
                 "revive",
                 "cancel",
                 "recount",
@@ -273,7 +275,8 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         (
             "nacks",
             &[
-                "ack", "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
+                "ack", "lease", "nack", "reclaim", "check", "job", "dead", "revive", "cancel",
+                "recount",
             ],
         ),
         (
@@ -288,6 +291,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "reclaim",
                 "stats",
                 "check",
+                "job",
                 "dead",
                 "revive",
                 "cancel",
@@ -303,7 +307,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         (
             "dead_reason",
             &[
-                "lease", "nack", "reclaim", "check", "dead", "revive", "cancel", "recount",
+                "lease", "nack", "reclaim", "check", "job", "dead", "revive", "cancel", "recount",
             ],
         ),
         (
@@ -366,6 +370,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "nack",
                 "reclaim",
                 "check",
+                "job",
                 "revive",
                 "cancel",
                 "limit-set",
@@ -452,6 +457,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "nack",
                 "reclaim",
                 "check",
+                "job",
                 "dead",
                 "revive",
                 "cancel",
@@ -492,6 +498,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "lease-ack",
                 "nack",
                 "check",
+                "job",
                 "dead",
                 "revive",
                 "cancel",

@@ -1,4 +1,4 @@
-//! STATS and CHECK.
+//! STATS, JOB and CHECK.
 
 use super::*;
 use crate::core::partitions::Totals;
@@ -40,6 +40,37 @@ fn stats_counts_queue_state() {
                 ..Totals::default()
             },
         }
+    );
+}
+
+/// Each place an item can be, found by id through only the keys JOB
+/// declares (the scoped store refuses any other).
+#[test]
+fn job_finds_each_item_where_it_is() {
+    let mut store = MemoryStore::new();
+    enqueue(&mut store, 0, &[item("A", "leased", 2)]).unwrap();
+    lease_at(&mut store, 0, 50, 1, 0).unwrap();
+    enqueue(&mut store, 0, &[item("B", "queued", 1)]).unwrap();
+    defer(&mut store, 0, 70, &[item("C", "delayed", 1)]).unwrap();
+    let ids: [&[u8]; 4] = [b"leased", b"queued", b"delayed", b"gone"];
+    let statuses = job_status(&mut store.scoped(CoreOp::Job), &ids, &mut Vec::new());
+    let states: Vec<JobState> = statuses.iter().map(|s| s.state.clone()).collect();
+    assert_eq!(
+        states,
+        [
+            JobState::Leased { expires_ms: 50 },
+            JobState::Queued,
+            JobState::Delayed { due_ms: 70 },
+            JobState::Unknown,
+        ]
+    );
+    assert_eq!(
+        (statuses[0].partition.as_deref(), statuses[0].weight),
+        (Some(&b"A"[..]), Some(2))
+    );
+    assert_eq!(
+        (statuses[3].partition.as_ref(), statuses[3].weight),
+        (None, None)
     );
 }
 
