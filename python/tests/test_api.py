@@ -269,6 +269,8 @@ SHARDED_TYPES = {
 # Keyword-only parameters a ShardedQueue adds: ids are unique per sub-queue,
 # so the partition names the one to search (None: every one).
 EXTRA_PARAMETERS = {
+    "job": ["KEYWORD_ONLY partition: str | None = None"],
+    "jobs": ["KEYWORD_ONLY partition: str | None = None"],
     "revive": ["KEYWORD_ONLY partition: str | None = None"],
     "cancel": ["KEYWORD_ONLY partition: str | None = None"],
 }

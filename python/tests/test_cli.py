@@ -682,3 +682,19 @@ def test_dead_shows_the_last_error_a_line_in_the_table_whole_in_json(
     assert row.split(None, 7)[7] == "RuntimeError: boom on job-2  x", "its first line only"
     [record] = json.loads(vtrr_cli(server.url, "dead", queue.name, "--json").stdout)
     assert record["last_error"] == error
+
+
+def test_job_shows_where_items_are_and_exits_1_for_an_unknown_one(
+    server: Server, queue: vtrr.Queue
+) -> None:
+    queue.enqueue("tenant", "job-1", b"x")
+    queue.defer(60_000, [vtrr.Item("tenant", "job-2", b"x")])
+    header, first, second = vtrr_cli(
+        server.url, "job", queue.name, "job-1", "job-2"
+    ).stdout.splitlines()
+    assert header.split()[:3] == ["id", "state", "partition"]
+    assert first.split()[:3] == ["job-1", "queued", "tenant"]
+    assert second.split()[:3] == ["job-2", "delayed", "tenant"]
+    missing = vtrr_cli(server.url, "job", queue.name, "job-1", "nope", "--json")
+    assert missing.returncode == 1
+    assert [row["state"] for row in json.loads(missing.stdout)] == ["queued", "unknown"]

@@ -433,3 +433,40 @@ def test_a_nacks_reason_is_the_dead_items_last_error(queue: vtrr.Queue) -> None:
     again = queue.lease(60_000)
     assert again is not None and queue.nack(again, dead=True)
     assert queue.dead()[0].last_error is None, "revived, it started afresh"
+
+
+def test_job_tells_where_each_item_is(queue: vtrr.Queue, server: Server) -> None:
+    queue.enqueue("p", "leased", b"x", weight=2)
+    lease = queue.lease(60_000)
+    assert lease is not None and lease.id == "leased"
+    queue.set_limit("p", concurrency=1)
+    queue.enqueue("p", "held", b"x")
+    queue.defer(60_000, [Item("d", "delayed", b"x")])
+    queue.enqueue("r", "queued", b"x", priority=3)
+    states = {job.id: job.state for job in queue.jobs("queued", "held", "leased", "delayed", "no")}
+    assert states == {
+        "queued": "queued",
+        "held": "held",
+        "leased": "leased",
+        "delayed": "delayed",
+        "no": "unknown",
+    }
+    leased = queue.job("leased")
+    assert (leased.partition, leased.weight, leased.priority) == ("p", 2, 0)
+    assert leased.expires_ms is not None and leased.due_ms is None
+    assert queue.job("queued").priority == 3
+    unknown = queue.job("no")
+    assert (unknown.partition, unknown.weight, unknown.timeouts) == (None, None, None)
+    assert queue.ack(lease) == 1
+    assert queue.job("leased").state == "unknown", "acked: nothing of it is kept"
+    assert queue.job("held").state == "queued", "the freed slot let it in"
+    with pytest.raises(ValueError):
+        queue.jobs()
+
+    async def from_async() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        aqueue = vtrr.AsyncQueue(client, queue.name)
+        assert (await aqueue.job("delayed")).state == "delayed"
+        await client.aclose()
+
+    asyncio.run(from_async())

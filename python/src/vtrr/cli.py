@@ -46,6 +46,7 @@ from .types import (
     RANKS,
     DeadItem,
     Item,
+    JobStatus,
     PartitionView,
     Rank,
     Rate,
@@ -248,6 +249,22 @@ def cmd_dead(args: argparse.Namespace) -> int:
     )  # fmt: skip
     _emit(args, rows, columns, "no dead items")
     return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    jobs: list[JobStatus] = _existing(args).jobs(*args.ids)
+    rows = [dataclasses.asdict(job) for job in jobs]
+    if not args.json:
+        for row in rows:
+            error = row["last_error"]
+            row["last_error"] = None if error is None else (error.splitlines() or [""])[0]
+    columns = (
+        "id", "state", "partition", "weight", "priority", "timeouts", "nacks", "expires_ms",
+        "due_ms", "dead_ms", "reason", "last_error",
+    )  # fmt: skip
+    _emit(args, rows, columns, "no ids")
+    # Like `test -e`: 1 when an id is unknown to the queue (never there, or finished).
+    return 1 if any(job.state == "unknown" for job in jobs) else 0
 
 
 def cmd_revive(args: argparse.Namespace) -> int:
@@ -757,6 +774,9 @@ def parser() -> argparse.ArgumentParser:
     dead = command("dead", "the oldest dead-lettered items")
     dead.add_argument("--count", type=int, default=10)
     dead.set_defaults(run=cmd_dead)
+    job = command("job", "where items are: queued, held, leased, delayed, dead or unknown")
+    job.add_argument("ids", nargs="+")
+    job.set_defaults(run=cmd_job)
     revive = command("revive", "put dead items back in the queue")
     revive.add_argument("ids", nargs="+")
     revive.set_defaults(run=cmd_revive)

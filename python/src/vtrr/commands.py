@@ -27,6 +27,8 @@ from .types import (
     DeadItem,
     Fenced,
     Item,
+    JobState,
+    JobStatus,
     Layout,
     Lease,
     Missed,
@@ -524,6 +526,43 @@ def dead(queue: str, /, count: int = 10) -> Command[list[DeadItem]]:
     return Command(("VTRR.DEAD", queue, "COUNT", count), _dead)
 
 
+def _job(reply: Any) -> JobStatus:
+    fields = _fields(reply)
+
+    def text(name: str) -> str | None:
+        value = fields[name]
+        return None if value is None else decode(value)
+
+    return JobStatus(
+        id=decode(fields["id"]),
+        state=cast(JobState, decode(fields["state"])),
+        partition=text("partition"),
+        weight=_opt_int(fields["weight"]),
+        priority=_opt_int(fields["priority"]),
+        timeouts=_opt_int(fields["timeouts"]),
+        nacks=_opt_int(fields["nacks"]),
+        expires_ms=_opt_int(fields["expires-ms"]),
+        due_ms=_opt_int(fields["due-ms"]),
+        dead_ms=_opt_int(fields["dead-ms"]),
+        reason=text("reason"),
+        last_error=text("last-error"),
+    )
+
+
+def jobs(queue: str, /, *ids: str) -> Command[list[JobStatus]]:
+    """Where each item is, in order: queued, held, leased, delayed, dead, or
+    unknown (never enqueued, or finished: acked or cancelled)."""
+    encoded = [encode(item_id) for item_id in ids]
+    if not encoded:
+        raise ValueError("jobs needs at least one id")
+    return Command(("VTRR.JOB", queue, *encoded), lambda reply: [_job(entry) for entry in reply])
+
+
+def job(queue: str, /, item_id: str) -> Command[JobStatus]:
+    """Where one item is, and what the queue keeps of it there (see `jobs`)."""
+    return Command(("VTRR.JOB", queue, encode(item_id)), lambda reply: _job(reply[0]))
+
+
 # Item life.
 def _ids(command: str, queue: str, ids: Iterable[str]) -> Command[int]:
     encoded = [encode(item_id) for item_id in ids]
@@ -774,6 +813,8 @@ class QueueCommands:
     partitions_page = QueueMethod(partitions_page)
     partitions_top = QueueMethod(partitions_top)
     dead = QueueMethod(dead)
+    job = QueueMethod(job)
+    jobs = QueueMethod(jobs)
     revive = QueueMethod(revive)
     cancel = QueueMethod(cancel)
     schedule = QueueMethod(schedule)

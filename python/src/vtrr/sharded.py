@@ -80,6 +80,7 @@ from .limits import MAX_WEIGHT, check_int, check_item
 from .types import (
     DeadItem,
     Item,
+    JobStatus,
     Layout,
     Lease,
     NackOutcome,
@@ -784,6 +785,19 @@ class ShardedQueue:
     # Item life.
     def _targets(self, partition: str | None) -> tuple[Queue, ...]:
         return self.sub_queues if partition is None else (self.queue_for(partition),)
+
+    def jobs(self, *ids: str, partition: str | None = None) -> list[JobStatus]:
+        """Where each item is: in `partition`'s sub-queue, or (None) in the
+        first sub-queue that knows it (`unknown` when none does)."""
+        answers = [queue.jobs(*ids) for queue in self._targets(partition)]
+        return [
+            next((job for job in each if job.state != "unknown"), each[0])
+            for each in zip(*answers, strict=True)
+        ]
+
+    def job(self, item_id: str, *, partition: str | None = None) -> JobStatus:
+        """Where one item is (see `jobs`)."""
+        return self.jobs(item_id, partition=partition)[0]
 
     def revive(self, *ids: str, partition: str | None = None) -> int:
         """Put dead items back: in `partition`'s sub-queue, or (None) in every sub-queue.

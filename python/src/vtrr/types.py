@@ -201,6 +201,39 @@ class DeadItem:
     exception's summary, then its traceback); None when no nack said."""
 
 
+JobState = Literal["queued", "held", "leased", "delayed", "dead", "unknown"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobStatus:
+    """VTRR.JOB: where an item is, and what the queue keeps of it there.
+
+    `unknown`: never enqueued, or its life ended (acked, cancelled) and
+    nothing of it is kept. Every field but `id` and `state` is None where
+    the state has none (all of them for an unknown id).
+    """
+
+    id: str
+    state: JobState
+    """`queued` (a LEASE may take it), `held` (behind its partition's cap,
+    pause or rate), `leased`, `delayed`, `dead` or `unknown`."""
+    partition: str | None
+    weight: int | None
+    priority: int | None
+    timeouts: int | None
+    nacks: int | None
+    expires_ms: int | None
+    """A leased item's lease expiry (Unix ms)."""
+    due_ms: int | None
+    """A delayed item's due time (Unix ms)."""
+    dead_ms: int | None
+    """When a dead item died (Unix ms)."""
+    reason: str | None
+    """Why a dead item died, as `DeadItem.reason`."""
+    last_error: str | None
+    """What its last NACK's REASON said failed."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScheduleView:
     """VTRR.SCHEDULES: one recurring schedule and its next runs.
