@@ -38,6 +38,8 @@ import type {
   DeadItem,
   Fenced,
   Item,
+  JobState,
+  JobStatus,
   Layout,
   Lease,
   Missed,
@@ -557,6 +559,29 @@ export const commands = {
           diedAtMs: int(diedAtMs),
           reason: text(reason),
           lastError: optText(lastError),
+        };
+      }),
+  }),
+
+  jobs: declare({
+    command: 'VTRR.JOB',
+    parseCommand: (given: readonly Name[]): Arg[] => ids('jobs', given),
+    transformReply: (reply: unknown): JobStatus[] =>
+      list(reply).map((entry) => {
+        const f = fields(entry);
+        return {
+          id: text(f.get('id')),
+          state: text(f.get('state')) as JobState,
+          partition: optText(f.get('partition')),
+          weight: optInt(f.get('weight')),
+          priority: optInt(f.get('priority')),
+          timeouts: optInt(f.get('timeouts')),
+          nacks: optInt(f.get('nacks')),
+          expiresMs: optInt(f.get('expires-ms')),
+          dueMs: optInt(f.get('due-ms')),
+          deadMs: optInt(f.get('dead-ms')),
+          reason: optText(f.get('reason')),
+          lastError: optText(f.get('last-error')),
         };
       }),
   }),

@@ -22,6 +22,7 @@ import type {
   DeadItem,
   Fenced,
   Item,
+  JobStatus,
   Layout,
   Lease,
   NackOutcome,
@@ -249,6 +250,17 @@ export class Queue {
   // Item life.
 
   /** Puts dead items back in the queue, counters reset; how many. */
+  /** Where each item is, in order: queued, held, leased, delayed, dead, or unknown (never enqueued, or finished). */
+  jobs(...ids: Name[]): Promise<JobStatus[]> {
+    return this.run(commands.jobs, ids);
+  }
+
+  /** Where one item is, and what the queue keeps of it there. */
+  async job(id: Name): Promise<JobStatus> {
+    const [status] = await this.jobs(id);
+    return status as JobStatus;
+  }
+
   revive(...ids: Name[]): Promise<number> {
     return this.run(commands.revive, ids);
   }

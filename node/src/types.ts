@@ -163,6 +163,29 @@ export interface Policy {
 }
 
 /** VTRR.DEAD: a dead-lettered item and why it died. */
+/** Where an item is (VTRR.JOB); `unknown`: never enqueued, or finished (acked, cancelled). */
+export type JobState = 'queued' | 'held' | 'leased' | 'delayed' | 'dead' | 'unknown';
+
+/** VTRR.JOB: where an item is, and what the queue keeps of it there; null where the state has none. */
+export interface JobStatus {
+  readonly id: string;
+  readonly state: JobState;
+  readonly partition: string | null;
+  readonly weight: number | null;
+  readonly priority: number | null;
+  readonly timeouts: number | null;
+  readonly nacks: number | null;
+  /** A leased item's lease expiry (Unix ms). */
+  readonly expiresMs: number | null;
+  /** A delayed item's due time (Unix ms). */
+  readonly dueMs: number | null;
+  /** When a dead item died (Unix ms), and why (as DeadItem.reason). */
+  readonly deadMs: number | null;
+  readonly reason: string | null;
+  /** What its last NACK ... REASON said failed. */
+  readonly lastError: string | null;
+}
+
 export interface DeadItem {
   readonly id: string;
   readonly idBytes: Buffer;

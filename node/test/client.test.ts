@@ -155,6 +155,29 @@ for (const RESP of [2, 3] as const) {
       assert.deepEqual(await queue.check(), []);
     });
 
+    test('job tells where each item is, and nothing of a finished one', async () => {
+      const queue = new Queue(client, fresh());
+      await queue.enqueue('p', 'leased', 'x', { weight: 2 });
+      const lease = await queue.lease({ leaseMs: 60_000 });
+      assert.equal(lease?.id, 'leased');
+      await queue.enqueue('d', 'delayed', 'x', { delayMs: 60_000 });
+      await queue.enqueue('r', 'queued', 'x', { priority: 3 });
+      await queue.nack(lease as NonNullable<typeof lease>, { dead: true, reason: 'boom' });
+      const states = (await queue.jobs('queued', 'delayed', 'leased', 'no')).map((job) => job.state);
+      assert.deepEqual(states, ['queued', 'delayed', 'dead', 'unknown']);
+      const dead = await queue.job('leased');
+      assert.equal(dead.partition, 'p');
+      assert.equal(dead.weight, 2);
+      assert.equal(dead.lastError, 'boom');
+      assert.equal(dead.reason, 'nack');
+      assert.ok(dead.deadMs !== null && Math.abs(dead.deadMs - Date.now()) < 10_000);
+      assert.equal((await queue.job('queued')).priority, 3);
+      const unknown = await queue.job('no');
+      assert.equal(unknown.partition, null);
+      assert.equal(unknown.weight, null);
+      await assert.rejects(queue.jobs(), InvalidArgumentError);
+    });
+
     test('reclaim takes expired leases back, counting a timeout', async () => {
       const queue = new Queue(client, fresh());
       await queue.enqueue('p', 'e1', 'x');

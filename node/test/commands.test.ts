@@ -46,6 +46,7 @@ const everyOption: Record<keyof typeof commands, Arg[][]> = {
     }),
   ],
   dead: [commands.dead.parseCommand(1)],
+  jobs: [commands.jobs.parseCommand(['i', 'j'])],
   revive: [commands.revive.parseCommand(['i'])],
   cancel: [commands.cancel.parseCommand(['i'])],
   limit: [commands.limit.parseCommand('p')],
