@@ -235,14 +235,22 @@ def cmd_partitions(args: argparse.Namespace) -> int:
     return _watched(args, draw)
 
 
-def cmd_dead(args: argparse.Namespace) -> int:
-    items: list[DeadItem] = _existing(args).dead(args.count)
+def _with_errors(
+    args: argparse.Namespace, items: Sequence[DeadItem | JobStatus]
+) -> list[dict[str, Any]]:
+    """Rows of `items`, each `last_error` cut to its first line in a table:
+    a row is one line, and the first is the error's summary (--json has it whole)."""
     rows = [dataclasses.asdict(item) for item in items]
     if not args.json:
-        # A row is one line: the error's first, its summary (--json has it whole).
         for row in rows:
             error = row["last_error"]
             row["last_error"] = None if error is None else (error.splitlines() or [""])[0]
+    return rows
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    items: list[DeadItem] = _existing(args).dead(args.count)
+    rows = _with_errors(args, items)
     columns = (
         "id", "partition", "weight", "timeouts", "nacks", "died_at_ms", "reason", "last_error",
         "payload",
@@ -253,11 +261,7 @@ def cmd_dead(args: argparse.Namespace) -> int:
 
 def cmd_job(args: argparse.Namespace) -> int:
     jobs: list[JobStatus] = _existing(args).jobs(*args.ids)
-    rows = [dataclasses.asdict(job) for job in jobs]
-    if not args.json:
-        for row in rows:
-            error = row["last_error"]
-            row["last_error"] = None if error is None else (error.splitlines() or [""])[0]
+    rows = _with_errors(args, jobs)
     columns = (
         "id", "state", "partition", "weight", "priority", "timeouts", "nacks", "expires_ms",
         "due_ms", "dead_ms", "reason", "last_error",
