@@ -2,6 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClusterType } from 'redis';
 import { InvalidArgumentError, Queue, SlotMovingError, Worker } from '../src/index.js';
 import { Cluster } from './servers.js';
@@ -15,6 +16,19 @@ before(async () => {
 after(() => cluster.stop());
 
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+
+/** Whether a client waits in a BLOCK on any node. */
+async function blocked(): Promise<boolean> {
+  const lists = await Promise.all(cluster.nodes.map((node) => node.command('CLIENT', 'LIST')));
+  return lists.some((list) => String(list).includes('flags=b '));
+}
+
+/** How many CLIENT UNBLOCKs the nodes have run. */
+async function unblocks(): Promise<number> {
+  const stats = await Promise.all(cluster.nodes.map((node) => node.command('INFO', 'commandstats')));
+  const calls = stats.map((info) => Number(/cmdstat_client\|unblock:calls=(\d+)/.exec(String(info))?.[1] ?? 0));
+  return calls.reduce((sum, each) => sum + each, 0);
+}
 
 test('a queue name without a hash tag is refused before anything is sent', () => {
   assert.throws(() => new Queue(client, 'files'), {
@@ -32,16 +46,27 @@ test('queues on different masters: each routed by its hash tag, each drained by 
     await queue.enqueueMany(
       Array.from({ length: 20 }, (_, i) => ({ partition: `t${i % 4}`, id: `j${i}`, payload: name })),
     );
-    const worker = new Worker(queue, (job) => assert.equal(job.text(), name), { concurrency: 4, logger: quiet });
+    const worker = new Worker(queue, (job) => assert.equal(job.text(), name), {
+      concurrency: 4,
+      logger: quiet,
+      blockMs: 60_000,
+    });
     let completed = 0;
     worker.on('completed', () => {
       completed += 1;
     });
-    await new Promise<void>((done) => worker.on('drained', done));
-    // The idle worker waits in its node's BLOCK; close() ends it there (CLIENT UNBLOCK on that node).
+    // The idle worker waits in its node's BLOCK (a minute); close() ends it there
+    // (CLIENT UNBLOCK on that node), not when the minute is up.
+    const deadline = Date.now() + 30_000;
+    while (!(completed === 20 && (await blocked()))) {
+      assert.ok(Date.now() < deadline, `${completed} jobs done, then no lease waiting in a BLOCK`);
+      await sleep(10);
+    }
+    const before = await unblocks();
     const started = Date.now();
     await worker.close();
-    assert.ok(Date.now() - started < 1_000);
+    assert.ok(Date.now() - started < 30_000, `closed in ${Date.now() - started} ms`);
+    assert.ok((await unblocks()) > before, 'its BLOCK was ended by CLIENT UNBLOCK');
     assert.equal(completed, 20);
     const stats = await queue.stats();
     assert.deepEqual([stats.totals.acked, stats.queued, stats.inflight], [20, 0, 0]);

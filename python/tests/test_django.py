@@ -268,7 +268,7 @@ def test_run_after_is_not_run_before_its_time(project: Project, tasks: ModuleTyp
     while time.time() < run_after.timestamp() - 0.1:
         assert "later" not in project.done(), "ran before its run_after"
         time.sleep(0.05)
-    wait_for(lambda: "later" in project.done(), 5, "the deferred task", project.logs)
+    wait_for(lambda: "later" in project.done(), 30, "the deferred task", project.logs)
     ran = tasks.stamp.get_result(later.id)
     assert ran.status == TaskResultStatus.SUCCESSFUL
     assert ran.return_value >= run_after.timestamp()

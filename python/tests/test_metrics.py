@@ -41,7 +41,7 @@ class Exporter:
             stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.log = log
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while True:
             try:
                 self.scrape()

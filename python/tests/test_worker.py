@@ -144,20 +144,23 @@ def test_a_throttled_tenant_is_served_at_its_rate_while_others_run_at_full_speed
     queue.enqueue_many(Item("slow", f"s{i:03}", b"x") for i in range(200))
     queue.enqueue_many(Item("fast", f"f{i:05}", b"x") for i in range(20_000))
     served = {"slow": 0, "fast": 0}
-    started = time.monotonic()
     worker: Worker
 
     def handler(job: Job) -> None:
         served["slow" if job.id.startswith("s") else "fast"] += 1
-        if time.monotonic() - started > 1.5:
+        if served["slow"] >= 12:
             worker.stop()
 
+    # Until the slow tenant had 12 items: its burst of 2, then 10 a second.
     worker = Worker(queue, handler, concurrency=4, block_ms=100)
+    started = time.monotonic()
     worker.run()
     elapsed = time.monotonic() - started
-    # Its burst of 2, then 10 a second; the other tenant takes every turn left.
+    # No faster, however fast the worker; and not a fifth as fast (that takes
+    # 5 s, not 1: a loaded machine delays leases, it does not drop four in five).
     assert served["slow"] <= 2 + 10 * elapsed + 1, (served, elapsed)
-    assert served["slow"] >= 2 + 10 * (elapsed - 0.5) - 1, (served, elapsed)
+    assert elapsed < 5, ("served far below its rate", served, elapsed)
+    # The other tenant takes every turn left.
     assert served["fast"] > 20 * served["slow"], served
     assert queue.partition("slow").held > 0, "its backlog waits in held, not leased"
     assert queue.check() == []
@@ -165,21 +168,27 @@ def test_a_throttled_tenant_is_served_at_its_rate_while_others_run_at_full_speed
 
 def test_cost_time_charges_a_long_job_as_it_runs_by_its_renewals(queue: vtrr.Queue) -> None:
     queue.enqueue_many(Item("long", f"l{i}", b"x") for i in range(3))
-    seen: list[int | None] = []
+    seen: list[float] = []
 
     def handler(job: Job) -> None:
         if job.id != "l0":
             return
+        # Renewed every 200 ms, each charging the run time since the last: it
+        # runs until they charged 300 ms (a minute at most).
         before = queue.partition("long").virtual_time
-        time.sleep(0.4)  # renewed every 30 ms, each reporting its run time
-        after = queue.partition("long").virtual_time
-        seen.extend([before, after])
+        assert before is not None
+        deadline = time.monotonic() + 60
+        while (after := queue.partition("long").virtual_time or before) - before < 300:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        seen.extend([after - before, (time.monotonic() - job.started) * 1000])
+        print(f"\ncharged {after - before} of {seen[-1]:.0f} ms while it ran")
 
-    Worker(queue, handler, lease_ms=90, block_ms=100, cost="time", exit_when_idle=True).run()
-    before, after = seen
-    assert before is not None and after is not None
-    # Charged about 300 ms of its 400 while it still ran (the rest at its ACK).
-    assert after - before >= 200, seen
+    Worker(queue, handler, lease_ms=600, block_ms=100, cost="time", exit_when_idle=True).run()
+    assert seen, "its renewals charged nothing while it ran"
+    charged, ran_ms = seen
+    assert charged <= ran_ms + 1, ("charged its run time so far, no more", seen)
     assert queue.check() == []
 
 
@@ -280,22 +289,29 @@ def test_a_running_handler_keeps_its_lease_renewed(queue: vtrr.Queue) -> None:
     assert queue.stats().inflight == 0
 
 
-def ack_and_nack_calls(client: redis.Redis) -> int:
-    stats = client.info("commandstats")
-    return sum(
-        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("vtrr.ack", "vtrr.nack")
-    )
-
-
-def test_a_lost_lease_is_reported_and_never_settled(queue: vtrr.Queue, server: Server) -> None:
+def test_a_lost_lease_is_reported_and_never_settled(
+    queue: vtrr.Queue, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The lease expires mid-run and the item goes to another worker: this one must keep off it."""
     queue.enqueue("p", "doomed", b"x")
     lost: list[str] = []
     other = vtrr.Queue(server.client(), queue.name)
     taken_over: list[vtrr.Lease] = []
-    before: list[int] = []
+    ran: list[Job] = []
+    # What the worker sends: its round trips are all its dealings with the
+    # queue. Its ACKs ride on a LEASE (... ACK), so the server's count of
+    # VTRR.ACK calls would not see one.
+    sent: list[Exchange] = []
+    exchange = vtrr.Queue.exchange
+
+    def recorded(self: vtrr.Queue, round_trip: Exchange) -> Exchanged:
+        sent.append(round_trip)
+        return exchange(self, round_trip)
+
+    monkeypatch.setattr(vtrr.Queue, "exchange", recorded)
 
     def handler(job: Job) -> None:
+        ran.append(job)
         # Another client shortens this lease to 1 ms, takes the item back and
         # leases it: the item now belongs to a newer delivery. The worker's own
         # renewal may lengthen it again in between (same token): then again.
@@ -309,14 +325,18 @@ def test_a_lost_lease_is_reported_and_never_settled(queue: vtrr.Queue, server: S
             newer = other.lease(60_000)
         assert newer.id == "doomed" and newer.timeouts == 1
         taken_over.append(newer)
-        before.append(ack_and_nack_calls(server.client()))
-        assert job.lost.wait(30), "the heartbeat's RENEW replied 0 and set job.lost"
+        assert job.lost.wait(30), "the worker's RENEW replied 0 and set job.lost"
 
     worker = Worker(queue, handler, lease_ms=150, block_ms=50, exit_when_idle=True,
                     hooks=Hooks(lost=lambda job: lost.append(job.id)))  # fmt: skip
     worker.run()
-    assert lost == ["doomed"]
-    assert ack_and_nack_calls(server.client()) == before[0], "the worker sent no ACK or NACK for it"
+    assert lost == ["doomed"] and len(taken_over) == 1
+    [job] = ran
+    settled = [fenced for each in sent for fenced in (*each.acks, *(g.lease for g in each.nacks))]
+    assert (job.id, job.token) not in {(fenced.id, fenced.token) for fenced in settled}, (
+        "the worker sent no ACK or NACK for it",
+        settled,
+    )
     assert other.ack(taken_over[0]) == 1, "the newer delivery still holds the item"
 
 
@@ -342,7 +362,9 @@ def test_a_lease_that_arrives_after_shutdown_goes_back_unrun(queue: vtrr.Queue) 
         time.sleep(5)
 
     # Two handler threads: one runs "long", the other waits in LEASE ... BLOCK.
-    worker = Worker(queue, handler, concurrency=2, block_ms=3000, grace_seconds=0.2)
+    worker = Worker(
+        queue, handler, concurrency=2, lease_ms=60_000, block_ms=3000, grace_seconds=0.2
+    )
     thread = run_in_thread(worker)
     wait_for(lambda: seen == ["long"], what="the first lease")
     worker.stop()
@@ -351,22 +373,34 @@ def test_a_lease_that_arrives_after_shutdown_goes_back_unrun(queue: vtrr.Queue) 
     # "long" went back by NACK; the waiting thread's LEASE may take it (or a
     # new item) after run() returned: it must give that back too, unrun.
     queue.enqueue("p", "late", b"x")
-    wait_for(lambda: queue.stats().inflight == 0 and queue.stats().queued == 2, timeout=5,
+    # Given back, not expired: the leases last a minute.
+    wait_for(lambda: queue.stats().inflight == 0 and queue.stats().queued == 2, timeout=30,
              what="everything back in the queue")  # fmt: skip
     assert seen == ["long"]
 
 
 def test_one_lease_tracked_twice_is_renewed_until_both_let_go(queue: vtrr.Queue) -> None:
     queue.enqueue("p", "i", b"x")
-    lease = queue.lease(300)
+    lease = queue.lease(60_000)
     assert lease is not None
-    heartbeat = vtrr.Heartbeat(queue, 300)
+    renewed: list[bool] = []
+
+    class Recorded:
+        def renew(self, lease: vtrr.Lease, lease_ms: int) -> bool:
+            renewed.append(queue.renew(lease, lease_ms))
+            return renewed[-1]
+
+    # Its thread's first pass is 20 s away: the test makes the passes itself,
+    # so what they renew does not depend on when a loaded machine runs them.
+    heartbeat = vtrr.Heartbeat(Recorded(), 60_000)
     first, second = heartbeat.track(lease), heartbeat.track(lease)
     assert first is second
     heartbeat.untrack(lease)  # one of two holders lets go: still renewed
-    time.sleep(0.8)
-    assert queue.stats().expired == 0 and not first.is_set()
-    heartbeat.untrack(lease)
+    heartbeat.renew_all()
+    assert renewed == [True] and not first.is_set()
+    heartbeat.untrack(lease)  # the other too: no longer
+    heartbeat.renew_all()
+    assert renewed == [True]
     heartbeat.stop()
     assert queue.ack(lease) == 1
 
@@ -475,8 +509,8 @@ def test_sigterm_past_the_grace_gives_the_item_back(
     wait_for(lambda: queue.stats().inflight == 1, what="the lease")
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
-    assert process.wait(10) == 0
-    assert time.monotonic() - started < 5, "shutdown waits the grace, not the task"
+    assert process.wait(20) == 0
+    assert time.monotonic() - started < 20, "shutdown waits the grace, not the 30 s task"
     stats = queue.stats()
     assert (stats.queued, stats.inflight) == (2, 0), "given back at once, not after the 60 s lease"
     leases = {lease.id: lease.nacks for lease in queue.lease_many(1000, 2)}
@@ -506,7 +540,9 @@ def test_a_lease_whose_thread_died_is_no_longer_renewed(queue: vtrr.Queue) -> No
     holder = threading.Thread(target=heartbeat.track, args=(lease,))  # tracks, then ends
     holder.start()
     holder.join()
-    again = queue.lease(60_000, block_ms=3000)  # the timer reclaims it once it expires
+    deadline = time.monotonic() + 30
+    while (again := queue.lease(60_000, block_ms=1000)) is None:  # reclaimed once it expires
+        assert time.monotonic() < deadline, "still renewed, its thread gone"
     heartbeat.stop()
     assert again is not None and (again.id, again.timeouts) == ("orphan", 1)
     assert queue.ack(again) == 1
@@ -684,8 +720,8 @@ def test_a_second_signal_stops_at_once_and_gives_the_running_items_back(
     assert worker.process.poll() is None, "the first signal waits for the running job"
     stopping_at = time.monotonic()
     worker.process.send_signal(signal.SIGINT)
-    assert worker.process.wait(10) == 0
-    assert time.monotonic() - stopping_at < 5, "not the 60 s grace, nor the job's 30 s"
+    assert worker.process.wait(20) == 0
+    assert time.monotonic() - stopping_at < 20, "not the 60 s grace, nor the job's 30 s"
     assert worker.said("signal SIGINT again: stopping now, running jobs go back unrun")
     assert worker.said("stopping: too-long goes back to the queue unrun")
     stats = queue.stats()
