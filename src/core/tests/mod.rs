@@ -15,6 +15,7 @@ mod reclaim;
 mod schedule;
 mod scoring;
 mod sharding;
+mod simulation;
 mod throttle;
 
 use crate::core::*;
