@@ -780,22 +780,6 @@ fn rare_and_never_matching_patterns_in_many_zones_are_answered_or_refused() {
     });
 }
 
-/// A SCHEDULES entry (a map) by field.
-fn map_of(value: &Value) -> BTreeMap<String, Value> {
-    let pairs: Vec<(Value, Value)> = match value {
-        Value::Map(pairs) => pairs.clone(),
-        Value::Array(flat) => flat
-            .chunks(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect(),
-        other => panic!("not a map: {other:?}"),
-    };
-    pairs
-        .into_iter()
-        .map(|(k, v)| (redis::from_redis_value::<String>(k).unwrap(), v))
-        .collect()
-}
-
 /// Checks a SCHEDULES entry against the next runs SCHEDULE replied: its
 /// `next-ms` that run, its runs from it on, increasing, at most 20. Its name.
 fn check_entry(entry: &Value, next_of: &BTreeMap<String, i64>) -> String {

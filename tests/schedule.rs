@@ -378,21 +378,6 @@ fn schedules_lists_definitions_and_next_runs_and_setting_again_keeps_the_next_ru
     assert!(!key_exists(&mut con, "q", "schedules"));
 }
 
-fn map_of(value: &Value) -> std::collections::HashMap<String, Value> {
-    let pairs: Vec<(Value, Value)> = match value {
-        Value::Map(pairs) => pairs.clone(),
-        Value::Array(flat) => flat
-            .chunks(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect(),
-        other => panic!("not a map: {other:?}"),
-    };
-    pairs
-        .into_iter()
-        .map(|(k, v)| (redis::from_redis_value::<String>(k).unwrap(), v))
-        .collect()
-}
-
 #[test]
 fn bad_schedules_are_refused_with_nothing_written() {
     let server = quiet_server();

@@ -292,3 +292,20 @@ pub fn partition_view(con: &mut redis::Connection, queue: &str, partition: &str)
     assert_eq!(maps.len(), 1, "{maps:?}");
     maps.pop().unwrap()
 }
+
+/// A map reply by field: RESP3's map, or RESP2's flat field/value array
+/// (VTRR.SCHEDULES' entries, VTRR.PARTITIONS', VTRR.JOB's).
+pub fn map_of(value: &Value) -> std::collections::BTreeMap<String, Value> {
+    let pairs: Vec<(Value, Value)> = match value {
+        Value::Map(pairs) => pairs.clone(),
+        Value::Array(flat) => flat
+            .chunks(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect(),
+        other => panic!("not a map: {other:?}"),
+    };
+    pairs
+        .into_iter()
+        .map(|(k, v)| (redis::from_redis_value::<String>(k).unwrap(), v))
+        .collect()
+}
