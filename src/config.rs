@@ -97,6 +97,25 @@ mod layout {
 }
 pub use layout::Layout;
 
+impl Layout {
+    /// Its name, as `vtrr.default-layout`, VTRR.CONVERT and VTRR.STATS
+    /// spell it.
+    pub fn name(self) -> String {
+        let (names, values) = self.get_options();
+        let at = values.iter().position(|&value| value == self as i32);
+        at.map(|at| names[at].clone()).unwrap_or_default()
+    }
+
+    /// The layout named `given`, in any case.
+    pub fn named(given: &[u8]) -> Option<Layout> {
+        let (names, values) = Layout::keys.get_options();
+        let at = names
+            .iter()
+            .position(|name| name.as_bytes().eq_ignore_ascii_case(given))?;
+        Layout::try_from(values[at]).ok()
+    }
+}
+
 /// Where `vtrr.default-layout` lives.
 pub struct LayoutSetting(AtomicI32);
 
@@ -115,4 +134,21 @@ impl ConfigurationValue<Layout> for LayoutSetting {
 
 pub fn default_layout() -> Layout {
     Layout::try_from(DEFAULT_LAYOUT.0.load(Ordering::Relaxed)).unwrap_or(DEFAULT_LAYOUT_DEFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+
+    #[test]
+    fn a_layout_is_named_as_its_setting_spells_it_in_any_case() {
+        for layout in [Layout::keys, Layout::native] {
+            assert_eq!(Layout::named(layout.name().as_bytes()), Some(layout));
+            let upper = layout.name().to_uppercase();
+            assert_eq!(Layout::named(upper.as_bytes()), Some(layout));
+        }
+        assert_eq!(Layout::native.name(), "native");
+        assert_eq!(Layout::named(b"streams"), None);
+        assert_eq!(Layout::named(b""), None);
+    }
 }

@@ -41,13 +41,7 @@ fn convert(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &CONVERT)?;
     let queue = queue_name(ctx, &argv[1])?;
     let given = argv[2].as_slice();
-    let to = if given.eq_ignore_ascii_case(b"native") {
-        Layout::native
-    } else if given.eq_ignore_ascii_case(b"keys") {
-        Layout::keys
-    } else {
-        return Err(error::unknown_layout(given));
-    };
+    let to = Layout::named(given).ok_or_else(|| error::unknown_layout(given))?;
     let converted = ops::convert(ctx, queue, to)?;
     Ok(RedisValue::Integer(i64::from(converted)))
 }

@@ -7,7 +7,6 @@ use redis_module::redisvalue::RedisValueKey;
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{check_arity, id, queue_name, Command};
-use crate::config::Layout;
 use crate::core::key_view::KeyView;
 use crate::core::JobState;
 use crate::error;
@@ -108,13 +107,7 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("nacked-total", int(stats.totals.nacked)),
         ("dead-total", int(stats.totals.dead)),
         ("expired-total", int(stats.totals.expired)),
-        (
-            "layout",
-            RedisValue::SimpleStringStatic(match layout {
-                Layout::keys => "keys",
-                Layout::native => "native",
-            }),
-        ),
+        ("layout", RedisValue::SimpleString(layout.name())),
     ];
     let map: BTreeMap<RedisValueKey, RedisValue> = fields
         .into_iter()

@@ -69,8 +69,7 @@ pub fn keys_layout_key_beside(ctx: &Context, queue: &[u8]) -> Option<Vec<u8>> {
 
 /// What a layout provides besides the [`Store`] the core sees: the seam
 /// between the operations and a queue's layout. A layout is a folder
-/// implementing this, plus its line in each of [`QueueStore`]'s three
-/// lists (the enum, [`QueueStore::open_in`] and `dispatch!`), all below.
+/// implementing this, plus its line in `layouts!` below.
 pub trait QueueLayout<'ctx>: Store + Sized {
     const LAYOUT: Layout;
 
@@ -107,23 +106,53 @@ pub trait QueueLayout<'ctx>: Store + Sized {
     }
 }
 
-/// The store of one call, in the queue's layout. The keys layout's store
-/// (a slot per key, about a kilobyte) is boxed: one allocation per call
-/// costs less than the copies of it that moving the store through a call
-/// made, on either layout (callgrind: a native enqueue moved it three times).
-pub enum QueueStore<'ctx> {
-    Keys(Box<KeysStore<'ctx>>),
-    Native(NativeStore<'ctx>),
-}
+/// The layouts, each `Variant(Store)` (boxed where a store is large), in
+/// one list: it makes [`QueueStore`], its opening by [`Layout`] and
+/// `dispatch!`, each method on whichever store the queue has. A layout is
+/// its folder implementing [`QueueLayout`], its value in
+/// [`config::Layout`], its line here and, when its key has a type of its
+/// own, its arm in [`layout_at`].
+macro_rules! layouts {
+    ($($variant:ident($store:ty $(, $boxed:ident)?)),+ $(,)?) => {
+        /// The store of one call, in the queue's layout. The keys layout's
+        /// store (a slot per key, about a kilobyte) is boxed: one allocation
+        /// per call costs less than the copies of it that moving the store
+        /// through a call made, on either layout (callgrind: a native
+        /// enqueue moved it three times).
+        pub enum QueueStore<'ctx> {
+            $($variant(layouts!(@slot $store $(, $boxed)?)),)+
+        }
 
-/// Each method, on whichever store the queue has.
-macro_rules! dispatch {
-    ($self:ident, $store:ident => $call:expr) => {
-        match $self {
-            QueueStore::Keys($store) => $call,
-            QueueStore::Native($store) => $call,
+        impl<'ctx> QueueStore<'ctx> {
+            fn open_in(layout: Layout, opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
+                $(
+                    if layout == <$store as QueueLayout>::LAYOUT {
+                        let store = <$store as QueueLayout>::open(opening)?;
+                        return Ok(QueueStore::$variant(layouts!(@wrap store $(, $boxed)?)));
+                    }
+                )+
+                unreachable!("a layout without a store: {layout:?}")
+            }
+        }
+
+        /// Each method, on whichever store the queue has.
+        macro_rules! dispatch {
+            ($self:ident, $s:ident => $call:expr) => {
+                match $self {
+                    $(QueueStore::$variant($s) => $call,)+
+                }
+            };
         }
     };
+    (@slot $store:ty, boxed) => { Box<$store> };
+    (@slot $store:ty) => { $store };
+    (@wrap $value:ident, boxed) => { Box::new($value) };
+    (@wrap $value:ident) => { $value };
+}
+
+layouts! {
+    Keys(KeysStore<'ctx>, boxed),
+    Native(NativeStore<'ctx>),
 }
 
 impl<'ctx> QueueStore<'ctx> {
@@ -153,13 +182,6 @@ impl<'ctx> QueueStore<'ctx> {
         caller: Caller,
     ) -> Result<Self, OpenError> {
         Self::open_in(layout, Opening::new(ctx, queue, scope, caller, false, None))
-    }
-
-    fn open_in(layout: Layout, opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
-        Ok(match layout {
-            Layout::keys => QueueStore::Keys(Box::new(KeysStore::open(opening)?)),
-            Layout::native => QueueStore::Native(NativeStore::open(opening)?),
-        })
     }
 
     pub fn layout(&self) -> Layout {
