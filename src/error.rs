@@ -7,7 +7,7 @@ use crate::core::{CoreError, MAX_LEVEL, STEPS_PER_SEARCH};
 use crate::layout::native::LoadError;
 use crate::layout::open::OpenError;
 use crate::limits::{
-    MAX_BLOCK_MS, MAX_CONCURRENCY, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT, MAX_PERIOD_MS,
+    MAX_BLOCK_MS, MAX_COUNT_LIMIT, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT, MAX_PERIOD_MS,
     MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_REASON_BYTES, MAX_SHARE, MAX_TOP_OFFSET,
     MAX_WEIGHT,
 };
@@ -75,9 +75,9 @@ pub fn policy_limit(option: &str) -> RedisError {
 }
 
 /// `option` is CONCURRENCY or DEFAULT-CONCURRENCY.
-pub fn concurrency(option: &str) -> RedisError {
+pub fn count_limit(option: &str) -> RedisError {
     err(format!(
-        "ERR {option} must be an integer between 1 and {MAX_CONCURRENCY}, or NONE"
+        "ERR {option} must be an integer between 1 and {MAX_COUNT_LIMIT}, or NONE"
     ))
 }
 
@@ -263,6 +263,17 @@ pub fn core(error: &CoreError, queue: &[u8]) -> RedisError {
         CoreError::NoRunAhead => err("ERR the schedule has no run after now".to_string()),
         CoreError::ScheduleSearchTooLong => err(format!(
             "ERR CRON: no run found within {STEPS_PER_SEARCH} steps; simplify the pattern"
+        )),
+        // Its own code: a client sheds or retries it, unlike a mistake.
+        CoreError::PartitionFull {
+            partition,
+            max_queued,
+            waiting,
+            adds,
+            ..
+        } => err(format!(
+            "FULL partition '{}' has {waiting} items waiting and MAX-QUEUED {max_queued}: the call would add {adds}; nothing was enqueued",
+            Quoted(partition)
         )),
         CoreError::Store(refused) => err(format!(
             "ERR {} {} failed: {}",

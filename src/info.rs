@@ -19,6 +19,8 @@ pub static RELEASED: AtomicU64 = AtomicU64::new(0);
 pub static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
 pub static REVIVED: AtomicU64 = AtomicU64::new(0);
 pub static CANCELLED: AtomicU64 = AtomicU64::new(0);
+/// Items of ENQUEUE and DEFER calls refused for a partition's MAX-QUEUED.
+pub static REFUSED_FULL: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_RUNS: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_RECLAIMED: AtomicU64 = AtomicU64::new(0);
 pub static TIMER_PROMOTED: AtomicU64 = AtomicU64::new(0);
@@ -60,6 +62,7 @@ pub fn section(ctx: &InfoContext) -> RedisResult<()> {
         .field("items_dead_lettered", get(&DEAD_LETTERED))?
         .field("items_revived", get(&REVIVED))?
         .field("items_cancelled", get(&CANCELLED))?
+        .field("items_refused_full", get(&REFUSED_FULL))?
         .field("timer_runs", get(&TIMER_RUNS))?
         .field("timer_items_reclaimed", get(&TIMER_RECLAIMED))?
         .field("timer_items_promoted", get(&TIMER_PROMOTED))?

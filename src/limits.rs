@@ -18,7 +18,7 @@ pub const MAX_REASON_BYTES: usize = 4096;
 /// How many dead items `VTRR.DEAD` lists without COUNT.
 pub const DEAD_DEFAULT_COUNT: usize = 10;
 /// The largest per-partition cap (CONCURRENCY, DEFAULT-CONCURRENCY).
-pub const MAX_CONCURRENCY: i64 = 1_000_000_000;
+pub const MAX_COUNT_LIMIT: i64 = 1_000_000_000;
 /// The largest share.
 pub const MAX_SHARE: i64 = 1_000_000;
 /// The largest RATE and BURST, in weight units (as a weight).

@@ -591,24 +591,7 @@ fn idle_lifecycle_and_tenant_calls_do_not_abort_a_watching_client_and_real_chang
     assert_eq!(limited, Value::Okay);
     set_policy(&mut worker, "q", &["DEFAULT-CONCURRENCY", "4"]);
     let keys = all_queue_keys("q");
-    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-    // Without a rate: rate, per-ms and burst are nil (keys in order).
-    let settings = |cap: Value, paused: i64, share: i64| {
-        Value::Array(vec![
-            bulk("burst"),
-            Value::Nil,
-            bulk("concurrency"),
-            cap,
-            bulk("paused"),
-            Value::Int(paused),
-            bulk("per-ms"),
-            Value::Nil,
-            bulk("rate"),
-            Value::Nil,
-            bulk("share"),
-            Value::Int(share),
-        ])
-    };
+    let settings = limit_reply;
     let untouched = keys_untouched_by(&mut watcher, &keys, |_| {
         let idle: [(Vec<&str>, i64); 20] = [
             (vec!["VTRR.NACK", "q", "a", "stale"], 0),
@@ -645,20 +628,7 @@ fn idle_lifecycle_and_tenant_calls_do_not_abort_a_watching_client_and_real_chang
         let policy: Vec<Value> = command(&["VTRR.POLICY", "q"]).query(&mut worker).unwrap();
         assert_eq!(
             policy,
-            [
-                Value::BulkString(b"default-burst".to_vec()),
-                Value::Nil,
-                Value::BulkString(b"default-concurrency".to_vec()),
-                Value::Int(4),
-                Value::BulkString(b"default-per-ms".to_vec()),
-                Value::Nil,
-                Value::BulkString(b"default-rate".to_vec()),
-                Value::Nil,
-                Value::BulkString(b"max-nacks".to_vec()),
-                Value::Nil,
-                Value::BulkString(b"max-timeouts".to_vec()),
-                Value::Int(3),
-            ]
+            policy_reply(Value::Int(4), Value::Nil, Value::Int(3))
         );
         let _: Value = command(&["VTRR.STATS", "q"]).query(&mut worker).unwrap();
         // The tenant controls, each asked for what already holds.
@@ -855,20 +825,7 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     assert_eq!(replies[8], Value::Array(vec![]));
     assert_eq!(
         replies[9],
-        Value::Array(vec![
-            bulk("default-burst"),
-            Value::Nil,
-            bulk("default-concurrency"),
-            Value::Nil,
-            bulk("default-per-ms"),
-            Value::Nil,
-            bulk("default-rate"),
-            Value::Nil,
-            bulk("max-nacks"),
-            Value::Int(5),
-            bulk("max-timeouts"),
-            Value::Nil
-        ])
+        Value::Array(policy_reply(Value::Nil, Value::Int(5), Value::Nil))
     );
     assert_invariants(&mut con, "q");
 
@@ -914,20 +871,7 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     let policy: Vec<Value> = command(&["VTRR.POLICY", "q"]).query(&mut con).unwrap();
     assert_eq!(
         policy,
-        [
-            bulk("default-burst"),
-            Value::Nil,
-            bulk("default-concurrency"),
-            Value::Nil,
-            bulk("default-per-ms"),
-            Value::Nil,
-            bulk("default-rate"),
-            Value::Nil,
-            bulk("max-nacks"),
-            Value::Int(5),
-            bulk("max-timeouts"),
-            Value::Int(2)
-        ]
+        policy_reply(Value::Nil, Value::Int(5), Value::Int(2))
     );
     // b is queued again, revived with its counters reset.
     let leased: Vec<Value> = command(&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"])
@@ -1057,23 +1001,7 @@ fn tenant_commands_work_inside_multi_and_lua() {
     assert_eq!(replies[..3], [Value::Okay, Value::Int(1), Value::Int(3)]);
     // p's cap of 1 and r's pause hold b and c back.
     assert_eq!(leased_ids(&replies[3]), [b"a".to_vec()]);
-    assert_eq!(
-        replies[4],
-        Value::Array(vec![
-            bulk("burst"),
-            Value::Nil,
-            bulk("concurrency"),
-            Value::Int(1),
-            bulk("paused"),
-            Value::Int(0),
-            bulk("per-ms"),
-            Value::Nil,
-            bulk("rate"),
-            Value::Nil,
-            bulk("share"),
-            Value::Int(2),
-        ])
-    );
+    assert_eq!(replies[4], limit_reply(Value::Int(1), 0, 2));
     let (cursor, views): (String, Vec<View>) = redis::from_redis_value(replies[5].clone()).unwrap();
     assert_eq!((cursor.as_str(), views.len()), ("0", 1));
     for (field, expected) in [
@@ -1093,20 +1021,7 @@ fn tenant_commands_work_inside_multi_and_lua() {
     assert_eq!(replies[9..11], [Value::Int(0), Value::Okay]);
     assert_eq!(
         replies[11],
-        Value::Array(vec![
-            bulk("default-burst"),
-            Value::Nil,
-            bulk("default-concurrency"),
-            Value::Int(2),
-            bulk("default-per-ms"),
-            Value::Nil,
-            bulk("default-rate"),
-            Value::Nil,
-            bulk("max-nacks"),
-            Value::Nil,
-            bulk("max-timeouts"),
-            Value::Nil
-        ])
+        Value::Array(policy_reply(Value::Int(2), Value::Nil, Value::Nil))
     );
     assert_invariants(&mut con, "q");
 
@@ -1162,23 +1077,7 @@ fn tenant_commands_work_inside_multi_and_lua() {
     ] {
         assert_eq!(view[field], expected, "{field} in {view:?}");
     }
-    assert_eq!(
-        got[9],
-        Value::Array(vec![
-            bulk("burst"),
-            Value::Nil,
-            bulk("concurrency"),
-            Value::Nil,
-            bulk("paused"),
-            Value::Int(1),
-            bulk("per-ms"),
-            Value::Nil,
-            bulk("rate"),
-            Value::Nil,
-            bulk("share"),
-            Value::Int(2),
-        ])
-    );
+    assert_eq!(got[9], limit_reply(Value::Nil, 1, 2));
     assert_eq!(
         got[10..],
         [
@@ -1229,4 +1128,55 @@ fn a_client_cannot_send_the_internal_apply_command() {
         assert!(error.contains("VTRR.APPLY is internal"), "{error}");
     }
     assert_eq!(dump_all(&mut con), before);
+}
+
+/// VTRR.POLICY's reply (RESP2) with the dead-letter limits and the default
+/// cap given, and no rate or queue-wide limit.
+fn policy_reply(default_concurrency: Value, max_nacks: Value, max_timeouts: Value) -> Vec<Value> {
+    let field = |name: &str| Value::BulkString(name.as_bytes().to_vec());
+    vec![
+        field("burst"),
+        Value::Nil,
+        field("concurrency"),
+        Value::Nil,
+        field("default-burst"),
+        Value::Nil,
+        field("default-concurrency"),
+        default_concurrency,
+        field("default-max-queued"),
+        Value::Nil,
+        field("default-per-ms"),
+        Value::Nil,
+        field("default-rate"),
+        Value::Nil,
+        field("max-nacks"),
+        max_nacks,
+        field("max-timeouts"),
+        max_timeouts,
+        field("per-ms"),
+        Value::Nil,
+        field("rate"),
+        Value::Nil,
+    ]
+}
+
+/// VTRR.LIMIT's reply (RESP2) without a rate or MAX-QUEUED: those fields nil.
+fn limit_reply(cap: Value, paused: i64, share: i64) -> Value {
+    let field = |name: &str| Value::BulkString(name.as_bytes().to_vec());
+    Value::Array(vec![
+        field("burst"),
+        Value::Nil,
+        field("concurrency"),
+        cap,
+        field("max-queued"),
+        Value::Nil,
+        field("paused"),
+        Value::Int(paused),
+        field("per-ms"),
+        Value::Nil,
+        field("rate"),
+        Value::Nil,
+        field("share"),
+        Value::Int(share),
+    ])
 }

@@ -164,13 +164,16 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
                     "MAX-NACKS",
                     "DEFAULT-CONCURRENCY",
                     "DEFAULT-RATE",
+                    "CONCURRENCY",
+                    "RATE",
+                    "DEFAULT-MAX-QUEUED",
                 ],
             );
             if rng.chance(80) {
                 words.push(option.into());
                 let value = pick(rng, &["1", "2", "5", "NONE"]);
                 words.push(value.into());
-                if option == "DEFAULT-RATE" && value != "NONE" {
+                if option.ends_with("RATE") && value != "NONE" {
                     // As LIMIT's rates: no token between the two views' reads.
                     words.extend(["PER".into(), pick(rng, &["60000", "86400000"]).into()]);
                 }
@@ -178,8 +181,10 @@ fn random_step(rng: &mut Rng, tokens: &Tokens) -> Step {
         }
         14 => {
             words.extend(["VTRR.LIMIT".into(), "{q}".into(), partition]);
-            match rng.below(3) {
+            match rng.below(4) {
                 0 => words.extend(["CONCURRENCY".into(), pick(rng, &["1", "2", "NONE"]).into()]),
+                // Small enough that enqueues meet it: FULL on both, or neither.
+                3 => words.extend(["MAX-QUEUED".into(), pick(rng, &["2", "5", "NONE"]).into()]),
                 1 => words.extend(["SHARE".into(), pick(rng, &["1", "2", "5"]).into()]),
                 // Periods long enough that no token comes between the two
                 // views' reads (each at its own clock): a partition spends

@@ -105,6 +105,8 @@ fn corpus_values() -> Vec<Vec<u8>> {
         "MAX-TIMEOUTS",
         "DEFAULT-CONCURRENCY",
         "DEFAULT-RATE",
+        "MAX-QUEUED",
+        "DEFAULT-MAX-QUEUED",
         "KEYS",
         "NATIVE",
         "queue",
@@ -474,7 +476,7 @@ fn log_lines_take_client_text_as_text() {
 
 /// Argument values chosen to break parsers.
 fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
-    const WORDS: [&str; 52] = [
+    const WORDS: [&str; 54] = [
         "fz",
         "wt",
         "",
@@ -523,6 +525,8 @@ fn nasty_arg(rng: &mut Rng) -> Vec<u8> {
         "SHARE",
         "DEFAULT-CONCURRENCY",
         "DEFAULT-RATE",
+        "MAX-QUEUED",
+        "DEFAULT-MAX-QUEUED",
         "PARTITION",
         "CURSOR",
         "1000000",

@@ -749,10 +749,12 @@ fn policy_reads_nil_by_default_reads_back_what_was_set_and_none_clears_it() {
     let mut con = server.connect();
     let read = |con: &mut Connection| {
         let p: HashMap<String, Option<i64>> = policy(con, "q");
-        assert_eq!(p.len(), 6, "{p:?}");
-        for default in ["concurrency", "rate", "per-ms", "burst"] {
-            assert_eq!(p[&format!("default-{default}")], None);
+        assert_eq!(p.len(), 11, "{p:?}");
+        for limit in ["concurrency", "rate", "per-ms", "burst"] {
+            assert_eq!(p[&format!("default-{limit}")], None);
+            assert_eq!(p[limit], None);
         }
+        assert_eq!(p["default-max-queued"], None);
         (p["max-timeouts"], p["max-nacks"])
     };
     assert_eq!(read(&mut con), (None, None));
@@ -1280,9 +1282,11 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
             "oldest-waiting-ms",
             "partitions",
             "paused-partitions",
-            "queued"
+            "queued",
+            "tokens"
         ]
     );
+    assert_eq!(fresh["tokens"], Value::Nil, "no queue rate");
     assert_eq!(fresh["layout"], Value::SimpleString(layout().to_string()));
     assert_eq!(fresh["delayed"], Value::Int(0));
     assert_eq!(fresh["dead"], Value::Int(0));

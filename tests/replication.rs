@@ -155,7 +155,8 @@ fn maybe_reason(rng: &mut Rng, id: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// `<option> <n> PER <ms> BURST <b>` (a quarter of the time), `<option>
-/// NONE` (another quarter) or nothing: RATE of LIMIT, DEFAULT-RATE of POLICY.
+/// NONE` (another quarter) or nothing: RATE of LIMIT, DEFAULT-RATE and RATE
+/// of POLICY.
 fn maybe_rate(cmd: &mut redis::Cmd, rng: &mut Rng, option: &str) {
     match rng.below(4) {
         0 => {
@@ -585,6 +586,15 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 // A default rate: every partition without its own gets a
                 // bucket, and idle ones keep theirs until it is full.
                 maybe_rate(&mut cmd, &mut rng, "DEFAULT-RATE");
+                // The queue's own cap and rate: its bucket, spent by LEASE
+                // and written by the timer, must replay the same.
+                if rng.chance(20) {
+                    match rng.below(3) {
+                        0 => cmd.arg("CONCURRENCY").arg("NONE"),
+                        n => cmd.arg("CONCURRENCY").arg(2 * n),
+                    };
+                }
+                maybe_rate(&mut cmd, &mut rng, "RATE");
                 let _: () = cmd.query(con).unwrap();
             }
             20 => {
@@ -650,6 +660,29 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
     set_policy(con, queue, &DEAD_LETTER_POLICY);
     set_policy(con, queue, &["DEFAULT-CONCURRENCY", "NONE"]);
     set_policy(con, queue, &["DEFAULT-RATE", "NONE"]);
+    // The queue's own rate stays, with a day's period and tokens to spare:
+    // the leases below spend from its bucket, and none falls due after.
+    set_policy(
+        con,
+        queue,
+        &[
+            "CONCURRENCY",
+            "NONE",
+            "RATE",
+            "1000",
+            "PER",
+            "86400000",
+            "DEFAULT-MAX-QUEUED",
+            "1000000",
+        ],
+    );
+    // A tenant's own backlog limit: its record in the form that carries it.
+    let _: () = redis::cmd("VTRR.LIMIT")
+        .arg(queue)
+        .arg("p0")
+        .arg(vec!["MAX-QUEUED", "1000000"])
+        .query(con)
+        .unwrap();
     // No run falls due after the workload either.
     let _: i64 = redis::cmd("VTRR.UNSCHEDULE")
         .arg(queue)

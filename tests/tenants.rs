@@ -803,6 +803,21 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
         case(&["VTRR.LIMIT", "q", "p", "CONCURRENCY", bad], concurrency);
         case(&["VTRR.LIMIT", "q", "p", "SHARE", bad], share);
         case(&["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", bad], default);
+        case(&["VTRR.POLICY", "q", "CONCURRENCY", bad], concurrency);
+        case(
+            &["VTRR.LIMIT", "q", "p", "MAX-QUEUED", bad],
+            "ERR MAX-QUEUED must be an integer between 1 and 1000000000, or NONE",
+        );
+        case(
+            &["VTRR.POLICY", "q", "DEFAULT-MAX-QUEUED", bad],
+            "ERR DEFAULT-MAX-QUEUED must be an integer between 1 and 1000000000, or NONE",
+        );
+        case(&["VTRR.POLICY", "q", "RATE", bad, "PER", "10"], rate);
+        case(&["VTRR.POLICY", "q", "RATE", "5", "PER", bad], per);
+        case(
+            &["VTRR.POLICY", "q", "RATE", "5", "PER", "10", "BURST", bad],
+            burst,
+        );
         case(&["VTRR.LIMIT", "q", "p", "RATE", bad, "PER", "1000"], rate);
         case(&["VTRR.LIMIT", "q", "p", "RATE", "5", "PER", bad], per);
         case(
@@ -932,15 +947,38 @@ fn bad_arguments_of_the_tenant_commands_get_an_error_and_change_nothing() {
     );
     case(&["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY"], syntax);
     case(
+        &["VTRR.POLICY", "q", "DEFAULT-CONCURRENCY", "2", "SHARE", "2"],
+        syntax,
+    );
+    // The queue's own limits: a BURST is that of the rate just before it.
+    case(&["VTRR.POLICY", "q", "RATE", "NONE", "BURST", "3"], burst);
+    case(
         &[
             "VTRR.POLICY",
             "q",
-            "DEFAULT-CONCURRENCY",
-            "2",
+            "RATE",
+            "5",
+            "PER",
+            "10",
+            "DEFAULT-RATE",
+            "NONE",
+            "BURST",
+            "3",
+        ],
+        default_burst,
+    );
+    case(
+        &[
+            "VTRR.POLICY",
+            "q",
             "CONCURRENCY",
             "2",
+            "RATE",
+            "0",
+            "PER",
+            "10",
         ],
-        syntax,
+        rate,
     );
     for command in ["VTRR.PAUSE", "VTRR.RESUME"] {
         let name = command.to_ascii_lowercase();
@@ -1862,4 +1900,203 @@ fn an_idle_tenants_record_under_the_default_rate_goes_once_its_bucket_is_full() 
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(listed(&mut con), 0, "full: nothing left to keep");
     assert_invariants(&mut con, q);
+}
+
+// ---------------------------------------------------------------------------
+// 9. The queue's own limits (VTRR.POLICY ... CONCURRENCY, RATE).
+// ---------------------------------------------------------------------------
+
+#[test]
+fn the_queues_own_cap_and_rate_hold_across_tenants_in_turn_and_a_reload() {
+    let server = Server::builder()
+        .args(&["--enable-debug-command", "yes"])
+        .module_args(&["reclaim-interval-ms", "0"])
+        .spawn();
+    let mut con = server.connect();
+    set_policy(
+        &mut con,
+        "q",
+        &[
+            "CONCURRENCY",
+            "2",
+            "RATE",
+            "3",
+            "PER",
+            "60000",
+            "BURST",
+            "4",
+        ],
+    );
+    let policy: View = redis::cmd("VTRR.POLICY").arg("q").query(&mut con).unwrap();
+    assert_eq!(
+        ["concurrency", "rate", "per-ms", "burst"].map(|name| field(&policy, name)),
+        [Some(2), Some(3), Some(60_000), Some(4)]
+    );
+    for tenant in ["whale", "a", "b"] {
+        let n = if tenant == "whale" { 50 } else { 5 };
+        enqueue_many(&mut con, "q", tenant, 0..n, 1);
+    }
+    // The cap: two of ten asked for, to two tenants in turn.
+    let first = lease_count(&mut con, "q", 60_000, 10);
+    assert_eq!(first.len(), 2);
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    assert!(
+        lease_count(&mut con, "q", 60_000, 10).is_empty(),
+        "at the cap"
+    );
+    ack_all(&mut con, "q", &first);
+    // The rate: 4 tokens of burst, two spent; two more, then none.
+    let second = lease_count(&mut con, "q", 60_000, 10);
+    assert_eq!(second.len(), 2);
+    assert_eq!(stat(&mut con, "q", "tokens"), 0);
+    ack_all(&mut con, "q", &second);
+    assert!(
+        lease_count(&mut con, "q", 60_000, 10).is_empty(),
+        "no token"
+    );
+    let tenants: BTreeSet<String> = first
+        .iter()
+        .chain(&second)
+        .map(|lease| partition_of(&lease.0))
+        .collect();
+    assert_eq!(
+        tenants.len(),
+        3,
+        "the whale took only its turns: {tenants:?}"
+    );
+    // NONE lifts both; STATS shows no tokens without a rate.
+    set_policy(&mut con, "q", &["CONCURRENCY", "NONE", "RATE", "NONE"]);
+    assert_eq!(lease_count(&mut con, "q", 60_000, 10).len(), 10);
+    assert_eq!(stats(&mut con, "q")["tokens"], Value::Nil);
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn an_ack_under_the_queues_cap_wakes_a_blocked_lease() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    set_policy(&mut con, "q", &["CONCURRENCY", "1"]);
+    enqueue_many(&mut con, "q", "p", 0..2, 1);
+    let (id, _, token, _) = lease(&mut con, "q", 60_000).unwrap();
+    let waiter = spawn_waiter::<Option<Lease>>(&server, 10_000);
+    wait_blocked(&mut con, 1);
+    assert_eq!(ack(&mut con, "q", &id, &token), 1);
+    let (reply, _) = waiter.join().unwrap();
+    let (got, ..) = reply.expect("woken with an item, not timed out");
+    assert_eq!(got, b"p:0001");
+    assert_invariants(&mut con, "q");
+}
+
+#[test]
+fn a_blocked_lease_wakes_when_the_queues_next_token_is_due() {
+    let server = Server::start();
+    let mut con = server.connect();
+    set_policy(&mut con, "q", &["RATE", "1", "PER", "400"]);
+    enqueue_many(&mut con, "q", "p", 0..3, 1);
+    assert_eq!(
+        lease(&mut con, "q", 60_000).expect("its one token").0,
+        b"p:0000"
+    );
+    assert!(
+        lease(&mut con, "q", 60_000).is_none(),
+        "no token: nothing leased"
+    );
+    let started = Instant::now();
+    let woken: Option<Lease> = redis::cmd("VTRR.LEASE")
+        .arg("q")
+        .arg(60_000)
+        .arg("BLOCK")
+        .arg(5_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        woken.expect("woken by the token, not the timeout").0,
+        b"p:0001"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "not before the token: {:?}",
+        started.elapsed()
+    );
+    assert_invariants(&mut con, "q");
+}
+
+// ---------------------------------------------------------------------------
+// 10. Backpressure (VTRR.LIMIT ... MAX-QUEUED, POLICY DEFAULT-MAX-QUEUED).
+// ---------------------------------------------------------------------------
+
+fn refused_full(con: &mut Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("vtrr").query(con).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("vtrr_items_refused_full:"))
+        .expect("INFO vtrr counts refusals")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn an_enqueue_past_a_tenants_max_queued_is_refused_whole_and_changes_nothing() {
+    let server = quiet_server();
+    let mut con = server.connect();
+    set_limit(&mut con, "q", "p", &["MAX-QUEUED", "3"]);
+    set_policy(&mut con, "q", &["DEFAULT-MAX-QUEUED", "10"]);
+    enqueue_many(&mut con, "q", "p", 0..2, 1);
+    let shown = view(&mut con, "q", "p");
+    assert_eq!(
+        (
+            field(&shown, "max-queued"),
+            field(&shown, "max-queued-in-force")
+        ),
+        (Some(3), Some(3))
+    );
+    let other = view(&mut con, "q", "r");
+    assert_eq!(
+        field(&other, "max-queued-in-force"),
+        Some(10),
+        "the default"
+    );
+    let before = dump_queue(&mut con, "q");
+    // r's item and p's two: all refused for p's limit.
+    let refused: redis::RedisResult<i64> = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg(&["r", "r:1", "1", "R"])
+        .arg(&["p", "p:8", "1", "P"])
+        .arg(&["p", "p:9", "1", "P"])
+        .query(&mut con);
+    let error = refused.unwrap_err();
+    assert_eq!(error.code(), Some("FULL"));
+    assert_eq!(
+        error.detail(),
+        Some("partition 'p' has 2 items waiting and MAX-QUEUED 3: the call would add 2; nothing was enqueued")
+    );
+    assert_eq!(dump_queue(&mut con, "q"), before, "nothing written");
+    assert_eq!(refused_full(&mut con), 3);
+    // DEFER counts too; one more fits.
+    let deferred: i64 = redis::cmd("VTRR.DEFER")
+        .arg("q")
+        .arg(60_000)
+        .arg(&["p", "p:8", "1", "P"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(deferred, 1);
+    let full: redis::RedisResult<i64> = redis::cmd("VTRR.ENQUEUE")
+        .arg("q")
+        .arg(&["p", "p:9", "1", "P"])
+        .query(&mut con);
+    assert_eq!(full.unwrap_err().code(), Some("FULL"));
+    // Leasing makes room; NONE lifts the tenant's own, the default holds.
+    let _ = lease_count(&mut con, "q", 60_000, 1);
+    enqueue_many(&mut con, "q", "p", 9..10, 1);
+    set_limit(&mut con, "q", "p", &["MAX-QUEUED", "NONE"]);
+    let limit: View = redis::cmd("VTRR.LIMIT")
+        .arg("q")
+        .arg("p")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(field(&limit, "max-queued"), None);
+    let policy: View = redis::cmd("VTRR.POLICY").arg("q").query(&mut con).unwrap();
+    assert_eq!(field(&policy, "default-max-queued"), Some(10));
+    enqueue_many(&mut con, "q", "p", 10..17, 1);
+    assert_invariants(&mut con, "q");
 }

@@ -186,6 +186,8 @@ function view(reply: unknown): PartitionView {
     rateInForce: rate(f, '', '-in-force'),
     tokens: optInt(f.get('tokens')),
     nextTokenMs: optInt(f.get('next-token-ms')),
+    maxQueued: optInt(f.get('max-queued')),
+    maxQueuedInForce: optInt(f.get('max-queued-in-force')),
   };
 }
 
@@ -494,6 +496,7 @@ export const commands = {
         layout: text(f.get('layout')) as Layout,
         oldestWaitingMs: optInt(f.get('oldest-waiting-ms')),
         totals: totals(f),
+        tokens: optInt(f.get('tokens')),
       };
     },
   }),
@@ -515,6 +518,9 @@ export const commands = {
         maxNacks: optInt(f.get('max-nacks')),
         defaultConcurrency: optInt(f.get('default-concurrency')),
         defaultRate: rate(f, 'default-'),
+        concurrency: optInt(f.get('concurrency')),
+        rate: rate(f),
+        defaultMaxQueued: optInt(f.get('default-max-queued')),
       };
     },
   }),
@@ -526,12 +532,18 @@ export const commands = {
       maxNacks?: Limit;
       defaultConcurrency?: Limit;
       defaultRate?: Rate | 'NONE';
+      concurrency?: Limit;
+      rate?: Rate | 'NONE';
+      defaultMaxQueued?: Limit;
     }): Arg[] => {
       const args = [
         ...limitArgs('MAX-TIMEOUTS', settings.maxTimeouts, 0, MAX_POLICY_LIMIT),
         ...limitArgs('MAX-NACKS', settings.maxNacks, 0, MAX_POLICY_LIMIT),
         ...limitArgs('DEFAULT-CONCURRENCY', settings.defaultConcurrency, 1, MAX_LIMIT),
         ...rateArgs('DEFAULT-RATE', settings.defaultRate),
+        ...limitArgs('CONCURRENCY', settings.concurrency, 1, MAX_LIMIT),
+        ...rateArgs('RATE', settings.rate),
+        ...limitArgs('DEFAULT-MAX-QUEUED', settings.defaultMaxQueued, 1, MAX_LIMIT),
       ];
       if (args.length === 0) {
         throw new InvalidArgumentError('setPolicy needs at least one setting');
@@ -608,20 +620,25 @@ export const commands = {
         paused: bool(f.get('paused')),
         share: int(f.get('share')),
         rate: rate(f),
+        maxQueued: optInt(f.get('max-queued')),
       };
     },
   }),
 
   setLimit: declare({
     command: 'VTRR.LIMIT',
-    parseCommand: (partition: Name, settings: { concurrency?: Limit; share?: number; rate?: Rate | 'NONE' }): Arg[] => {
+    parseCommand: (
+      partition: Name,
+      settings: { concurrency?: Limit; share?: number; rate?: Rate | 'NONE'; maxQueued?: Limit },
+    ): Arg[] => {
       const options = [
         ...limitArgs('CONCURRENCY', settings.concurrency, 1, MAX_LIMIT),
         ...(settings.share === undefined ? [] : ['SHARE', String(checkInt('SHARE', settings.share, 1, MAX_SHARE))]),
         ...rateArgs('RATE', settings.rate),
+        ...limitArgs('MAX-QUEUED', settings.maxQueued, 1, MAX_LIMIT),
       ];
       if (options.length === 0) {
-        throw new InvalidArgumentError('setLimit needs concurrency, share or rate');
+        throw new InvalidArgumentError('setLimit needs concurrency, share, rate or maxQueued');
       }
       return [checkName('partition', partition), ...options];
     },

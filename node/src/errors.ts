@@ -35,6 +35,66 @@ export class SlotMovingError extends VtrrError {
   override name = 'SlotMovingError';
 }
 
+/**
+ * The server's FULL message, after its code. Matched whole: a partition is
+ * any bytes, so it may hold this very text, but only the real tail, the
+ * last, reaches the end of the message.
+ */
+const FULL =
+  /^partition '(.*)' has (\d+) items waiting and MAX-QUEUED (\d+): the call would add (\d+); nothing was enqueued$/s;
+
+/** How the module quotes bytes in a message (src/text.rs, `Quoted`): printable ASCII but `\`, or an escape. */
+const QUOTED = /^(?:[ -[\]-~]|\\(?:x[0-9a-f]{2}|[\\nrt]))*$/;
+const ESCAPED: Record<string, string> = { '\\': '\\', n: '\n', r: '\r', t: '\t' };
+
+/** The bytes the module quoted as `quoted`; null when it is not the module's quoting. */
+function unquoted(quoted: string): Buffer | null {
+  if (!QUOTED.test(quoted)) {
+    return null;
+  }
+  // Each escape as the one char of its byte (0-255), so latin1 gives the byte back.
+  const latin1 = quoted.replace(/\\(x[0-9a-f]{2}|[\\nrt])/g, (_, code: string) =>
+    code.length === 3 ? String.fromCharCode(Number.parseInt(code.slice(1), 16)) : (ESCAPED[code] as string),
+  );
+  return Buffer.from(latin1, 'latin1');
+}
+
+/**
+ * An enqueue (or a delayed one) would take a partition past its MAX-QUEUED
+ * (`FULL ...`): nothing of the call was enqueued, the items of other
+ * partitions included. Backpressure, not a mistake (so not an
+ * InvalidArgumentError, and no reason for a worker to stop): the same call
+ * succeeds once the partition has fewer items waiting, so shed the work,
+ * slow down or retry later. The fields are read from the server's message;
+ * null when it does not read as this module's.
+ */
+export class PartitionFullError extends VtrrError {
+  override name = 'PartitionFullError';
+  /** The partition, decoded as UTF-8 (`partitionBytes` holds its bytes). */
+  readonly partition: string | null = null;
+  readonly partitionBytes: Buffer | null = null;
+  /** Its items waiting (queued or delayed) before the call. */
+  readonly waiting: number | null = null;
+  /** The MAX-QUEUED in force: its own, else the queue's default. */
+  readonly maxQueued: number | null = null;
+  /** How many items the call would have added to it. */
+  readonly adds: number | null = null;
+
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    const [, quoted = '', waiting, maxQueued, adds] = FULL.exec(message) ?? [];
+    const partition = unquoted(quoted);
+    if (partition === null || waiting === undefined || maxQueued === undefined || adds === undefined) {
+      return;
+    }
+    this.partitionBytes = partition;
+    this.partition = partition.toString('utf8');
+    this.waiting = Number(waiting);
+    this.maxQueued = Number(maxQueued);
+    this.adds = Number(adds);
+  }
+}
+
 /** Errors no retry can mend: a worker stops on them. */
 export function isPermanent(error: unknown): boolean {
   return (
@@ -80,6 +140,8 @@ export function translate(error: unknown, server: string): unknown {
       return new NoPermissionError(rest, { cause: error });
     case 'WRONGTYPE':
       return new WrongTypeError(rest, { cause: error });
+    case 'FULL':
+      return new PartitionFullError(rest, { cause: error });
     case 'ERR':
       if (rest.startsWith('unknown command') && /'vtrr\./i.test(rest)) {
         const command = /'(vtrr\.[a-z]+)'/i.exec(rest)?.[1]?.toUpperCase() ?? 'the command';

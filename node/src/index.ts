@@ -17,6 +17,7 @@ export {
   InvalidArgumentError,
   ModuleNotLoadedError,
   NoPermissionError,
+  PartitionFullError,
   SlotMovingError,
   VtrrError,
   WrongTypeError,

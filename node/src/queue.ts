@@ -129,13 +129,22 @@ export class Queue {
 
   // Adding items.
 
-  /** Adds one item; false when its id is already in the queue's life (queued, leased, delayed or dead: skipped). */
+  /**
+   * Adds one item; false when its id is already in the queue's life (queued,
+   * leased, delayed or dead: skipped). PartitionFullError when its partition
+   * has its MAX-QUEUED items waiting.
+   */
   async enqueue(partition: Name, id: Name, payload: Payload, options: EnqueueOptions = {}): Promise<boolean> {
     const item = { partition, id, payload, ...(options.weight === undefined ? {} : { weight: options.weight }) };
     return (await this.enqueueMany([item], options)) === 1;
   }
 
-  /** Adds items in one atomic command (any partitions); how many were new. */
+  /**
+   * Adds items in one atomic command (any partitions); how many were new.
+   * Refused whole (PartitionFullError, nothing added) when they would take
+   * any partition past its MAX-QUEUED; ids already in the queue take no room,
+   * delayed items count (they wait too).
+   */
   enqueueMany(items: readonly Item[], options: Omit<EnqueueOptions, 'weight'> = {}): Promise<number> {
     return options.delayMs === undefined
       ? this.run(commands.enqueue, items, options.priority)
@@ -276,12 +285,20 @@ export class Queue {
     return this.run(commands.policy);
   }
 
-  /** Sets the dead-letter policy and the default cap and rate; unset leaves one as it is, 'NONE' clears it. */
+  /**
+   * Sets the dead-letter policy, the default cap, rate and MAX-QUEUED (of
+   * every partition without its own) and the queue's own cap and rate (on
+   * top of every partition's, shared in fair turn); unset leaves one as it
+   * is, 'NONE' clears it.
+   */
   setPolicy(settings: {
     maxTimeouts?: Limit;
     maxNacks?: Limit;
     defaultConcurrency?: Limit;
     defaultRate?: Rate | 'NONE';
+    concurrency?: Limit;
+    rate?: Rate | 'NONE';
+    defaultMaxQueued?: Limit;
   }): Promise<void> {
     return this.run(commands.setPolicy, settings);
   }
@@ -291,8 +308,16 @@ export class Queue {
     return this.run(commands.limit, partition);
   }
 
-  /** Sets what is given of a partition's cap, share and rate ('NONE' removes a cap or rate). */
-  setLimit(partition: Name, settings: { concurrency?: Limit; share?: number; rate?: Rate | 'NONE' }): Promise<void> {
+  /**
+   * Sets what is given of a partition's cap, share, rate and MAX-QUEUED
+   * ('NONE' removes a cap, rate or MAX-QUEUED: the queue's default is then in
+   * force). `maxQueued` is backpressure: the most items it may have waiting
+   * (queued or delayed); an enqueue past it throws PartitionFullError.
+   */
+  setLimit(
+    partition: Name,
+    settings: { concurrency?: Limit; share?: number; rate?: Rate | 'NONE'; maxQueued?: Limit },
+  ): Promise<void> {
     return this.run(commands.setLimit, partition, settings);
   }
 

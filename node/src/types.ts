@@ -89,11 +89,15 @@ export interface Stats {
   /** How long the longest-waiting partition's line has gone unserved (ms); null when nothing is queued. */
   readonly oldestWaitingMs: number | null;
   readonly totals: Totals;
+  /** The whole tokens in the queue's own bucket now (VTRR.POLICY ... RATE); null without a queue rate. */
+  readonly tokens: number | null;
 }
 
 /**
  * A rate limit: `amount` weight units per `perMs` ms, at most `burst` at
- * once (`amount` when unset), enforced at LEASE (VTRR.LIMIT ... RATE).
+ * once (`amount` when unset), enforced at LEASE; a partition's (VTRR.LIMIT
+ * ... RATE), the queue's default (DEFAULT-RATE) or the queue's own
+ * (VTRR.POLICY ... RATE).
  */
 export interface Rate {
   readonly amount: number;
@@ -132,6 +136,10 @@ export interface PartitionView {
   readonly tokens: number | null;
   /** When its next token is due (Unix ms) while it holds none; else null. */
   readonly nextTokenMs: number | null;
+  /** Its own MAX-QUEUED (the most items it may have waiting: queued or delayed); null without one. */
+  readonly maxQueued: number | null;
+  /** Its own MAX-QUEUED, else the queue's DEFAULT-MAX-QUEUED; null without either. */
+  readonly maxQueuedInForce: number | null;
 }
 
 /** One step of a cursor scan: go on with `cursor` until it is `'0'`. */
@@ -152,14 +160,29 @@ export interface PartitionSettings {
   readonly paused: boolean;
   readonly share: number;
   readonly rate: Rate | null;
+  /** The most items it may have waiting (queued or delayed): an enqueue past it throws PartitionFullError. */
+  readonly maxQueued: number | null;
 }
 
-/** VTRR.POLICY without options; null is NONE (never give up, no default cap or rate). */
+/**
+ * VTRR.POLICY without options; null is NONE (never give up, no default cap,
+ * rate or MAX-QUEUED, no queue-wide cap or rate).
+ */
 export interface Policy {
   readonly maxTimeouts: number | null;
   readonly maxNacks: number | null;
   readonly defaultConcurrency: number | null;
   readonly defaultRate: Rate | null;
+  /**
+   * The queue's own cap, on top of every partition's: at most this many
+   * items leased at once across the queue, the slots handed out in VTRR
+   * (fair) order.
+   */
+  readonly concurrency: number | null;
+  /** The queue's own rate: one bucket every lease spends its item's weight from, in VTRR (fair) order. */
+  readonly rate: Rate | null;
+  /** The MAX-QUEUED of every partition without its own. */
+  readonly defaultMaxQueued: number | null;
 }
 
 /** VTRR.DEAD: a dead-lettered item and why it died. */

@@ -5,7 +5,15 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClientType } from 'redis';
-import { InvalidArgumentError, ModuleNotLoadedError, NoPermissionError, Queue, WrongTypeError } from '../src/index.js';
+import {
+  InvalidArgumentError,
+  ModuleNotLoadedError,
+  NoPermissionError,
+  PartitionFullError,
+  Queue,
+  VtrrError,
+  WrongTypeError,
+} from '../src/index.js';
 import { layout, Server } from './servers.js';
 
 /** A queue name of its own for each test: they share one server. */
@@ -239,9 +247,16 @@ for (const RESP of [2, 3] as const) {
         paused: false,
         share: 3,
         rate: { amount: 10, perMs: 1_000, burst: 4 },
+        maxQueued: null,
       });
       await queue.setLimit('alice', { concurrency: 'NONE', rate: 'NONE' });
-      assert.deepEqual(await queue.limit('alice'), { concurrency: null, paused: false, share: 3, rate: null });
+      assert.deepEqual(await queue.limit('alice'), {
+        concurrency: null,
+        paused: false,
+        share: 3,
+        rate: null,
+        maxQueued: null,
+      });
       assert.equal(await queue.pause('alice'), true);
       assert.equal(await queue.pause('alice'), false);
       assert.equal((await queue.limit('alice')).paused, true);
@@ -258,6 +273,9 @@ for (const RESP of [2, 3] as const) {
         maxNacks: 5,
         defaultConcurrency: 10,
         defaultRate: { amount: 5, perMs: 100, burst: 5 },
+        concurrency: null,
+        rate: null,
+        defaultMaxQueued: null,
       });
       await queue.setPolicy({ maxTimeouts: 'NONE', maxNacks: 'NONE', defaultConcurrency: 'NONE', defaultRate: 'NONE' });
       assert.deepEqual(await queue.policy(), {
@@ -265,7 +283,132 @@ for (const RESP of [2, 3] as const) {
         maxNacks: null,
         defaultConcurrency: null,
         defaultRate: null,
+        concurrency: null,
+        rate: null,
+        defaultMaxQueued: null,
       });
+    });
+
+    test("the queue's own cap and rate hold every partition together, and NONE removes them", async () => {
+      const queue = new Queue(client, fresh());
+      assert.equal((await queue.stats()).tokens, null, 'no queue rate, no bucket');
+      const minute = { amount: 5, perMs: 60_000, burst: 4 };
+      await queue.setPolicy({ concurrency: 3, rate: minute });
+      assert.deepEqual(await queue.policy(), {
+        maxTimeouts: null,
+        maxNacks: null,
+        defaultConcurrency: null,
+        defaultRate: null,
+        concurrency: 3,
+        rate: minute,
+        defaultMaxQueued: null,
+      });
+      assert.equal((await queue.stats()).tokens, 4, 'a new rate starts full');
+      const items = [];
+      for (let n = 0; n < 5; n += 1) {
+        items.push({ partition: 'a', id: `a${n}`, payload: 'x' }, { partition: 'b', id: `b${n}`, payload: 'x' });
+      }
+      await queue.enqueueMany(items);
+      const leaseTen = async () => (await queue.leaseMany(10, { leaseMs: 60_000 })).map((lease) => lease.id);
+      // The cap stops the lease at 3, handed out in turn.
+      assert.deepEqual((await leaseTen()).sort(), ['a0', 'a1', 'b0']);
+      assert.equal((await queue.stats()).tokens, 1);
+      await queue.setPolicy({ concurrency: 'NONE' });
+      // Now the bucket: its last token, then nothing until the next is due.
+      assert.deepEqual(await leaseTen(), ['b1']);
+      assert.equal((await queue.stats()).tokens, 0);
+      assert.deepEqual(await leaseTen(), []);
+      await assert.rejects(queue.setPolicy({ concurrency: 0 }), InvalidArgumentError);
+      await queue.setPolicy({ rate: 'NONE' });
+      const policy = await queue.policy();
+      assert.deepEqual([policy.concurrency, policy.rate], [null, null]);
+      assert.equal((await queue.stats()).tokens, null);
+      assert.equal((await leaseTen()).length, 6);
+    });
+
+    test('maxQueued refuses an enqueue past it whole, delayed items count, NONE lifts it', async () => {
+      const queue = new Queue(client, fresh());
+      const counts = async () => {
+        const stats = await queue.stats();
+        return [stats.queued, stats.delayed, stats.inflight, stats.partitions, stats.totals];
+      };
+      const item = (partition: string, id: string) => ({ partition, id, payload: 'x' });
+      await queue.setLimit('a', { maxQueued: 2 });
+      assert.equal((await queue.limit('a')).maxQueued, 2);
+      assert.equal(await queue.enqueueMany([item('a', 'a1'), item('b', 'b1')]), 2);
+      const before = await counts();
+      // b's item is refused with a's: one call, one answer.
+      await assert.rejects(queue.enqueueMany([item('b', 'b2'), item('a', 'a2'), item('a', 'a3')]), (error: Error) => {
+        assert.ok(error instanceof PartitionFullError && error instanceof VtrrError, error.name);
+        assert.ok(!(error instanceof InvalidArgumentError), 'backpressure, not a mistake');
+        assert.equal(
+          error.message,
+          "partition 'a' has 1 items waiting and MAX-QUEUED 2: the call would add 2; nothing was enqueued",
+        );
+        assert.deepEqual([error.partition, error.waiting, error.maxQueued, error.adds], ['a', 1, 2, 2]);
+        assert.deepEqual(error.partitionBytes, Buffer.from('a'));
+        return true;
+      });
+      assert.deepEqual(await counts(), before);
+      assert.equal((await queue.job('b2')).state, 'unknown');
+      // A delayed item waits too; ids already in the queue take no room.
+      await assert.rejects(
+        queue.enqueueMany([item('a', 'a2'), item('a', 'a3')], { delayMs: 60_000 }),
+        PartitionFullError,
+      );
+      assert.equal(await queue.enqueue('a', 'a2', 'x', { delayMs: 60_000 }), true);
+      assert.equal(await queue.enqueueMany([item('a', 'a1'), item('a', 'a2')]), 0);
+      await assert.rejects(queue.enqueue('a', 'a3', 'x'), PartitionFullError);
+      // The default holds every partition without its own; NONE puts a partition under it.
+      await queue.setPolicy({ defaultMaxQueued: 1 });
+      assert.equal((await queue.policy()).defaultMaxQueued, 1);
+      const b = await queue.partition('b');
+      const a = await queue.partition('a');
+      assert.deepEqual([b.maxQueued, b.maxQueuedInForce, a.maxQueued, a.maxQueuedInForce], [null, 1, 2, 2]);
+      await assert.rejects(queue.enqueue('b', 'b2', 'x'), { name: 'PartitionFullError', maxQueued: 1 });
+      await queue.setLimit('a', { maxQueued: 'NONE' });
+      assert.equal((await queue.partition('a')).maxQueuedInForce, 1);
+      await queue.setPolicy({ defaultMaxQueued: 'NONE' });
+      assert.equal((await queue.partition('a')).maxQueuedInForce, null);
+      assert.equal(await queue.enqueueMany([item('a', 'a3'), item('a', 'a4'), item('b', 'b2')]), 3);
+      // Out of range, the server refuses in the words of the client's own check.
+      for (const [command, option] of [
+        ['VTRR.LIMIT', 'MAX-QUEUED'],
+        ['VTRR.POLICY', 'DEFAULT-MAX-QUEUED'],
+      ] as const) {
+        const where = command === 'VTRR.LIMIT' ? [queue.name, 'a'] : [queue.name];
+        await assert.rejects(client.sendCommand([command, ...where, option, '0']), {
+          message: `ERR ${option} must be an integer between 1 and 1000000000, or NONE`,
+        });
+      }
+      assert.deepEqual(await queue.check(), []);
+    });
+
+    test("a full partition's name is read back from the message whatever its bytes", async () => {
+      const queue = new Queue(client, fresh());
+      // A byte that is not UTF-8, a backslash, a newline, and the message's own words.
+      const tricky = Buffer.concat([
+        Buffer.from([0xe9]),
+        Buffer.from(" \\x41\n' has 9 items waiting and MAX-QUEUED 9: the call would add 9; nothing was enqueued"),
+      ]);
+      await queue.setLimit(tricky, { maxQueued: 1 });
+      await queue.enqueueMany([{ partition: tricky, id: 'first', payload: 'x' }]);
+      await assert.rejects(queue.enqueueMany([{ partition: tricky, id: 'second', payload: 'x' }]), (error: Error) => {
+        assert.ok(error instanceof PartitionFullError);
+        assert.deepEqual(error.partitionBytes, tricky);
+        assert.deepEqual([error.waiting, error.maxQueued, error.adds], [1, 1, 1]);
+        return true;
+      });
+      // A message that does not read as the module's still makes the class, without the fields.
+      const tail = ' has 1 items waiting and MAX-QUEUED 1: the call would add 1; nothing was enqueued';
+      for (const message of ["partition 'x' is full", `partition 'a\\q'${tail}`, `partition 'caf\u00e9'${tail}`]) {
+        const odd = new PartitionFullError(message);
+        assert.deepEqual(
+          [odd.partition, odd.partitionBytes, odd.waiting, odd.maxQueued, odd.adds],
+          [null, null, null, null, null],
+        );
+      }
+      assert.equal(new PartitionFullError(`partition 'a\\\\q'${tail}`).partition, 'a\\q');
     });
 
     test('partitions: one, the scan, and the rankings', async () => {
@@ -411,7 +554,17 @@ describe('errors', () => {
       ],
       [() => queue.leaseMany(0, { leaseMs: 10 }), 'COUNT must be a positive integer', InvalidArgumentError],
       [() => queue.setLimit('p', { share: 0 }), 'SHARE must be an integer between 1 and 1000000', InvalidArgumentError],
-      [() => queue.setLimit('p', {}), 'setLimit needs concurrency, share or rate', InvalidArgumentError],
+      [() => queue.setLimit('p', {}), 'setLimit needs concurrency, share, rate or maxQueued', InvalidArgumentError],
+      [
+        () => queue.setLimit('p', { maxQueued: 0 }),
+        'MAX-QUEUED must be an integer between 1 and 1000000000',
+        InvalidArgumentError,
+      ],
+      [
+        () => queue.setPolicy({ defaultMaxQueued: 1e9 + 1 }),
+        'DEFAULT-MAX-QUEUED must be an integer between 1 and 1000000000',
+        InvalidArgumentError,
+      ],
       [() => queue.pause(''), 'partition must not be empty', InvalidArgumentError],
       [() => queue.ack(), 'ack needs at least one lease', InvalidArgumentError],
       [

@@ -176,14 +176,14 @@ def test_limit_shows_and_sets_a_partitions_settings(server: Server, queue: vtrr.
     assert shown.returncode == 0, shown.stderr
     assert dict(line.split(None, 1) for line in shown.stdout.splitlines()) == {
         "partition": "alice", "concurrency": "none", "paused": "False", "share": "1",
-        "rate": "none", "burst": "none",
+        "max_queued": "none", "rate": "none", "burst": "none",
     }  # fmt: skip
     set_both = vtrr_run(
         "limit", name, "alice", "--concurrency", "2", "--share", "3", "--url", server.url, "--json"
     )
     assert json.loads(set_both.stdout) == {
         "partition": "alice", "concurrency": 2, "paused": False, "share": 3,
-        "rate": None, "burst": None,
+        "max_queued": None, "rate": None, "burst": None,
     }  # fmt: skip
     assert queue.limit("alice") == vtrr.PartitionSettings(concurrency=2, paused=False, share=3)
     cleared = vtrr_run("limit", name, "alice", "--concurrency", "none", "--url", server.url)
@@ -204,7 +204,8 @@ def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
     shown = json.loads(vtrr_run("policy", name, "--url", server.url, "--json").stdout)
     assert shown == {
         "max_timeouts": None, "max_nacks": None, "default_concurrency": None,
-        "default_rate": None, "default_burst": None,
+        "concurrency": None, "default_max_queued": None, "default_rate": None,
+        "default_burst": None, "rate": None, "burst": None,
     }  # fmt: skip
     table = vtrr_run("policy", name, "--max-nacks", "5", "--default-concurrency", "2",
                      "--default-rate", "10/1000", "--default-burst", "3",
@@ -212,7 +213,8 @@ def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
     assert table.returncode == 0, table.stderr
     assert dict(line.split(None, 1) for line in table.stdout.splitlines()) == {
         "max_timeouts": "none", "max_nacks": "5", "default_concurrency": "2",
-        "default_rate": "10/1000", "default_burst": "3",
+        "concurrency": "none", "default_max_queued": "none", "default_rate": "10/1000",
+        "default_burst": "3", "rate": "none", "burst": "none",
     }  # fmt: skip
     assert queue.policy().default_rate == vtrr.Rate(amount=10, per_ms=1000, burst=3)
     vtrr_run("policy", name, "--default-rate", "none", "--url", server.url)
@@ -229,6 +231,82 @@ def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
     )
     burst_alone = vtrr_run("policy", name, "--default-burst", "3", "--url", server.url)
     assert burst_alone.returncode == 2 and "--default-burst needs" in burst_alone.stderr
+
+
+def test_policy_sets_the_queues_own_cap_and_rate_and_stats_shows_its_tokens(
+    server: Server, queue: vtrr.Queue
+) -> None:
+    name = queue.name
+
+    def tokens() -> object:
+        return json.loads(vtrr_run("stats", name, "--url", server.url, "--json").stdout)["tokens"]
+
+    queue.enqueue_many(Item(p, f"{p}{n}", b"") for n in range(3) for p in ("a", "b"))
+    stats = vtrr_run("stats", name, "--url", server.url).stdout.splitlines()
+    assert dict(line.split(None, 1) for line in stats)["tokens"] == "-", "no queue rate"
+    table = vtrr_run("policy", name, "--concurrency", "1", "--rate", "3/60000", "--burst", "2",
+                     "--url", server.url)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    shown = dict(line.split(None, 1) for line in table.stdout.splitlines())
+    assert (shown["concurrency"], shown["rate"], shown["burst"]) == ("1", "3/60000", "2")
+    assert queue.policy().rate == vtrr.Rate(amount=3, per_ms=60_000, burst=2)
+    assert len(queue.lease_many(60_000, 10)) == 1, "the cap"
+    assert tokens() == 1, "the burst, less the one leased"
+    vtrr_run("policy", name, "--concurrency", "none", "--rate", "none", "--url", server.url)
+    shown = json.loads(vtrr_run("policy", name, "--url", server.url, "--json").stdout)
+    assert (shown["concurrency"], shown["rate"], shown["burst"]) == (None, None, None)
+    assert tokens() is None
+    one_line_error(
+        vtrr_run("policy", name, "--concurrency", "0", "--url", server.url),
+        "CONCURRENCY must be an integer between 1 and 1000000000, or NONE",
+    )
+    burst_alone = vtrr_run("policy", name, "--burst", "3", "--url", server.url)
+    assert burst_alone.returncode == 2 and "--burst needs --rate" in burst_alone.stderr
+
+
+def test_max_queued_is_set_shown_and_an_enqueue_past_it_is_refused(
+    server: Server, queue: vtrr.Queue
+) -> None:
+    name = queue.name
+
+    def shown(*args: str) -> dict[str, str]:
+        """What `limit` or `policy` shows, field by field."""
+        done = vtrr_run(*args, "--url", server.url)
+        assert done.returncode == 0, done.stderr
+        return dict(line.split(None, 1) for line in done.stdout.splitlines())
+
+    queue.enqueue("alice", "a1", b"")
+    assert shown("limit", name, "alice", "--max-queued", "1")["max_queued"] == "1"
+    for delay in ((), ("--delay", "60000")):
+        full = vtrr_run("enqueue", name, "alice", "a2", "--payload", "x", *delay,
+                        "--url", server.url)  # fmt: skip
+        one_line_error(
+            full,
+            "vtrr: partition 'alice' has 1 items waiting and MAX-QUEUED 1:"
+            " the call would add 1; nothing was enqueued",
+        )
+    assert (queue.stats().queued, queue.stats().delayed) == (1, 0)
+    assert shown("policy", name, "--default-max-queued", "3")["default_max_queued"] == "3"
+    queue.enqueue("bob", "b1", b"")
+
+    def in_force() -> dict[str, str]:
+        """Each partition's MAX-QUEUED in force, as the partitions table shows it."""
+        header, *rows = vtrr_run("partitions", name, "--url", server.url).stdout.splitlines()
+        column = header.split().index("max_queued_in_force")
+        return {row.split()[0]: row.split()[column] for row in rows}
+
+    assert in_force() == {"alice": "1", "bob": "3"}, "its own, else the default"
+    assert shown("limit", name, "alice", "--max-queued", "none")["max_queued"] == "none"
+    assert in_force() == {"alice": "3", "bob": "3"}
+    assert shown("policy", name, "--default-max-queued", "none")["default_max_queued"] == "none"
+    assert in_force() == {"alice": "-", "bob": "-"}
+    assert shown("enqueue", name, "alice", "a2", "--payload", "x") == {"enqueued": "a2 in alice"}
+    one_line_error(
+        vtrr_run("limit", name, "alice", "--max-queued", "0", "--url", server.url),
+        "MAX-QUEUED must be an integer between 1 and 1000000000, or NONE",
+    )
+    bad = vtrr_run("policy", name, "--default-max-queued", "lots", "--url", server.url)
+    assert bad.returncode == 2 and "expected an integer or none, not 'lots'" in bad.stderr
 
 
 def test_cancel(server: Server, queue: vtrr.Queue) -> None:

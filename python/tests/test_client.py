@@ -253,6 +253,134 @@ def test_a_default_rate_holds_every_partition_without_its_own(queue: vtrr.Queue)
     assert queue.policy().default_rate is None
 
 
+def test_the_queues_own_cap_and_rate_hold_every_partition_together(queue: vtrr.Queue) -> None:
+    assert queue.stats().tokens is None, "no queue rate, no bucket"
+    minute = vtrr.Rate(amount=5, per_ms=60_000, burst=4)
+    queue.set_policy(concurrency=3, rate=minute, default_concurrency=2)
+    assert queue.policy() == vtrr.Policy(
+        None, None, default_concurrency=2, concurrency=3, rate=minute
+    )
+    assert queue.stats().tokens == 4, "a new rate starts full"
+    queue.enqueue_many(Item(p, f"{p}{n}", b"") for n in range(5) for p in ("a", "b"))
+    # The cap stops the lease at 3, in turn (each partition's own cap is 2).
+    assert sorted(lease.id for lease in queue.lease_many(60_000, 10)) == ["a0", "a1", "b0"]
+    assert queue.stats().tokens == 1
+    queue.set_policy(concurrency="NONE")
+    # Now the bucket: its last token, then nothing until the next is due.
+    assert [lease.id for lease in queue.lease_many(60_000, 10)] == ["b1"]
+    assert queue.stats().tokens == 0 and queue.lease_many(60_000, 10) == []
+    stats = queue.stats()
+    assert (stats.queued, stats.inflight) == (6, 4), "held, not leased and put back"
+    with pytest.raises(vtrr.InvalidArgument, match="CONCURRENCY"):
+        queue.set_policy(concurrency=0)
+    with pytest.raises(vtrr.InvalidArgument, match="RATE"):
+        queue.set_policy(rate=vtrr.Rate(amount=0, per_ms=1000))
+    queue.set_policy(rate="NONE")
+    assert queue.policy() == vtrr.Policy(None, None, default_concurrency=2)
+    assert queue.stats().tokens is None
+    queue.set_policy(default_concurrency="NONE")
+    assert len(queue.lease_many(60_000, 10)) == 6
+    assert queue.check() == []
+
+
+def test_max_queued_refuses_an_enqueue_past_it_whole(
+    queue: vtrr.Queue, client: redis.Redis
+) -> None:
+    def refused_full() -> int:
+        return int(client.info("vtrr")["vtrr_items_refused_full"])
+
+    def counts() -> tuple[object, ...]:
+        """What a refused call must leave as it was (the wait time moves on its own)."""
+        stats = queue.stats()
+        return (stats.queued, stats.delayed, stats.inflight, stats.partitions, stats.totals)
+
+    assert queue.limit("a").max_queued is None and queue.policy().default_max_queued is None
+    queue.set_limit("a", max_queued=2)
+    assert queue.limit("a") == vtrr.PartitionSettings(None, False, 1, max_queued=2)
+    assert queue.enqueue_many([Item("a", "a1", b""), Item("b", "b1", b"")]) == 2
+    before, refused_before = counts(), refused_full()
+    # b's item is refused with a's: a call is one answer, all or nothing.
+    mixed = [Item("b", "b2", b""), Item("a", "a2", b""), Item("a", "a3", b"")]
+    with pytest.raises(vtrr.PartitionFull) as full:
+        queue.enqueue_many(mixed)
+    assert str(full.value) == (
+        "partition 'a' has 1 items waiting and MAX-QUEUED 2: the call would add 2;"
+        " nothing was enqueued"
+    )
+    assert (full.value.partition, full.value.waiting, full.value.max_queued, full.value.adds) == (
+        "a", 1, 2, 2,
+    )  # fmt: skip
+    assert isinstance(full.value, vtrr.VTRRError) and not isinstance(full.value, ValueError)
+    assert counts() == before and queue.job("b2").state == "unknown"
+    assert refused_full() == refused_before + 3, "INFO counts the refused call's items"
+    # A delayed item waits too: DEFER counts against the same limit.
+    with pytest.raises(vtrr.PartitionFull):
+        queue.defer(60_000, [Item("a", "a2", b""), Item("a", "a3", b"")])
+    assert queue.defer(60_000, [Item("a", "a2", b"")]) == 1
+    # Ids already in the queue take no room; a new one finds it full.
+    assert queue.enqueue_many([Item("a", "a1", b""), Item("a", "a2", b"")]) == 0
+    with pytest.raises(vtrr.PartitionFull, match="has 2 items waiting"):
+        queue.enqueue("a", "a3", b"")
+    # A leased item no longer waits.
+    assert sorted(lease.id for lease in queue.lease_many(60_000, 5)) == ["a1", "b1"]
+    assert queue.enqueue("a", "a3", b"")
+
+    # The default holds every partition without its own; a partition's own wins.
+    queue.set_policy(default_max_queued=1)
+    assert queue.policy().default_max_queued == 1
+    b, a = queue.partition("b"), queue.partition("a")
+    assert (b.max_queued, b.max_queued_in_force, a.max_queued, a.max_queued_in_force) == (
+        None, 1, 2, 2,
+    )  # fmt: skip
+    assert queue.enqueue("b", "b2", b"")
+    with pytest.raises(vtrr.PartitionFull, match="MAX-QUEUED 1"):
+        queue.enqueue("b", "b3", b"")
+    # NONE on the partition puts it under the default; NONE on the default lifts it.
+    queue.set_limit("a", max_queued="NONE")
+    assert queue.partition("a").max_queued_in_force == 1
+    with pytest.raises(vtrr.PartitionFull, match="partition 'a' has 2 items waiting"):
+        queue.enqueue("a", "a4", b"")
+    queue.set_policy(default_max_queued="NONE")
+    assert queue.partition("a").max_queued_in_force is None
+    assert (
+        queue.enqueue_many(Item(p, f"{p}{n}", b"") for p in ("a", "b") for n in range(4, 9)) == 10
+    )
+
+    with pytest.raises(vtrr.InvalidArgument, match=r"^MAX-QUEUED must be an integer between 1"):
+        queue.set_limit("a", max_queued=0)
+    with pytest.raises(vtrr.InvalidArgument, match=r"^DEFAULT-MAX-QUEUED must be an integer"):
+        queue.set_policy(default_max_queued=1_000_000_001)
+    assert queue.limit("a").max_queued is None and queue.policy().default_max_queued is None
+    assert queue.check() == []
+
+
+def test_a_full_partitions_name_is_read_back_whatever_its_bytes(queue: vtrr.Queue) -> None:
+    """The server quotes a partition's odd bytes in its message (\\xNN, \\n, \\\\); the
+    error reads them back, even a name that holds the message's own words."""
+    tricky = (
+        "caf\udce9 \\x41\n' has 9 items waiting and MAX-QUEUED 9:"
+        " the call would add 9; nothing was enqueued"
+    )
+    queue.set_limit(tricky, max_queued=1)
+    queue.enqueue(tricky, "first", b"")
+    with pytest.raises(vtrr.PartitionFull) as full:
+        queue.enqueue(tricky, "second", b"")
+    assert (full.value.partition, full.value.waiting, full.value.max_queued, full.value.adds) == (
+        tricky, 1, 1, 1,
+    )  # fmt: skip
+    # A message that does not read as the module's (its wording, its quoting) still makes
+    # the class, without the fields.
+    tail = " has 1 items waiting and MAX-QUEUED 1: the call would add 1; nothing was enqueued"
+    for message in (
+        "partition 'x' is full",
+        f"partition 'a\\q'{tail}",
+        f"partition 'caf\xe9'{tail}",
+    ):
+        odd = vtrr.PartitionFull(message)
+        assert (odd.partition, odd.waiting, odd.max_queued, odd.adds) == (None, None, None, None)
+    assert vtrr.PartitionFull(f"partition 'a\\\\q'{tail}").partition == "a\\q"
+
+
 def test_partitions_iterates_every_partition_in_bounded_steps(queue: vtrr.Queue) -> None:
     queue.enqueue_many(Item(f"tenant-{i}", f"i{i}", b"") for i in range(1500))
     first_cursor, first_page = queue.partitions_page(count=100)
@@ -392,6 +520,9 @@ def test_async_queue_speaks_the_same_commands(server: Server, queue_name: str) -
         assert (await queue.stats()).inflight == 0
         with pytest.raises(vtrr.InvalidArgument):
             await queue.enqueue("p", "", b"")
+        await queue.set_limit("p", max_queued=1)
+        with pytest.raises(vtrr.PartitionFull):
+            await queue.enqueue_many([Item("p", "c", b"3"), Item("p", "d", b"4")])
         await client.aclose()
 
     asyncio.run(scenario())
@@ -403,7 +534,8 @@ def test_replies_read_the_same_under_resp2_and_resp3(server: Server, queue_name:
     for protocol in (2, 3):
         queue = vtrr.Queue(server.client(protocol=protocol), f"{queue_name}{protocol}")
         queue.enqueue_many([Item("p", "i", b"x"), Item("p", "j", b"y")])
-        queue.set_limit("p", share=2)
+        queue.set_limit("p", share=2, max_queued=5)
+        queue.set_policy(default_max_queued=7)
         # The wait is measured when asked: the two readings are apart in time.
         view = dataclasses.replace(queue.partition("p"), waiting_ms=None)
         seen.append((queue.stats().queued, queue.policy(), queue.limit("p"), view))
@@ -413,7 +545,8 @@ def test_replies_read_the_same_under_resp2_and_resp3(server: Server, queue_name:
         assert (got.acked, [each.id for each in got.leases]) == ((True,), ["j"])
         assert queue.nack(got.leases[0], delay_ms=60_000) is vtrr.NackOutcome.DELAYED
     assert seen[0] == seen[1]
-    assert seen[0][2].share == 2
+    assert seen[0][2].share == 2 and seen[0][2].max_queued == 5
+    assert seen[0][1].default_max_queued == 7 and seen[0][3].max_queued_in_force == 5
 
 
 def test_a_nacks_reason_is_the_dead_items_last_error(queue: vtrr.Queue) -> None:

@@ -291,6 +291,28 @@ def test_unserialisable_arguments_enqueue_nothing(project: Project, tasks: Modul
     assert project.client.keys("*" + project.prefix + "*") == [], "no record, no ingress"
 
 
+# 4a. A partition at its MAX-QUEUED refuses a task whole: the MULTI's record and
+# ingress writes, which EXEC runs whatever the enqueue replies, are taken back.
+def test_a_full_partition_refuses_the_task_and_keeps_no_record(
+    project: Project, tasks: ModuleType
+) -> None:
+    queue = project.queue()
+    queue.set_limit("alice", max_queued=1)
+    kept = tasks.record.enqueue("a1", partition_key="alice")
+    before = sorted(project.client.keys("*" + project.prefix + "*"))
+    run_after = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    for refused_task in (tasks.record, tasks.record.using(run_after=run_after)):
+        with pytest.raises(vtrr.PartitionFull) as full:
+            refused_task.enqueue("a2", partition_key="alice")
+        assert (full.value.partition, full.value.max_queued) == ("alice", 1)
+    assert sorted(project.client.keys("*" + project.prefix + "*")) == before, "no record left"
+    ingress = f"{queue.name}:ingress"
+    assert [entry.decode() for entry in project.client.zrange(ingress, 0, -1)] == [kept.id]
+    assert (queue.stats().queued, queue.stats().delayed) == (1, 0)
+    assert tasks.record.get_result(kept.id).id == kept.id
+    tasks.record.enqueue("b1", partition_key="bob")  # another partition is not held back
+
+
 # 4b. Django's task priorities (-100..100) are the module's levels: served highest
 # first, whatever was queued before them.
 def test_task_priorities_are_served_highest_first(project: Project, tasks: ModuleType) -> None:

@@ -437,6 +437,46 @@ def test_works_on_one_plain_server_too(client: redis.Redis) -> None:
     assert isinstance(sq.sub_queues[0], vtrr.Queue)
 
 
+def test_the_queues_own_cap_and_rate_hold_per_sub_queue(client: redis.Redis) -> None:
+    sq = ShardedQueue(client, "own-" + uuid.uuid4().hex[:8], shards=2)
+    tenants = [f"tenant-{t}" for t in range(8)]
+    assert {sq.shard_of(t) for t in tenants} == {0, 1}
+    sq.enqueue_many(Item(t, f"{t}-{n}", b"") for t in tenants for n in range(2))
+    assert sq.stats().tokens is None
+    minute = vtrr.Rate(amount=3, per_ms=60_000)
+    sq.set_policy(concurrency=1, rate=minute)
+    assert sq.policy() == vtrr.Policy(None, None, None, concurrency=1, rate=vtrr.Rate(3, 60_000, 3))
+    # Set on each sub-queue as given: one lease at once in each, one token spent from each.
+    assert sorted(lease.shard for lease in sq.lease_many(LEASE_MS, 10)) == [0, 1]
+    stats = sq.stats()
+    assert [shard.tokens for shard in stats.shards] == [2, 2] and stats.tokens == 4
+    sq.set_policy(concurrency="NONE", rate="NONE")
+    assert sq.stats().tokens is None
+    assert len(sq.lease_many(LEASE_MS, 20)) == 14
+
+
+def test_max_queued_goes_where_the_partition_lives(client: redis.Redis) -> None:
+    sq = ShardedQueue(client, "full-" + uuid.uuid4().hex[:8], shards=2)
+    tenants = [f"tenant-{t}" for t in range(8)]
+    a = next(t for t in tenants if sq.shard_of(t) == 0)
+    b = next(t for t in tenants if sq.shard_of(t) == 1)
+    sq.set_limit(a, max_queued=1)
+    assert sq.limit(a).max_queued == 1 and sq.sub_queues[1].limit(a).max_queued is None
+    sq.set_policy(default_max_queued=2)
+    assert sq.policy().default_max_queued == 2, "every sub-queue's"
+    assert sq.partition(b).max_queued_in_force == 2
+    sq.enqueue(a, "a1", b"")
+    # Refused whole in a's sub-queue only: b's items, sent first to the other, went in.
+    with pytest.raises(vtrr.PartitionFull) as full:
+        sq.enqueue_many([Item(b, "b1", b""), Item(a, "a2", b"")])
+    assert (full.value.partition, full.value.max_queued) == (a, 1)
+    assert (sq.partition(a).queued, sq.partition(b).queued) == (1, 1)
+    with pytest.raises(vtrr.PartitionFull, match="MAX-QUEUED 2"):
+        sq.defer(60_000, [Item(b, "b2", b""), Item(b, "b3", b"")])
+    sq.set_policy(default_max_queued="NONE")
+    assert sq.enqueue_many(Item(b, f"b{n}", b"") for n in range(2, 6)) == 4
+
+
 def test_a_worker_runs_a_sharded_queue_by_changing_its_constructor(rc: redis.RedisCluster) -> None:
     """vtrr.Worker over a ShardedQueue: three handler threads, every item once, light tenants early."""
     sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)

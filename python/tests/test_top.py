@@ -145,6 +145,21 @@ def test_top_shows_a_throttled_tenants_rate_and_when_its_next_token_is_due(
     )
 
 
+def test_top_shows_each_tenants_max_queued_in_force(
+    queue: vtrr.Queue, open_top: Callable[..., Terminal]
+) -> None:
+    queue.set_policy(default_max_queued=40)
+    queue.set_limit("alice", max_queued=9)
+    queue.enqueue_many([Item("alice", "a0", b""), Item("bob", "b0", b"")])
+    terminal = open_top()
+    until(lambda: all(line_of(terminal.screen(), t) for t in ("alice", "bob")), "rows")
+    screen = terminal.screen()
+    assert "max queued" in screen, screen
+    # Between the cap and the rate (neither set): its own, else the queue's default.
+    assert re.search(r" - +9 +- ", line_of(screen, "alice")), screen
+    assert re.search(r" - +40 +- ", line_of(screen, "bob")), screen
+
+
 def test_a_read_answered_while_the_app_closes_is_dropped(queue: vtrr.Queue) -> None:
     # A read thread can answer after the app began to close (its screen gone).
     queue.enqueue("alice", "a", b"x")

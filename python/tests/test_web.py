@@ -151,6 +151,32 @@ def test_the_queue_page_shows_counts_policy_and_charts(
         assert rows == ["alice", "bob"]  # most queued first
 
 
+def test_the_queue_page_shows_the_queues_own_cap_rate_and_tokens(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue_many(Item("alice", f"a{n}", b"") for n in range(3))
+    with web(client, [queue.name], interval_s=0.1) as http:
+
+        def page() -> str:
+            return unescape(http.get(f"/queue?q={url_of(queue.name)}").text)
+
+        def with_tokens() -> str | None:
+            """The page, once the poller's sample (its live part) read the bucket."""
+            shown = page()
+            return shown if "queue-tokens" in shown else None
+
+        shown = page()
+        assert '<dt>queue cap</dt><dd class="queue-cap">none</dd>' in shown
+        assert '<dt>queue rate</dt><dd class="queue-rate">none</dd>' in shown
+        assert "queue tokens" not in shown, "no queue rate, no bucket"
+        queue.set_policy(concurrency=2, rate=vtrr.Rate(5, per_ms=60_000, burst=4))
+        assert len(queue.lease_many(60_000, 10)) == 2, "the cap"
+        shown = wait_for(with_tokens)
+        assert '<dt>queue cap</dt><dd class="queue-cap">2</dd>' in shown
+        assert '<dt>queue rate</dt><dd class="queue-rate">5/60000ms, burst 4</dd>' in shown
+        assert '<dt>queue tokens</dt><dd class="queue-tokens">2</dd>' in shown
+
+
 def test_a_missing_queue_is_a_404_page(client: redis.Redis, queue_name: str) -> None:
     with web(client, ["{given}"]) as http:
         for page in ("/queue?q=nope", "/queue/tenants?q=nope", "/queue", "/queue/events?q=x"):
@@ -643,6 +669,34 @@ def test_the_limit_form_sets_and_removes_a_rate_and_the_pages_show_it(
         assert '<dt>rate in force</dt><dd class="rate-in-force">3/1000ms</dd>' in page
         assert '<dt>tokens</dt><dd class="tokens">3</dd>' in page
         queue.set_policy(default_rate="NONE")
+
+
+def test_the_tenant_page_shows_max_queued_beside_the_cap(
+    client: redis.Redis, queue: vtrr.Queue
+) -> None:
+    queue.enqueue_many([Item("alice", "a1", b""), Item("bob", "b1", b"")])
+    queue.set_limit("alice", max_queued=5)
+    queue.set_policy(default_max_queued=3)
+    with web(client, [queue.name]) as http:
+
+        def max_queued(tenant: str) -> tuple[str, str]:
+            """Its own MAX-QUEUED and the one in force, as its page shows them."""
+            page = unescape(http.get(f"/queue/tenant?q={url_of(queue.name)}&t={tenant}").text)
+            shown = re.search(
+                r"<dt>cap in force</dt><dd>[^<]*</dd></div>\s*"
+                r'<div><dt>max queued \(own\)</dt><dd class="max-queued">([^<]*)</dd></div>\s*'
+                r'<div><dt>max queued in force</dt><dd class="max-queued-in-force">([^<]*)</dd>',
+                page,
+            )
+            assert shown, page
+            return shown[1], shown[2]
+
+        assert max_queued("alice") == ("5", "5")
+        assert max_queued("bob") == ("none", "3"), "the queue's default"
+        policy = unescape(http.get(f"/queue?q={url_of(queue.name)}").text)
+        assert '<dt>default max queued</dt><dd class="default-max-queued">3</dd>' in policy
+        queue.set_policy(default_max_queued="NONE")
+        assert max_queued("bob") == ("none", "none")
 
 
 def test_queues_are_discovered_by_scan(client: redis.Redis, queue: vtrr.Queue) -> None:

@@ -16,7 +16,7 @@ pub const POLICY: Command = Command {
         name: "vtrr.policy",
         flags: "write fast",
         arity: -2,
-        summary: "Sets or reads a queue's policy: when it gives up on an item (MAX-TIMEOUTS, MAX-NACKS), and the default partition cap and rate (DEFAULT-CONCURRENCY, DEFAULT-RATE)",
+        summary: "Sets or reads a queue's policy: when it gives up on an item (MAX-TIMEOUTS, MAX-NACKS), the default partition cap and rate (DEFAULT-CONCURRENCY, DEFAULT-RATE), and the queue's own (CONCURRENCY, RATE)",
         complexity: "O(1); O(P) for P partitions when DEFAULT-CONCURRENCY or DEFAULT-RATE changes",
         key_flags: KEY_WRITE,
     },
@@ -60,53 +60,74 @@ fn policy_limit(raw: &RedisString, option: &str) -> Result<Option<i64>, RedisErr
 
 /// VTRR.POLICY <name> [MAX-TIMEOUTS <n>|NONE] [MAX-NACKS <n>|NONE]
 /// [DEFAULT-CONCURRENCY <n>|NONE] [DEFAULT-RATE <n> PER <ms> [BURST <b>] |
-/// DEFAULT-RATE NONE]
+/// DEFAULT-RATE NONE] [CONCURRENCY <n>|NONE] [RATE <n> PER <ms> [BURST
+/// <b>] | RATE NONE] [DEFAULT-MAX-QUEUED <n>|NONE]. A BURST is that of the
+/// last rate given before it.
 fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &POLICY)?;
     let queue = queue_name(ctx, &argv[1])?;
     let mut changes = Vec::new();
-    let mut burst = None;
     let mut options = args::Options::new(&argv[2..]);
     while let Some(name) = options.next_name() {
         let change = match name.as_str() {
             "DEFAULT-RATE" => {
                 PolicyChange::DefaultRate(tenants::rate(&mut options, "DEFAULT-RATE")?)
             }
+            "RATE" => PolicyChange::QueueRate(tenants::rate(&mut options, "RATE")?),
             "BURST" => {
-                burst = Some(tenants::burst(options.value()?, "DEFAULT-RATE")?);
+                let last_rate = changes.iter_mut().rev().find_map(|change| match change {
+                    PolicyChange::DefaultRate(rate) => Some(("DEFAULT-RATE", rate)),
+                    PolicyChange::QueueRate(rate) => Some(("RATE", rate)),
+                    _ => None,
+                });
+                let (option, rate) = last_rate.unzip();
+                // With no rate before it, the message names the older option.
+                let option = option.unwrap_or("DEFAULT-RATE");
+                let burst = tenants::burst(options.value()?, option)?;
+                tenants::apply_burst(Some(burst), rate, option)?;
                 continue;
             }
             "MAX-TIMEOUTS" => {
                 PolicyChange::MaxTimeouts(policy_limit(options.value()?, "MAX-TIMEOUTS")?)
             }
             "MAX-NACKS" => PolicyChange::MaxNacks(policy_limit(options.value()?, "MAX-NACKS")?),
-            "DEFAULT-CONCURRENCY" => PolicyChange::DefaultConcurrency(tenants::concurrency(
+            "DEFAULT-CONCURRENCY" => PolicyChange::DefaultConcurrency(tenants::count_limit(
                 options.value()?,
                 "DEFAULT-CONCURRENCY",
+            )?),
+            "DEFAULT-MAX-QUEUED" => PolicyChange::DefaultMaxQueued(tenants::count_limit(
+                options.value()?,
+                "DEFAULT-MAX-QUEUED",
+            )?),
+            "CONCURRENCY" => PolicyChange::QueueConcurrency(tenants::count_limit(
+                options.value()?,
+                "CONCURRENCY",
             )?),
             _ => return Err(error::syntax()),
         };
         changes.push(change);
     }
-    let last_rate = changes.iter_mut().rev().find_map(|change| match change {
-        PolicyChange::DefaultRate(rate) => Some(rate),
-        _ => None,
-    });
-    tenants::apply_burst(burst, last_rate, "DEFAULT-RATE")?;
     if !changes.is_empty() {
         ops::set_policy(ctx, queue, &changes)?;
         return Ok(RedisValue::SimpleStringStatic("OK"));
     }
-    let (policy, defaults) = ops::policy(ctx, queue)?;
+    let (policy, defaults, default_max_queued) = ops::policy(ctx, queue)?;
     let limit = |n: Option<i64>| n.map_or(RedisValue::Null, RedisValue::Integer);
-    let rate = |part: fn(Rate) -> u64| limit(defaults.rate.map(|rate| part(rate) as i64));
+    let cap = |n: Option<u64>| limit(n.map(|n| n as i64));
+    let part = |rate: Option<Rate>, part: fn(Rate) -> u64| limit(rate.map(|r| part(r) as i64));
+    let (default_rate, queue_rate) = (defaults.rate, defaults.queue.rate);
     let map: BTreeMap<RedisValueKey, RedisValue> = [
         ("max-timeouts", limit(policy.max_timeouts)),
         ("max-nacks", limit(policy.max_nacks)),
-        ("default-concurrency", limit(defaults.cap.map(|n| n as i64))),
-        ("default-rate", rate(|rate| rate.amount)),
-        ("default-per-ms", rate(|rate| rate.per_ms)),
-        ("default-burst", rate(|rate| rate.burst)),
+        ("default-concurrency", cap(defaults.cap)),
+        ("default-rate", part(default_rate, |rate| rate.amount)),
+        ("default-per-ms", part(default_rate, |rate| rate.per_ms)),
+        ("default-burst", part(default_rate, |rate| rate.burst)),
+        ("default-max-queued", cap(default_max_queued)),
+        ("concurrency", cap(defaults.queue.cap)),
+        ("rate", part(queue_rate, |rate| rate.amount)),
+        ("per-ms", part(queue_rate, |rate| rate.per_ms)),
+        ("burst", part(queue_rate, |rate| rate.burst)),
     ]
     .into_iter()
     .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))

@@ -107,6 +107,10 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("nacked-total", int(stats.totals.nacked)),
         ("dead-total", int(stats.totals.dead)),
         ("expired-total", int(stats.totals.expired)),
+        (
+            "tokens",
+            stats.tokens.map_or(RedisValue::Null, RedisValue::Integer),
+        ),
         ("layout", RedisValue::SimpleString(layout.name())),
     ];
     let map: BTreeMap<RedisValueKey, RedisValue> = fields

@@ -17,7 +17,7 @@ pub const LIMIT: Command = Command {
         name: "vtrr.limit",
         flags: "write fast",
         arity: -3,
-        summary: "Sets or reads a partition's concurrency cap, share and rate limit",
+        summary: "Sets or reads a partition's concurrency cap, share, rate limit and most items waiting (MAX-QUEUED)",
         complexity: "O(log N)",
         key_flags: KEY_WRITE,
     },
@@ -77,13 +77,14 @@ fn partition(raw: &RedisString) -> Result<&[u8], RedisError> {
     args::non_empty(raw, "partition")
 }
 
-/// A cap (CONCURRENCY, DEFAULT-CONCURRENCY): 1.., or NONE.
-pub fn concurrency(raw: &RedisString, option: &str) -> Result<Option<u64>, RedisError> {
+/// A count limit (CONCURRENCY, DEFAULT-CONCURRENCY, MAX-QUEUED,
+/// DEFAULT-MAX-QUEUED): 1.., or NONE.
+pub fn count_limit(raw: &RedisString, option: &str) -> Result<Option<u64>, RedisError> {
     if raw.as_slice().eq_ignore_ascii_case(b"NONE") {
         return Ok(None);
     }
-    args::int_in(raw.as_slice(), 1, limits::MAX_CONCURRENCY, || {
-        error::concurrency(option)
+    args::int_in(raw.as_slice(), 1, limits::MAX_COUNT_LIMIT, || {
+        error::count_limit(option)
     })
     .map(|n| Some(n as u64))
 }
@@ -154,7 +155,7 @@ pub(super) fn apply_burst(
 }
 
 /// VTRR.LIMIT <name> <partition> [CONCURRENCY <n>|NONE] [SHARE <s>]
-/// [RATE <n> PER <ms> [BURST <b>] | RATE NONE]
+/// [RATE <n> PER <ms> [BURST <b>] | RATE NONE] [MAX-QUEUED <n>|NONE]
 fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &LIMIT)?;
     let queue = queue_name(ctx, &argv[1])?;
@@ -170,8 +171,9 @@ fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 continue;
             }
             "CONCURRENCY" => {
-                LimitChange::Concurrency(concurrency(options.value()?, "CONCURRENCY")?)
+                LimitChange::Concurrency(count_limit(options.value()?, "CONCURRENCY")?)
             }
+            "MAX-QUEUED" => LimitChange::MaxQueued(count_limit(options.value()?, "MAX-QUEUED")?),
             "SHARE" => {
                 let share = args::int_in(
                     options.value()?.as_slice(),
@@ -201,6 +203,7 @@ fn limit(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("rate", cap(record.rate.map(|rate| rate.amount))),
         ("per-ms", cap(record.rate.map(|rate| rate.per_ms))),
         ("burst", cap(record.rate.map(|rate| rate.burst))),
+        ("max-queued", cap(record.max_queued)),
     ]))
 }
 
@@ -240,6 +243,8 @@ fn view(view: PartitionView) -> RedisValue {
         ),
         ("concurrency", cap(record.cap)),
         ("concurrency-in-force", cap(view.cap_in_force)),
+        ("max-queued", cap(record.max_queued)),
+        ("max-queued-in-force", cap(view.max_queued_in_force)),
         ("share", int(record.share)),
         ("paused", int(u64::from(record.paused))),
         ("rate", cap(record.rate.map(|rate| rate.amount))),

@@ -232,6 +232,8 @@ const STATS: &[QueueKey] = keys![
 ];
 
 const NEXT_DUE: &[QueueKey] = &[
+    QueueKey::Policy,
+    QueueKey::Queue,
     QueueKey::Inflight,
     QueueKey::Delayed,
     QueueKey::Parking,

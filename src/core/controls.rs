@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::admission::{self, MAX_PARKED_PER_CALL};
+use super::backlog;
 use super::held;
 use super::levels::{of_queue_score, Level};
 use super::meta::partition_of;
@@ -26,6 +27,8 @@ pub enum LimitChange {
     Share(u64),
     /// A rate limit, or (None) none (see `throttle`).
     Rate(Option<Rate>),
+    /// Most items waiting, or (None) the queue's default (see `backlog`).
+    MaxQueued(Option<u64>),
 }
 
 /// A partition as `VTRR.PARTITIONS` shows it.
@@ -39,6 +42,8 @@ pub struct PartitionView {
     pub cap_in_force: Option<u64>,
     /// The rate in force: its own, else the queue's default.
     pub rate_in_force: Option<Rate>,
+    /// The MAX-QUEUED in force: its own, else the queue's default.
+    pub max_queued_in_force: Option<u64>,
     /// How long its line has waited (ms): None with nothing queued.
     pub waiting_ms: Option<i64>,
     /// With a rate: the whole tokens its bucket holds now, and when it
@@ -96,6 +101,7 @@ pub fn set_limit(
     let cap_before = partition.record.cap_in_force(at.defaults);
     let was_capped = partition.record.cap.is_some();
     let was_rated = partition.record.rate.is_some();
+    let was_limited = partition.record.max_queued.is_some();
     for change in changes {
         match *change {
             LimitChange::Concurrency(cap) => partition.record.cap = cap,
@@ -106,10 +112,14 @@ pub fn set_limit(
                     store.zrem(ZsetKey::Throttled, name);
                 }
             }
+            LimitChange::MaxQueued(max_queued) => partition.record.max_queued = max_queued,
         }
     }
     if was_capped != partition.record.cap.is_some() {
         adjust_count(store, CAPPED_COUNT_FIELD, !was_capped);
+    }
+    if was_limited != partition.record.max_queued.is_some() {
+        adjust_count(store, backlog::LIMITED_COUNT_FIELD, !was_limited);
     }
     let unrated = was_rated && partition.record.rate.is_none();
     if unrated || raised(cap_before, partition.record.cap_in_force(at.defaults)) {
@@ -228,11 +238,18 @@ pub fn resume(
     Ok(true)
 }
 
+/// What a partition without its own settings has, as the views show it:
+/// the defaults and DEFAULT-MAX-QUEUED.
+fn view_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> (Defaults, Option<u64>) {
+    let defaults = read_defaults(store, anomalies);
+    (defaults, backlog::read_default(store, anomalies))
+}
+
 fn view(
     store: &mut impl Store,
     partition: Vec<u8>,
     record: Record,
-    defaults: Defaults,
+    (defaults, default_max_queued): (Defaults, Option<u64>),
     now_ms: i64,
 ) -> PartitionView {
     let virtual_time = int_field(
@@ -253,6 +270,7 @@ fn view(
     PartitionView {
         cap_in_force: record.cap_in_force(defaults),
         rate_in_force: record.rate_in_force(defaults),
+        max_queued_in_force: record.max_queued.or(default_max_queued),
         waiting_ms: record.waiting_since.map(|since| waited(since, now_ms)),
         tokens,
         next_token_ms,
@@ -269,7 +287,7 @@ pub fn partition_view(
     now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> PartitionView {
-    let defaults = read_defaults(store, anomalies);
+    let defaults = view_defaults(store, anomalies);
     let record = partitions::read(store, name, anomalies).1;
     view(store, name.to_vec(), record, defaults, now_ms)
 }
@@ -284,7 +302,7 @@ pub fn partitions_top(
     now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(u64, Vec<PartitionView>), CoreError> {
-    let defaults = read_defaults(store, anomalies);
+    let defaults = view_defaults(store, anomalies);
     let (ranked, names) = ranks::top(store, rank, offset, count)?;
     let views = names
         .into_iter()
@@ -304,7 +322,7 @@ pub fn partitions_page(
     now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(u64, Vec<PartitionView>), CoreError> {
-    let defaults = read_defaults(store, anomalies);
+    let defaults = view_defaults(store, anomalies);
     let (next, entries) = store.hscan(HashKey::Partitions, cursor, count)?;
     let views = entries
         .into_iter()
@@ -373,7 +391,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
     names.extend(counts.keys().cloned());
     names.sort();
     names.dedup();
-    let (mut paused, mut capped, mut changed) = (0u64, 0u64, 0u64);
+    let (mut paused, mut capped, mut limited, mut changed) = (0u64, 0u64, 0u64, 0u64);
     for name in names {
         let counted = counts.remove(&name).unwrap_or_default();
         let [queued, held, leased, delayed, dead] = counted.states;
@@ -395,6 +413,7 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
         }
         paused += u64::from(record.paused);
         capped += u64::from(record.cap.is_some());
+        limited += u64::from(record.max_queued.is_some());
         if record.controlled(defaults) {
             admission::park_from_start(store, &mut partition);
         }
@@ -404,7 +423,12 @@ pub fn recount(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Result<u
         }
         admission::close(store, partition);
     }
-    for (field, count) in [(PAUSED_COUNT_FIELD, paused), (CAPPED_COUNT_FIELD, capped)] {
+    let counts = [
+        (PAUSED_COUNT_FIELD, paused),
+        (CAPPED_COUNT_FIELD, capped),
+        (backlog::LIMITED_COUNT_FIELD, limited),
+    ];
+    for (field, count) in counts {
         let current = read_count(store, field);
         write_count(store, field, current, count);
     }

@@ -2,10 +2,12 @@
 //! up on them, how an operator reads them, revives them or cancels items.
 
 use super::admission;
+use super::backlog;
 use super::controls::set_defaults;
 use super::meta;
 use super::numbers::parse_meta;
-use super::partitions::{read_defaults, read_policy_field, write_policy_field, State};
+use super::partitions::{format_rate, read_defaults, read_policy_field, write_policy_field, State};
+use super::queue_limits;
 use super::scoring::requeue;
 use super::types::{Anomaly, CoreError};
 use super::virtual_time::{read_current_virtual_time, read_placing};
@@ -56,6 +58,12 @@ pub enum PolicyChange {
     DefaultConcurrency(Option<u64>),
     /// The rate of every partition without its own (`VTRR.LIMIT`).
     DefaultRate(Option<Rate>),
+    /// Most items leased at once across the queue (`queue_limits`).
+    QueueConcurrency(Option<u64>),
+    /// The queue's own rate (`queue_limits`).
+    QueueRate(Option<Rate>),
+    /// The MAX-QUEUED of every partition without its own (`backlog`).
+    DefaultMaxQueued(Option<u64>),
 }
 
 /// Reads the policy; a field that is not a count reads as NONE and is
@@ -82,21 +90,37 @@ pub fn set_policy(
         match *change {
             PolicyChange::DefaultConcurrency(cap) => after.cap = cap,
             PolicyChange::DefaultRate(rate) => after.rate = rate,
-            PolicyChange::MaxTimeouts(_) | PolicyChange::MaxNacks(_) => {}
+            PolicyChange::QueueConcurrency(cap) => after.queue.cap = cap,
+            PolicyChange::QueueRate(rate) => after.queue.rate = rate,
+            PolicyChange::MaxTimeouts(_)
+            | PolicyChange::MaxNacks(_)
+            | PolicyChange::DefaultMaxQueued(_) => {}
         }
     }
-    if after != before {
+    if (after.cap, after.rate) != (before.cap, before.rate) {
         read_current_virtual_time(store)?;
         set_defaults(store, before, after, anomalies)?;
     }
+    if after.queue.rate != before.queue.rate {
+        // The queue's rate starts with a full bucket.
+        queue_limits::fill(store);
+    }
     for change in changes {
-        let (field, value) = match *change {
-            PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value),
-            PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value),
+        let (field, text) = match *change {
+            PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value.map(|n| n.to_string())),
+            PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value.map(|n| n.to_string())),
+            PolicyChange::QueueConcurrency(cap) => {
+                (queue_limits::CONCURRENCY_FIELD, cap.map(|n| n.to_string()))
+            }
+            PolicyChange::QueueRate(rate) => (queue_limits::RATE_FIELD, rate.map(format_rate)),
+            PolicyChange::DefaultMaxQueued(max) => (
+                backlog::DEFAULT_MAX_QUEUED_FIELD,
+                max.map(|n| n.to_string()),
+            ),
             PolicyChange::DefaultConcurrency(_) | PolicyChange::DefaultRate(_) => continue,
         };
         // Setting what is already set writes nothing (WATCH stays intact).
-        let text = value.map(|n| n.to_string().into_bytes());
+        let text = text.map(String::into_bytes);
         if store.hget(HashKey::Policy, field.as_bytes()) == text {
             continue;
         }

@@ -4,6 +4,7 @@
 //! ahead of their partition.
 
 use super::admission;
+use super::backlog;
 use super::dead::bury_without_payload;
 use super::enqueue::{enqueue_at, EnqueueOutcome};
 use super::levels::Level;
@@ -41,6 +42,7 @@ pub fn defer_at(
     }
     let mut outcome = EnqueueOutcome::default();
     let defaults = read_defaults(store, &mut outcome.anomalies);
+    backlog::admit(store, items, &mut outcome.anomalies)?;
     for item in items {
         if is_present(store, item.id) {
             continue;

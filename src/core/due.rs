@@ -6,6 +6,8 @@
 use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::cron_search::Steps;
 use super::delay::promote_at;
+use super::partitions::read_defaults;
+use super::queue_limits;
 use super::reclaim::reclaim_at;
 use super::schedule::fire_at;
 use super::types::{CoreError, Due};
@@ -42,6 +44,11 @@ pub fn run_due(
     let mut outcome = Due::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
     let taken = due_at(store, &at, now_ms, limit, &mut outcome);
+    let queue = at.defaults.queue;
+    let refilled = queue_limits::refill_due(store, queue, now_ms, &mut outcome.anomalies);
+    // An expired lease taken back frees a slot of the queue's cap, requeued
+    // or not.
+    outcome.queue_room = refilled || (queue.cap.is_some() && outcome.reclaimed > 0);
     fire_at(
         store,
         &at,
@@ -55,8 +62,8 @@ pub fn run_due(
 }
 
 /// When the queue next has something for the timer: the earliest lease
-/// expiry, delayed item's due time, partition's next token or schedule's
-/// next run (rounded up: a fractional score
+/// expiry, delayed item's due time, partition's or (with items queued) the
+/// queue's next token, or schedule's next run (rounded up: a fractional score
 /// written by another client must not make the timer look before anything
 /// is due), or at once while a parking is under way.
 pub fn next_due(store: &mut impl Store) -> Option<i64> {
@@ -66,11 +73,14 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
     let expiry = first_due(store, ZsetKey::Inflight);
     let delayed = first_due(store, ZsetKey::Delayed);
     let token = first_due(store, ZsetKey::Throttled);
+    let limits = read_defaults(store, &mut Vec::new()).queue;
+    let queue_token = queue_limits::token_due(store, limits);
     let run = next_run(store);
     expiry
         .into_iter()
         .chain(delayed)
         .chain(token)
+        .chain(queue_token)
         .chain(run)
         .min()
 }

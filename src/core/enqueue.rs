@@ -1,5 +1,6 @@
 //! `VTRR.ENQUEUE`.
 
+use super::backlog;
 use super::levels::Level;
 use super::scoring::{enter, is_present};
 use super::types::{Anomaly, CoreError, NewItem};
@@ -16,7 +17,8 @@ pub struct EnqueueOutcome {
 }
 
 /// `VTRR.ENQUEUE`: adds each item whose id is not already in the queue's
-/// life (queued, leased, delayed or dead), at priority level 0.
+/// life (queued, leased, delayed or dead), at priority level 0; or none,
+/// when they would take a partition past its MAX-QUEUED (`backlog`).
 pub fn enqueue(
     store: &mut impl Store,
     now_ms: i64,
@@ -34,6 +36,7 @@ pub fn enqueue_at(
 ) -> Result<EnqueueOutcome, CoreError> {
     let mut outcome = EnqueueOutcome::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
+    backlog::admit(store, items, &mut outcome.anomalies)?;
     for item in items {
         if is_present(store, item.id) {
             continue;

@@ -7,6 +7,7 @@ use super::due::due_at;
 use super::levels::{of_queue_score, Level};
 use super::meta;
 use super::partitions::{read_defaults, State};
+use super::queue_limits::{Allowance, Stop};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
 use super::virtual_time::{
     current_at, parse_current_virtual_time, rebase_if_idle, set_current_at, Placing,
@@ -37,6 +38,23 @@ pub struct LeaseOutcome {
     /// It stopped after moving [`MAX_PARKED_PER_CALL`] items to `held`;
     /// more may be leasable.
     pub skipped_enough: bool,
+    /// It stopped short of its count for the queue's own limits.
+    pub queue_stop: Option<Stop>,
+}
+
+/// What `VTRR.ACK` finished: whether each lease took, and whether that
+/// freed a slot of the queue's own CONCURRENCY (blocked leases may go on).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub took: Vec<bool>,
+    pub queue_room: bool,
+}
+
+impl Settled {
+    /// How many leases it finished.
+    pub fn finished(&self) -> u64 {
+        self.took.iter().filter(|&&took| took).count() as u64
+    }
 }
 
 /// `VTRR.LEASE`: acts on up to `due_limit` due items (expired leases, then
@@ -69,11 +87,25 @@ pub fn lease(
     // Parking under way goes on with every LEASE too, so it finishes with
     // the timer off.
     park_queued(store, at.defaults, request.due_limit, &mut outcome.due);
+    let mut allowance = Allowance::open(
+        store,
+        at.defaults.queue,
+        request.now_ms,
+        &mut outcome.due.anomalies,
+    );
     let expiry_ms = request.now_ms.saturating_add(request.lease_ms);
     // The highest virtual time served at each level (one, almost always).
     let mut served_at: SmallVec<[(Level, i64); 2]> = SmallVec::new();
     let mut parked = 0;
     while outcome.leased.len() < request.count {
+        if let Some(stop) = allowance.as_ref().and_then(Allowance::stop) {
+            // Only with something left to lease: an empty queue waits for
+            // an enqueue, not for a slot or a token.
+            if store.zcard(ZsetKey::Queue) > 0 {
+                outcome.queue_stop = Some(stop);
+            }
+            break;
+        }
         let Some((id, score)) = store.zfirst(ZsetKey::Queue) else {
             break;
         };
@@ -112,6 +144,9 @@ pub fn lease(
         };
         partition.served(request.now_ms, level);
         partition.record.spend(at.defaults, meta.weight);
+        if let Some(allowance) = allowance.as_mut() {
+            allowance.took(meta.weight);
+        }
         admission::close(store, partition);
         let token = new_token();
         leased::grant(store, &id, &payload, expiry_ms, &token);
@@ -128,6 +163,9 @@ pub fn lease(
             partition: meta.partition,
             score,
         });
+    }
+    if let Some(allowance) = allowance {
+        allowance.close(store);
     }
     if served_at.is_empty() {
         return Ok(outcome);
@@ -163,32 +201,32 @@ pub fn lease(
     Ok(outcome)
 }
 
-/// `VTRR.ACK` and `VTRR.ACKCOST`: finishes each lease whose token is
-/// current. The slot each frees lets its partition's next held item into
-/// `queue`; a reported cost is charged to its partition (`charge`). The
-/// number finished.
+/// [`ack_each`], counting the leases it finished (the core's tests use it).
+#[cfg(test)]
 pub fn ack(store: &mut impl Store, acks: &[Ack<'_>], anomalies: &mut Vec<Anomaly>) -> u64 {
-    let acked = ack_each(store, acks, anomalies);
-    acked.iter().filter(|&&took| took).count() as u64
+    ack_each(store, acks, anomalies).finished()
 }
 
-/// [`ack`], telling for each lease, in order, whether it finished its item
+/// `VTRR.ACK` and `VTRR.ACKCOST`: finishes each lease whose token is
+/// current, telling for each, in order, whether it finished its item
 /// (`VTRR.LEASE ... ACK` replies it: a lost lease among the acks is
-/// reported, not an error).
-pub fn ack_each(
-    store: &mut impl Store,
-    acks: &[Ack<'_>],
-    anomalies: &mut Vec<Anomaly>,
-) -> Vec<bool> {
-    let mut acked = Vec::with_capacity(acks.len());
+/// reported, not an error). The slot each frees lets its partition's next
+/// held item into `queue`; a reported cost is charged to its partition
+/// (`charge`).
+pub fn ack_each(store: &mut impl Store, acks: &[Ack<'_>], anomalies: &mut Vec<Anomaly>) -> Settled {
+    let mut settled = Settled {
+        took: Vec::with_capacity(acks.len()),
+        queue_room: false,
+    };
     let mut defaults = None;
     for ack in acks {
         let took = leased::holds(store, ack.id, ack.token);
-        acked.push(took);
+        settled.took.push(took);
         if !took {
             continue;
         }
         let defaults = *defaults.get_or_insert_with(|| read_defaults(store, anomalies));
+        settled.queue_room |= defaults.queue.cap.is_some();
         let meta = meta::read(store, ack.id);
         let mut partition = admission::open(store, &meta.partition, defaults, anomalies);
         partition.record.leave(State::Leased);
@@ -201,7 +239,7 @@ pub fn ack_each(
         leased::end(store, ack.id);
         meta::forget(store, ack.id);
     }
-    acked
+    settled
 }
 
 /// `VTRR.RENEW`: moves the lease's expiry to `now_ms + lease_ms` when its

@@ -15,7 +15,7 @@
 //! - due (what falls due: the step LEASE and the timer run first), delay,
 //!   reclaim, schedule (recurring runs) and cron_search (its metered search)
 //! - charge (a reported cost charged to a partition), scoring (where an
-//!   item enters the queue)
+//!   item enters the queue), backlog (MAX-QUEUED: an enqueue refused whole)
 //! - admission (the head rule, settling, parking), throttle (a partition's
 //!   token bucket), leased (a lease's state)
 //! - ranks (the rankings of partitions and the queue's totals, kept from
@@ -23,10 +23,14 @@
 //! - held (the encoding of `held`), partitions (the per-partition record),
 //!   meta (an item's weight and partition), levels (priority levels and
 //!   their virtual times), counters
+//! - queue_limits (the queue's own CONCURRENCY and RATE, taken at LEASE)
+//! - bucket (a token bucket's arithmetic: a partition's and the queue's)
 //! - virtual_time, numbers, types
 
 pub mod access;
 mod admission;
+mod backlog;
+mod bucket;
 mod charge;
 pub mod check;
 mod controls;
@@ -47,6 +51,7 @@ mod meta;
 mod nack;
 mod numbers;
 pub mod partitions;
+mod queue_limits;
 mod ranks;
 mod reclaim;
 mod schedule;
@@ -58,6 +63,7 @@ mod virtual_time;
 
 pub use access::CoreOp;
 pub use admission::MAX_PARKED_PER_CALL;
+pub use backlog::read_default as read_default_max_queued;
 pub use controls::{
     control_counts, limit, partition_view, partitions_page, partitions_top, pause, recount, resume,
     set_limit, LimitChange, PartitionView,
@@ -71,10 +77,13 @@ pub use delay::{defer, defer_at};
 pub use due::{next_due, next_run, run_due};
 pub use enqueue::{enqueue, enqueue_at, EnqueueOutcome};
 pub use job::{job_status, JobState, JobStatus};
-pub use lease::{ack, ack_each, lease, renew, LeaseOutcome, LeaseRequest};
+#[cfg(test)]
+pub use lease::ack;
+pub use lease::{ack_each, lease, renew, LeaseOutcome, LeaseRequest, Settled};
 pub use levels::{parse_level, Level, MAX_LEVEL};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
+pub use queue_limits::{QueueLimits, Stop};
 pub use ranks::Rank;
 pub use reclaim::reclaim;
 pub use schedule::STEPS_FOR_ANY_FIRING;

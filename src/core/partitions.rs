@@ -21,22 +21,28 @@ pub enum State {
     Dead,
 }
 
+use super::queue_limits::{self, QueueLimits};
 pub use crate::store::record::{Parking, Record, Totals};
 use crate::store::Rate;
 
 /// What a partition without its own settings has (`VTRR.POLICY`
-/// DEFAULT-CONCURRENCY and DEFAULT-RATE), read once per call.
+/// DEFAULT-CONCURRENCY and DEFAULT-RATE), and the queue's own limits
+/// (CONCURRENCY and RATE): the policy's limits, read once per call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Defaults {
     pub cap: Option<u64>,
     pub rate: Option<Rate>,
+    pub queue: QueueLimits,
 }
 
 #[cfg(test)]
 impl Defaults {
     /// A default cap and no default rate.
     pub fn of_cap(cap: Option<u64>) -> Defaults {
-        Defaults { cap, rate: None }
+        Defaults {
+            cap,
+            ..Defaults::default()
+        }
     }
 }
 
@@ -251,9 +257,14 @@ pub(super) fn write(
     }
 }
 
-/// The queue's defaults (`policy` fields `default-concurrency` and
-/// `default-rate`); an unreadable value reads as none and is reported.
+/// The queue's defaults and limits (`policy` fields `default-concurrency`,
+/// `default-rate`, `concurrency` and `rate`); an unreadable value reads as
+/// none and is reported. A queue without a policy pays one look.
 pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Defaults {
+    if store.hlen(HashKey::Policy) == 0 {
+        return Defaults::default();
+    }
+    let count = |text: &str| text.parse().ok().filter(|&n| n > 0);
     Defaults {
         cap: read_policy_field(
             store,
@@ -262,6 +273,10 @@ pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> De
             anomalies,
         ),
         rate: read_policy_field(store, DEFAULT_RATE_FIELD, parse_rate, anomalies),
+        queue: QueueLimits {
+            cap: read_policy_field(store, queue_limits::CONCURRENCY_FIELD, count, anomalies),
+            rate: read_policy_field(store, queue_limits::RATE_FIELD, parse_rate, anomalies),
+        },
     }
 }
 

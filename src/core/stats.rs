@@ -1,7 +1,9 @@
 //! `VTRR.STATS`.
 
 use super::controls::control_counts;
+use super::partitions::read_defaults;
 use super::partitions::Totals;
+use super::queue_limits;
 use super::ranks::{oldest_waiting_since, queue_totals, waited};
 use super::types::{Anomaly, CoreError};
 use super::virtual_time::read_current_virtual_time;
@@ -30,6 +32,8 @@ pub struct Stats {
     /// How long the longest-waiting partition's line has waited (ms).
     pub oldest_waiting_ms: Option<i64>,
     pub totals: Totals,
+    /// The whole tokens of the queue's own rate (None: it has none).
+    pub tokens: Option<i64>,
 }
 
 /// `VTRR.STATS`.
@@ -56,5 +60,9 @@ pub fn stats(
         oldest_waiting_ms: oldest_waiting_since(store, anomalies)
             .map(|since| waited(since, now_ms)),
         totals: queue_totals(store, anomalies),
+        tokens: {
+            let limits = read_defaults(store, anomalies).queue;
+            queue_limits::tokens(store, limits, now_ms, anomalies)
+        },
     })
 }

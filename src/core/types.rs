@@ -17,6 +17,18 @@ pub enum CoreError {
     /// A read that is a call to the server (HSCAN, HKEYS, ZCOUNT) was
     /// refused; the operations that make one read before they write.
     Store(StoreError),
+    /// ENQUEUE or DEFER would take `partition` past its MAX-QUEUED: the
+    /// whole call (`refused` items) is refused, nothing written
+    /// (`backlog`).
+    PartitionFull {
+        partition: Vec<u8>,
+        max_queued: u64,
+        /// What it has waiting (queued or delayed).
+        waiting: u64,
+        /// What the call would add to it.
+        adds: u64,
+        refused: u64,
+    },
 }
 
 impl From<StoreError> for CoreError {
@@ -125,6 +137,9 @@ pub struct Due {
     pub parked: u64,
     /// The timer's run stopped parking at its limit: more may be left.
     pub parking_left: bool,
+    /// A slot or a token of the queue's own limits came free: blocked
+    /// leases may go on (`queue_limits`).
+    pub queue_room: bool,
     pub anomalies: Vec<Anomaly>,
 }
 

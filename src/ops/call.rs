@@ -275,9 +275,10 @@ impl<'a> Call<'a> {
                 Propagate::Verbatim => Propagate::Verbatim,
                 Propagate::Effects => Propagate::Effects,
             });
-            if done.signal_ready {
-                store.signal_ready();
-            }
+        }
+        // Also when nothing changed: a token of the queue's rate came due.
+        if done.signal_ready {
+            store.signal_ready();
         }
         // A partition's next token came to be listed or moved: the timer
         // reads when the queue next falls due.
@@ -318,7 +319,12 @@ impl<'a> Call<'a> {
     pub(super) fn error(&self, refused: Refused) -> RedisError {
         match refused {
             Refused::Open(e) => error::open(&e),
-            Refused::Core(e) => error::core(&e, self.queue),
+            Refused::Core(e) => {
+                if let CoreError::PartitionFull { refused, .. } = e {
+                    info::add(&info::REFUSED_FULL, refused);
+                }
+                error::core(&e, self.queue)
+            }
         }
     }
 

@@ -15,7 +15,7 @@ use crate::core::partitions::Record;
 use crate::core::{
     self, check, Ack, CoreError, CoreOp, DeadItem, Due, JobStatus, LeaseOutcome, LeaseRequest,
     Leased, Level, LimitChange, Nack, Nacked, NewItem, PartitionView, Policy, PolicyChange, Rank,
-    Schedule, ScheduleView, Stats,
+    Schedule, ScheduleView, Settled, Stats, Stop,
 };
 use crate::layout::convert::ConvertError;
 use crate::layout::native::load_chunk;
@@ -182,7 +182,8 @@ pub fn lease(
         due_limit,
         with_counters,
     };
-    let tokens_used = |(acked, outcome): &(Vec<bool>, LeaseOutcome)| {
+    let tokens_used = |(settled, outcome): &(Settled, LeaseOutcome)| {
+        let acked = &settled.took;
         let tokens = outcome.leased.iter().map(|l| l.token.as_slice()).collect();
         let operation = Operation::Lease {
             lease_ms,
@@ -203,7 +204,7 @@ pub fn lease(
         [] => CoreOp::Lease,
         _ => CoreOp::LeaseAcking,
     };
-    let (acked, outcome) = Call::client(ctx, queue).applied(
+    let (settled, outcome) = Call::client(ctx, queue).applied(
         op,
         tokens_used,
         |store, anomalies| {
@@ -211,8 +212,8 @@ pub fn lease(
             let outcome = lease_drawing(ctx, queue, store, &request, at.replayed_tokens)?;
             Ok((acked, outcome))
         },
-        |(acked, outcome)| {
-            let acked = acked.iter().filter(|&&took| took).count() as u64;
+        |(settled, outcome)| {
+            let acked = settled.finished();
             let mut done = if outcome.leased.is_empty() && acked == 0 {
                 Done::new(due_event(&outcome.due))
             } else {
@@ -245,13 +246,23 @@ pub fn lease(
             if acked > 0 && !outcome.leased.is_empty() {
                 done.before.insert(0, c"vtrr.ack");
             }
+            match outcome.queue_stop {
+                // The timer wakes blocked clients when the queue's next
+                // token is due.
+                Some(Stop::Starved { token_due }) => done = done.watch(token_due),
+                // A slot it freed and did not fill is another's to take.
+                None if settled.queue_room && outcome.leased.len() < count => {
+                    done.signal_ready = true;
+                }
+                Some(Stop::Full) | None => {}
+            }
             done.due(&outcome.due)
                 .count(&info::LEASED, outcome.leased.len() as u64)
                 .count(&info::ACKED, acked)
         },
     )?;
     Ok(Granted {
-        acked,
+        acked: settled.took,
         leased: outcome.leased,
     })
 }
@@ -293,11 +304,17 @@ pub fn ack(ctx: &Context, queue: &[u8], acks: &[Ack<'_>]) -> Result<u64, RedisEr
     } else {
         CoreOp::Ack
     };
-    Call::client(ctx, queue).verbatim(
-        op,
-        |store, anomalies| Ok(core::ack(store, acks, anomalies)),
-        |&acked| Done::new(c"vtrr.ack").count(&info::ACKED, acked),
-    )
+    Call::client(ctx, queue)
+        .verbatim(
+            op,
+            |store, anomalies| Ok(core::ack_each(store, acks, anomalies)),
+            |settled| Done {
+                // A slot of the queue's CONCURRENCY came free.
+                signal_ready: settled.queue_room,
+                ..Done::new(c"vtrr.ack").count(&info::ACKED, settled.finished())
+            },
+        )
+        .map(|settled| settled.finished())
 }
 
 /// `VTRR.RENEW`: whether the token was current. The new expiry is watched:
@@ -370,11 +387,20 @@ pub fn nack(
                 None => done,
                 Some(Nacked::Requeued) if how == Nack::Release => done.count(&info::RELEASED, 1),
                 Some(Nacked::Requeued) => done.count(&info::NACKED, 1),
-                Some(Nacked::Delayed { due_ms }) => done.count(&info::NACKED, 1).watch(*due_ms),
-                Some(Nacked::Dead(_)) => done
-                    .before(DEAD_EVENT)
-                    .count(&info::NACKED, 1)
-                    .count(&info::DEAD_LETTERED, 1),
+                // A slot freed and nothing requeued: blocked leases may go
+                // on under the queue's CONCURRENCY (a nack that delays or
+                // buries is rare enough to signal without asking).
+                Some(Nacked::Delayed { due_ms }) => Done {
+                    signal_ready: true,
+                    ..done.count(&info::NACKED, 1).watch(*due_ms)
+                },
+                Some(Nacked::Dead(_)) => Done {
+                    signal_ready: true,
+                    ..done
+                }
+                .before(DEAD_EVENT)
+                .count(&info::NACKED, 1)
+                .count(&info::DEAD_LETTERED, 1),
             }
         },
     )
@@ -415,8 +441,9 @@ pub fn run_due(
         }),
         |store, _| core::run_due(store, now_ms, limit, schedule_steps),
         |due| Done {
-            // What it parked may have uncovered servable items.
-            signal_ready: due.parked > 0,
+            // What it parked may have uncovered servable items; the queue's
+            // limits may have room again.
+            signal_ready: due.parked > 0 || due.queue_room,
             ..Done::new(due_event(due)).due(due)
         },
     );
@@ -486,10 +513,15 @@ pub fn schedule_view(
 pub fn policy(
     ctx: &Context,
     queue: &[u8],
-) -> Result<(Policy, core::partitions::Defaults), RedisError> {
+) -> Result<(Policy, core::partitions::Defaults, Option<u64>), RedisError> {
     Call::client(ctx, queue).read(CoreOp::ReadPolicy, |store, anomalies| {
         let policy = core::read_policy(store, anomalies);
-        Ok((policy, core::partitions::read_defaults(store, anomalies)))
+        let defaults = core::partitions::read_defaults(store, anomalies);
+        Ok((
+            policy,
+            defaults,
+            core::read_default_max_queued(store, anomalies),
+        ))
     })
 }
 
@@ -613,7 +645,12 @@ pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
     Call::client(ctx, queue).effects(
         CoreOp::Cancel,
         |store, anomalies| Ok(core::cancel(store, ids, anomalies)),
-        |&cancelled| Done::new(c"vtrr.cancel").count(&info::CANCELLED, cancelled),
+        |&cancelled| Done {
+            // A cancelled lease frees a slot of the queue's CONCURRENCY
+            // (rare enough to signal without asking).
+            signal_ready: cancelled > 0,
+            ..Done::new(c"vtrr.cancel").count(&info::CANCELLED, cancelled)
+        },
     )
 }
 

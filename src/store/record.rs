@@ -127,6 +127,10 @@ pub struct Record {
     /// in descending level order: the counts, offsets and charges owed that
     /// `queued`, `offset` and `owed` keep for level 0.
     pub levels: Vec<LevelState>,
+    /// Most items it may have waiting (queued or delayed): an ENQUEUE or
+    /// DEFER past it is refused whole (`VTRR.LIMIT ... MAX-QUEUED`; None:
+    /// the queue's default, if any).
+    pub max_queued: Option<u64>,
 }
 
 /// A partition's items at one priority level other than 0.
@@ -172,6 +176,7 @@ impl Default for Record {
             totals: Totals::default(),
             ranked_queued: 0,
             levels: Vec::new(),
+            max_queued: None,
         }
     }
 }
@@ -194,6 +199,12 @@ const SINCE_COSTS: &[u8] = b"w";
 /// Marks records with priority levels: the fields of `w`, then `<count>`
 /// and `<level> <queued> <offset> <owed>` for each level (before the head).
 const SINCE_LEVELS: &[u8] = b"x";
+
+/// Marks records with their own MAX-QUEUED: the fields of `x` (levels
+/// written even when there are none), then `<max-queued>` before the head.
+/// Written only then, so a version that knows only `x` refuses just those
+/// records.
+const SINCE_BACKLOG_LIMITS: &[u8] = b"y";
 
 /// A partition's rate limit: `amount` weight units per `per_ms`
 /// milliseconds, at most `burst` at once.
@@ -255,13 +266,15 @@ impl Record {
             };
             push(&mut out, digits.format(parking));
             // A bucket not full is kept under the default rate too.
-            let levels = !self.levels.is_empty();
+            let backlog_limit = self.max_queued.is_some();
+            let levels = backlog_limit || !self.levels.is_empty();
             let costs =
                 levels || self.owed != 0 || self.rate.is_some() || self.refilled_at.is_some();
-            out.extend_from_slice(match (levels, costs) {
-                (true, _) => SINCE_LEVELS,
-                (false, true) => SINCE_COSTS,
-                (false, false) => SINCE_AGED_WAITS,
+            out.extend_from_slice(match (backlog_limit, levels, costs) {
+                (true, _, _) => SINCE_BACKLOG_LIMITS,
+                (false, true, _) => SINCE_LEVELS,
+                (false, false, true) => SINCE_COSTS,
+                (false, false, false) => SINCE_AGED_WAITS,
             });
             out.push(b' ');
             for since in [self.waiting_since, self.ranked_since] {
@@ -298,6 +311,9 @@ impl Record {
                     push(&mut out, digits.format(level.offset));
                     push(&mut out, digits.format(level.owed));
                 }
+            }
+            if let Some(max_queued) = self.max_queued {
+                push(&mut out, digits.format(max_queued));
             }
             if let Some(head) = &self.head {
                 out.extend_from_slice(head);
@@ -356,7 +372,15 @@ impl Record {
         record.gap = number(fields.next())?;
         let parking: i64 = number(fields.next())?;
         let slot = fields.next()?;
-        if [SINCE_LEVELS, SINCE_COSTS, SINCE_AGED_WAITS, SINCE_RANKINGS].contains(&slot) {
+        let known = [
+            SINCE_BACKLOG_LIMITS,
+            SINCE_LEVELS,
+            SINCE_COSTS,
+            SINCE_AGED_WAITS,
+            SINCE_RANKINGS,
+        ];
+        if known.contains(&slot) {
+            let levels = slot == SINCE_LEVELS || slot == SINCE_BACKLOG_LIMITS;
             record.parking = match parking {
                 0 => Parking::Done,
                 1 => Parking::Underway,
@@ -381,7 +405,7 @@ impl Record {
             }
             record.totals = Totals::from_values(totals);
             record.ranked_queued = number(fields.next())?;
-            if slot == SINCE_COSTS || slot == SINCE_LEVELS {
+            if slot == SINCE_COSTS || levels {
                 record.owed = number(fields.next())?;
                 let amount = fields.next()?;
                 let (per_ms, burst) = (number(fields.next())?, number(fields.next())?);
@@ -400,7 +424,7 @@ impl Record {
                     raw => Some(number(Some(raw))?),
                 };
             }
-            if slot == SINCE_LEVELS {
+            if levels {
                 let count: usize = number(fields.next())?;
                 // At most one entry per level: a count past that is garbage.
                 if count > 256 {
@@ -423,6 +447,9 @@ impl Record {
                     record.levels.push(level);
                 }
             }
+            if slot == SINCE_BACKLOG_LIMITS {
+                record.max_queued = Some(number(fields.next()).filter(|&n: &u64| n > 0)?);
+            }
         } else {
             let earlier_shift_bound: i64 = number(Some(slot))?;
             record.parking = match (parking, earlier_shift_bound) {
@@ -443,7 +470,11 @@ impl Record {
     }
 
     pub fn has_settings(&self) -> bool {
-        self.cap.is_some() || self.share != 1 || self.paused || self.rate.is_some()
+        self.cap.is_some()
+            || self.share != 1
+            || self.paused
+            || self.rate.is_some()
+            || self.max_queued.is_some()
     }
 
     /// Its state at `level` (other than 0), if it has any.
@@ -543,6 +574,7 @@ mod tests {
                     owed: 8,
                 },
             ],
+            max_queued: Some(500),
         };
         assert_eq!(Record::parse(&record.format()), Some(record));
         let prioritised = Record {
@@ -599,6 +631,22 @@ mod tests {
             b"2 0 0 0 0 - 1 0 0 0 0 0 w - - 0 0 0 0 0 0 0 0 5 1000 10 -250 1700000000000 h 1"
         );
         assert_eq!(Record::parse(&throttled.format()), Some(throttled));
+        let bounded = Record {
+            queued: 2,
+            max_queued: Some(100),
+            head: Some(b"h".to_vec()),
+            ..Record::default()
+        };
+        assert_eq!(
+            bounded.format(),
+            b"2 0 0 0 0 - 1 0 0 0 0 0 y - - 0 0 0 0 0 0 0 0 - 0 0 0 - 0 100 h"
+        );
+        assert_eq!(Record::parse(&bounded.format()), Some(bounded));
+        // A MAX-QUEUED of 0 is no record this module writes: unreadable.
+        assert_eq!(
+            Record::parse(b"2 0 0 0 0 - 1 0 0 0 0 0 y - - 0 0 0 0 0 0 0 0 - 0 0 0 - 0 0"),
+            None
+        );
     }
 
     #[test]

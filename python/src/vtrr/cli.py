@@ -203,7 +203,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 _PARTITION_COLUMNS = (
     "partition", "queued", "held", "leased", "delayed", "dead",
-    "paused", "share", "concurrency_in_force", "virtual_time", "waiting_ms",
+    "paused", "share", "concurrency_in_force", "max_queued_in_force", "virtual_time", "waiting_ms",
     "enqueued_total", "leased_total", "acked_total", "nacked_total", "dead_total",
     "expired_total",
 )  # fmt: skip
@@ -302,12 +302,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_limit(args: argparse.Namespace) -> int:
     """Set what was given, then show the partition's settings as they now are."""
     args.rate = _with_burst(args.rate, args.burst, "vtrr limit: --burst needs --rate N/MS")
-    changes = args.concurrency is not None or args.share is not None or args.rate is not None
+    given = {
+        "concurrency": args.concurrency,
+        "share": args.share,
+        "rate": args.rate,
+        "max_queued": args.max_queued,
+    }
+    changes = any(value is not None for value in given.values())
     queue = _existing(args, changes=changes)
     if changes:
-        queue.set_limit(
-            args.partition, concurrency=args.concurrency, share=args.share, rate=args.rate
-        )
+        queue.set_limit(args.partition, **given)
     settings = dataclasses.asdict(queue.limit(args.partition))
     _flatten_rate(settings, "rate", "burst")
     _record(args, {"partition": args.partition, **settings}, missing="none")
@@ -340,11 +344,15 @@ def cmd_policy(args: argparse.Namespace) -> int:
         args.default_burst,
         "vtrr policy: --default-burst needs --default-rate N/MS",
     )
+    args.rate = _with_burst(args.rate, args.burst, "vtrr policy: --burst needs --rate N/MS")
     given = {
         "max_timeouts": args.max_timeouts,
         "max_nacks": args.max_nacks,
         "default_concurrency": args.default_concurrency,
         "default_rate": args.default_rate,
+        "concurrency": args.concurrency,
+        "rate": args.rate,
+        "default_max_queued": args.default_max_queued,
     }
     changes = any(value is not None for value in given.values())
     queue = _existing(args, changes=changes)
@@ -352,6 +360,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
         queue.set_policy(**given)
     policy = dataclasses.asdict(queue.policy())
     _flatten_rate(policy, "default_rate", "default_burst")
+    _flatten_rate(policy, "rate", "burst")
     _record(args, policy, missing="none")
     return 0
 
@@ -795,7 +804,9 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("partition")
     _create_option(resume)
     resume.set_defaults(run=cmd_resume)
-    limit = command("limit", "a partition's cap and share: set what is given, then show them")
+    limit = command(
+        "limit", "a partition's cap, share, rate and MAX-QUEUED: set what is given, then show them"
+    )
     limit.add_argument("partition")
     limit.add_argument(
         "--concurrency",
@@ -811,15 +822,28 @@ def parser() -> argparse.ArgumentParser:
         help="leased at most N weight units every MS ms, enforced at LEASE; none: no limit",
     )
     limit.add_argument("--burst", type=int, metavar="B", help="with --rate: at most B at once")
+    limit.add_argument(
+        "--max-queued",
+        type=_limit,
+        metavar="N|none",
+        help="at most N of its items waiting (queued or delayed): an enqueue past it is refused"
+        " whole; none: the queue's default",
+    )
     _create_option(limit)
     limit.set_defaults(run=cmd_limit)
     policy = command(
-        "policy", "when items go dead, the default cap and rate: set what is given, then show"
+        "policy",
+        "when items go dead, the default and the queue's own cap and rate, the default"
+        " MAX-QUEUED: set what is given, then show",
     )
     for option, meaning in (
         ("--max-timeouts", "expired leases an item survives; none: any number"),
         ("--max-nacks", "nacks an item survives; none: any number"),
         ("--default-concurrency", "the cap of partitions without their own; none: no cap"),
+        (
+            "--default-max-queued",
+            "the MAX-QUEUED of partitions without their own (limit --max-queued); none: no limit",
+        ),
     ):
         policy.add_argument(option, type=_limit, metavar="N|none", help=meaning)
     policy.add_argument(
@@ -831,6 +855,20 @@ def parser() -> argparse.ArgumentParser:
     policy.add_argument(
         "--default-burst", type=int, metavar="B", help="with --default-rate: at most B at once"
     )
+    policy.add_argument(
+        "--concurrency",
+        type=_limit,
+        metavar="N|none",
+        help="at most N items leased at once across the queue, in fair turn; none: no cap",
+    )
+    policy.add_argument(
+        "--rate",
+        type=_rate,
+        metavar="N/MS|none",
+        help="the whole queue leases at most N weight units every MS ms, in fair turn;"
+        " none: no limit",
+    )
+    policy.add_argument("--burst", type=int, metavar="B", help="with --rate: at most B at once")
     _create_option(policy)
     policy.set_defaults(run=cmd_policy)
     enqueue = command("enqueue", "add one item (skipped, exit 1, if its id is already there)")

@@ -197,21 +197,29 @@ def enqueue(
     """Add one item; False when its id is already in the queue's life (skipped).
 
     `priority` (-100..100, larger first) is strict between levels and
-    fair between partitions inside one.
+    fair between partitions inside one. Raises `PartitionFull` when the
+    partition has its MAX-QUEUED items waiting.
     """
     item = Item(partition, item_id, payload, weight)
     return Command(_adding("VTRR.ENQUEUE", queue, (), [item], priority), _bool)
 
 
 def enqueue_many(queue: str, /, items: Iterable[Item], *, priority: int = 0) -> Command[int]:
-    """Add items in one atomic command, at `priority`; returns how many were new."""
+    """Add items in one atomic command, at `priority`; returns how many were new.
+
+    Refused whole (`PartitionFull`, nothing added) when the items would take
+    any partition past its MAX-QUEUED; ids already in the queue take no room.
+    """
     return Command(_adding("VTRR.ENQUEUE", queue, (), items, priority), _int)
 
 
 def defer(
     queue: str, /, delay_ms: int, items: Iterable[Item], *, priority: int = 0
 ) -> Command[int]:
-    """Add items that become leasable `delay_ms` after the server's clock now."""
+    """Add items that become leasable `delay_ms` after the server's clock now.
+
+    A delayed item waits, so it counts toward MAX-QUEUED as `enqueue_many`'s do.
+    """
     return Command(_adding("VTRR.DEFER", queue, (delay_ms,), items, priority), _int)
 
 
@@ -415,6 +423,7 @@ def _stats(reply: Any) -> Stats:
         layout=cast(Layout, decode(f["layout"])),
         oldest_waiting_ms=_opt_int(f["oldest-waiting-ms"]),
         totals=_totals(f),
+        tokens=_opt_int(f.get("tokens")),  # absent from a module before the queue's rate
     )
 
 
@@ -456,6 +465,9 @@ def _view(reply: Any) -> PartitionView:
         tokens=_opt_int(f["tokens"]),
         next_token_ms=_opt_int(f["next-token-ms"]),
         totals=_totals(f),
+        # Absent from a module before MAX-QUEUED.
+        max_queued=_opt_int(f.get("max-queued")),
+        max_queued_in_force=_opt_int(f.get("max-queued-in-force")),
     )
 
 
@@ -701,11 +713,16 @@ def _policy(reply: Any) -> Policy:
         max_nacks=_opt_int(f["max-nacks"]),
         default_concurrency=_opt_int(f["default-concurrency"]),
         default_rate=_rate(f, prefix="default-"),
+        # Absent from a module before the queue's own limits, or before MAX-QUEUED.
+        concurrency=_opt_int(f.get("concurrency")),
+        rate=_rate(f),
+        default_max_queued=_opt_int(f.get("default-max-queued")),
     )
 
 
 def policy(queue: str, /) -> Command[Policy]:
-    """The dead-letter policy and the default cap and rate (`VTRR.POLICY`)."""
+    """The dead-letter policy, the default cap, rate and MAX-QUEUED, and the
+    queue's own cap and rate (`VTRR.POLICY`)."""
     return Command(("VTRR.POLICY", queue), _policy)
 
 
@@ -717,14 +734,23 @@ def set_policy(
     max_nacks: Limit = None,
     default_concurrency: Limit = None,
     default_rate: Rate | Literal["NONE"] | None = None,
+    concurrency: Limit = None,
+    rate: Rate | Literal["NONE"] | None = None,
+    default_max_queued: Limit = None,
 ) -> Command[None]:
-    """Set the dead-letter policy and the default cap and rate (of every
-    partition without its own); None leaves one as it is, "NONE" clears it."""
+    """Set the dead-letter policy, the default cap, rate and MAX-QUEUED (of
+    every partition without its own) and the queue's own cap and rate (on
+    top of every partition's: `concurrency` items leased at once across the
+    queue, `rate` one bucket every lease spends its item's weight from, both
+    handed out in fair turn); None leaves one as it is, "NONE" clears it."""
     options = (
         *_limit_arg("MAX-TIMEOUTS", max_timeouts),
         *_limit_arg("MAX-NACKS", max_nacks),
         *_limit_arg("DEFAULT-CONCURRENCY", default_concurrency),
         *_rate_args(default_rate, "DEFAULT-RATE"),
+        *_limit_arg("CONCURRENCY", concurrency),
+        *_rate_args(rate),
+        *_limit_arg("DEFAULT-MAX-QUEUED", default_max_queued),
     )
     if not options:
         raise ValueError("set_policy needs at least one setting (None leaves one unchanged)")
@@ -738,11 +764,13 @@ def _settings(reply: Any) -> PartitionSettings:
         paused=int(f["paused"]) == 1,
         share=int(f["share"]),
         rate=_rate(f),
+        max_queued=_opt_int(f.get("max-queued")),  # absent from a module before MAX-QUEUED
     )
 
 
 def limit(queue: str, /, partition: str) -> Command[PartitionSettings]:
-    """A partition's own settings: its cap, whether it is paused, its share, its rate."""
+    """A partition's own settings: its cap, whether it is paused, its share,
+    its rate, its MAX-QUEUED."""
     return Command(("VTRR.LIMIT", queue, encode(partition)), _settings)
 
 
@@ -754,15 +782,23 @@ def set_limit(
     concurrency: Limit = None,
     share: int | None = None,
     rate: Rate | Literal["NONE"] | None = None,
+    max_queued: Limit = None,
 ) -> Command[None]:
-    """Sets what is given: a cap, a share, a rate limit (`"NONE"` removes one)."""
+    """Sets what is given: a cap, a share, a rate limit, a MAX-QUEUED (`"NONE"`
+    removes a cap, rate or MAX-QUEUED: the queue's default is then in force).
+
+    `max_queued` is backpressure: the most items the partition may have
+    waiting (queued or delayed). An enqueue or defer that would take it
+    past that raises `PartitionFull` and enqueues nothing of the call.
+    """
     options = (
         *_limit_arg("CONCURRENCY", concurrency),
         *_limit_arg("SHARE", share),
         *_rate_args(rate),
+        *_limit_arg("MAX-QUEUED", max_queued),
     )
     if not options:
-        raise ValueError("set_limit needs concurrency, share or rate")
+        raise ValueError("set_limit needs concurrency, share, rate or max_queued")
     return Command(("VTRR.LIMIT", queue, encode(partition), *options), _ok)
 
 

@@ -6,7 +6,11 @@ client; the message is the server's, without its code.
 
 from __future__ import annotations
 
+import re
+
 import redis.exceptions
+
+from .types import decode
 
 
 class VTRRError(Exception):
@@ -40,11 +44,62 @@ class SerializationError(VTRRError, TypeError):
     """A task's arguments cannot be serialised: nothing was enqueued."""
 
 
+# The server's FULL message, after its code. Matched whole (`fullmatch`): a
+# partition is any bytes, so it may hold this very text, but only the real
+# tail, the last, reaches the end of the message.
+_FULL = re.compile(
+    r"partition '(?P<partition>.*)' has (?P<waiting>\d+) items waiting and MAX-QUEUED"
+    r" (?P<max_queued>\d+): the call would add (?P<adds>\d+); nothing was enqueued",
+    re.DOTALL,
+)
+# How the module quotes bytes in a message (src/text.rs, `Quoted`): printable
+# ASCII but the backslash, or one of its escapes.
+_QUOTED = re.compile(r"(?:[ -\[\]-~]|\\(?:x[0-9a-f]{2}|[\\nrt]))*")
+
+
+class PartitionFull(VTRRError):
+    """An enqueue or defer would take a partition past its MAX-QUEUED (`FULL ...`):
+    nothing of the call was enqueued, the items of other partitions included.
+
+    Backpressure, not a mistake (so not an `InvalidArgument`, and no reason
+    for a worker to stop): the same call succeeds once the partition has
+    fewer items waiting, so shed the work, slow down or retry later.
+    `partition` (decoded as the client decodes partitions), `waiting` (its
+    items queued or delayed), `max_queued` (the limit in force) and `adds`
+    (what the call would have added to it) are read from the server's
+    message; None when it does not read as this module's.
+    """
+
+    partition: str | None = None
+    waiting: int | None = None
+    max_queued: int | None = None
+    adds: int | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        found = _FULL.fullmatch(message)
+        if found is None or not _QUOTED.fullmatch(found["partition"]):
+            return
+        self.partition = decode(_unquoted(found["partition"]))
+        self.waiting, self.max_queued, self.adds = (
+            int(found[name]) for name in ("waiting", "max_queued", "adds")
+        )
+
+
+def _unquoted(quoted: str) -> bytes:
+    """The bytes the module quoted as `quoted`: its escapes (`\\\\`, `\\n`, `\\r`,
+    `\\t`, `\\xNN`) are Python's too, which `unicode_escape` reads back to code
+    points 0-255, each the byte it was."""
+    return quoted.encode("ascii").decode("unicode_escape").encode("latin-1")
+
+
 def translate(error: redis.exceptions.ResponseError, server: str) -> VTRRError:
     """The exception for a reply error of `server` (as `client.server_of` names it)."""
     message = str(error)
     if isinstance(error, redis.exceptions.NoPermissionError) or message.startswith("NOPERM"):
         return NoPermission(message.removeprefix("NOPERM ").strip())
+    if message.startswith("FULL "):
+        return PartitionFull(message.removeprefix("FULL "))
     if message.startswith("WRONGTYPE"):
         return WrongType(message.removeprefix("WRONGTYPE ").strip())
     if message.startswith("unknown command") and "VTRR." in message.upper():

@@ -15,8 +15,8 @@ are queued (changing it moves partitions: drain first).
 Producer side: `enqueue`, `enqueue_many`, `defer` go to each item's
 sub-queue; per-tenant controls (`set_limit`, `pause`, `resume`, `limit`,
 `partition`) to the partition's; queue-wide ones (`set_policy`) to every
-sub-queue. `stats`, `dead`, `check`, `partitions` and `partitions_top` read
-every sub-queue.
+sub-queue, so the queue's own cap and rate hold per sub-queue. `stats`,
+`dead`, `check`, `partitions` and `partitions_top` read every sub-queue.
 
 Worker side: `lease` runs the **weighted rotation** of docs/scaling.md: a
 charge per sub-queue, weight/n_i added to sub-queue i's charge for each item
@@ -199,7 +199,9 @@ class ShardedStats:
     partition records, those with items or settings: a partition is in one sub-queue only,
     so nothing is counted twice), and so are the `totals`; `next_due_ms` and
     `next_expiry_ms` are the earliest of any sub-queue, `oldest_waiting_ms`
-    the longest. Virtual times do not add up across sub-queues: each
+    the longest; `tokens` sums the buckets of the sub-queues with a queue
+    rate (each has its own: see `ShardedQueue.set_policy`), None when none
+    has one. Virtual times do not add up across sub-queues: each
     sub-queue's own `Stats` is in `shards`.
     """
 
@@ -215,6 +217,7 @@ class ShardedStats:
     next_due_ms: int | None
     next_expiry_ms: int | None
     oldest_waiting_ms: int | None
+    tokens: int | None
     totals: Totals
     shards: tuple[Stats, ...]
 
@@ -227,6 +230,11 @@ def _earliest(values: Iterable[int | None]) -> int | None:
 def _longest(values: Iterable[int | None]) -> int | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
 
 
 def _sum_totals(each: Sequence[Totals]) -> Totals:
@@ -381,7 +389,8 @@ class ShardedQueue:
         Atomic per sub-queue only: the items of each sub-queue go in one call,
         in turn. Every item is checked first (a bad one refuses the whole
         batch before anything is sent), but an error of the server or the
-        connection on one sub-queue's call leaves the calls before it done.
+        connection on one sub-queue's call leaves the calls before it done:
+        a `PartitionFull` refuses its sub-queue's items whole, not the others'.
         """
         groups = self._split(items)
         return sum(
@@ -720,6 +729,7 @@ class ShardedQueue:
             next_due_ms=_earliest(s.next_due_ms for s in each),
             next_expiry_ms=_earliest(s.next_expiry_ms for s in each),
             oldest_waiting_ms=_longest(s.oldest_waiting_ms for s in each),
+            tokens=_total(s.tokens for s in each),
             totals=_sum_totals([s.totals for s in each]),
             shards=each,
         )
@@ -841,16 +851,33 @@ class ShardedQueue:
         max_nacks: Limit = None,
         default_concurrency: Limit = None,
         default_rate: Rate | Literal["NONE"] | None = None,
+        concurrency: Limit = None,
+        rate: Rate | Literal["NONE"] | None = None,
+        default_max_queued: Limit = None,
     ) -> None:
-        """Set the dead-letter policy and the default cap and rate on every
-        sub-queue, in turn (a default rate is each sub-queue's: a tenant's
-        items all go to one)."""
+        """Set the dead-letter policy, the default cap, rate and MAX-QUEUED and
+        the queue's own cap and rate on every sub-queue, in turn, as given (a
+        default rate or MAX-QUEUED is each sub-queue's: a tenant's items all
+        go to one, so it holds whole for every tenant).
+
+        The queue's own `concurrency` and `rate` therefore hold per
+        sub-queue: K sub-queues lease up to K times the cap and spend up to
+        K times the rate. One limit over them all would need a counter that
+        every sub-queue's LEASE reads atomically, and they live in different
+        slots; dividing it among them would not make one either (a quiet
+        sub-queue's part could not go to a busy one's tenants, and a cap or
+        rate below K does not divide). To hold the whole to about N, give
+        N // K: each sub-queue hands its part out in fair turn.
+        """
         for queue in self.sub_queues:
             queue.set_policy(
                 max_timeouts=max_timeouts,
                 max_nacks=max_nacks,
                 default_concurrency=default_concurrency,
                 default_rate=default_rate,
+                concurrency=concurrency,
+                rate=rate,
+                default_max_queued=default_max_queued,
             )
 
     def limit(self, partition: str) -> PartitionSettings:
@@ -864,15 +891,17 @@ class ShardedQueue:
         concurrency: Limit = None,
         share: int | None = None,
         rate: Rate | Literal["NONE"] | None = None,
+        max_queued: Limit = None,
     ) -> None:
-        """A partition's cap, share and rate, in its sub-queue (a partition
-        lives in one sub-queue, so its cap and rate hold whole).
+        """A partition's cap, share, rate and MAX-QUEUED, in its sub-queue (a
+        partition lives in one sub-queue, so its cap, rate and MAX-QUEUED
+        hold whole).
 
         A share holds within the partition's sub-queue; the rotation counts
         partitions, not shares, so across sub-queues it is not kept.
         """
         self.queue_for(partition).set_limit(
-            partition, concurrency=concurrency, share=share, rate=rate
+            partition, concurrency=concurrency, share=share, rate=rate, max_queued=max_queued
         )
 
     def pause(self, partition: str) -> bool:

@@ -37,7 +37,7 @@ from .types import RANKS, PartitionView, Rank, Stats, Totals
 
 _COLUMNS = (
     "partition", "queued", "held", "leased", "delayed", "dead",
-    "waiting s", "paused", "share", "cap", "rate", "tokens", "acked", "nacked",
+    "waiting s", "paused", "share", "cap", "max queued", "rate", "tokens", "acked", "nacked",
 )  # fmt: skip
 
 
@@ -107,6 +107,7 @@ def _row(view: PartitionView, now_ms: int) -> tuple[Text | int | str, ...]:
         "paused" if view.paused else "",
         view.share,
         "-" if view.concurrency_in_force is None else view.concurrency_in_force,
+        "-" if view.max_queued_in_force is None else view.max_queued_in_force,
         _rate(view),
         _tokens(view, now_ms),
         view.totals.acked,

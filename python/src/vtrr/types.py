@@ -98,6 +98,9 @@ class Stats:
     #: What the queue has done, counted as it goes (kept with the queue,
     #: replicated and persisted with it).
     totals: Totals
+    #: The whole tokens in the queue's own bucket now (VTRR.POLICY ... RATE);
+    #: None without a queue rate.
+    tokens: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,8 +121,9 @@ class Totals:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Rate:
-    """A partition's rate limit: `amount` weight units per `per_ms` ms, at most
-    `burst` at once (`amount` when None), enforced at LEASE (VTRR.LIMIT ... RATE)."""
+    """A rate limit: `amount` weight units per `per_ms` ms, at most `burst` at
+    once (`amount` when None), enforced at LEASE; a partition's (VTRR.LIMIT ...
+    RATE), the queue's default (DEFAULT-RATE) or the queue's own (VTRR.POLICY ... RATE)."""
 
     amount: int
     per_ms: int
@@ -159,6 +163,11 @@ class PartitionView:
     #: pays back an overdraft), and when its next is due while it has none.
     tokens: int | None = None
     next_token_ms: int | None = None
+    #: Its own MAX-QUEUED (the most items it may have waiting: queued or
+    #: delayed), and the one in force: its own, else the queue's
+    #: DEFAULT-MAX-QUEUED; None without one.
+    max_queued: int | None = None
+    max_queued_in_force: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -169,17 +178,28 @@ class PartitionSettings:
     paused: bool
     share: int
     rate: Rate | None = None
+    #: The most items it may have waiting (queued or delayed): an enqueue
+    #: past it raises `PartitionFull`; None without its own.
+    max_queued: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Policy:
     """VTRR.POLICY without options; None is NONE (never give up, no default
-    cap or rate)."""
+    cap, rate or MAX-QUEUED, no queue-wide cap or rate)."""
 
     max_timeouts: int | None
     max_nacks: int | None
     default_concurrency: int | None
     default_rate: Rate | None = None
+    #: The queue's own cap and rate, on top of every partition's: at most
+    #: `concurrency` items leased at once across the queue, and one bucket
+    #: every lease spends its item's weight from, both handed out in VTRR
+    #: (fair) order.
+    concurrency: int | None = None
+    rate: Rate | None = None
+    #: The MAX-QUEUED of every partition without its own.
+    default_max_queued: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

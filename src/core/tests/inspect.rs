@@ -39,6 +39,7 @@ fn stats_counts_queue_state() {
                 leased: 2,
                 ..Totals::default()
             },
+            tokens: None,
         }
     );
 }

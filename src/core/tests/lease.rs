@@ -138,7 +138,7 @@ fn ack_each_tells_which_pairs_finished_their_item() {
         &mut Vec::new(),
     );
     assert_eq!(
-        acked,
+        acked.took,
         [true, false, false],
         "the second ack of a1 finds it done"
     );

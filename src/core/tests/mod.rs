@@ -1,6 +1,7 @@
 //! Unit and property tests of the VTRR core over the in-memory store, one
 //! file per concept.
 
+mod backlog;
 mod charge;
 mod controls;
 mod cron_search;
@@ -11,6 +12,7 @@ mod lease;
 mod nack;
 mod priority;
 mod properties;
+mod queue_limits;
 mod reclaim;
 mod schedule;
 mod scoring;

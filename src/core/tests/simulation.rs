@@ -231,6 +231,7 @@ impl Simulation {
         Defaults {
             cap: self.default_cap,
             rate: self.default_rate,
+            ..Defaults::default()
         }
     }
 

@@ -182,7 +182,9 @@ class VTRRTask[**P, R]:
         `kwargs` (dict) and `id` (default: a new UUID); any other key is a
         TypeError. Every payload is built first: arguments that cannot be
         JSON-serialised raise `SerializationError` and nothing is enqueued.
-        An id already in the queue's life is skipped (the module's rule).
+        An id already in the queue's life is skipped (the module's rule);
+        tasks that would take the partition past its MAX-QUEUED raise
+        `PartitionFull`, none of them enqueued and no trigger sent.
         Then min(max_concurrency - triggers already in the broker, items
         added) triggers are sent, as vtrr-queue does.
 

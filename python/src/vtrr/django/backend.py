@@ -51,7 +51,7 @@ from threadmill.backends.base import (
 
 from .. import commands
 from ..client import Queue, server_of
-from ..errors import SerializationError, translate
+from ..errors import PartitionFull, SerializationError, translate
 from ..heartbeat import Heartbeat
 from ..limits import MAX_MS, MAX_WEIGHT, check_int
 from ..types import Item, Lease, decode
@@ -183,10 +183,19 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
 
     # Sending.
     def _execute(self, pipe: Any) -> list[Any]:
+        """The pipeline's replies; its first error raised as `Queue` raises one.
+
+        Read from the replies: the error redis-py raises from a pipeline puts
+        the command's number and text before the code `translate` reads.
+        """
         try:
-            return cast(list[Any], pipe.execute())
-        except redis.exceptions.ResponseError as error:
+            replies = cast(list[Any], pipe.execute(raise_on_error=False))
+        except redis.exceptions.ResponseError as error:  # a MULTI refused whole (EXECABORT)
             raise translate(error, server_of(self.client)) from error
+        for reply in replies:
+            if isinstance(reply, redis.exceptions.ResponseError):
+                raise translate(reply, server_of(self.client)) from reply
+        return replies
 
     def _server_now_ms(self, queue_name: str) -> int:
         """The clock of the server holding the queue (TIME), in Unix ms."""
@@ -223,7 +232,11 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
     def enqueue(
         self, task: Any, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None
     ) -> TaskResult:
-        """One VTRR.ENQUEUE (VTRR.DEFER with `run_after`) and the READY record, in one MULTI."""
+        """One VTRR.ENQUEUE (VTRR.DEFER with `run_after`) and the READY record, in one MULTI.
+
+        `vtrr.PartitionFull` when the task's partition is at its MAX-QUEUED:
+        nothing is enqueued and no record is left.
+        """
         self.validate_task(task)
         check_partition_kwarg(task, kwargs or {})
         enqueued_at = timezone.now()
@@ -277,6 +290,7 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
             else commands.enqueue_many(name, [item], priority=priority)
         )
         enqueued_ms = enqueued_at.timestamp() * 1000
+        record = self._record_key(queue_name, task_result.id)
         ingress = self._key(queue_name, "ingress")
         pipe = self.client.pipeline(transaction=True)
         pipe.execute_command(*command.args)
@@ -288,10 +302,19 @@ class VTRRBackend(ThreadmillTaskBackend):  # type: ignore[misc]
         # record outlives its task only when the item leaves the queue behind
         # the backend's back (VTRR.CANCEL, a max_timeouts dead letter). The
         # backend's own dead letters (_lease_one) get `result_ttl`.
-        pipe.set(self._record_key(queue_name, task_result.id), payload)
+        pipe.set(record, payload)
         pipe.zadd(ingress, {task_result.id: enqueued_ms})
         pipe.zremrangebyscore(ingress, "-inf", f"({enqueued_ms - self.result_ttl_ms}")
-        self._execute(pipe)
+        try:
+            self._execute(pipe)
+        except PartitionFull:
+            # A command refused when EXEC runs it stops none of the others:
+            # take back the record and ingress entry of a task never queued.
+            undo = self.client.pipeline(transaction=True)
+            undo.delete(record)
+            undo.zrem(ingress, task_result.id)
+            self._execute(undo)
+            raise
         task_enqueued.send(type(self), task_result=task_result)
         return task_result
 
