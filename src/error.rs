@@ -7,9 +7,9 @@ use crate::core::{CoreError, MAX_LEVEL, STEPS_PER_SEARCH};
 use crate::layout::native::LoadError;
 use crate::layout::open::OpenError;
 use crate::limits::{
-    MAX_BLOCK_MS, MAX_COUNT_LIMIT, MAX_DELAY_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT, MAX_PERIOD_MS,
-    MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_REASON_BYTES, MAX_SHARE, MAX_TOP_OFFSET,
-    MAX_WEIGHT,
+    MAX_BLOCK_MS, MAX_COUNT_LIMIT, MAX_DELAY_MS, MAX_KEEP_MS, MAX_LEASE_MS, MAX_PARTITIONS_COUNT,
+    MAX_PERIOD_MS, MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_REASON_BYTES, MAX_RESULT_BYTES,
+    MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
 };
 use crate::store::KeyKind;
 use crate::text::{printable_line, Quoted};
@@ -187,6 +187,23 @@ pub fn missed() -> RedisError {
 pub fn priority() -> RedisError {
     err(format!(
         "ERR PRIORITY must be an integer between -{MAX_LEVEL} and {MAX_LEVEL}"
+    ))
+}
+
+pub fn result_too_long() -> RedisError {
+    err(format!(
+        "ERR result must be at most {MAX_RESULT_BYTES} bytes"
+    ))
+}
+
+pub fn ack_results() -> RedisError {
+    err("ERR ACKRESULT must be followed by one or more <id> <token> <result> triples, and be the last option".into())
+}
+
+/// RESULT-TTL, DEDUP-MS.
+pub fn keep_ms(option: &str) -> RedisError {
+    err(format!(
+        "ERR {option} must be an integer between 1 and {MAX_KEEP_MS}, or NONE"
     ))
 }
 

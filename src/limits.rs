@@ -44,3 +44,11 @@ pub const SCHEDULES_DEFAULT_COUNT: usize = 10;
 /// of about 20 µs, so one call's work stays within milliseconds.
 pub const MAX_SCHEDULES_COUNT: i64 = 100;
 pub const MAX_SCHEDULE_RUNS: i64 = 20;
+
+/// The largest result a worker may hand back (`VTRR.ACKRESULT`): a result
+/// is kept for the queue's RESULT-TTL, so one finished job cannot hold more
+/// memory than this beyond its payload.
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+
+/// The longest RESULT-TTL and DEDUP-MS: 30 days.
+pub const MAX_KEEP_MS: i64 = 30 * 86_400_000;

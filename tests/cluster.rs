@@ -474,14 +474,15 @@ fn a_failover_under_traffic_keeps_confirmed_writes_and_leases_held_across_it() {
     let cluster = Cluster::start_with(3, 1, master, &["reclaim-interval-ms", "10"], &[]);
     let replica = 3;
     // Leases this test holds across the failover, on a queue of the same
-    // slot that no worker touches.
+    // slot that no worker touches: five minutes, so a slow failover on a
+    // busy machine does not let them expire before the new master acks.
     let held = "held{q}";
     let mut con = cluster.con(master);
     for i in 0..30 {
         enqueue_one(&mut con, held, &format!("p{i}"), &format!("h{i}"), "H");
     }
     let long: Vec<Lease> = (0..20)
-        .map(|_| lease(&mut con, held, 20_000).unwrap())
+        .map(|_| lease(&mut con, held, 300_000).unwrap())
         .collect();
     let short: Vec<Lease> = (0..10)
         .map(|_| lease(&mut con, held, 2_000).unwrap())

@@ -225,10 +225,16 @@ fn commands_declare_arity_flags_and_key_position() {
         ("vtrr.lease", -3, vec!["write", "module", "fast"]),
         ("vtrr.ack", -4, vec!["write", "module", "fast"]),
         ("vtrr.ackcost", -5, vec!["write", "module", "fast"]),
+        (
+            "vtrr.ackresult",
+            -5,
+            vec!["write", "denyoom", "module", "fast"],
+        ),
         ("vtrr.renew", -5, vec!["write", "module", "fast"]),
         ("vtrr.reclaim", -2, vec!["write", "module"]),
         ("vtrr.stats", 2, vec!["readonly", "module", "fast"]),
         ("vtrr.job", -3, vec!["readonly", "module", "fast"]),
+        ("vtrr.result", -3, vec!["readonly", "module", "fast"]),
         ("vtrr.check", 2, vec!["readonly", "module"]),
         // The README's command reference: syntax gives the arity, "Flags:"
         // the flags (`deny-oom` is shown as `denyoom`).
@@ -527,6 +533,7 @@ fn a_module_key_of_the_wrong_type_is_refused_by_every_command_that_opens_it() {
             "rank_leased",
             "rank_dead",
             "throttled",
+            "finished",
             "schedule_due",
         ];
         let expected = if sorted_sets.contains(&suffix) {
@@ -628,7 +635,12 @@ fn idle_lifecycle_and_tenant_calls_do_not_abort_a_watching_client_and_real_chang
         let policy: Vec<Value> = command(&["VTRR.POLICY", "q"]).query(&mut worker).unwrap();
         assert_eq!(
             policy,
-            policy_reply(Value::Int(4), Value::Nil, Value::Int(3))
+            policy_reply(
+                Value::Int(4),
+                Value::Nil,
+                Value::Int(3),
+                Value::Int(86_400_000)
+            )
         );
         let _: Value = command(&["VTRR.STATS", "q"]).query(&mut worker).unwrap();
         // The tenant controls, each asked for what already holds.
@@ -825,7 +837,12 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     assert_eq!(replies[8], Value::Array(vec![]));
     assert_eq!(
         replies[9],
-        Value::Array(policy_reply(Value::Nil, Value::Int(5), Value::Nil))
+        Value::Array(policy_reply(
+            Value::Nil,
+            Value::Int(5),
+            Value::Nil,
+            Value::Nil
+        ))
     );
     assert_invariants(&mut con, "q");
 
@@ -871,7 +888,7 @@ fn lifecycle_commands_work_inside_multi_and_lua() {
     let policy: Vec<Value> = command(&["VTRR.POLICY", "q"]).query(&mut con).unwrap();
     assert_eq!(
         policy,
-        policy_reply(Value::Nil, Value::Int(5), Value::Int(2))
+        policy_reply(Value::Nil, Value::Int(5), Value::Int(2), Value::Nil)
     );
     // b is queued again, revived with its counters reset.
     let leased: Vec<Value> = command(&["VTRR.LEASE", "q", "60000", "WITHCOUNTERS"])
@@ -1021,7 +1038,12 @@ fn tenant_commands_work_inside_multi_and_lua() {
     assert_eq!(replies[9..11], [Value::Int(0), Value::Okay]);
     assert_eq!(
         replies[11],
-        Value::Array(policy_reply(Value::Int(2), Value::Nil, Value::Nil))
+        Value::Array(policy_reply(
+            Value::Int(2),
+            Value::Nil,
+            Value::Nil,
+            Value::Nil
+        ))
     );
     assert_invariants(&mut con, "q");
 
@@ -1130,14 +1152,21 @@ fn a_client_cannot_send_the_internal_apply_command() {
     assert_eq!(dump_all(&mut con), before);
 }
 
-/// VTRR.POLICY's reply (RESP2) with the dead-letter limits and the default
-/// cap given, and no rate or queue-wide limit.
-fn policy_reply(default_concurrency: Value, max_nacks: Value, max_timeouts: Value) -> Vec<Value> {
+/// VTRR.POLICY's reply (RESP2) with the dead-letter limits, the default cap
+/// and the RESULT-TTL given, and no rate, queue-wide limit or dedup.
+fn policy_reply(
+    default_concurrency: Value,
+    max_nacks: Value,
+    max_timeouts: Value,
+    result_ttl: Value,
+) -> Vec<Value> {
     let field = |name: &str| Value::BulkString(name.as_bytes().to_vec());
     vec![
         field("burst"),
         Value::Nil,
         field("concurrency"),
+        Value::Nil,
+        field("dedup-ms"),
         Value::Nil,
         field("default-burst"),
         Value::Nil,
@@ -1157,6 +1186,8 @@ fn policy_reply(default_concurrency: Value, max_nacks: Value, max_timeouts: Valu
         Value::Nil,
         field("rate"),
         Value::Nil,
+        field("result-ttl-ms"),
+        result_ttl,
     ]
 }
 

@@ -749,12 +749,13 @@ fn policy_reads_nil_by_default_reads_back_what_was_set_and_none_clears_it() {
     let mut con = server.connect();
     let read = |con: &mut Connection| {
         let p: HashMap<String, Option<i64>> = policy(con, "q");
-        assert_eq!(p.len(), 11, "{p:?}");
+        assert_eq!(p.len(), 13, "{p:?}");
         for limit in ["concurrency", "rate", "per-ms", "burst"] {
             assert_eq!(p[&format!("default-{limit}")], None);
             assert_eq!(p[limit], None);
         }
         assert_eq!(p["default-max-queued"], None);
+        assert_eq!((p["result-ttl-ms"], p["dedup-ms"]), (None, None));
         (p["max-timeouts"], p["max-nacks"])
     };
     assert_eq!(read(&mut con), (None, None));

@@ -350,6 +350,14 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
         (1, 1),
         "the PAUSE left parking under way"
     );
+    // Finished jobs kept a day (no record goes during the test): ACKs and
+    // CANCELs record outcomes at the master's time, which replicas must
+    // replay, and ENQUEUE's dedup reads them.
+    set_policy(
+        con,
+        queue,
+        &["RESULT-TTL", "86400000", "DEDUP-MS", "86400000"],
+    );
     for step in 0..1500u64 {
         match rng.below(22) {
             0 | 1 => {
@@ -391,11 +399,15 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
                 // Settling leases in the same call (replicated as the ACK
                 // then the lease).
                 if !leases.is_empty() && rng.chance(40) {
-                    cmd.arg("ACK");
+                    let with_results = rng.chance(50);
+                    cmd.arg(if with_results { "ACKRESULT" } else { "ACK" });
                     for _ in 0..1 + rng.below(2).min(leases.len() as u64 - 1) {
                         let (id, token) =
                             leases.swap_remove(rng.below(leases.len() as u64) as usize);
                         cmd.arg(id).arg(token);
+                        if with_results {
+                            cmd.arg(format!("result-{step}"));
+                        }
                     }
                 }
                 let reply: Value = cmd.query(con).unwrap();
@@ -432,8 +444,16 @@ fn lifecycle_workload(con: &mut Connection, seed: u64, queue: &str) {
             }
             10 if !leases.is_empty() => {
                 let (id, token) = leases.swap_remove(rng.below(leases.len() as u64) as usize);
-                if rng.chance(70) {
+                if rng.chance(35) {
                     let _: i64 = ack(con, queue, &id, std::str::from_utf8(&token).unwrap());
+                } else if rng.chance(50) {
+                    let _: i64 = redis::cmd("VTRR.ACKRESULT")
+                        .arg(queue)
+                        .arg(&id)
+                        .arg(&token)
+                        .arg(format!("\x00result {step}"))
+                        .query(con)
+                        .unwrap();
                 } else {
                     leases.push((id.clone(), token.clone()));
                     let lease_ms = if rng.chance(50) {

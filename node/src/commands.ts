@@ -18,11 +18,13 @@ import {
   checkPayload,
   checkPositive,
   checkReason,
+  checkResult,
   MAX_BLOCK_MS,
   MAX_COST,
   MAX_EVERY_MS,
   MAX_LIMIT,
   MAX_MS,
+  MAX_OUTCOME_MS,
   MAX_PARTITIONS_COUNT,
   MAX_POLICY_LIMIT,
   MAX_PRIORITY,
@@ -191,6 +193,29 @@ function view(reply: unknown): PartitionView {
   };
 }
 
+/** A VTRR.JOB map (VTRR.RESULT's too). */
+function jobStatus(reply: unknown): JobStatus {
+  const f = fields(reply);
+  const result = f.get('result');
+  return {
+    id: text(f.get('id')),
+    state: text(f.get('state')) as JobState,
+    partition: optText(f.get('partition')),
+    weight: optInt(f.get('weight')),
+    priority: optInt(f.get('priority')),
+    timeouts: optInt(f.get('timeouts')),
+    nacks: optInt(f.get('nacks')),
+    expiresMs: optInt(f.get('expires-ms')),
+    dueMs: optInt(f.get('due-ms')),
+    deadMs: optInt(f.get('dead-ms')),
+    reason: optText(f.get('reason')),
+    lastError: optText(f.get('last-error')),
+    // Absent from a module before finished jobs were kept.
+    finishedMs: optInt(f.get('finished-ms')),
+    result: result === null || result === undefined ? null : bytes(result),
+  };
+}
+
 function schedule(reply: unknown): ScheduleView {
   const f = fields(reply);
   const payload = f.get('payload');
@@ -267,6 +292,24 @@ function triples(charges: readonly Charge[]): Arg[] {
     token(lease),
     String(checkInt('cost', cost, 0, MAX_COST)),
   ]);
+}
+
+/** A lease and what its job returned, kept as its result (VTRR.ACKRESULT): bytes, or a string sent as UTF-8. */
+export interface Returned {
+  readonly lease: Fenced;
+  readonly result: Payload;
+}
+
+function resultTriples(returned: readonly Returned[]): Arg[] {
+  if (returned.length === 0) {
+    throw new InvalidArgumentError('ackresult needs at least one lease');
+  }
+  return returned.flatMap(({ lease, result }) => [fencedId(lease), token(lease), checkResult(result)]);
+}
+
+function ackedLeases(reply: unknown): AckedLeases {
+  const [acked, leased] = reply as unknown[];
+  return { acked: list(acked).map(bool), leases: leases(leased) };
 }
 
 /** What every LEASE form sends first: the lease time, COUNT and BLOCK, the counters and partition. */
@@ -395,10 +438,7 @@ export const commands = {
       'ACK',
       ...pairs(done),
     ],
-    transformReply: (reply: unknown): AckedLeases => {
-      const [acked, leased] = reply as unknown[];
-      return { acked: list(acked).map(bool), leases: leases(leased) };
-    },
+    transformReply: ackedLeases,
   }),
 
   /** `LEASE ... ACKCOST`: finishes each lease charging its cost, then leases up to `count`. */
@@ -409,10 +449,18 @@ export const commands = {
       'ACKCOST',
       ...triples(charges),
     ],
-    transformReply: (reply: unknown): AckedLeases => {
-      const [acked, leased] = reply as unknown[];
-      return { acked: list(acked).map(bool), leases: leases(leased) };
-    },
+    transformReply: ackedLeases,
+  }),
+
+  /** `LEASE ... ACKRESULT`: finishes each lease keeping its result, then leases up to `count`. */
+  ackResultAndLease: declare({
+    command: 'VTRR.LEASE',
+    parseCommand: (returned: readonly Returned[], count: number, options: LeaseOptions): Arg[] => [
+      ...leaseArgs(options, count),
+      'ACKRESULT',
+      ...resultTriples(returned),
+    ],
+    transformReply: ackedLeases,
   }),
 
   ack: declare({
@@ -424,6 +472,13 @@ export const commands = {
   ackCost: declare({
     command: 'VTRR.ACKCOST',
     parseCommand: (charges: readonly Charge[]): Arg[] => triples(charges),
+    transformReply: int,
+  }),
+
+  /** Fenced ACK keeping each job's result while the policy's RESULT-TTL does (a lost lease keeps nothing). */
+  ackResult: declare({
+    command: 'VTRR.ACKRESULT',
+    parseCommand: (returned: readonly Returned[]): Arg[] => resultTriples(returned),
     transformReply: int,
   }),
 
@@ -521,6 +576,8 @@ export const commands = {
         concurrency: optInt(f.get('concurrency')),
         rate: rate(f),
         defaultMaxQueued: optInt(f.get('default-max-queued')),
+        resultTtlMs: optInt(f.get('result-ttl-ms')),
+        dedupMs: optInt(f.get('dedup-ms')),
       };
     },
   }),
@@ -535,6 +592,8 @@ export const commands = {
       concurrency?: Limit;
       rate?: Rate | 'NONE';
       defaultMaxQueued?: Limit;
+      resultTtlMs?: Limit;
+      dedupMs?: Limit;
     }): Arg[] => {
       const args = [
         ...limitArgs('MAX-TIMEOUTS', settings.maxTimeouts, 0, MAX_POLICY_LIMIT),
@@ -544,6 +603,8 @@ export const commands = {
         ...limitArgs('CONCURRENCY', settings.concurrency, 1, MAX_LIMIT),
         ...rateArgs('RATE', settings.rate),
         ...limitArgs('DEFAULT-MAX-QUEUED', settings.defaultMaxQueued, 1, MAX_LIMIT),
+        ...limitArgs('RESULT-TTL', settings.resultTtlMs, 1, MAX_OUTCOME_MS),
+        ...limitArgs('DEDUP-MS', settings.dedupMs, 1, MAX_OUTCOME_MS),
       ];
       if (args.length === 0) {
         throw new InvalidArgumentError('setPolicy needs at least one setting');
@@ -578,24 +639,18 @@ export const commands = {
   jobs: declare({
     command: 'VTRR.JOB',
     parseCommand: (given: readonly Name[]): Arg[] => ids('jobs', given),
-    transformReply: (reply: unknown): JobStatus[] =>
-      list(reply).map((entry) => {
-        const f = fields(entry);
-        return {
-          id: text(f.get('id')),
-          state: text(f.get('state')) as JobState,
-          partition: optText(f.get('partition')),
-          weight: optInt(f.get('weight')),
-          priority: optInt(f.get('priority')),
-          timeouts: optInt(f.get('timeouts')),
-          nacks: optInt(f.get('nacks')),
-          expiresMs: optInt(f.get('expires-ms')),
-          dueMs: optInt(f.get('due-ms')),
-          deadMs: optInt(f.get('dead-ms')),
-          reason: optText(f.get('reason')),
-          lastError: optText(f.get('last-error')),
-        };
-      }),
+    transformReply: (reply: unknown): JobStatus[] => list(reply).map(jobStatus),
+  }),
+
+  /** A finished job's status (done, dead or cancelled), else null; with `blockMs`, waits up to that long (0: forever). */
+  result: declare({
+    command: 'VTRR.RESULT',
+    parseCommand: (id: Name, blockMs?: number): Arg[] => [
+      checkName('id', id),
+      ...(blockMs === undefined ? [] : ['BLOCK', String(checkInt('BLOCK timeout-ms', blockMs, 0, MAX_BLOCK_MS))]),
+    ],
+    transformReply: (reply: unknown): JobStatus | null =>
+      reply === null || reply === undefined ? null : jobStatus(reply),
   }),
 
   revive: declare({

@@ -11,6 +11,7 @@ export {
   type LeaseOptions,
   type Limit,
   type NackOptions,
+  type Returned,
   type ScheduleDefinition,
 } from './commands.js';
 export {

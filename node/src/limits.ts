@@ -32,6 +32,10 @@ export const MAX_SCHEDULES_COUNT = 100;
 export const MAX_SCHEDULE_RUNS = 20;
 /** NACK ... REASON: a failure's summary and the top of its stack fit. */
 export const MAX_REASON_BYTES = 4096;
+/** ACKRESULT: what a job returned, in bytes. */
+export const MAX_RESULT_BYTES = 1_048_576;
+/** RESULT-TTL, DEDUP-MS: thirty days. */
+export const MAX_OUTCOME_MS = 2_592_000_000;
 /** The id form of a schedule's runs, refused to ENQUEUE and DEFER. */
 export const SCHEDULE_ID_PREFIX = 'schedule:';
 
@@ -118,6 +122,18 @@ export function checkReason(value: unknown): string | Buffer {
   const length = typeof value === 'string' ? Buffer.byteLength(value) : value.length;
   if (length < 1 || length > MAX_REASON_BYTES) {
     throw new InvalidArgumentError(`REASON must be between 1 and ${MAX_REASON_BYTES} bytes`);
+  }
+  return typeof value === 'string' ? value : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+}
+
+/** A job's result as the bytes to send: at most MAX_RESULT_BYTES of them. */
+export function checkResult(value: unknown): string | Buffer {
+  if (typeof value !== 'string' && !(value instanceof Uint8Array)) {
+    throw new TypeError(`result must be a string or bytes, not ${typeName(value)}`);
+  }
+  const length = typeof value === 'string' ? Buffer.byteLength(value) : value.length;
+  if (length > MAX_RESULT_BYTES) {
+    throw new InvalidArgumentError(`result must be at most ${MAX_RESULT_BYTES} bytes`);
   }
   return typeof value === 'string' ? value : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
 }

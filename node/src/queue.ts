@@ -12,6 +12,7 @@ import {
   type Declaration,
   type Limit,
   type NackOptions,
+  type Returned,
   type ScheduleDefinition,
 } from './commands.js';
 import { InvalidArgumentError, isTryAgain, SlotMovingError, translate } from './errors.js';
@@ -131,8 +132,9 @@ export class Queue {
 
   /**
    * Adds one item; false when its id is already in the queue's life (queued,
-   * leased, delayed or dead: skipped). PartitionFullError when its partition
-   * has its MAX-QUEUED items waiting.
+   * leased, delayed or dead), or finished less than the policy's `dedupMs`
+   * ago: skipped. PartitionFullError when its partition has its MAX-QUEUED
+   * items waiting.
    */
   async enqueue(partition: Name, id: Name, payload: Payload, options: EnqueueOptions = {}): Promise<boolean> {
     const item = { partition, id, payload, ...(options.weight === undefined ? {} : { weight: options.weight }) };
@@ -166,18 +168,26 @@ export class Queue {
   /**
    * Acks the `done` leases (fenced) and leases up to `count` items, in one
    * call; with `costs` (one per lease) each partition is charged its job's
-   * cost instead of its weight (`LEASE ... ACKCOST`).
+   * cost instead of its weight (`LEASE ... ACKCOST`); with `results` (one
+   * per lease) each is kept as its job's result (`LEASE ... ACKRESULT`).
+   * One or the other.
    */
   async ackAndLease(
     done: readonly Fenced[],
     count: number,
-    options: { leaseMs: number; blockMs?: number; costs?: readonly number[] },
+    options: { leaseMs: number; blockMs?: number; costs?: readonly number[]; results?: readonly Payload[] },
   ): Promise<AckedLeases> {
-    const { costs, ...leaseOptions } = options;
-    if (costs === undefined) {
-      return this.run(commands.ackAndLease, done, count, leaseOptions);
+    const { costs, results, ...leaseOptions } = options;
+    if (costs !== undefined && results !== undefined) {
+      throw new InvalidArgumentError('costs and results cannot be combined: VTRR.ACKRESULT reports no cost');
     }
-    return this.run(commands.ackCostAndLease, charges(done, costs), count, leaseOptions);
+    if (costs !== undefined) {
+      return this.run(commands.ackCostAndLease, charges(done, costs), count, leaseOptions);
+    }
+    if (results !== undefined) {
+      return this.run(commands.ackResultAndLease, returns(done, results), count, leaseOptions);
+    }
+    return this.run(commands.ackAndLease, done, count, leaseOptions);
   }
 
   /** Fenced ACK: how many of the leases were still current (and are now done). */
@@ -188,6 +198,16 @@ export class Queue {
   /** Fenced ACK charging each partition what its job really cost (weights' units) instead of its weight. */
   ackCost(...charged: Charge[]): Promise<number> {
     return this.run(commands.ackCost, charged);
+  }
+
+  /**
+   * Fenced ACK keeping what each job returned (bytes, or a string as UTF-8;
+   * at most 1 MiB) as its result while the policy's `resultTtlMs` keeps
+   * outcomes: `result(id)` reads it. How many leases were still current (a
+   * lost one keeps nothing).
+   */
+  ackResult(...returned: Returned[]): Promise<number> {
+    return this.run(commands.ackResult, returned);
   }
 
   /** Extends a lease by `leaseMs` from now; false when it is lost. `cost`: what the job cost since its last report, charged now. */
@@ -258,8 +278,11 @@ export class Queue {
 
   // Item life.
 
-  /** Puts dead items back in the queue, counters reset; how many. */
-  /** Where each item is, in order: queued, held, leased, delayed, dead, or unknown (never enqueued, or finished). */
+  /**
+   * Where each item is, in order: queued, held, leased, delayed, dead, done
+   * or cancelled (finished, while the policy keeps outcomes), or unknown
+   * (never enqueued, or finished and nothing of it kept).
+   */
   jobs(...ids: Name[]): Promise<JobStatus[]> {
     return this.run(commands.jobs, ids);
   }
@@ -270,6 +293,20 @@ export class Queue {
     return status as JobStatus;
   }
 
+  /**
+   * The job's status once it finished: `done` (with its `result`, what it
+   * returned, while the policy's `resultTtlMs` keeps it), `dead` or
+   * `cancelled`; null while it has not, or when nothing of it is kept.
+   * `blockMs`: wait up to that long (0: forever) for it to finish, woken by
+   * the call that finishes it (BullMQ's `waitUntilFinished`). The wait holds
+   * the connection: give it a client of its own (`client.duplicate()`) when
+   * the application's commands share this one.
+   */
+  result(id: Name, options: { blockMs?: number } = {}): Promise<JobStatus | null> {
+    return this.run(commands.result, id, options.blockMs);
+  }
+
+  /** Puts dead items back in the queue, counters reset; how many. */
   revive(...ids: Name[]): Promise<number> {
     return this.run(commands.revive, ids);
   }
@@ -287,9 +324,11 @@ export class Queue {
 
   /**
    * Sets the dead-letter policy, the default cap, rate and MAX-QUEUED (of
-   * every partition without its own) and the queue's own cap and rate (on
-   * top of every partition's, shared in fair turn); unset leaves one as it
-   * is, 'NONE' clears it.
+   * every partition without its own), the queue's own cap and rate (on top
+   * of every partition's, shared in fair turn) and how long a finished job
+   * is kept: its outcome and result for `resultTtlMs` (`result(id)`), its id
+   * for `dedupMs` (an enqueue of it skipped meanwhile), the longer of the
+   * two for both; unset leaves one as it is, 'NONE' clears it.
    */
   setPolicy(settings: {
     maxTimeouts?: Limit;
@@ -299,6 +338,8 @@ export class Queue {
     concurrency?: Limit;
     rate?: Rate | 'NONE';
     defaultMaxQueued?: Limit;
+    resultTtlMs?: Limit;
+    dedupMs?: Limit;
   }): Promise<void> {
     return this.run(commands.setPolicy, settings);
   }
@@ -390,4 +431,11 @@ function charges(done: readonly Fenced[], costs: readonly number[]): Charge[] {
     throw new InvalidArgumentError(`${costs.length} costs for ${done.length} leases: one cost per lease`);
   }
   return done.map((lease, i) => ({ lease, cost: costs[i] as number }));
+}
+
+function returns(done: readonly Fenced[], results: readonly Payload[]): Returned[] {
+  if (results.length !== done.length) {
+    throw new InvalidArgumentError(`${results.length} results for ${done.length} leases: one result per lease`);
+  }
+  return done.map((lease, i) => ({ lease, result: results[i] as Payload }));
 }

@@ -166,7 +166,7 @@ export interface PartitionSettings {
 
 /**
  * VTRR.POLICY without options; null is NONE (never give up, no default cap,
- * rate or MAX-QUEUED, no queue-wide cap or rate).
+ * rate or MAX-QUEUED, no queue-wide cap or rate, no finished job kept).
  */
 export interface Policy {
   readonly maxTimeouts: number | null;
@@ -183,13 +183,24 @@ export interface Policy {
   readonly rate: Rate | null;
   /** The MAX-QUEUED of every partition without its own. */
   readonly defaultMaxQueued: number | null;
+  /** How long a finished job's outcome is kept, its result with it (ms): `result()` reads it. */
+  readonly resultTtlMs: number | null;
+  /** How long an enqueue of a finished job's id is skipped (ms). */
+  readonly dedupMs: number | null;
 }
 
-/** VTRR.DEAD: a dead-lettered item and why it died. */
-/** Where an item is (VTRR.JOB); `unknown`: never enqueued, or finished (acked, cancelled). */
-export type JobState = 'queued' | 'held' | 'leased' | 'delayed' | 'dead' | 'unknown';
+/**
+ * Where an item is (VTRR.JOB): `done` (acked) and `cancelled` once it
+ * finished, while the queue's policy keeps outcomes (`resultTtlMs`,
+ * `dedupMs`); `unknown`: never enqueued, or finished and nothing of it kept.
+ */
+export type JobState = 'queued' | 'held' | 'leased' | 'delayed' | 'dead' | 'done' | 'cancelled' | 'unknown';
 
-/** VTRR.JOB: where an item is, and what the queue keeps of it there; null where the state has none. */
+/**
+ * VTRR.JOB (and VTRR.RESULT): where an item is, and what the queue keeps of
+ * it there; null where the state has none (a finished job keeps only
+ * `finishedMs` and `result`).
+ */
 export interface JobStatus {
   readonly id: string;
   readonly state: JobState;
@@ -207,8 +218,13 @@ export interface JobStatus {
   readonly reason: string | null;
   /** What its last NACK ... REASON said failed. */
   readonly lastError: string | null;
+  /** When a done or cancelled job finished (Unix ms). */
+  readonly finishedMs: number | null;
+  /** What a done job returned (VTRR.ACKRESULT), while the queue's RESULT-TTL keeps it. */
+  readonly result: Buffer | null;
 }
 
+/** VTRR.DEAD: a dead-lettered item and why it died. */
 export interface DeadItem {
   readonly id: string;
   readonly idBytes: Buffer;

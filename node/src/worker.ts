@@ -11,7 +11,10 @@
  * worker with nothing running waits in the server (BLOCK) rather than
  * polling it.
  *
- * - A handler that returns: ACK. One that throws (anything): NACK with an
+ * - A handler that returns: ACK; what it returned, unless undefined or null,
+ *   is the job's result (`ACKRESULT`: bytes as they are, a string as UTF-8,
+ *   anything else as JSON), which `queue.result(id)` reads while the
+ *   queue's policy keeps it. One that throws (anything): NACK with an
  *   exponential backoff and jitter from the item's nack count (RetryError
  *   sets the delay, UnrecoverableError sends the item to the dead letters).
  *   Giving up is the queue's policy (VTRR.POLICY MAX-NACKS, MAX-TIMEOUTS),
@@ -38,7 +41,7 @@ import { isPermanent } from './errors.js';
 import type { GiveBack, Renewal, Round, RoundResult } from './exchange.js';
 import { isEmpty } from './exchange.js';
 import { Job, JobReleasedError, LeaseLostError, RetryError, UnrecoverableError } from './job.js';
-import { checkInt, MAX_BLOCK_MS, MAX_COST, MAX_MS, MAX_REASON_BYTES } from './limits.js';
+import { checkInt, checkResult, MAX_BLOCK_MS, MAX_COST, MAX_MS, MAX_REASON_BYTES } from './limits.js';
 import { consoleLogger, type Logger } from './log.js';
 import type { Queue } from './queue.js';
 import type { Transport } from './transport.js';
@@ -75,6 +78,9 @@ export interface WorkerOptions {
    * `'time'`: every job is charged to its partition what it really cost
    * instead of its weight: its run time in ms, or what its handler
    * reported (`job.reportCost`). Without it, only jobs that report are.
+   * A job that returns a result is acked with it and reports no cost (the
+   * module's ACKRESULT takes none): it is charged its weight, and what its
+   * renewals reported.
    */
   readonly cost?: 'time';
   /** Where the start-up line, a line per job and the errors go (stderr at info by default). */
@@ -93,7 +99,7 @@ export interface Failure {
 export interface WorkerEvents {
   /** A handler started. */
   active: [job: Job];
-  /** A handler returned and its item is done (acked): its return value, kept nowhere else. */
+  /** A handler returned and its item is done (acked): its return value (kept as the job's result unless undefined or null). */
   completed: [job: Job, result: unknown];
   /** A handler threw and its item was nacked: the error, and where the item went. */
   failed: [job: Job, error: Error, failure: Failure];
@@ -120,6 +126,8 @@ interface Finished {
 interface Succeeded {
   readonly job: Job;
   readonly result: unknown;
+  /** What its ACK keeps as its result (`jobResult`); undefined: none. */
+  readonly kept: string | Buffer | undefined;
 }
 
 interface Failed {
@@ -140,6 +148,7 @@ interface Plan {
   readonly round: Round;
   readonly acked: Succeeded[];
   readonly charged: Succeeded[];
+  readonly returned: Succeeded[];
   readonly nacked: Failed[];
   readonly renewed: Job[];
 }
@@ -170,6 +179,26 @@ function failureReason(error: Error): string {
     .subarray(0, MAX_REASON_BYTES)
     .toString('utf8')
     .replace(/\uFFFD+$/, '');
+}
+
+/**
+ * What a handler's return value keeps as its job's result (VTRR.ACKRESULT):
+ * undefined and null nothing, bytes as they are, a string as UTF-8,
+ * anything else as JSON. Throws for a value JSON cannot write, or one over
+ * 1 MiB (the module's bound).
+ */
+function jobResult(value: unknown): string | Buffer | undefined {
+  if (value === undefined || value === null) {
+    return undefined;
+  }
+  if (typeof value === 'string' || value instanceof Uint8Array) {
+    return checkResult(value);
+  }
+  const json: string | undefined = JSON.stringify(value);
+  if (json === undefined) {
+    throw new TypeError(`a ${typeof value} has no JSON form`);
+  }
+  return checkResult(json);
 }
 
 function seconds(ms: number): string {
@@ -469,6 +498,7 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
       leaseMs: this.leaseMs,
       acks: [],
       charges: [],
+      results: [],
       nacks: jobs.map((job) => ({ lease: job, release: true })),
       renewals: [],
       count: 0,
@@ -496,9 +526,10 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
       return;
     }
     const base = plan ?? {
-      round: { leaseMs: this.leaseMs, acks: [], charges: [], nacks: [], renewals: [], count: 0 },
+      round: { leaseMs: this.leaseMs, acks: [], charges: [], results: [], nacks: [], renewals: [], count: 0 },
       acked: [],
       charged: [],
+      returned: [],
       nacked: [],
       renewed: [],
     };
@@ -577,8 +608,10 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
     }
     this.finished = [];
     const succeeded = this.settling.filter((o): o is Succeeded => !isFailed(o));
-    const acked = succeeded.filter((o) => !this.costed(o.job));
-    const charged = succeeded.filter((o) => this.costed(o.job));
+    // A result goes with ACKRESULT, which reports no cost.
+    const returned = succeeded.filter((o) => o.kept !== undefined);
+    const acked = succeeded.filter((o) => o.kept === undefined && !this.costed(o.job));
+    const charged = succeeded.filter((o) => o.kept === undefined && this.costed(o.job));
     const nacked = this.settling.filter(isFailed);
     let renewed: Job[] = [];
     if (now >= this.nextRenewAt) {
@@ -593,6 +626,7 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
       leaseMs: this.leaseMs,
       acks: acked.map((o) => o.job),
       charges: charged.map((o) => ({ lease: o.job, cost: this.unreported(o.job, o.job.endedAt) })),
+      results: returned.map((o) => ({ lease: o.job, result: o.kept as string | Buffer })),
       nacks: nacked.map((o) => ({
         lease: o.job,
         reason: failureReason(o.error),
@@ -605,7 +639,7 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
       count,
       ...(count > 0 && this.running.size === 0 ? { blockMs: this.blockMs } : {}),
     };
-    return isEmpty(round) ? null : { round, acked, charged, nacked, renewed };
+    return isEmpty(round) ? null : { round, acked, charged, returned, nacked, renewed };
   }
 
   /** Reads a round trip's replies; the jobs it leased, to start. */
@@ -615,6 +649,9 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
     }
     for (const [i, outcome] of plan.charged.entries()) {
       this.acked(outcome, result.charged[i] === true);
+    }
+    for (const [i, outcome] of plan.returned.entries()) {
+      this.acked(outcome, result.returned[i] === true);
     }
     for (const [i, outcome] of plan.nacked.entries()) {
       this.nacked(outcome, result.nacked[i] ?? null);
@@ -643,7 +680,7 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
 
   private outcome(job: Job, error: Error | undefined, result: unknown): Outcome {
     if (error === undefined) {
-      return { job, result };
+      return { job, result, kept: this.kept(job, result) };
     }
     if (error instanceof UnrecoverableError) {
       return { job, error, dead: true };
@@ -652,6 +689,16 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
       return { job, error, delayMs: error.delayMs };
     }
     return { job, error, delayMs: this.delayFor(job, error) };
+  }
+
+  /** `jobResult(result)`; undefined, said in the log, for one that cannot be kept: the job did its work, so it is acked. */
+  private kept(job: Job, result: unknown): string | Buffer | undefined {
+    try {
+      return jobResult(result);
+    } catch (thrown) {
+      this.logger.warn(`${job.id}: its handler's return value is not kept as its result: ${asError(thrown).message}`);
+      return undefined;
+    }
   }
 
   private delayFor(job: Job, error: Error): number {

@@ -186,6 +186,95 @@ for (const RESP of [2, 3] as const) {
       await assert.rejects(queue.jobs(), InvalidArgumentError);
     });
 
+    test('results: kept with the ack, read by result and job; a lost lease keeps nothing', async () => {
+      const queue = new Queue(client, fresh());
+      const unset = await queue.policy();
+      assert.deepEqual([unset.resultTtlMs, unset.dedupMs], [null, null]);
+      await queue.setPolicy({ resultTtlMs: 60_000, dedupMs: 30_000 });
+      const policy = await queue.policy();
+      assert.deepEqual([policy.resultTtlMs, policy.dedupMs], [60_000, 30_000]);
+      await queue.enqueueMany(['a', 'b', 'c', 'd', 'e'].map((id) => ({ partition: 'p', id, payload: 'x' })));
+      const [a, b, c, d] = await queue.leaseMany(4, { leaseMs: 60_000 });
+      assert.ok(a && b && c && d);
+      assert.equal(await queue.ackResult({ lease: a, result: BINARY }), 1);
+      const got = await queue.ackAndLease([b, c], 1, { leaseMs: 60_000, results: ['é', ''] });
+      assert.deepEqual(got.acked, [true, true]);
+      assert.equal(got.leases[0]?.id, 'e');
+      assert.equal(await queue.nack(d), 'queued');
+      assert.equal(await queue.ackResult({ lease: d, result: 'late' }), 0, 'a lost lease finishes nothing');
+      assert.equal(await queue.cancel('e'), 1);
+
+      const done = await queue.result('a');
+      assert.equal(done?.state, 'done');
+      assert.deepEqual(done?.result, BINARY);
+      assert.ok(done?.finishedMs !== null && Math.abs((done?.finishedMs ?? 0) - Date.now()) < 10_000);
+      assert.deepEqual(await queue.job('a'), done, 'VTRR.JOB gives the same map');
+      assert.deepEqual(
+        (await queue.jobs('b', 'c')).map((job) => job.result?.toString()),
+        ['é', ''],
+      );
+      const cancelled = await queue.result('e');
+      assert.deepEqual([cancelled?.state, cancelled?.result], ['cancelled', null]);
+      assert.equal(await queue.result('d'), null, 'queued again: not finished');
+      assert.equal(await queue.result('never'), null);
+
+      await assert.rejects(queue.ackAndLease([a], 1, { leaseMs: 1, costs: [1], results: ['x'] }), {
+        name: 'InvalidArgumentError',
+        message: 'costs and results cannot be combined: VTRR.ACKRESULT reports no cost',
+      });
+      await queue.setPolicy({ resultTtlMs: 'NONE', dedupMs: 'NONE' });
+      const cleared = await queue.policy();
+      assert.deepEqual([cleared.resultTtlMs, cleared.dedupMs], [null, null]);
+    });
+
+    test('result with blockMs waits for the ACK that finishes the job, or replies null at the timeout', async () => {
+      const queue = new Queue(client, fresh());
+      await queue.setPolicy({ resultTtlMs: 60_000 });
+      await queue.enqueue('p', 'slow', 'x');
+      const lease = await queue.lease({ leaseMs: 60_000 });
+      assert.ok(lease);
+      // The wait holds its connection: a client of its own, as the README says.
+      const own = await server.client(RESP);
+      const waiting = new Queue(own, queue.name);
+      assert.equal(await waiting.result('slow', { blockMs: 200 }), null, 'null at the timeout');
+      const started = Date.now();
+      const waited = waiting.result('slow', { blockMs: 60_000 });
+      await sleep(300);
+      assert.equal(await queue.ackResult({ lease, result: '42' }), 1);
+      const status = await waited;
+      assert.deepEqual([status?.state, status?.result?.toString()], ['done', '42']);
+      // Woken by the ACK, not by the end of its wait (a minute: a loaded machine is slow).
+      const took = Date.now() - started;
+      assert.ok(took >= 250 && took < 30_000, `${took} ms`);
+      own.destroy();
+    });
+
+    test('dedupMs skips an enqueue of an id that finished within the window', async () => {
+      const queue = new Queue(client, fresh());
+      await queue.enqueue('p', 'once', 'x');
+      let lease = await queue.lease({ leaseMs: 60_000 });
+      assert.ok(lease);
+      await queue.ack(lease);
+      assert.equal(await queue.enqueue('p', 'once', 'x'), true, 'no DEDUP-MS: a finished id is new again');
+      await queue.setPolicy({ dedupMs: 60_000 });
+      lease = await queue.lease({ leaseMs: 60_000 });
+      assert.ok(lease);
+      await queue.ack(lease);
+      assert.equal(await queue.enqueue('p', 'once', 'x'), false, 'acked within DEDUP-MS: skipped');
+      await queue.enqueue('p', 'gone', 'x');
+      assert.equal(await queue.cancel('gone'), 1);
+      assert.equal(
+        await queue.enqueueMany(
+          ['gone', 'new'].map((id) => ({ partition: 'p', id, payload: 'x' })),
+          { delayMs: 10 },
+        ),
+        1,
+      );
+      const finished = await queue.job('once');
+      assert.deepEqual([finished.state, finished.result], ['done', null], 'no RESULT-TTL: no result kept');
+      assert.equal((await queue.job('gone')).state, 'cancelled');
+    });
+
     test('reclaim takes expired leases back, counting a timeout', async () => {
       const queue = new Queue(client, fresh());
       await queue.enqueue('p', 'e1', 'x');
@@ -276,6 +365,8 @@ for (const RESP of [2, 3] as const) {
         concurrency: null,
         rate: null,
         defaultMaxQueued: null,
+        resultTtlMs: null,
+        dedupMs: null,
       });
       await queue.setPolicy({ maxTimeouts: 'NONE', maxNacks: 'NONE', defaultConcurrency: 'NONE', defaultRate: 'NONE' });
       assert.deepEqual(await queue.policy(), {
@@ -286,6 +377,8 @@ for (const RESP of [2, 3] as const) {
         concurrency: null,
         rate: null,
         defaultMaxQueued: null,
+        resultTtlMs: null,
+        dedupMs: null,
       });
     });
 
@@ -302,6 +395,8 @@ for (const RESP of [2, 3] as const) {
         concurrency: 3,
         rate: minute,
         defaultMaxQueued: null,
+        resultTtlMs: null,
+        dedupMs: null,
       });
       assert.equal((await queue.stats()).tokens, 4, 'a new rate starts full');
       const items = [];
@@ -577,6 +672,22 @@ describe('errors', () => {
         'REASON and RELEASE cannot be combined',
         InvalidArgumentError,
       ],
+      [
+        () => queue.ackResult({ lease: { id: 'i', token: 't' }, result: Buffer.alloc(1_048_577) }),
+        'result must be at most 1048576 bytes',
+        InvalidArgumentError,
+      ],
+      [
+        () => queue.ackAndLease([{ id: 'i', token: 't' }], 1, { leaseMs: 1, results: ['é'.repeat(524_289)] }),
+        'result must be at most 1048576 bytes',
+        InvalidArgumentError,
+      ],
+      [
+        () => queue.setPolicy({ resultTtlMs: 0 }),
+        'RESULT-TTL must be an integer between 1 and 2592000000',
+        InvalidArgumentError,
+      ],
+      [() => queue.result('', { blockMs: 1 }), 'id must not be empty', InvalidArgumentError],
     ];
     for (const [call, message, kind] of cases) {
       await assert.rejects(call(), (error: Error) => {
@@ -611,6 +722,10 @@ describe('errors', () => {
     await assert.rejects(new Queue(client, fresh()).schedule('s', { cron: 'nope', partition: 'p', payload: 'x' }), {
       name: 'InvalidArgumentError',
       message: /^CRON is not a valid pattern/,
+    });
+    // The module's own bound on a result, in the words the client checks it with.
+    await assert.rejects(client.sendCommand(['VTRR.ACKRESULT', fresh(), 'i', 't', Buffer.alloc(1_048_577)]), {
+      message: 'ERR result must be at most 1048576 bytes',
     });
     await client.sendCommand(['ACL', 'SETUSER', 'narrow', 'on', 'nopass', '+@all', '~other:*']);
     const narrow = await server.client();

@@ -9,6 +9,8 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { createClient, type RedisClientType } from 'redis';
+import { commandsOf, read } from '../src/exchange.js';
+import type { Fenced, Round } from '../src/index.js';
 import {
   type Failure,
   type Job,
@@ -278,6 +280,76 @@ describe('running jobs', () => {
     // q1 and s1 tie (both first in line): served in member order.
     assert.deepEqual(served, ['q1', 's1', 'q2', 'q3', 's2', 's3']);
     await worker.close();
+  });
+
+  test("a handler's return value is its job's result: bytes, a string, JSON; null or one that cannot be kept, none", async () => {
+    const queue = new Queue(client, fresh());
+    await queue.setPolicy({ resultTtlMs: 60_000 });
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    const returns: Record<string, unknown> = {
+      bytes: Buffer.from([0xff, 0x00]),
+      text: 'é',
+      json: { n: [1, 2.5, null] },
+      nothing: null,
+      undefined: undefined,
+      cyclic,
+      'too-big': Buffer.alloc(1_048_577),
+    };
+    await queue.enqueueMany(Object.keys(returns).map((id, i) => ({ partition: `p${i}`, id, payload: 'x' })));
+    const logger = recorder();
+    let completed = 0;
+    const worker = startWorker(queue, (job) => returns[job.id], { concurrency: 3, logger });
+    worker.on('completed', () => {
+      completed += 1;
+    });
+    await until('every job completed', () => completed === Object.keys(returns).length);
+    await worker.close();
+    const kept = await queue.jobs(...Object.keys(returns));
+    assert.deepEqual(
+      kept.map((job) => [job.id, job.state, job.result?.toString('hex') ?? null]),
+      [
+        ['bytes', 'done', 'ff00'],
+        ['text', 'done', Buffer.from('é').toString('hex')],
+        ['json', 'done', Buffer.from('{"n":[1,2.5,null]}').toString('hex')],
+        ['nothing', 'done', null],
+        ['undefined', 'done', null],
+        ['cyclic', 'done', null],
+        ['too-big', 'done', null],
+      ],
+    );
+    const unkept = logger.lines.filter((line) => line.includes('not kept as its result'));
+    assert.deepEqual(unkept.map((line) => line.split(':')[0]).sort(), ['WARN cyclic', 'WARN too-big']);
+  });
+
+  test('a round trip sends results beside the acks that have none, and reads each reply back', () => {
+    const [a, b, c] = ['a', 'b', 'c'].map((id) => ({ id, token: `t-${id}` })) as [Fenced, Fenced, Fenced];
+    const round: Round = {
+      leaseMs: 1000,
+      acks: [a],
+      charges: [{ lease: b, cost: 4 }],
+      results: [{ lease: c, result: 'r' }],
+      nacks: [],
+      renewals: [],
+      count: 2,
+    };
+    const lease = ['VTRR.LEASE', 'q', '1000', 'COUNT', '2', 'WITHCOUNTERS', 'WITHPARTITION'];
+    assert.deepEqual(
+      commandsOf('q', round).map((sent) => sent.args),
+      [
+        ['VTRR.ACK', 'q', 'a', 't-a'],
+        ['VTRR.ACKRESULT', 'q', 'c', 't-c', 'r'],
+        [...lease, 'ACKCOST', 'b', 't-b', '4'],
+      ],
+    );
+    const got = read(round, [0, 1, { acked: [true], leases: [] }]);
+    assert.deepEqual([got.acked, got.charged, got.returned], [[false], [true], [true]]);
+    const onlyResults: Round = { ...round, acks: [], charges: [] };
+    assert.deepEqual(
+      commandsOf('q', onlyResults).map((sent) => sent.args),
+      [[...lease, 'ACKRESULT', 'c', 't-c', 'r']],
+    );
+    assert.deepEqual(read(onlyResults, [{ acked: [false], leases: [] }]).returned, [false]);
   });
 
   test('a listener that throws is logged, and the worker goes on', async () => {

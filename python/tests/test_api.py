@@ -161,6 +161,9 @@ NOT_METHODS = {
     # NACK with every option, as a worker's round trip sends it; a queue has
     # `nack` and `release`.
     "give_back",
+    # One VTRR.RESULT; a queue's `result` sends it in slices of a long wait
+    # (`result_waits`), each within the client's socket timeout.
+    "result",
 }
 
 
@@ -273,6 +276,7 @@ EXTRA_PARAMETERS = {
     "jobs": ["KEYWORD_ONLY partition: str | None = None"],
     "revive": ["KEYWORD_ONLY partition: str | None = None"],
     "cancel": ["KEYWORD_ONLY partition: str | None = None"],
+    "result": ["KEYWORD_ONLY partition: str | None = None"],
 }
 # Returns that are one queue's answer on a Queue, and an answer over every
 # sub-queue on a ShardedQueue.

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -204,8 +205,9 @@ def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
     shown = json.loads(vtrr_run("policy", name, "--url", server.url, "--json").stdout)
     assert shown == {
         "max_timeouts": None, "max_nacks": None, "default_concurrency": None,
-        "concurrency": None, "default_max_queued": None, "default_rate": None,
-        "default_burst": None, "rate": None, "burst": None,
+        "concurrency": None, "default_max_queued": None, "result_ttl_ms": None,
+        "dedup_ms": None, "default_rate": None, "default_burst": None, "rate": None,
+        "burst": None,
     }  # fmt: skip
     table = vtrr_run("policy", name, "--max-nacks", "5", "--default-concurrency", "2",
                      "--default-rate", "10/1000", "--default-burst", "3",
@@ -213,8 +215,9 @@ def test_policy_shows_and_sets(server: Server, queue: vtrr.Queue) -> None:
     assert table.returncode == 0, table.stderr
     assert dict(line.split(None, 1) for line in table.stdout.splitlines()) == {
         "max_timeouts": "none", "max_nacks": "5", "default_concurrency": "2",
-        "concurrency": "none", "default_max_queued": "none", "default_rate": "10/1000",
-        "default_burst": "3", "rate": "none", "burst": "none",
+        "concurrency": "none", "default_max_queued": "none", "result_ttl_ms": "none",
+        "dedup_ms": "none", "default_rate": "10/1000", "default_burst": "3", "rate": "none",
+        "burst": "none",
     }  # fmt: skip
     assert queue.policy().default_rate == vtrr.Rate(amount=10, per_ms=1000, burst=3)
     vtrr_run("policy", name, "--default-rate", "none", "--url", server.url)
@@ -776,3 +779,45 @@ def test_job_shows_where_items_are_and_exits_1_for_an_unknown_one(
     missing = vtrr_cli(server.url, "job", queue.name, "job-1", "nope", "--json")
     assert missing.returncode == 1
     assert [row["state"] for row in json.loads(missing.stdout)] == ["queued", "unknown"]
+
+
+def test_result_shows_a_finished_jobs_result_and_waits_for_one(
+    server: Server, queue: vtrr.Queue
+) -> None:
+    name = queue.name
+    queue.enqueue_many([Item("tenant", "job-1", b"x"), Item("tenant", "job-2", b"x")])
+    first, second = queue.lease_many(60_000, 2)
+    set_policy = vtrr_run(
+        "policy", name, "--result-ttl-ms", "60000", "--dedup-ms", "none", "--url", server.url
+    )
+    assert set_policy.returncode == 0, set_policy.stderr
+    lines = dict(line.split(None, 1) for line in set_policy.stdout.splitlines())
+    assert (lines["result_ttl_ms"], lines["dedup_ms"]) == ("60000", "none")
+    one_line_error(
+        vtrr_run("policy", name, "--result-ttl-ms", "0", "--url", server.url),
+        "RESULT-TTL must be an integer between 1 and 2592000000, or NONE",
+    )
+    result = "line one of a long result, longer than a table cell\nline two"
+    assert queue.ack(first, results=[result]) == 1
+
+    shown = vtrr_cli(server.url, "result", name, "job-1")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[:2] == ["id           job-1", "state        done"]
+    as_json = json.loads(vtrr_cli(server.url, "result", name, "job-1", "--json").stdout)
+    assert (as_json["state"], as_json["result"]) == ("done", result), "whole, in JSON"
+    assert as_json["finished_ms"] > 0
+    header, row = vtrr_cli(server.url, "job", name, "job-1").stdout.splitlines()
+    assert header.split()[-2:] == ["finished_ms", "result"]
+    assert row.endswith(" line one of a long result, longer tha..."), "a table shows a line"
+
+    waiting = vtrr_cli(server.url, "result", name, "job-2", "--wait", "0.3")
+    assert waiting.returncode == 1 and waiting.stdout == ""
+    assert waiting.stderr == (
+        "vtrr result: job-2 has not finished within 0.3 s, or nothing of it is kept"
+        " (vtrr policy --result-ttl-ms)\n"
+    )
+    threading.Timer(0.5, lambda: queue.ack(second, results=[b"\xff"])).start()
+    woken = vtrr_cli(server.url, "result", name, "job-2", "--wait", "25", "--json")
+    assert woken.returncode == 0, woken.stderr
+    assert json.loads(woken.stdout)["result"] == {"base64": "/w=="}
+    assert vtrr_cli(server.url, "result", name, "never").returncode == 1

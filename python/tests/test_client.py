@@ -11,6 +11,8 @@ import time
 import pytest
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from servers import REPO, Cluster, Server, layout
 
 import vtrr
@@ -606,3 +608,150 @@ def test_job_tells_where_each_item_is(queue: vtrr.Queue, server: Server) -> None
         await client.aclose()
 
     asyncio.run(from_async())
+
+
+def test_a_finished_jobs_outcome_and_result_are_kept_and_read(
+    queue: vtrr.Queue, server: Server
+) -> None:
+    assert (queue.policy().result_ttl_ms, queue.policy().dedup_ms) == (None, None)
+    queue.set_policy(result_ttl_ms=60_000, dedup_ms=30_000)
+    assert (queue.policy().result_ttl_ms, queue.policy().dedup_ms) == (60_000, 30_000)
+    queue.enqueue_many([Item("p", name, b"x") for name in ("a", "b", "c", "d", "e", "f")])
+    a, b, c, d, e = queue.lease_many(60_000, 5)
+    assert queue.ack(a, results=[b"\x00ok"]) == 1
+    got = queue.ack_and_lease([b, c], 60_000, 1, results=["é", b""])
+    assert got.acked == (True, True) and [lease.id for lease in got.leases] == ["f"]
+    assert queue.nack(d) is vtrr.NackOutcome.QUEUED
+    assert queue.ack(d, results=[b"late"]) == 0, "a lost lease finishes nothing"
+    assert queue.cancel("e", "f") == 2
+    assert queue.ack(e, results=[b"late"]) == 0
+
+    done = queue.result("a")
+    assert done is not None and (done.state, done.result) == ("done", b"\x00ok")
+    assert done.finished_ms is not None and done.finished_ms > 0
+    assert queue.job("a") == done, "VTRR.JOB gives the same map"
+    kept = [queue.result(name) for name in ("b", "c")]
+    assert [status and status.result for status in kept] == ["é".encode(), b""]
+    cancelled = queue.result("e")
+    assert cancelled is not None and (cancelled.state, cancelled.result) == ("cancelled", None)
+    assert queue.result("d") is None, "queued again: not finished"
+    assert queue.job("d").result is None and queue.job("d").state == "queued"
+    assert queue.result("never") is None
+    again = queue.lease(60_000)
+    assert again is not None and queue.nack(again, dead=True, reason="boom")
+    dead = queue.result("d")
+    assert dead is not None and (dead.state, dead.reason, dead.last_error) == (
+        "dead",
+        "nack",
+        "boom",
+    )
+    # Read the same under RESP2 as under redis-py's RESP3.
+    resp2 = vtrr.Queue(server.client(protocol=2), queue.name)
+    assert resp2.result("a") == done and resp2.policy() == queue.policy()
+
+    with pytest.raises(ValueError, match="costs and results cannot be combined"):
+        queue.ack(a, costs=[1], results=[b"x"])
+    with pytest.raises(ValueError, match="2 results for 1 leases"):
+        queue.ack(a, results=[b"x", b"y"])
+    queue.set_policy(result_ttl_ms="NONE", dedup_ms="NONE")
+    assert (queue.policy().result_ttl_ms, queue.policy().dedup_ms) == (None, None)
+
+
+def test_a_result_is_at_most_a_mebibyte(queue: vtrr.Queue, client: redis.Redis) -> None:
+    queue.set_policy(result_ttl_ms=60_000)
+    queue.enqueue_many([Item("p", "big", b"x"), Item("p", "max", b"x")])
+    big, largest = queue.lease_many(60_000, 2)
+    too_long = "result must be at most 1048576 bytes"
+
+    def sent() -> int:
+        """How many VTRR.ACKRESULT and VTRR.LEASE calls the server has run."""
+        stats = client.info("commandstats")
+        return sum(
+            stats.get(f"cmdstat_vtrr.{name}", {}).get("calls", 0) for name in ("ackresult", "lease")
+        )
+
+    before = sent()
+    with pytest.raises(vtrr.InvalidArgument, match=too_long):
+        queue.ack(big, results=[b"x" * 1_048_577])
+    with pytest.raises(vtrr.InvalidArgument):
+        queue.ack_and_lease([big], 60_000, 1, results=["é" * 524_289])
+    with pytest.raises(TypeError):
+        queue.ack(big, results=[7])  # type: ignore[list-item]
+    assert sent() == before, "refused before it was sent"
+    # The module's own refusal, in the same words, writes nothing either.
+    with pytest.raises(redis.ResponseError, match=too_long):
+        client.execute_command("VTRR.ACKRESULT", queue.name, big.id, big.token, b"x" * 1_048_577)
+    assert queue.job("big").state == "leased"
+    assert queue.ack(largest, results=[b"y" * 1_048_576]) == 1
+    kept = queue.result("max")
+    assert kept is not None and kept.result == b"y" * 1_048_576
+
+
+def test_result_waits_for_the_ack_that_finishes_the_job(queue: vtrr.Queue, server: Server) -> None:
+    queue.set_policy(result_ttl_ms=60_000)
+    queue.enqueue("p", "slow", b"x")
+    lease = queue.lease(60_000)
+    assert lease is not None
+    assert queue.result("slow", block_ms=300) is None, "a wait that times out replies None"
+    # The waiting client's socket timeout is shorter than the wait, and it does
+    # not retry (redis-py's default retries would send a cut BLOCK again): the
+    # wait is sent in BLOCKs of a second, so the timeout never cuts it short.
+    no_retry = Retry(NoBackoff(), 0)
+    waiting = vtrr.Queue(server.client(socket_timeout=1.5, retry=no_retry), queue.name)
+    acker = vtrr.Queue(server.client(), queue.name)
+    started = time.monotonic()
+    threading.Timer(2.5, lambda: acker.ack(lease, results=[b"42"])).start()
+    status = waiting.result("slow", block_ms=60_000)
+    assert status is not None and (status.state, status.result) == ("done", b"42")
+    # Woken by the ACK (after the socket timeout had passed), not by the end of the wait.
+    assert 2.4 < time.monotonic() - started < 45
+    assert waiting.result("slow", block_ms=0) == status, "a finished job is answered at once"
+
+
+def test_async_result_waits_without_holding_the_event_loop(
+    queue: vtrr.Queue, server: Server
+) -> None:
+    queue.set_policy(result_ttl_ms=60_000)
+    queue.enqueue("p", "job", b"x")
+    lease = queue.lease(60_000)
+    assert lease is not None
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        aqueue = vtrr.AsyncQueue(client, queue.name)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(tick())
+        threading.Timer(0.5, lambda: queue.ack(lease, results=["done"])).start()
+        status = await aqueue.result("job", block_ms=60_000)
+        ticking.cancel()
+        assert status is not None and (status.state, status.result) == ("done", b"done")
+        assert ticks >= 10, "the loop ran other tasks while the result was awaited"
+        assert await aqueue.result("other", block_ms=100) is None
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_dedup_skips_an_id_that_finished_within_the_window(queue: vtrr.Queue) -> None:
+    queue.enqueue_many([Item("p", "acked", b"x"), Item("p", "cancelled", b"x")])
+    lease = queue.lease(60_000)
+    assert lease is not None and queue.ack(lease) == 1
+    assert queue.enqueue("p", "acked", b"x"), "no DEDUP-MS: a finished id is new again"
+    assert queue.cancel("acked") == 1
+    queue.set_policy(dedup_ms=60_000)
+    lease = queue.lease(60_000)
+    assert lease is not None and lease.id == "cancelled" and queue.ack(lease) == 1
+    assert not queue.enqueue("p", "cancelled", b"x"), "acked within DEDUP-MS: skipped"
+    queue.enqueue("p", "gone", b"x")
+    assert queue.cancel("gone") == 1
+    assert queue.defer(10, [Item("p", "gone", b"x"), Item("p", "new", b"x")]) == 1
+    finished = queue.job("cancelled")
+    assert (finished.state, finished.result) == ("done", None), "no RESULT-TTL: no result kept"
+    assert queue.job("gone").state == "cancelled"

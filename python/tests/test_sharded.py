@@ -503,6 +503,32 @@ def test_a_worker_runs_a_sharded_queue_by_changing_its_constructor(rc: redis.Red
     assert sq.stats().inflight == 0 and sq.check() == []
 
 
+def test_results_are_read_from_the_sub_queue_the_job_is_on(rc: redis.RedisCluster) -> None:
+    sq = ShardedQueue(rc, spread_name(rc, 3), shards=3)
+    sq.set_policy(result_ttl_ms=60_000)
+    assert {p.result_ttl_ms for p in sq.policies()} == {60_000}
+    tenants = [f"tenant-{t}" for t in range(6)]
+    sq.enqueue_many([Item(tenant, f"job-{tenant}", b"x") for tenant in tenants])
+    vtrr.Worker(
+        sq, lambda job: job.partition, concurrency=2, block_ms=200, exit_when_idle=True
+    ).run()
+    for tenant in tenants:
+        found = sq.result(f"job-{tenant}")
+        assert found is not None and (found.state, found.result) == ("done", tenant.encode())
+        assert sq.result(f"job-{tenant}", partition=tenant) == found
+    assert sq.result("never") is None and sq.result("never", block_ms=100) is None
+
+    # A wait on the job's sub-queue, woken by the ACK that finishes it there.
+    sq.enqueue_many([Item(tenant, f"later-{tenant}", b"x") for tenant in tenants[:3]])
+    leases = [lease for lease in iter(lambda: sq.lease(LEASE_MS), None)]
+    waited = leases[-1]
+    assert sq.ack(*leases[:-1], results=[b"r"] * 2) == 2, "one ACKRESULT per sub-queue"
+    threading.Timer(0.3, lambda: sq.ack(waited, results=[b"last"])).start()
+    status = sq.result(waited.id, block_ms=30_000)
+    assert status is not None and status.result == b"last"
+    assert sq.check() == []
+
+
 # 5. What a worker and an operator use beyond the rotation (#31).
 
 

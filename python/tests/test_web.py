@@ -151,7 +151,7 @@ def test_the_queue_page_shows_counts_policy_and_charts(
         assert rows == ["alice", "bob"]  # most queued first
 
 
-def test_the_queue_page_shows_the_queues_own_cap_rate_and_tokens(
+def test_the_queue_page_shows_the_queues_own_limits_and_how_long_it_keeps_finished_jobs(
     client: redis.Redis, queue: vtrr.Queue
 ) -> None:
     queue.enqueue_many(Item("alice", f"a{n}", b"") for n in range(3))
@@ -168,10 +168,15 @@ def test_the_queue_page_shows_the_queues_own_cap_rate_and_tokens(
         shown = page()
         assert '<dt>queue cap</dt><dd class="queue-cap">none</dd>' in shown
         assert '<dt>queue rate</dt><dd class="queue-rate">none</dd>' in shown
+        assert '<dt>results kept</dt><dd class="result-ttl">none</dd>' in shown
+        assert '<dt>dedup window</dt><dd class="dedup">none</dd>' in shown
         assert "queue tokens" not in shown, "no queue rate, no bucket"
         queue.set_policy(concurrency=2, rate=vtrr.Rate(5, per_ms=60_000, burst=4))
+        queue.set_policy(result_ttl_ms=86_400_000, dedup_ms=60_000)
         assert len(queue.lease_many(60_000, 10)) == 2, "the cap"
         shown = wait_for(with_tokens)
+        assert '<dt>results kept</dt><dd class="result-ttl">86400000 ms</dd>' in shown
+        assert '<dt>dedup window</dt><dd class="dedup">60000 ms</dd>' in shown
         assert '<dt>queue cap</dt><dd class="queue-cap">2</dd>' in shown
         assert '<dt>queue rate</dt><dd class="queue-rate">5/60000ms, burst 4</dd>' in shown
         assert '<dt>queue tokens</dt><dd class="queue-tokens">2</dd>' in shown
@@ -699,7 +704,11 @@ def test_the_tenant_page_shows_max_queued_beside_the_cap(
         assert max_queued("bob") == ("none", "none")
 
 
-def test_queues_are_discovered_by_scan(client: redis.Redis, queue: vtrr.Queue) -> None:
+def test_queues_are_discovered_by_scan(make_server: Callable[..., Server], queue_name: str) -> None:
+    # A server of its own: the page lists 50 queues, and the suite's shared
+    # server holds as many as the tests before this one made.
+    client = make_server().client()
+    queue = vtrr.Queue(client, queue_name)
     queue.enqueue("a", "1", b"")
     client.set(f"vtrr-not-a-queue:{uuid.uuid4().hex}", "x")
     with web(client, []) as http:
@@ -710,9 +719,11 @@ def test_queues_are_discovered_by_scan(client: redis.Redis, queue: vtrr.Queue) -
 
 
 def test_a_queue_that_holds_only_schedules_is_discovered(
-    client: redis.Redis, queue: vtrr.Queue
+    make_server: Callable[..., Server], queue_name: str
 ) -> None:
     """Any key of a queue names it: the web view and the exporter share the client's list."""
+    client = make_server().client()  # of its own, as in the test above
+    queue = vtrr.Queue(client, queue_name)
     queue.schedule("nightly", every_ms=86_400_000, partition="ops", payload=b"x")
     with web(client, []) as http:
         assert f'href="/queue?q={url_of(queue.name)}"' in http.get("/").text

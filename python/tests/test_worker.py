@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -26,7 +27,7 @@ from servers import Server
 
 import vtrr
 from vtrr import Backoff, Hooks, Item, Job, Worker
-from vtrr.exchange import Exchange, Exchanged
+from vtrr.exchange import Exchange, Exchanged, commands_of, read
 from vtrr.limits import MAX_REASON_BYTES
 from vtrr.worker import _Dispatch, failure_reason
 
@@ -847,3 +848,85 @@ def test_a_reason_past_the_bound_is_cut_so_the_server_takes_it(queue: vtrr.Queue
     summary, _ = dead.last_error.split("\n", 1)
     assert summary == "vtrr.worker.DeadLetter: " + "x" * (MAX_REASON_BYTES // 8 - 24) + "..."
     assert "in handler" in dead.last_error and dead.last_error.endswith("xxx...")
+
+
+def test_a_handlers_return_value_is_its_jobs_result(
+    queue: vtrr.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue.set_policy(result_ttl_ms=60_000)
+    returns: dict[str, object] = {
+        "bytes": b"\xff\x00",
+        "text": "é",
+        "json": {"n": [1, 2.5, None]},
+        "none": None,
+        "object": object(),
+        "too-big": b"x" * 1_048_577,
+    }
+    queue.enqueue_many(Item(f"p{i}", name, b"x") for i, name in enumerate(returns))
+    caplog.set_level(logging.WARNING, logger="vtrr.worker")
+    Worker(
+        queue, lambda job: returns[job.id], concurrency=3, block_ms=100, exit_when_idle=True
+    ).run()
+    kept = {name: queue.result(name) for name in returns}
+    assert all(status is not None and status.state == "done" for status in kept.values()), kept
+    assert {name: status.result for name, status in kept.items() if status} == {
+        "bytes": b"\xff\x00",
+        "text": "é".encode(),
+        "json": b'{"n":[1,2.5,null]}',
+        "none": None,
+        "object": None,
+        "too-big": None,
+    }
+    unkept = sorted(r.getMessage().split(":")[0] for r in caplog.records if "not kept" in r.message)
+    assert unkept == ["object", "too-big"], "each said in the log, and acked all the same"
+
+
+def test_an_async_handlers_return_value_is_its_jobs_result(server: Server, queue_name: str) -> None:
+    async def scenario() -> vtrr.JobStatus | None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        queue = vtrr.AsyncQueue(client, queue_name)
+        await queue.set_policy(result_ttl_ms=60_000)
+        await queue.enqueue("p", "a", b"21")
+
+        async def handler(job: Job) -> dict[str, int]:
+            await asyncio.sleep(0)
+            return {"answer": 2 * int(job.payload)}
+
+        await Worker(queue, handler, block_ms=50, exit_when_idle=True).run_async()
+        status = await queue.result("a")
+        await client.aclose()
+        return status
+
+    status = asyncio.run(scenario())
+    assert status is not None and status.result == b'{"answer":42}'
+
+
+def test_a_round_trip_sends_results_beside_the_acks_that_have_none() -> None:
+    a, b, c = (vtrr.Lease(name, b"", f"t-{name}", 0, 0) for name in "abc")
+    lease = ("VTRR.LEASE", "q", 1000, "WITHCOUNTERS", "WITHPARTITION", "COUNT", 3)
+
+    def sent(**round_trip: Any) -> list[tuple[object, ...]]:
+        return [command.args for command in commands_of("q", Exchange(1000, **round_trip))]
+
+    # No result: exactly the round trip of a worker before results.
+    assert sent(acks=(a, b), count=3) == [(*lease, "ACK", b"a", "t-a", b"b", "t-b")]
+    assert sent(acks=(a, b), count=3, costs=(4, 5)) == [
+        (*lease, "ACKCOST", b"a", "t-a", 4, b"b", "t-b", 5)
+    ]
+    # Every job returned one: the LEASE carries them.
+    assert sent(acks=(a, b), count=3, results=(b"1", b"")) == [
+        (*lease, "ACKRESULT", b"a", "t-a", b"1", b"b", "t-b", b"")
+    ]
+    # Some did: theirs go alone, first, so the slots they free are leased.
+    assert sent(acks=(a, b, c), count=3, costs=(4, 5, 6), results=(None, b"r", None)) == [
+        ("VTRR.ACKRESULT", "q", b"b", "t-b", b"r"),
+        (*lease, "ACKCOST", b"a", "t-a", 4, b"c", "t-c", 6),
+    ]
+    assert sent(acks=(a, b), results=(b"r", None)) == [
+        ("VTRR.ACKRESULT", "q", b"a", "t-a", b"r"),
+        ("VTRR.ACK", "q", b"b", "t-b"),
+    ]
+    # The replies go back to the acks in the order given.
+    mixed = Exchange(1000, acks=(a, b, c), count=3, results=(None, b"r", None))
+    got = read(mixed, [1, vtrr.AckedLeases((False, True), [])])
+    assert got.acked == (False, True, True)

@@ -70,7 +70,11 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             lease_ms,
             cost,
         } => {
-            ops::renew(ctx, queue, &at, Ack { id, token, cost }, lease_ms)?;
+            let renewal = Ack {
+                cost,
+                ..Ack::pair(id, token)
+            };
+            ops::renew(ctx, queue, &at, renewal, lease_ms)?;
         }
         Operation::Nack {
             id,
@@ -100,6 +104,12 @@ fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             let schedule = Schedule::decode(definition)
                 .ok_or_else(|| error::apply_malformed("not a schedule's definition"))?;
             ops::schedule(ctx, queue, &at, name, &schedule)?;
+        }
+        Operation::Ack { acks } => {
+            ops::ack(ctx, queue, &at, &acks)?;
+        }
+        Operation::Cancel { ids } => {
+            ops::cancel(ctx, queue, &at, &ids)?;
         }
     }
     Ok(RedisValue::SimpleStringStatic("OK"))

@@ -101,6 +101,16 @@ pub fn positive(raw: &RedisString, option: &str) -> Result<i64, RedisError> {
     int_in(raw.as_slice(), 1, i64::MAX, || error::positive(option))
 }
 
+/// A job's result (`VTRR.ACKRESULT`): any bytes, at most
+/// [`limits::MAX_RESULT_BYTES`].
+pub fn result(raw: &RedisString) -> Result<&[u8], RedisError> {
+    let bytes = raw.as_slice();
+    if bytes.len() > limits::MAX_RESULT_BYTES {
+        return Err(error::result_too_long());
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_i64;

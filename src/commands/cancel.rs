@@ -23,6 +23,6 @@ fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &CANCEL)?;
     let queue = queue_name(ctx, &argv[1])?;
     let ids = argv[2..].iter().map(id).collect::<Result<Vec<_>, _>>()?;
-    let cancelled = ops::cancel(ctx, queue, &ids)?;
+    let cancelled = ops::cancel(ctx, queue, &ops::Moment::now(), &ids)?;
     Ok(RedisValue::Integer(cancelled as i64))
 }

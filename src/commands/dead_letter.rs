@@ -16,7 +16,7 @@ pub const POLICY: Command = Command {
         name: "vtrr.policy",
         flags: "write fast",
         arity: -2,
-        summary: "Sets or reads a queue's policy: when it gives up on an item (MAX-TIMEOUTS, MAX-NACKS), the default partition cap and rate (DEFAULT-CONCURRENCY, DEFAULT-RATE), and the queue's own (CONCURRENCY, RATE)",
+        summary: "Sets or reads a queue's policy: when it gives up on an item (MAX-TIMEOUTS, MAX-NACKS), the default partition cap, rate and backlog (DEFAULT-CONCURRENCY, DEFAULT-RATE, DEFAULT-MAX-QUEUED), the queue's own cap and rate (CONCURRENCY, RATE), and what it keeps of finished jobs (RESULT-TTL, DEDUP-MS)",
         complexity: "O(1); O(P) for P partitions when DEFAULT-CONCURRENCY or DEFAULT-RATE changes",
         key_flags: KEY_WRITE,
     },
@@ -47,6 +47,17 @@ pub const REVIVE: Command = Command {
     handler: revive,
 };
 
+/// A RESULT-TTL / DEDUP-MS value: milliseconds, or NONE.
+fn keep_ms(raw: &RedisString, option: &str) -> Result<Option<i64>, RedisError> {
+    if raw.as_slice().eq_ignore_ascii_case(b"NONE") {
+        return Ok(None);
+    }
+    args::int_in(raw.as_slice(), 1, limits::MAX_KEEP_MS, || {
+        error::keep_ms(option)
+    })
+    .map(Some)
+}
+
 /// A MAX-TIMEOUTS / MAX-NACKS value: a limit, or NONE.
 fn policy_limit(raw: &RedisString, option: &str) -> Result<Option<i64>, RedisError> {
     if raw.as_slice().eq_ignore_ascii_case(b"NONE") {
@@ -61,8 +72,8 @@ fn policy_limit(raw: &RedisString, option: &str) -> Result<Option<i64>, RedisErr
 /// VTRR.POLICY <name> [MAX-TIMEOUTS <n>|NONE] [MAX-NACKS <n>|NONE]
 /// [DEFAULT-CONCURRENCY <n>|NONE] [DEFAULT-RATE <n> PER <ms> [BURST <b>] |
 /// DEFAULT-RATE NONE] [CONCURRENCY <n>|NONE] [RATE <n> PER <ms> [BURST
-/// <b>] | RATE NONE] [DEFAULT-MAX-QUEUED <n>|NONE]. A BURST is that of the
-/// last rate given before it.
+/// <b>] | RATE NONE] [DEFAULT-MAX-QUEUED <n>|NONE] [RESULT-TTL <ms>|NONE]
+/// [DEDUP-MS <ms>|NONE]. A BURST is that of the last rate given before it.
 fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     check_arity(&argv, &POLICY)?;
     let queue = queue_name(ctx, &argv[1])?;
@@ -99,6 +110,8 @@ fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 options.value()?,
                 "DEFAULT-MAX-QUEUED",
             )?),
+            "RESULT-TTL" => PolicyChange::ResultTtl(keep_ms(options.value()?, "RESULT-TTL")?),
+            "DEDUP-MS" => PolicyChange::Dedup(keep_ms(options.value()?, "DEDUP-MS")?),
             "CONCURRENCY" => PolicyChange::QueueConcurrency(tenants::count_limit(
                 options.value()?,
                 "CONCURRENCY",
@@ -124,6 +137,8 @@ fn policy(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("default-per-ms", part(default_rate, |rate| rate.per_ms)),
         ("default-burst", part(default_rate, |rate| rate.burst)),
         ("default-max-queued", cap(default_max_queued)),
+        ("result-ttl-ms", limit(defaults.keeping.result_ttl_ms)),
+        ("dedup-ms", limit(defaults.keeping.dedup_ms)),
         ("concurrency", cap(defaults.queue.cap)),
         ("rate", part(queue_rate, |rate| rate.amount)),
         ("per-ms", part(queue_rate, |rate| rate.per_ms)),

@@ -1,4 +1,5 @@
-//! The lease family: `VTRR.LEASE`, `VTRR.ACK`, `VTRR.ACKCOST`, `VTRR.RENEW`,
+//! The lease family: `VTRR.LEASE`, `VTRR.ACK`, `VTRR.ACKCOST`,
+//! `VTRR.ACKRESULT`, `VTRR.RENEW`,
 //! `VTRR.NACK`.
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
@@ -44,6 +45,18 @@ pub const ACKCOST: Command = Command {
         key_flags: KEY_WRITE,
     },
     handler: ackcost,
+};
+
+pub const ACKRESULT: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.ackresult",
+        flags: "write deny-oom fast",
+        arity: -5,
+        summary: "Finishes leased items whose lease token is current, each with the result its job returned, kept while the queue's policy keeps results",
+        complexity: "O(log N) per item",
+        key_flags: KEY_WRITE,
+    },
+    handler: ackresult,
 };
 
 pub const NACK: Command = Command {
@@ -120,6 +133,9 @@ fn parse_lease<'a>(
             "WITHPARTITION" => with_partition = true,
             "ACK" => acks = Some(id_token_pairs(options.rest()).ok_or_else(error::ack_pairs)??),
             "ACKCOST" => acks = Some(id_token_costs(options.rest()).ok_or_else(error::ack_costs)??),
+            "ACKRESULT" => {
+                acks = Some(id_token_results(options.rest()).ok_or_else(error::ack_results)??)
+            }
             _ => return Err(error::syntax()),
         }
     }
@@ -150,6 +166,24 @@ fn id_token_pairs(argv: &[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisErro
     )
 }
 
+/// `<id> <token> <result> ...` as acks with results, every id and result
+/// checked; None when they are not one or more triples.
+fn id_token_results(argv: &[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisError>> {
+    if argv.is_empty() || !argv.len().is_multiple_of(3) {
+        return None;
+    }
+    Some(
+        argv.chunks_exact(3)
+            .map(|triple| {
+                Ok(Ack {
+                    result: Some(args::result(&triple[2])?),
+                    ..Ack::pair(id(&triple[0])?, triple[1].as_slice())
+                })
+            })
+            .collect(),
+    )
+}
+
 /// `<id> <token> <cost> ...` as acks with costs, every id and cost
 /// checked; None when they are not one or more triples.
 fn id_token_costs(argv: &[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisError>> {
@@ -163,6 +197,7 @@ fn id_token_costs(argv: &[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisErro
                     id: id(&triple[0])?,
                     token: triple[1].as_slice(),
                     cost: Some(args::cost(&triple[2])?),
+                    result: None,
                 })
             })
             .collect(),
@@ -237,7 +272,7 @@ fn serve_blocked(ctx: &Context, request: &LeaseArgs) -> Option<RedisResult> {
     }
 }
 
-/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS] [WITHPARTITION] [ACK <id> <token> ... | ACKCOST <id> <token> <cost> ...]
+/// VTRR.LEASE <name> <lease-ms> [COUNT <n>] [BLOCK <timeout-ms>] [WITHCOUNTERS] [WITHPARTITION] [ACK <id> <token> ... | ACKCOST <id> <token> <cost> ... | ACKRESULT <id> <token> <result> ...]
 fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let (mut request, block, acks) = parse_lease(ctx, &argv)?;
     let granted = grant(ctx, &request, &acks)?;
@@ -275,7 +310,7 @@ fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let acks = id_token_pairs(&argv[2..]).ok_or(RedisError::WrongArity)?;
     let queue = queue_name(ctx, &argv[1])?;
     let acks = acks?;
-    let acked = ops::ack(ctx, queue, &acks)?;
+    let acked = ops::ack(ctx, queue, &ops::Moment::now(), &acks)?;
     Ok(RedisValue::Integer(acked as i64))
 }
 
@@ -289,7 +324,19 @@ fn ackcost(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let acks = id_token_costs(&argv[2..]).ok_or(RedisError::WrongArity)?;
     let queue = queue_name(ctx, &argv[1])?;
     let acks = acks?;
-    let acked = ops::ack(ctx, queue, &acks)?;
+    let acked = ops::ack(ctx, queue, &ops::Moment::now(), &acks)?;
+    Ok(RedisValue::Integer(acked as i64))
+}
+
+/// VTRR.ACKRESULT <name> <id> <token> <result> [<id> <token> <result> ...]
+///
+/// A command of its own, as ACKCOST is: ACK's pairs take any bytes.
+fn ackresult(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &ACKRESULT)?;
+    let acks = id_token_results(&argv[2..]).ok_or(RedisError::WrongArity)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let acks = acks?;
+    let acked = ops::ack(ctx, queue, &ops::Moment::now(), &acks)?;
     Ok(RedisValue::Integer(acked as i64))
 }
 
@@ -315,6 +362,7 @@ fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             id,
             token: argv[3].as_slice(),
             cost,
+            result: None,
         },
         lease_ms,
     )?;

@@ -4,16 +4,16 @@
 use std::collections::BTreeMap;
 
 use redis_module::redisvalue::RedisValueKey;
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
-use super::{check_arity, id, queue_name, Command};
+use super::{args, check_arity, id, queue_name, Command};
 use crate::core::key_view::KeyView;
-use crate::core::JobState;
-use crate::error;
-use crate::ops;
+use crate::core::{JobState, JobStatus};
 use crate::replication::effects::format_score;
+use crate::server::blocking::{block_on_keys, Waiter};
 use crate::server::command_info::{CommandInfo, KEY_READ};
 use crate::store::QueueKey;
+use crate::{error, layout, limits, ops};
 
 pub const STATS: Command = Command {
     info: CommandInfo {
@@ -32,11 +32,23 @@ pub const JOB: Command = Command {
         name: "vtrr.job",
         flags: "readonly fast",
         arity: -3,
-        summary: "What became of items, by id: queued, held, leased, delayed, dead or unknown, with what the queue keeps of each",
+        summary: "What became of items, by id: queued, held, leased, delayed, dead, done, cancelled or unknown, with what the queue keeps of each",
         complexity: "O(1) per id",
         key_flags: KEY_READ,
     },
     handler: job,
+};
+
+pub const RESULT: Command = Command {
+    info: CommandInfo {
+        name: "vtrr.result",
+        flags: "readonly fast",
+        arity: -3,
+        summary: "How a job finished (done with its result, dead, cancelled), or nil while it has not; BLOCK waits for it",
+        complexity: "O(1)",
+        key_flags: KEY_READ,
+    },
+    handler: result,
 };
 
 pub const CHECK: Command = Command {
@@ -127,40 +139,143 @@ fn job(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let queue = queue_name(ctx, &argv[1])?;
     let ids = argv[2..].iter().map(id).collect::<Result<Vec<_>, _>>()?;
     let statuses = ops::job(ctx, queue, &ids)?;
+    let replies = ids
+        .iter()
+        .zip(statuses)
+        .map(|(id, status)| status_map(id, status));
+    Ok(RedisValue::Array(replies.collect()))
+}
+
+/// What a client waiting for a job's outcome asked for.
+struct Awaited {
+    queue: Vec<u8>,
+    id: Vec<u8>,
+}
+
+/// VTRR.RESULT <name> <id> [BLOCK <timeout-ms>]: the job's status once it
+/// finished (done, dead, cancelled), else nil, or with BLOCK, once it does
+/// or nil at the timeout.
+fn result(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    check_arity(&argv, &RESULT)?;
+    let queue = queue_name(ctx, &argv[1])?;
+    let id = id(&argv[2])?;
+    let mut block = None;
+    let mut options = args::Options::new(&argv[3..]);
+    while let Some(name) = options.next_name() {
+        match name.as_str() {
+            "BLOCK" => {
+                let value = options.value()?;
+                block = Some(args::int_in(
+                    value.as_slice(),
+                    0,
+                    limits::MAX_BLOCK_MS,
+                    error::block_ms,
+                )?);
+            }
+            _ => return Err(error::syntax()),
+        }
+    }
+    let (status, layout) = ops::result(ctx, queue, id)?;
+    if status.state.is_finished() {
+        return Ok(status_map(id, status));
+    }
+    // Inside MULTI or a script BLOCK acts as the non-blocking form.
+    let may_block = !ctx
+        .get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING);
+    match block {
+        Some(timeout_ms) if may_block => {
+            let keys = layout::finished_keys(layout, queue);
+            let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let request = Awaited {
+                queue: queue.to_vec(),
+                id: id.to_vec(),
+            };
+            let waiter = Waiter {
+                request,
+                serve: serve_awaited,
+                on_timeout: |_| RedisValue::Null,
+            };
+            block_on_keys(ctx, &keys, timeout_ms, waiter);
+            Ok(RedisValue::NoReply)
+        }
+        _ => Ok(RedisValue::Null),
+    }
+}
+
+/// A waiter's turn: a job of the queue finished (this one, or another).
+fn serve_awaited(ctx: &Context, awaited: &Awaited) -> Option<RedisResult> {
+    match ops::result(ctx, &awaited.queue, &awaited.id) {
+        Err(error) => Some(Err(error)),
+        Ok((status, _)) if status.state.is_finished() => Some(Ok(status_map(&awaited.id, status))),
+        Ok(_) => None,
+    }
+}
+
+/// One job's status as VTRR.JOB and VTRR.RESULT reply it.
+pub(super) fn status_map(id: &[u8], status: JobStatus) -> RedisValue {
     let bytes = |value: Option<Vec<u8>>| value.map_or(RedisValue::Null, RedisValue::StringBuffer);
     let int = |value: Option<i64>| value.map_or(RedisValue::Null, RedisValue::Integer);
-    let replies = ids.iter().zip(statuses).map(|(id, status)| {
-        let known = status.state != JobState::Unknown;
-        let (state, expires, due, died, reason) = match status.state {
-            JobState::Queued => ("queued", None, None, None, None),
-            JobState::Held => ("held", None, None, None, None),
-            JobState::Leased { expires_ms } => ("leased", Some(expires_ms), None, None, None),
-            JobState::Delayed { due_ms } => ("delayed", None, Some(due_ms), None, None),
-            JobState::Dead { died_ms, reason } => ("dead", None, None, Some(died_ms), Some(reason)),
-            JobState::Unknown => ("unknown", None, None, None, None),
-        };
-        let fields = [
-            ("id", RedisValue::StringBuffer(id.to_vec())),
-            ("state", RedisValue::SimpleStringStatic(state)),
-            ("partition", bytes(status.partition)),
-            ("weight", int(status.weight.map(|w| w as i64))),
-            ("priority", int(known.then_some(i64::from(status.level)))),
-            ("timeouts", int(known.then_some(status.timeouts))),
-            ("nacks", int(known.then_some(status.nacks))),
-            ("expires-ms", int(expires)),
-            ("due-ms", int(due)),
-            ("dead-ms", int(died)),
-            ("reason", bytes(reason)),
-            ("last-error", bytes(status.last_error)),
-        ];
-        RedisValue::OrderedMap(
-            fields
-                .into_iter()
-                .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))
-                .collect(),
-        )
-    });
-    Ok(RedisValue::Array(replies.collect()))
+    // What an item in the queue's life has; nothing of it is kept after.
+    let live = !matches!(
+        status.state,
+        JobState::Unknown | JobState::Done { .. } | JobState::Cancelled { .. }
+    );
+    let (mut expires, mut due, mut died, mut finished) = (None, None, None, None);
+    let (mut reason, mut result) = (None, None);
+    let state = match status.state {
+        JobState::Queued => "queued",
+        JobState::Held => "held",
+        JobState::Leased { expires_ms } => {
+            expires = Some(expires_ms);
+            "leased"
+        }
+        JobState::Delayed { due_ms } => {
+            due = Some(due_ms);
+            "delayed"
+        }
+        JobState::Dead {
+            died_ms,
+            reason: why,
+        } => {
+            (died, reason) = (Some(died_ms), Some(why));
+            "dead"
+        }
+        JobState::Done {
+            finished_ms,
+            result: returned,
+        } => {
+            (finished, result) = (Some(finished_ms), returned);
+            "done"
+        }
+        JobState::Cancelled { finished_ms } => {
+            finished = Some(finished_ms);
+            "cancelled"
+        }
+        JobState::Unknown => "unknown",
+    };
+    let fields = [
+        ("id", RedisValue::StringBuffer(id.to_vec())),
+        ("state", RedisValue::SimpleStringStatic(state)),
+        ("partition", bytes(status.partition)),
+        ("weight", int(status.weight.map(|w| w as i64))),
+        ("priority", int(live.then_some(i64::from(status.level)))),
+        ("timeouts", int(live.then_some(status.timeouts))),
+        ("nacks", int(live.then_some(status.nacks))),
+        ("expires-ms", int(expires)),
+        ("due-ms", int(due)),
+        ("dead-ms", int(died)),
+        ("reason", bytes(reason)),
+        ("last-error", bytes(status.last_error)),
+        ("finished-ms", int(finished)),
+        ("result", bytes(result)),
+    ];
+    RedisValue::OrderedMap(
+        fields
+            .into_iter()
+            .map(|(name, value)| (RedisValueKey::String(name.to_string()), value))
+            .collect(),
+    )
 }
 
 /// VTRR.INSPECT <name> <key>

@@ -164,6 +164,7 @@ const ENQUEUE: &[QueueKey] = keys![
         QueueKey::Meta,
     ],
     COUNTED,
+    OUTCOMES,
 ];
 
 const ENQUEUE_PRIORITISED: &[QueueKey] = keys![ENQUEUE, LEVELS];
@@ -182,6 +183,7 @@ const ACK: &[QueueKey] = keys![
     ],
     ITEM_FIELDS,
     COUNTED,
+    OUTCOMES,
 ];
 
 /// An ACK, and what a charge moves (`admission::shift`): the partition's
@@ -232,6 +234,7 @@ const STATS: &[QueueKey] = keys![
 ];
 
 const NEXT_DUE: &[QueueKey] = &[
+    QueueKey::Finished,
     QueueKey::Policy,
     QueueKey::Queue,
     QueueKey::Inflight,
@@ -253,19 +256,29 @@ const JOB: &[QueueKey] = keys![
         QueueKey::DeadReason,
     ],
     ITEM_FIELDS,
+    OUTCOMES,
 ];
 
 /// A schedule's definition and its next run; nothing of the items.
 const SCHEDULES: &[QueueKey] = &[QueueKey::Schedules, QueueKey::ScheduleDue];
 
-/// Every key but the schedules' (the last two): what the calls that move
-/// items anywhere and may end their lives or record their errors touch
-/// (NACK, REVIVE, a LEASE's acks; CANCEL, which may take an item from any
-/// state, a parking partition's last one included). Runs are the timer's to fire, so a LEASE
-/// opens (and checks) no key it never reads.
+/// What a finished job leaves while the queue keeps outcomes (RESULT-TTL,
+/// DEDUP-MS; listed just before the schedules' keys): read by ENQUEUE for a
+/// duplicate, written by the calls that finish a job (ACK, CANCEL).
+const OUTCOMES: &[QueueKey] = &[QueueKey::Results, QueueKey::Finished];
+
+/// Every key but the schedules' and the outcomes' (the last four): what
+/// the calls that move items anywhere and may end their lives or record
+/// their errors touch (NACK, REVIVE; with the outcomes, a LEASE's acks and
+/// CANCEL, which may take an item from any state, a parking partition's
+/// last one included). Runs are the timer's to fire, so a LEASE opens (and
+/// checks) no key it never reads.
 const ITEMS_AND_ERRORS: &[QueueKey] = QueueKey::ALL
-    .split_at(QueueKey::ALL.len() - SCHEDULES.len())
+    .split_at(QueueKey::ALL.len() - SCHEDULES.len() - OUTCOMES.len())
     .0;
+
+/// What a call that finishes jobs anywhere touches: a LEASE's acks, CANCEL.
+const SETTLING: &[QueueKey] = keys![ITEMS_AND_ERRORS, OUTCOMES];
 
 /// [`ITEMS_AND_ERRORS`] but `last_error` (listed just before the
 /// schedules' keys): a LEASE without acks, RECLAIM and RECOUNT keep an
@@ -284,9 +297,8 @@ impl CoreOp {
             CoreOp::AckCost | CoreOp::RenewCost => ACK_COST,
             CoreOp::Renew => RENEW,
             CoreOp::Lease | CoreOp::Reclaim | CoreOp::Recount => ITEMS,
-            CoreOp::LeaseAcking | CoreOp::Nack | CoreOp::Revive | CoreOp::Cancel => {
-                ITEMS_AND_ERRORS
-            }
+            CoreOp::Nack | CoreOp::Revive => ITEMS_AND_ERRORS,
+            CoreOp::LeaseAcking | CoreOp::Cancel => SETTLING,
             CoreOp::RunDue | CoreOp::Check | CoreOp::Inspect | CoreOp::Convert => &QueueKey::ALL,
             // The dead-letter limits need only `policy`, so an ACL that
             // grants just that key can set them.
@@ -407,18 +419,24 @@ impl From<CoreOp> for Scope {
 
 #[cfg(test)]
 mod tests {
-    use super::{CoreOp, ITEMS, ITEMS_AND_ERRORS, SCHEDULES};
+    use super::{CoreOp, ITEMS, ITEMS_AND_ERRORS, OUTCOMES, SCHEDULES, SETTLING};
     use crate::store::QueueKey;
 
-    /// `ITEMS_AND_ERRORS` is every key but the schedules' (which
-    /// `QueueKey::ALL` lists last), `ITEMS` the same but `last_error`.
+    /// `ITEMS_AND_ERRORS` is every key but the schedules' and the
+    /// outcomes' (which `QueueKey::ALL` lists last), `ITEMS` the same but
+    /// `last_error`, `SETTLING` the same with the outcomes'.
     #[test]
-    fn the_keys_of_items_are_every_key_but_the_schedules() {
+    fn the_keys_of_items_are_every_key_but_the_schedules_and_outcomes() {
         let items: Vec<QueueKey> = QueueKey::ALL
+            .into_iter()
+            .filter(|key| !SCHEDULES.contains(key) && !OUTCOMES.contains(key))
+            .collect();
+        assert_eq!(ITEMS_AND_ERRORS, items.as_slice());
+        let settling: Vec<QueueKey> = QueueKey::ALL
             .into_iter()
             .filter(|key| !SCHEDULES.contains(key))
             .collect();
-        assert_eq!(ITEMS_AND_ERRORS, items.as_slice());
+        assert_eq!(SETTLING, settling.as_slice());
         let without_errors: Vec<QueueKey> = items
             .into_iter()
             .filter(|key| *key != QueueKey::LastError)
@@ -527,6 +545,7 @@ mod tests {
             id: &second.id,
             token: &second.token,
             cost: Some(7),
+            result: None,
         };
         assert!(renew(
             &mut store.scoped(CoreOp::RenewCost),

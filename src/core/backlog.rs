@@ -12,8 +12,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::enqueue::already_there;
+use super::outcomes::Keeping;
 use super::partitions::{self, read_policy_field};
-use super::scoring::is_present;
 use super::types::{Anomaly, CoreError, NewItem};
 use crate::store::{HashKey, Store};
 
@@ -33,7 +34,9 @@ pub fn read_default(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Opt
 /// such partition in the call's order. Writes nothing.
 pub(super) fn admit(
     store: &mut impl Store,
+    keeping: Keeping,
     items: &[NewItem<'_>],
+    now_ms: i64,
     anomalies: &mut Vec<Anomaly>,
 ) -> Result<(), CoreError> {
     if store.hlen(HashKey::Policy) == 0 {
@@ -51,7 +54,7 @@ pub(super) fn admit(
     let mut adding: HashMap<&[u8], u64> = HashMap::new();
     let mut seen: HashSet<&[u8]> = HashSet::new();
     for item in items {
-        if !seen.insert(item.id) || is_present(store, item.id) {
+        if !seen.insert(item.id) || already_there(store, keeping, item.id, now_ms, anomalies) {
             continue;
         }
         let count = adding.entry(item.partition).or_insert_with(|| {

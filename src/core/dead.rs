@@ -6,6 +6,7 @@ use super::backlog;
 use super::controls::set_defaults;
 use super::meta;
 use super::numbers::parse_meta;
+use super::outcomes::{self, Finish, Keeping};
 use super::partitions::{format_rate, read_defaults, read_policy_field, write_policy_field, State};
 use super::queue_limits;
 use super::scoring::requeue;
@@ -64,6 +65,10 @@ pub enum PolicyChange {
     QueueRate(Option<Rate>),
     /// The MAX-QUEUED of every partition without its own (`backlog`).
     DefaultMaxQueued(Option<u64>),
+    /// How long finished jobs' results are kept (`outcomes`).
+    ResultTtl(Option<i64>),
+    /// How long a finished id is not enqueued again (`outcomes`).
+    Dedup(Option<i64>),
 }
 
 /// Reads the policy; a field that is not a count reads as NONE and is
@@ -94,7 +99,9 @@ pub fn set_policy(
             PolicyChange::QueueRate(rate) => after.queue.rate = rate,
             PolicyChange::MaxTimeouts(_)
             | PolicyChange::MaxNacks(_)
-            | PolicyChange::DefaultMaxQueued(_) => {}
+            | PolicyChange::DefaultMaxQueued(_)
+            | PolicyChange::ResultTtl(_)
+            | PolicyChange::Dedup(_) => {}
         }
     }
     if (after.cap, after.rate) != (before.cap, before.rate) {
@@ -117,6 +124,8 @@ pub fn set_policy(
                 backlog::DEFAULT_MAX_QUEUED_FIELD,
                 max.map(|n| n.to_string()),
             ),
+            PolicyChange::ResultTtl(ms) => (outcomes::RESULT_TTL_FIELD, ms.map(|n| n.to_string())),
+            PolicyChange::Dedup(ms) => (outcomes::DEDUP_FIELD, ms.map(|n| n.to_string())),
             PolicyChange::DefaultConcurrency(_) | PolicyChange::DefaultRate(_) => continue,
         };
         // Setting what is already set writes nothing (WATCH stays intact).
@@ -245,9 +254,24 @@ pub fn revive(store: &mut impl Store, ids: &[&[u8]]) -> Result<Moved, CoreError>
 /// it was charged at may have changed since, and giving back too much only
 /// lets the partition re-enter as a newcomer would, never before the
 /// current virtual time.
-pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly>) -> u64 {
+///
+/// While the queue keeps outcomes, each is recorded cancelled at `now_ms`
+/// (`outcomes`).
+pub fn cancel_at(
+    store: &mut impl Store,
+    ids: &[&[u8]],
+    now_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) -> Cancelled {
     let defaults = read_defaults(store, anomalies);
-    let mut cancelled = 0;
+    let mut cancelled = Cancelled::default();
+    let keep = |store: &mut _, id: &[u8], cancelled: &mut Cancelled| {
+        cancelled.count += 1;
+        if defaults.keeping != Keeping::default() {
+            outcomes::keep(store, defaults.keeping, id, Finish::Cancelled, now_ms);
+            cancelled.kept = true;
+        }
+    };
     for id in ids {
         let meta = meta::read(store, id);
         let mut partition = admission::open(store, &meta.partition, defaults, anomalies);
@@ -261,7 +285,7 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly
             partition.record.leave_queued(level);
             meta::forget(store, id);
             admission::close(store, partition);
-            cancelled += 1;
+            keep(store, id, &mut cancelled);
             continue;
         }
         let from = if store.zrem(ZsetKey::Delayed, id) {
@@ -279,7 +303,21 @@ pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly
         partition.record.leave(from);
         meta::forget(store, id);
         admission::close(store, partition);
-        cancelled += 1;
+        keep(store, id, &mut cancelled);
     }
     cancelled
+}
+
+/// What `VTRR.CANCEL` did: how many it cancelled, and whether it kept an
+/// outcome (a write that depends on the clock).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Cancelled {
+    pub count: u64,
+    pub kept: bool,
+}
+
+/// [`cancel_at`], counting (the core's tests use it).
+#[cfg(test)]
+pub fn cancel(store: &mut impl Store, ids: &[&[u8]], anomalies: &mut Vec<Anomaly>) -> u64 {
+    cancel_at(store, ids, 0, anomalies).count
 }

@@ -6,12 +6,13 @@
 use super::admission;
 use super::backlog;
 use super::dead::bury_without_payload;
-use super::enqueue::{enqueue_at, EnqueueOutcome};
+use super::enqueue::{already_there, enqueue_at, EnqueueOutcome};
 use super::levels::Level;
 use super::meta;
 use super::numbers::format_meta;
+use super::outcomes;
 use super::partitions::{read_defaults, State};
-use super::scoring::{is_present, requeue};
+use super::scoring::requeue;
 use super::types::{CoreError, Due, NewItem};
 use super::virtual_time::Placing;
 use crate::store::{HashKey, Store, ZsetKey};
@@ -42,11 +43,24 @@ pub fn defer_at(
     }
     let mut outcome = EnqueueOutcome::default();
     let defaults = read_defaults(store, &mut outcome.anomalies);
-    backlog::admit(store, items, &mut outcome.anomalies)?;
+    backlog::admit(
+        store,
+        defaults.keeping,
+        items,
+        now_ms,
+        &mut outcome.anomalies,
+    )?;
     for item in items {
-        if is_present(store, item.id) {
+        if already_there(
+            store,
+            defaults.keeping,
+            item.id,
+            now_ms,
+            &mut outcome.anomalies,
+        ) {
             continue;
         }
+        outcomes::forget_previous(store, defaults.keeping, item.id);
         store.hset(
             HashKey::Meta,
             item.id,

@@ -6,6 +6,7 @@
 use super::admission::{self, park_queued, MAX_PARKED_PER_CALL};
 use super::cron_search::Steps;
 use super::delay::promote_at;
+use super::outcomes;
 use super::partitions::read_defaults;
 use super::queue_limits;
 use super::reclaim::reclaim_at;
@@ -31,7 +32,8 @@ pub(super) fn due_at(
     reclaimed + promoted + refilled
 }
 
-/// The timer's run on one queue: [`due_at`], then the due runs of
+/// The timer's run on one queue: [`due_at`], the finished jobs' records
+/// whose time is up, then the due runs of
 /// recurring schedules (the timer's alone: a LEASE pays nothing for them)
 /// within `schedule_steps` of cron searches, then up to
 /// [`MAX_PARKED_PER_CALL`] items' worth of parking under way.
@@ -44,6 +46,9 @@ pub fn run_due(
     let mut outcome = Due::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
     let taken = due_at(store, &at, now_ms, limit, &mut outcome);
+    // Outcomes past their time go (the timer's alone: a LEASE pays
+    // nothing for them).
+    let taken = taken + outcomes::expire_due(store, now_ms, limit.saturating_sub(taken));
     let queue = at.defaults.queue;
     let refilled = queue_limits::refill_due(store, queue, now_ms, &mut outcome.anomalies);
     // An expired lease taken back frees a slot of the queue's cap, requeued
@@ -63,7 +68,7 @@ pub fn run_due(
 
 /// When the queue next has something for the timer: the earliest lease
 /// expiry, delayed item's due time, partition's or (with items queued) the
-/// queue's next token, or schedule's next run (rounded up: a fractional score
+/// queue's next token, finished job's record's end, or schedule's next run (rounded up: a fractional score
 /// written by another client must not make the timer look before anything
 /// is due), or at once while a parking is under way.
 pub fn next_due(store: &mut impl Store) -> Option<i64> {
@@ -73,6 +78,7 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
     let expiry = first_due(store, ZsetKey::Inflight);
     let delayed = first_due(store, ZsetKey::Delayed);
     let token = first_due(store, ZsetKey::Throttled);
+    let forgotten = first_due(store, ZsetKey::Finished);
     let limits = read_defaults(store, &mut Vec::new()).queue;
     let queue_token = queue_limits::token_due(store, limits);
     let run = next_run(store);
@@ -81,6 +87,7 @@ pub fn next_due(store: &mut impl Store) -> Option<i64> {
         .chain(delayed)
         .chain(token)
         .chain(queue_token)
+        .chain(forgotten)
         .chain(run)
         .min()
 }

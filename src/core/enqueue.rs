@@ -2,6 +2,7 @@
 
 use super::backlog;
 use super::levels::Level;
+use super::outcomes::{self, Keeping};
 use super::scoring::{enter, is_present};
 use super::types::{Anomaly, CoreError, NewItem};
 use super::virtual_time::read_placing;
@@ -17,8 +18,9 @@ pub struct EnqueueOutcome {
 }
 
 /// `VTRR.ENQUEUE`: adds each item whose id is not already in the queue's
-/// life (queued, leased, delayed or dead), at priority level 0; or none,
-/// when they would take a partition past its MAX-QUEUED (`backlog`).
+/// life (queued, leased, delayed or dead) nor finished within DEDUP-MS
+/// (`outcomes`), at priority level 0; or none, when they would take a
+/// partition past its MAX-QUEUED (`backlog`).
 pub fn enqueue(
     store: &mut impl Store,
     now_ms: i64,
@@ -36,13 +38,38 @@ pub fn enqueue_at(
 ) -> Result<EnqueueOutcome, CoreError> {
     let mut outcome = EnqueueOutcome::default();
     let at = read_placing(store, &mut outcome.anomalies)?;
-    backlog::admit(store, items, &mut outcome.anomalies)?;
+    backlog::admit(
+        store,
+        at.defaults.keeping,
+        items,
+        now_ms,
+        &mut outcome.anomalies,
+    )?;
     for item in items {
-        if is_present(store, item.id) {
+        if already_there(
+            store,
+            at.defaults.keeping,
+            item.id,
+            now_ms,
+            &mut outcome.anomalies,
+        ) {
             continue;
         }
+        outcomes::forget_previous(store, at.defaults.keeping, item.id);
         outcome.started_waits |= enter(store, &at, now_ms, item, level, &mut outcome.anomalies);
         outcome.added += 1;
     }
     Ok(outcome)
+}
+
+/// Whether ENQUEUE (or DEFER) skips `id`: it is in the queue's life, or
+/// finished within DEDUP-MS of `now_ms`. Reads only.
+pub(super) fn already_there(
+    store: &mut impl Store,
+    keeping: Keeping,
+    id: &[u8],
+    now_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) -> bool {
+    is_present(store, id) || outcomes::deduplicated(store, keeping, id, now_ms, anomalies)
 }

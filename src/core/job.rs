@@ -1,11 +1,12 @@
-//! `VTRR.JOB`: what became of an item, by id — where it is, with what the
-//! queue keeps of it there. Each answer is a few O(1) lookups (a sorted
+//! `VTRR.JOB` and `VTRR.RESULT`: what became of an item, by id — where it
+//! is, with what the queue keeps of it there, or how it finished. Each answer is a few O(1) lookups (a sorted
 //! set's score by member, a hash's field): no scan, whatever the backlog.
 
 use super::counters;
 use super::levels::Level;
 use super::meta;
 use super::numbers::parse_meta;
+use super::outcomes::{self, Finish, Outcome};
 use super::types::Anomaly;
 use crate::store::{HashKey, Store, ZsetKey};
 
@@ -22,9 +23,28 @@ pub enum JobState {
     Delayed { due_ms: i64 },
     /// Dead-lettered at `died_ms`, for `reason`.
     Dead { died_ms: i64, reason: Vec<u8> },
+    /// Acked at `finished_ms`, with the result its worker handed back
+    /// (while the queue keeps outcomes: `outcomes`).
+    Done {
+        finished_ms: i64,
+        result: Option<Vec<u8>>,
+    },
+    /// Cancelled at `finished_ms` (while the queue keeps outcomes).
+    Cancelled { finished_ms: i64 },
     /// Not in the queue: never enqueued, or its life ended (acked,
     /// cancelled) and nothing of it is kept.
     Unknown,
+}
+
+impl JobState {
+    /// Whether the job's life is over: what a waiter for its result waits
+    /// for.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self,
+            JobState::Dead { .. } | JobState::Done { .. } | JobState::Cancelled { .. }
+        )
+    }
 }
 
 /// One item's status.
@@ -53,9 +73,13 @@ pub fn job_status(
         .collect()
 }
 
-fn status_of(store: &mut impl Store, id: &[u8], anomalies: &mut Vec<Anomaly>) -> JobStatus {
-    let state = state_of(store, id);
-    if state == JobState::Unknown {
+/// The status of `id` (`VTRR.RESULT`'s look).
+pub fn status_of(store: &mut impl Store, id: &[u8], anomalies: &mut Vec<Anomaly>) -> JobStatus {
+    let state = state_of(store, id, anomalies);
+    if matches!(
+        state,
+        JobState::Unknown | JobState::Done { .. } | JobState::Cancelled { .. }
+    ) {
         return JobStatus {
             state,
             partition: None,
@@ -79,8 +103,9 @@ fn status_of(store: &mut impl Store, id: &[u8], anomalies: &mut Vec<Anomaly>) ->
     }
 }
 
-/// The first place that has `id`, in the order an item moves through them.
-fn state_of(store: &mut impl Store, id: &[u8]) -> JobState {
+/// The first place that has `id`, in the order an item moves through them,
+/// then its kept outcome.
+fn state_of(store: &mut impl Store, id: &[u8], anomalies: &mut Vec<Anomaly>) -> JobState {
     if store.zscore(ZsetKey::Queue, id).is_some() {
         return JobState::Queued;
     }
@@ -101,5 +126,18 @@ fn state_of(store: &mut impl Store, id: &[u8]) -> JobState {
             reason: store.hget(HashKey::DeadReason, id).unwrap_or_default(),
         };
     }
-    JobState::Unknown
+    match outcomes::outcome_of(store, id, anomalies) {
+        Some(Outcome {
+            finish: Finish::Done { result },
+            finished_ms,
+        }) => JobState::Done {
+            finished_ms,
+            result,
+        },
+        Some(Outcome {
+            finish: Finish::Cancelled,
+            finished_ms,
+        }) => JobState::Cancelled { finished_ms },
+        None => JobState::Unknown,
+    }
 }

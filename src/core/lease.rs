@@ -6,6 +6,7 @@ use super::dead::bury_without_payload;
 use super::due::due_at;
 use super::levels::{of_queue_score, Level};
 use super::meta;
+use super::outcomes::{self, Finish, Keeping};
 use super::partitions::{read_defaults, State};
 use super::queue_limits::{Allowance, Stop};
 use super::types::{Ack, Anomaly, CoreError, Due, Leased};
@@ -42,12 +43,14 @@ pub struct LeaseOutcome {
     pub queue_stop: Option<Stop>,
 }
 
-/// What `VTRR.ACK` finished: whether each lease took, and whether that
-/// freed a slot of the queue's own CONCURRENCY (blocked leases may go on).
+/// What `VTRR.ACK` finished: whether each lease took, whether that freed a
+/// slot of the queue's own CONCURRENCY (blocked leases may go on), and
+/// whether it kept an outcome (a write that depends on the clock).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Settled {
     pub took: Vec<bool>,
     pub queue_room: bool,
+    pub kept: bool,
 }
 
 impl Settled {
@@ -204,7 +207,7 @@ pub fn lease(
 /// [`ack_each`], counting the leases it finished (the core's tests use it).
 #[cfg(test)]
 pub fn ack(store: &mut impl Store, acks: &[Ack<'_>], anomalies: &mut Vec<Anomaly>) -> u64 {
-    ack_each(store, acks, anomalies).finished()
+    ack_each(store, acks, 0, anomalies).finished()
 }
 
 /// `VTRR.ACK` and `VTRR.ACKCOST`: finishes each lease whose token is
@@ -212,11 +215,17 @@ pub fn ack(store: &mut impl Store, acks: &[Ack<'_>], anomalies: &mut Vec<Anomaly
 /// (`VTRR.LEASE ... ACK` replies it: a lost lease among the acks is
 /// reported, not an error). The slot each frees lets its partition's next
 /// held item into `queue`; a reported cost is charged to its partition
-/// (`charge`).
-pub fn ack_each(store: &mut impl Store, acks: &[Ack<'_>], anomalies: &mut Vec<Anomaly>) -> Settled {
+/// (`charge`); while the queue keeps outcomes, the job is recorded done at
+/// `now_ms`, with its result (`outcomes`).
+pub fn ack_each(
+    store: &mut impl Store,
+    acks: &[Ack<'_>],
+    now_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) -> Settled {
     let mut settled = Settled {
         took: Vec::with_capacity(acks.len()),
-        queue_room: false,
+        ..Settled::default()
     };
     let mut defaults = None;
     for ack in acks {
@@ -238,6 +247,17 @@ pub fn ack_each(store: &mut impl Store, acks: &[Ack<'_>], anomalies: &mut Vec<An
         admission::close(store, partition);
         leased::end(store, ack.id);
         meta::forget(store, ack.id);
+        if defaults.keeping != Keeping::default() {
+            let result = ack.result.map(<[u8]>::to_vec);
+            outcomes::keep(
+                store,
+                defaults.keeping,
+                ack.id,
+                Finish::Done { result },
+                now_ms,
+            );
+            settled.kept = true;
+        }
     }
     settled
 }

@@ -23,7 +23,8 @@
 //! - held (the encoding of `held`), partitions (the per-partition record),
 //!   meta (an item's weight and partition), levels (priority levels and
 //!   their virtual times), counters
-//! - queue_limits (the queue's own CONCURRENCY and RATE, taken at LEASE)
+//! - queue_limits (the queue's own CONCURRENCY and RATE, taken at LEASE),
+//!   outcomes (what the queue keeps of finished jobs: results, dedup)
 //! - bucket (a token bucket's arithmetic: a partition's and the queue's)
 //! - virtual_time, numbers, types
 
@@ -50,6 +51,7 @@ pub(crate) mod levels;
 mod meta;
 mod nack;
 mod numbers;
+mod outcomes;
 pub mod partitions;
 mod queue_limits;
 mod ranks;
@@ -69,14 +71,16 @@ pub use controls::{
     set_limit, LimitChange, PartitionView,
 };
 pub use cron_search::STEPS_PER_SEARCH;
+#[cfg(test)]
+pub use dead::cancel;
 pub use dead::{
-    cancel, dead_items, read_policy, revive, set_policy, DeadItem, Moved, Policy, PolicyChange,
-    Reason,
+    cancel_at, dead_items, read_policy, revive, set_policy, Cancelled, DeadItem, Moved, Policy,
+    PolicyChange, Reason,
 };
 pub use delay::{defer, defer_at};
 pub use due::{next_due, next_run, run_due};
 pub use enqueue::{enqueue, enqueue_at, EnqueueOutcome};
-pub use job::{job_status, JobState, JobStatus};
+pub use job::{job_status, status_of, JobState, JobStatus};
 #[cfg(test)]
 pub use lease::ack;
 pub use lease::{ack_each, lease, renew, LeaseOutcome, LeaseRequest, Settled};

@@ -21,6 +21,7 @@ pub enum State {
     Dead,
 }
 
+use super::outcomes::{self, Keeping};
 use super::queue_limits::{self, QueueLimits};
 pub use crate::store::record::{Parking, Record, Totals};
 use crate::store::Rate;
@@ -33,6 +34,8 @@ pub struct Defaults {
     pub cap: Option<u64>,
     pub rate: Option<Rate>,
     pub queue: QueueLimits,
+    /// What the queue keeps of finished jobs (`outcomes`).
+    pub keeping: Keeping,
 }
 
 #[cfg(test)]
@@ -265,6 +268,7 @@ pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> De
         return Defaults::default();
     }
     let count = |text: &str| text.parse().ok().filter(|&n| n > 0);
+    let ms = |text: &str| text.parse().ok().filter(|&n| n > 0);
     Defaults {
         cap: read_policy_field(
             store,
@@ -276,6 +280,10 @@ pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> De
         queue: QueueLimits {
             cap: read_policy_field(store, queue_limits::CONCURRENCY_FIELD, count, anomalies),
             rate: read_policy_field(store, queue_limits::RATE_FIELD, parse_rate, anomalies),
+        },
+        keeping: Keeping {
+            result_ttl_ms: read_policy_field(store, outcomes::RESULT_TTL_FIELD, ms, anomalies),
+            dedup_ms: read_policy_field(store, outcomes::DEDUP_FIELD, ms, anomalies),
         },
     }
 }

@@ -54,6 +54,8 @@ pub enum Anomaly {
     /// A `policy` field was not a count; read as NONE (never give up, no
     /// default cap).
     PolicyUnreadable { field: &'static str },
+    /// A finished job's record in `results` did not read; taken as none.
+    OutcomeUnreadable { id: Vec<u8> },
     /// A partition's record in `partitions` was unreadable; started afresh
     /// (`VTRR.RECOUNT` recounts it).
     PartitionRecordUnreadable { partition: Vec<u8> },
@@ -91,6 +93,11 @@ impl std::fmt::Display for Anomaly {
             Anomaly::PolicyUnreadable { field } => {
                 write!(f, "policy field {field} is not a count; read as NONE")
             }
+            Anomaly::OutcomeUnreadable { id } => write!(
+                f,
+                "the outcome kept for {} did not read; taken as none",
+                text(id)
+            ),
             Anomaly::PartitionRecordUnreadable { partition } => write!(
                 f,
                 "partition {} had an unreadable record in partitions; counted afresh (VTRR.RECOUNT repairs it)",
@@ -160,6 +167,9 @@ pub struct Ack<'a> {
     pub id: &'a [u8],
     pub token: &'a [u8],
     pub cost: Option<u64>,
+    /// What the job returned (`VTRR.ACKRESULT`), kept while the queue keeps
+    /// results (`outcomes`).
+    pub result: Option<&'a [u8]>,
 }
 
 impl<'a> Ack<'a> {
@@ -169,6 +179,7 @@ impl<'a> Ack<'a> {
             id,
             token,
             cost: None,
+            result: None,
         }
     }
 }

@@ -80,7 +80,7 @@ const NUMBER_HASHES: [HashKey; 7] = [
 /// The hashes kept as bytes: every hash but the records, the integers and
 /// the item hashes. A place per hash here would cost a queue's value 96
 /// bytes each, empty.
-const BYTES_HASHES: [HashKey; 2] = [HashKey::Policy, HashKey::Schedules];
+const BYTES_HASHES: [HashKey; 3] = [HashKey::Policy, HashKey::Schedules, HashKey::Results];
 
 /// Where hash `key` is kept among the hashes of bytes.
 fn bytes_slot(key: HashKey) -> usize {

@@ -76,7 +76,7 @@ impl<'ctx> KeysStore<'ctx> {
             scope: opening.scope,
             access: opening.access,
             records_effects: opening.records_effects,
-            slots: Default::default(),
+            slots: std::array::from_fn(|_| None),
             recent_members: Default::default(),
         };
         for (key, name) in QueueKey::ALL.into_iter().zip(names) {
@@ -347,6 +347,14 @@ impl<'ctx> QueueLayout<'ctx> for KeysStore<'ctx> {
     /// Wakes clients blocked in VTRR.LEASE ... BLOCK on this queue.
     fn signal_ready(&self) {
         signal_ready(self.ctx, &self.queue_name);
+    }
+
+    fn signal_finished(&self) {
+        for which in [QueueKey::Results, QueueKey::Dead] {
+            if let Some(slot) = self.slots[which.index()].as_ref().filter(|s| s.written) {
+                signal_ready(self.ctx, &slot.name);
+            }
+        }
     }
 
     /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.

@@ -26,11 +26,24 @@ use crate::engine::memory::MemoryStore;
 use crate::server::api::api;
 use crate::server::key_names::names_of;
 use crate::server::strings::OwnedString;
+use crate::store::vocabulary::key_name;
 use crate::store::{HashKey, HashPage, QueueKey, Record, Scope, Store, StoreError, ZsetKey};
 
 /// The layout of queue `queue` as a call on it would find it.
 pub fn layout_of(ctx: &Context, queue: &[u8]) -> Layout {
     layout_at(ctx, queue, &QueueKeyOpen::open(ctx, queue, false))
+}
+
+/// The keys a client waiting for a job of `queue` to finish blocks on
+/// (`VTRR.RESULT ... BLOCK`): the ones a finished job writes in `layout`,
+/// which exist once it has (a blocked client is served only on a key that
+/// exists).
+pub fn finished_keys(layout: Layout, queue: &[u8]) -> Vec<Vec<u8>> {
+    let keys: &[QueueKey] = match layout {
+        Layout::keys => &[QueueKey::Results, QueueKey::Dead],
+        Layout::native => &[QueueKey::Queue],
+    };
+    keys.iter().map(|&key| key_name(queue, key)).collect()
 }
 
 /// The layout `probe` (the queue's `vtrr:<name>:queue`, opened) tells.
@@ -90,6 +103,11 @@ pub trait QueueLayout<'ctx>: Store + Sized {
 
     /// Wakes clients blocked in `VTRR.LEASE ... BLOCK` on this queue.
     fn signal_ready(&self);
+
+    /// Wakes clients blocked in `VTRR.RESULT ... BLOCK` (a job finished:
+    /// its outcome kept, or dead-lettered), on the keys [`finished_keys`]
+    /// names.
+    fn signal_finished(&self);
 
     /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
     fn notify(&self, event: &CStr);
@@ -204,6 +222,10 @@ impl<'ctx> QueueStore<'ctx> {
 
     pub fn signal_ready(&self) {
         dispatch!(self, s => s.signal_ready())
+    }
+
+    pub fn signal_finished(&self) {
+        dispatch!(self, s => s.signal_finished())
     }
 
     pub fn notify(&self, event: &CStr) {

@@ -280,6 +280,9 @@ impl<'a> Call<'a> {
         if done.signal_ready {
             store.signal_ready();
         }
+        if store.wrote(QueueKey::Results) || store.wrote(QueueKey::Dead) {
+            store.signal_finished();
+        }
         // A partition's next token came to be listed or moved: the timer
         // reads when the queue next falls due.
         let recheck = done.recheck || store.wrote(QueueKey::Throttled);

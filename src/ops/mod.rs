@@ -22,7 +22,7 @@ use crate::layout::native::load_chunk;
 use crate::layout::open::{OpenError, Propagate};
 use crate::layout::{self, QueueStore};
 use crate::replication::effects::replicate_verbatim;
-use crate::replication::replay::Operation;
+use crate::replication::replay::{Apply, Operation};
 use crate::server::log_warning;
 use crate::server::{new_token, now_ms};
 use crate::store::vocabulary;
@@ -194,7 +194,20 @@ pub fn lease(
         let mut args = apply(queue, now_ms, operation);
         if acked.contains(&true) {
             let took = acks.iter().zip(acked).filter(|(_, &took)| took);
-            args.ack_first(queue, took.map(|(ack, _)| ack));
+            let took: Vec<Ack<'_>> = took.map(|(ack, _)| *ack).collect();
+            if settled.kept {
+                // Recorded done at this call's time: replayed with it.
+                let acks = Operation::Ack { acks: took };
+                args.apply_first(
+                    queue,
+                    &Apply {
+                        now_ms,
+                        operation: acks,
+                    },
+                );
+            } else {
+                args.ack_first(queue, took.iter());
+            }
         }
         args
     };
@@ -208,7 +221,7 @@ pub fn lease(
         op,
         tokens_used,
         |store, anomalies| {
-            let acked = core::ack_each(store, acks, anomalies);
+            let acked = core::ack_each(store, acks, now_ms, anomalies);
             let outcome = lease_drawing(ctx, queue, store, &request, at.replayed_tokens)?;
             Ok((acked, outcome))
         },
@@ -296,18 +309,27 @@ fn lease_drawing(
     Ok(outcome)
 }
 
-/// `VTRR.ACK` and `VTRR.ACKCOST`: the number of leases whose token was
-/// current.
-pub fn ack(ctx: &Context, queue: &[u8], acks: &[Ack<'_>]) -> Result<u64, RedisError> {
+/// `VTRR.ACK`, `VTRR.ACKCOST` and `VTRR.ACKRESULT`: the number of leases
+/// whose token was current. On a queue that keeps outcomes the jobs are
+/// recorded done at `at`'s time, so the call propagates with it.
+pub fn ack(ctx: &Context, queue: &[u8], at: &Moment, acks: &[Ack<'_>]) -> Result<u64, RedisError> {
     let op = if acks.iter().any(|ack| ack.cost.is_some()) {
         CoreOp::AckCost
     } else {
         CoreOp::Ack
     };
+    let now_ms = at.now_ms;
+    let timed = |settled: &Settled| {
+        let acks = acks.to_vec();
+        settled
+            .kept
+            .then(|| apply(queue, now_ms, Operation::Ack { acks }))
+    };
     Call::client(ctx, queue)
-        .verbatim(
+        .clocked(
             op,
-            |store, anomalies| Ok(core::ack_each(store, acks, anomalies)),
+            timed,
+            |store, anomalies| Ok(core::ack_each(store, acks, now_ms, anomalies)),
             |settled| Done {
                 // A slot of the queue's CONCURRENCY came free.
                 signal_ready: settled.queue_room,
@@ -641,17 +663,27 @@ pub fn revive(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisEr
 }
 
 /// `VTRR.CANCEL`: the number of items deleted.
-pub fn cancel(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<u64, RedisError> {
-    Call::client(ctx, queue).effects(
-        CoreOp::Cancel,
-        |store, anomalies| Ok(core::cancel(store, ids, anomalies)),
-        |&cancelled| Done {
-            // A cancelled lease frees a slot of the queue's CONCURRENCY
-            // (rare enough to signal without asking).
-            signal_ready: cancelled > 0,
-            ..Done::new(c"vtrr.cancel").count(&info::CANCELLED, cancelled)
-        },
-    )
+pub fn cancel(ctx: &Context, queue: &[u8], at: &Moment, ids: &[&[u8]]) -> Result<u64, RedisError> {
+    let now_ms = at.now_ms;
+    let timed = |cancelled: &core::Cancelled| {
+        let ids = ids.to_vec();
+        cancelled
+            .kept
+            .then(|| apply(queue, now_ms, Operation::Cancel { ids }))
+    };
+    Call::client(ctx, queue)
+        .clocked(
+            CoreOp::Cancel,
+            timed,
+            |store, anomalies| Ok(core::cancel_at(store, ids, now_ms, anomalies)),
+            |cancelled| Done {
+                // A cancelled lease frees a slot of the queue's CONCURRENCY
+                // (rare enough to signal without asking).
+                signal_ready: cancelled.count > 0,
+                ..Done::new(c"vtrr.cancel").count(&info::CANCELLED, cancelled.count)
+            },
+        )
+        .map(|cancelled| cancelled.count)
 }
 
 /// `VTRR.STATS`, and the queue's layout.
@@ -694,6 +726,14 @@ pub fn inspect(ctx: &Context, queue: &[u8], key: QueueKey) -> Result<KeyView, Re
 pub fn job(ctx: &Context, queue: &[u8], ids: &[&[u8]]) -> Result<Vec<JobStatus>, RedisError> {
     Call::client(ctx, queue).read(CoreOp::Job, |store, anomalies| {
         Ok(core::job_status(store, ids, anomalies))
+    })
+}
+
+/// `VTRR.RESULT`: job `id`'s status, and the queue's layout (whose keys a
+/// waiter blocks on).
+pub fn result(ctx: &Context, queue: &[u8], id: &[u8]) -> Result<(JobStatus, Layout), RedisError> {
+    Call::client(ctx, queue).read(CoreOp::Job, |store, anomalies| {
+        Ok((core::status_of(store, id, anomalies), store.layout()))
     })
 }
 

@@ -10,6 +10,8 @@ use std::io::Write as _;
 use redis_module::{raw, Context};
 use smallvec::SmallVec;
 
+use super::replay::Apply;
+
 use crate::core::Ack;
 use crate::server::api::api;
 use crate::server::strings::OwnedString;
@@ -115,11 +117,20 @@ pub struct ApplyArgs {
     args: SmallVec<[OwnedString; 12]>,
     ack_first: Vec<OwnedString>,
     ack_costs: bool,
+    /// `ack_first` is a `VTRR.APPLY` of its own (acks that kept outcomes).
+    ack_applied: bool,
 }
 
 impl ApplyArgs {
     pub fn push(&mut self, arg: &[u8]) {
         self.args.push(OwnedString::new(arg));
+    }
+
+    /// `apply` (acks that kept outcomes, so replayed at this call's time)
+    /// as a `VTRR.APPLY` of its own, propagated first.
+    pub fn apply_first(&mut self, queue: &[u8], apply: &Apply<'_>) {
+        apply.write_args(queue, |arg| self.ack_first.push(OwnedString::new(arg)));
+        self.ack_applied = true;
     }
 
     /// `VTRR.ACK <queue> <id> <token> ...` of `acks`, propagated first;
@@ -144,7 +155,9 @@ impl ApplyArgs {
 /// (the server wraps the two in MULTI/EXEC).
 pub fn replicate_apply(ctx: &Context, args: &ApplyArgs) {
     if !args.ack_first.is_empty() {
-        let command = if args.ack_costs {
+        let command = if args.ack_applied {
+            c"VTRR.APPLY"
+        } else if args.ack_costs {
             c"VTRR.ACKCOST"
         } else {
             c"VTRR.ACK"

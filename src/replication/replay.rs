@@ -19,7 +19,7 @@
 //! does; a server that meets a version it does not know applies nothing and
 //! says so in its log.
 
-use crate::core::{parse_level, Level, Nack, NewItem, STEPS_PER_SEARCH};
+use crate::core::{parse_level, Ack, Level, Nack, NewItem, STEPS_PER_SEARCH};
 
 /// The format this module writes and reads.
 pub const VERSION: &str = "1";
@@ -65,6 +65,16 @@ pub enum Operation<'a> {
     Schedule {
         name: &'a [u8],
         definition: &'a [u8],
+    },
+    /// `VTRR.ACK` (`ACKCOST`, `ACKRESULT`) on a queue that keeps outcomes:
+    /// the jobs are recorded done at the master's time.
+    Ack {
+        acks: Vec<Ack<'a>>,
+    },
+    /// `VTRR.CANCEL` on a queue that keeps outcomes: the jobs are recorded
+    /// cancelled at the master's time.
+    Cancel {
+        ids: Vec<&'a [u8]>,
     },
 }
 
@@ -185,6 +195,35 @@ impl Apply<'_> {
                 emit(name);
                 emit(definition);
             }
+            Operation::Cancel { ids } => {
+                emit(b"CANCEL");
+                emit(digits.format(self.now_ms).as_bytes());
+                ids.iter().for_each(|id| emit(id));
+            }
+            Operation::Ack { acks } => {
+                emit(b"ACK");
+                emit(digits.format(self.now_ms).as_bytes());
+                // Four words each: id, token, cost (`-`: none) and result
+                // (`-`: none, else `=` and its bytes).
+                let mut result = Vec::new();
+                for ack in acks {
+                    emit(ack.id);
+                    emit(ack.token);
+                    match ack.cost {
+                        Some(cost) => emit(digits.format(cost).as_bytes()),
+                        None => emit(b"-"),
+                    }
+                    match ack.result {
+                        Some(bytes) => {
+                            result.clear();
+                            result.push(b'=');
+                            result.extend_from_slice(bytes);
+                            emit(&result);
+                        }
+                        None => emit(b"-"),
+                    }
+                }
+            }
         }
     }
 
@@ -274,6 +313,31 @@ impl Apply<'_> {
                     .map_err(|_| ParseError::Malformed("steps out of range"))?,
             },
             (b"SCHEDULE", [name, definition]) => Operation::Schedule { name, definition },
+            (b"CANCEL", ids) if !ids.is_empty() => Operation::Cancel { ids: ids.to_vec() },
+            (b"ACK", words) if !words.is_empty() && words.len() % 4 == 0 => Operation::Ack {
+                acks: words
+                    .chunks_exact(4)
+                    .map(|ack| {
+                        let cost = match ack[2] {
+                            b"-" => None,
+                            raw => Some(
+                                u64::try_from(integer(raw)?)
+                                    .map_err(|_| ParseError::Malformed("a negative cost"))?,
+                            ),
+                        };
+                        let result = match ack[3] {
+                            b"-" => None,
+                            [b'=', bytes @ ..] => Some(bytes),
+                            _ => return Err(ParseError::Malformed("not a result")),
+                        };
+                        Ok(Ack {
+                            cost,
+                            result,
+                            ..Ack::pair(ack[0], ack[1])
+                        })
+                    })
+                    .collect::<Result<_, ParseError>>()?,
+            },
             _ => return Err(ParseError::Malformed("unknown operation or arguments")),
         };
         Ok(Apply { now_ms, operation })

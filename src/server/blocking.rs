@@ -22,8 +22,18 @@ pub struct Waiter<T> {
 /// Redis serves the clients blocked on a key in the order they blocked, each
 /// once per readiness signal, so one new item wakes one lease.
 pub fn block_on_key<T: 'static>(ctx: &Context, key: &[u8], timeout_ms: i64, waiter: Waiter<T>) {
-    let key = OwnedString::new(key);
-    let mut keys = [key.0];
+    block_on_keys(ctx, &[key], timeout_ms, waiter);
+}
+
+/// [`block_on_key`] on any of `keys`.
+pub fn block_on_keys<T: 'static>(
+    ctx: &Context,
+    keys: &[&[u8]],
+    timeout_ms: i64,
+    waiter: Waiter<T>,
+) {
+    let names: Vec<OwnedString> = keys.iter().map(|key| OwnedString::new(key)).collect();
+    let mut keys: Vec<*mut raw::RedisModuleString> = names.iter().map(|name| name.0).collect();
     let privdata = Box::into_raw(Box::new(waiter)).cast::<c_void>();
     // SAFETY: live command context; Redis copies the key array and owns
     // `privdata` until it calls `free_waiter`, exactly once.
@@ -35,7 +45,7 @@ pub fn block_on_key<T: 'static>(ctx: &Context, key: &[u8], timeout_ms: i64, wait
             Some(free_waiter::<T>),
             timeout_ms,
             keys.as_mut_ptr(),
-            1,
+            keys.len() as c_int,
             privdata,
         );
     }

@@ -18,7 +18,7 @@ impl QueueKeyNames {
     fn new(queue: &[u8]) -> Self {
         QueueKeyNames {
             queue: queue.to_vec(),
-            names: Default::default(),
+            names: std::array::from_fn(|_| None),
         }
     }
 
@@ -71,7 +71,7 @@ pub fn names_of(
     queue: &[u8],
     keys: &[QueueKey],
 ) -> ([Option<OwnedString>; QueueKey::ALL.len()], OwnedString) {
-    let mut names: [Option<OwnedString>; QueueKey::ALL.len()] = Default::default();
+    let mut names: [Option<OwnedString>; QueueKey::ALL.len()] = std::array::from_fn(|_| None);
     let queue_key = with_names(queue, |queue_names| {
         for &key in keys {
             names[key.index()] = Some(queue_names.name(key));

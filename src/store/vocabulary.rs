@@ -18,8 +18,10 @@ pub enum KeyKind {
 /// The keys of a queue: vtrr-queue's nine, then the module's own (delayed
 /// and dead items, nack counts, the dead-letter policy, ...), which the Lua
 /// scripts never see. The schedules' two come last (`core::access` leaves
-/// them out of the calls that move items), `last_error` just before them
-/// (left out of those that never record nor clear an item's error).
+/// them out of the calls that move items), the finished jobs' two before
+/// them (left out of the calls that neither finish nor enqueue one), and
+/// `last_error` before those (left out of those that never record nor
+/// clear an item's error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueKey {
     Queue,
@@ -51,12 +53,14 @@ pub enum QueueKey {
     Priority,
     LevelVirtualTime,
     LastError,
+    Results,
+    Finished,
     Schedules,
     ScheduleDue,
 }
 
 impl QueueKey {
-    pub const ALL: [QueueKey; 31] = [
+    pub const ALL: [QueueKey; 33] = [
         QueueKey::Queue,
         QueueKey::CurrentVirtualTime,
         QueueKey::PartitionVirtualTime,
@@ -86,6 +90,8 @@ impl QueueKey {
         QueueKey::Priority,
         QueueKey::LevelVirtualTime,
         QueueKey::LastError,
+        QueueKey::Results,
+        QueueKey::Finished,
         QueueKey::Schedules,
         QueueKey::ScheduleDue,
     ];
@@ -127,6 +133,8 @@ impl QueueKey {
             QueueKey::Priority => "priority",
             QueueKey::LevelVirtualTime => "level_virtual_time",
             QueueKey::LastError => "last_error",
+            QueueKey::Results => "results",
+            QueueKey::Finished => "finished",
         }
     }
 
@@ -143,6 +151,7 @@ impl QueueKey {
             | QueueKey::RankLeased
             | QueueKey::RankDead
             | QueueKey::Throttled
+            | QueueKey::Finished
             | QueueKey::ScheduleDue => KeyKind::Zset,
             QueueKey::CurrentVirtualTime => KeyKind::String,
             _ => KeyKind::Hash,
@@ -187,6 +196,10 @@ pub enum ZsetKey {
     /// `vtrr:<name>:schedule_due`: schedule -> when its next run falls due
     /// (Unix ms; see `core::schedule`).
     ScheduleDue,
+    /// `vtrr:<name>:finished`: id of a job that finished while the queue
+    /// keeps outcomes -> when its record goes (Unix ms; see
+    /// `core::outcomes`).
+    Finished,
 }
 
 /// The hashes of a queue.
@@ -236,6 +249,9 @@ pub enum HashKey {
     /// `vtrr:<name>:last_error`: id -> the reason its last `NACK ... REASON`
     /// gave, kept until the item leaves (see `core::nack`).
     LastError,
+    /// `vtrr:<name>:results`: id of a finished job -> its outcome (how it
+    /// finished, when, its result; see `core::outcomes`).
+    Results,
 }
 
 impl ZsetKey {
@@ -244,7 +260,7 @@ impl ZsetKey {
         ZsetKey::ALL.into_iter().find(|z| QueueKey::from(*z) == key)
     }
 
-    pub const ALL: [ZsetKey; 12] = [
+    pub const ALL: [ZsetKey; 13] = [
         ZsetKey::Queue,
         ZsetKey::Inflight,
         ZsetKey::Delayed,
@@ -257,6 +273,7 @@ impl ZsetKey {
         ZsetKey::RankDead,
         ZsetKey::Throttled,
         ZsetKey::ScheduleDue,
+        ZsetKey::Finished,
     ];
 
     pub const fn index(self) -> usize {
@@ -270,7 +287,7 @@ impl HashKey {
         HashKey::ALL.into_iter().find(|h| QueueKey::from(*h) == key)
     }
 
-    pub const ALL: [HashKey; 18] = [
+    pub const ALL: [HashKey; 19] = [
         HashKey::PartitionVirtualTime,
         HashKey::Task,
         HashKey::Meta,
@@ -289,6 +306,7 @@ impl HashKey {
         HashKey::Priority,
         HashKey::LevelVirtualTime,
         HashKey::LastError,
+        HashKey::Results,
     ];
 
     pub const fn index(self) -> usize {
@@ -311,6 +329,7 @@ impl From<ZsetKey> for QueueKey {
             ZsetKey::RankDead => QueueKey::RankDead,
             ZsetKey::Throttled => QueueKey::Throttled,
             ZsetKey::ScheduleDue => QueueKey::ScheduleDue,
+            ZsetKey::Finished => QueueKey::Finished,
         }
     }
 }
@@ -336,6 +355,7 @@ impl From<HashKey> for QueueKey {
             HashKey::Priority => QueueKey::Priority,
             HashKey::LevelVirtualTime => QueueKey::LevelVirtualTime,
             HashKey::LastError => QueueKey::LastError,
+            HashKey::Results => QueueKey::Results,
         }
     }
 }

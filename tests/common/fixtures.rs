@@ -7,7 +7,8 @@ use super::{
 };
 
 /// Queue `name` with an item in every state, so every key exists: `t0`
-/// leased and acked first by partition `t`, whose rate (one a day) it spent,
+/// leased and acked first (with a result, kept a day: `results`,
+/// `finished`) by partition `t`, whose rate (one a day) it spent,
 /// so `t1` waits in `held` for a token (`throttled`); `a` leased (the token is returned), `b` dead (nacked with DEAD), `c`
 /// queued after one expired lease and one nack (so `timeouts` and `nacks`
 /// hold it, and `last_error` what its nack said, as b's), `d` delayed by a minute, all of partition `p`; `h1` held
@@ -27,7 +28,10 @@ pub fn queue_in_every_state(con: &mut redis::Connection, name: &str) -> String {
     enqueue_items(con, name, &[("t", "t0", 1, b"T0"), ("t", "t1", 1, b"T1")]);
     let (id, _, t_token, _) = lease(con, name, 60_000).unwrap();
     assert_eq!(id, b"t0");
-    let acked: i64 = command(&["VTRR.ACK", name, "t0", &t_token])
+    // Finished jobs kept a day: t0's outcome and result (`results`,
+    // `finished`).
+    set_policy(con, name, &["RESULT-TTL", "86400000"]);
+    let acked: i64 = command(&["VTRR.ACKRESULT", name, "t0", &t_token, "R0"])
         .query(con)
         .unwrap();
     assert_eq!(acked, 1);
@@ -239,7 +243,20 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         "default-cap",
     ];
     let ranked_and_stats = [RANKED, &["stats"]].concat();
-    let openers: [(&str, &[&str]); 22] = [
+    // What a finished job leaves while the queue keeps outcomes: read by
+    // ENQUEUE and DEFER (dedup), written by the calls that finish a job.
+    const OUTCOMES: &[&str] = &[
+        "enqueue",
+        "enqueue-priority",
+        "defer",
+        "defer-priority",
+        "lease-ack",
+        "ack",
+        "check",
+        "cancel",
+        "job",
+    ];
+    let openers: [(&str, &[&str]); 24] = [
         (
             "delayed",
             &[
@@ -504,6 +521,8 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "cancel",
             ],
         ),
+        ("results", OUTCOMES),
+        ("finished", OUTCOMES),
         ("schedules", SCHEDULED),
         ("schedule_due", SCHEDULED),
     ];

@@ -8,8 +8,9 @@
 /// whose parking is under way, the rankings of partitions, the queue's
 /// totals, the rate-limited partitions waiting for a token, the items'
 /// priority levels and the levels' virtual times, the items' last errors,
+/// the finished jobs' outcomes and when each goes,
 /// and the recurring schedules with their next runs).
-pub const ALL_SUFFIXES: [&str; 31] = [
+pub const ALL_SUFFIXES: [&str; 33] = [
     "queue",
     "current_virtual_time",
     "partition_virtual_time",
@@ -39,6 +40,8 @@ pub const ALL_SUFFIXES: [&str; 31] = [
     "priority",
     "level_virtual_time",
     "last_error",
+    "results",
+    "finished",
     "schedules",
     "schedule_due",
 ];

@@ -5,7 +5,8 @@
     vtrr dead files --count 20  vtrr revive files job-17 job-18
     vtrr pause files alice      vtrr resume files alice
     vtrr limit files alice --concurrency 2 --share 3
-    vtrr policy files --max-nacks 5
+    vtrr policy files --max-nacks 5   vtrr policy files --result-ttl-ms 86400000
+    vtrr job files job-17       vtrr result files job-17 --wait 30
     vtrr cancel files job-17    vtrr enqueue files alice job-19 --payload '{"a": 1}'
     vtrr schedule files nightly --cron '0 3 * * *' --tz Europe/Paris --partition ops --payload x
     vtrr schedules files --runs 3   vtrr unschedule files nightly
@@ -29,6 +30,7 @@ import importlib
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import sys
 import threading
@@ -259,16 +261,47 @@ def cmd_dead(args: argparse.Namespace) -> int:
     return 0
 
 
+_RESULT_CELL = 40  # the characters of a result a table shows
+
+
+def _result_cell(result: bytes | None) -> str | None:
+    """A job's result in a table: its first line, cut to `_RESULT_CELL`
+    characters (`vtrr result` and --json show it whole)."""
+    if result is None:
+        return None
+    text = (result.decode("utf-8", "backslashreplace").splitlines() or [""])[0]
+    return text if len(text) <= _RESULT_CELL else text[: _RESULT_CELL - 3] + "..."
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     jobs: list[JobStatus] = _existing(args).jobs(*args.ids)
     rows = _with_errors(args, jobs)
+    if not args.json:
+        for row in rows:
+            row["result"] = _result_cell(row["result"])
     columns = (
         "id", "state", "partition", "weight", "priority", "timeouts", "nacks", "expires_ms",
-        "due_ms", "dead_ms", "reason", "last_error",
+        "due_ms", "dead_ms", "reason", "last_error", "finished_ms", "result",
     )  # fmt: skip
     _emit(args, rows, columns, "no ids")
-    # Like `test -e`: 1 when an id is unknown to the queue (never there, or finished).
+    # Like `test -e`: 1 when an id is unknown to the queue (never there, or
+    # finished with nothing of it kept).
     return 1 if any(job.state == "unknown" for job in jobs) else 0
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    """A finished job's status and result, whole; with --wait, once it finishes."""
+    queue = _existing(args)
+    block_ms = None if args.wait is None else math.ceil(args.wait * 1000)
+    status = queue.result(args.id, block_ms=block_ms)
+    if status is None:
+        waited = "" if args.wait is None else f" within {args.wait:g} s"
+        raise _Missing(
+            f"vtrr result: {args.id} has not finished{waited}, or nothing of it is kept"
+            " (vtrr policy --result-ttl-ms)"
+        )
+    _record(args, dataclasses.asdict(status))
+    return 0
 
 
 def cmd_revive(args: argparse.Namespace) -> int:
@@ -353,6 +386,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
         "concurrency": args.concurrency,
         "rate": args.rate,
         "default_max_queued": args.default_max_queued,
+        "result_ttl_ms": args.result_ttl_ms,
+        "dedup_ms": args.dedup_ms,
     }
     changes = any(value is not None for value in given.values())
     queue = _existing(args, changes=changes)
@@ -787,9 +822,25 @@ def parser() -> argparse.ArgumentParser:
     dead = command("dead", "the oldest dead-lettered items")
     dead.add_argument("--count", type=int, default=10)
     dead.set_defaults(run=cmd_dead)
-    job = command("job", "where items are: queued, held, leased, delayed, dead or unknown")
+    job = command(
+        "job",
+        "where items are: queued, held, leased, delayed, dead, done, cancelled or unknown",
+    )
     job.add_argument("ids", nargs="+")
     job.set_defaults(run=cmd_job)
+    result = command(
+        "result",
+        "a finished job (done, dead or cancelled) and its result; exit 1 if it has not finished",
+    )
+    result.add_argument("id")
+    result.add_argument(
+        "--wait",
+        type=_positive,
+        metavar="SECONDS",
+        help="wait up to SECONDS for it to finish (needs the policy's --result-ttl-ms or"
+        " --dedup-ms)",
+    )
+    result.set_defaults(run=cmd_result)
     revive = command("revive", "put dead items back in the queue")
     revive.add_argument("ids", nargs="+")
     revive.set_defaults(run=cmd_revive)
@@ -834,7 +885,7 @@ def parser() -> argparse.ArgumentParser:
     policy = command(
         "policy",
         "when items go dead, the default and the queue's own cap and rate, the default"
-        " MAX-QUEUED: set what is given, then show",
+        " MAX-QUEUED, how long finished jobs are kept: set what is given, then show",
     )
     for option, meaning in (
         ("--max-timeouts", "expired leases an item survives; none: any number"),
@@ -843,6 +894,14 @@ def parser() -> argparse.ArgumentParser:
         (
             "--default-max-queued",
             "the MAX-QUEUED of partitions without their own (limit --max-queued); none: no limit",
+        ),
+        (
+            "--result-ttl-ms",
+            "keep a finished job's outcome and result N ms (vtrr result, vtrr job); none: not kept",
+        ),
+        (
+            "--dedup-ms",
+            "skip an enqueue of an id that finished less than N ms ago; none: not skipped",
         ),
     ):
         policy.add_argument(option, type=_limit, metavar="N|none", help=meaning)

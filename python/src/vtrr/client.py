@@ -20,10 +20,10 @@ import redis
 import redis.asyncio
 import redis.exceptions
 
-from . import exchange
+from . import commands, exchange
 from .commands import Command, QueueCommands
 from .errors import SlotMoving, translate
-from .types import PartitionView, ScheduleView, encode
+from .types import JobStatus, PartitionView, ScheduleView, encode
 
 _RETRY_PAUSE_SECONDS = 0.05
 
@@ -36,8 +36,8 @@ QUEUE_KEY_SUFFIXES = (
     "inflight", "inflight_task", "lease", "timeouts", "delayed", "delayed_task",
     "nacks", "dead", "dead_task", "dead_reason", "policy", "held", "held_at",
     "partitions", "parking", "rank_queued", "rank_waiting", "rank_leased", "rank_dead",
-    "totals", "throttled", "priority", "level_virtual_time", "last_error", "schedules",
-    "schedule_due",
+    "totals", "throttled", "priority", "level_virtual_time", "last_error", "results",
+    "finished", "schedules", "schedule_due",
 )  # fmt: skip
 
 # Errors a slot move answers with: TRYAGAIN, and a cluster client's own
@@ -173,6 +173,24 @@ class Queue(QueueCommands):
             if cursor == 0:
                 return
 
+    def result(self, item_id: str, *, block_ms: int | None = None) -> JobStatus | None:
+        """The job's status once it finished: `done` (with its `result`, what
+        it returned, while the policy's `result_ttl_ms` keeps it), `dead` or
+        `cancelled`; None while it has not, or when nothing of it is kept.
+
+        `block_ms`: wait up to that long (0: forever) for it to finish,
+        woken by the ACK, dead-lettering or cancellation that finishes it;
+        sent as BLOCKs of at most a second (`commands.result_waits`), so the
+        client's `socket_timeout` does not cut the wait short. Waiting needs
+        the policy to keep outcomes (`result_ttl_ms` or `dedup_ms`): an acked
+        job is otherwise forgotten at once.
+        """
+        for wait_ms in commands.result_waits(block_ms):
+            status = self.run(commands.result(self.name, item_id, block_ms=wait_ms))
+            if status is not None:
+                return status
+        return None
+
 
 class AsyncQueue(QueueCommands):
     """A vtrr queue, over an asyncio redis-py client (`redis.asyncio`)."""
@@ -249,3 +267,11 @@ class AsyncQueue(QueueCommands):
                 yield view
             if cursor == 0:
                 return
+
+    @_documented_by(Queue.result)
+    async def result(self, item_id: str, *, block_ms: int | None = None) -> JobStatus | None:
+        for wait_ms in commands.result_waits(block_ms):
+            status = await self.run(commands.result(self.name, item_id, block_ms=wait_ms))
+            if status is not None:
+                return status
+        return None

@@ -14,14 +14,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import time
 import typing
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from inspect import Parameter, Signature, iscoroutinefunction, signature
 from types import MethodType
 from typing import Any, Concatenate, Literal, Protocol, Self, cast, overload
 
 from .errors import InvalidArgument
-from .limits import MAX_COST, MAX_PRIORITY, check_int, check_item, check_reason
+from .limits import (
+    MAX_BLOCK_MS,
+    MAX_COST,
+    MAX_PRIORITY,
+    check_int,
+    check_item,
+    check_reason,
+    check_result,
+)
 from .types import (
     AckedLeases,
     DeadItem,
@@ -194,7 +204,8 @@ def enqueue(
     *,
     priority: int = 0,
 ) -> Command[bool]:
-    """Add one item; False when its id is already in the queue's life (skipped).
+    """Add one item; False when its id is already in the queue's life, or
+    finished less than the policy's `dedup_ms` ago (skipped).
 
     `priority` (-100..100, larger first) is strict between levels and
     fair between partitions inside one. Raises `PartitionFull` when the
@@ -259,38 +270,69 @@ def lease_many(
     return Command((*_lease_args(queue, lease_ms, block_ms), "COUNT", count), _lease_many)
 
 
-def leases_with_costs[L: Fenced](
-    leases: Sequence[L], costs: Sequence[int] | None
-) -> list[tuple[L, int | None]]:
-    """Each lease with its cost (None without `costs`), refused as ACK refuses
-    them: no lease, or not one cost per lease."""
-    if costs is not None and len(costs) != len(leases):
-        raise ValueError(f"{len(costs)} costs for {len(leases)} leases: one cost per lease")
+def leases_with[L: Fenced](
+    leases: Sequence[L],
+    costs: Sequence[int] | None,
+    results: Sequence[bytes | str] | None = None,
+) -> list[tuple[L, int | None, bytes | str | None]]:
+    """Each lease with its cost and its result (None without `costs`,
+    `results`), refused as ACK refuses them: no lease, not one cost or
+    result per lease, or both (ACKCOST and ACKRESULT are two commands)."""
+    for given, what in ((costs, "cost"), (results, "result")):
+        if given is not None and len(given) != len(leases):
+            raise ValueError(f"{len(given)} {what}s for {len(leases)} leases: one {what} per lease")
+    if costs is not None and results is not None:
+        raise ValueError("costs and results cannot be combined: VTRR.ACKRESULT reports no cost")
     if not leases:
         raise ValueError("ack needs at least one lease")
-    each: Sequence[int | None] = [None] * len(leases) if costs is None else costs
-    return list(zip(leases, each, strict=True))
+    return list(
+        zip(
+            leases,
+            [None] * len(leases) if costs is None else costs,
+            [None] * len(leases) if results is None else results,
+            strict=True,
+        )
+    )
 
 
-def _ack_args(leases: Sequence[Fenced], costs: Sequence[int] | None) -> list[Arg]:
-    """`<id> <token> ...` pairs, or `<id> <token> <cost> ...` triples with `costs`."""
+def _ack_form(costs: Sequence[int] | None, results: Sequence[bytes | str] | None) -> str:
+    """How leases are finished: `ACK`, `ACKCOST` with `costs`, `ACKRESULT` with `results`."""
+    return "ACKCOST" if costs is not None else "ACKRESULT" if results is not None else "ACK"
+
+
+def _ack_args(
+    leases: Sequence[Fenced], costs: Sequence[int] | None, results: Sequence[bytes | str] | None
+) -> list[Arg]:
+    """`<id> <token> ...` pairs, or triples with each one's cost or result."""
     args: list[Arg] = []
-    for fenced, cost in leases_with_costs(leases, costs):
+    for fenced, cost, result in leases_with(leases, costs, results):
         args += [encode(fenced.id), fenced.token]
         if cost is not None:
             args.append(check_int("cost", cost, 0, MAX_COST))
+        if result is not None:
+            args.append(check_result(result))
     return args
 
 
-def ack(queue: str, /, *leases: Fenced, costs: Sequence[int] | None = None) -> Command[int]:
+def ack(
+    queue: str,
+    /,
+    *leases: Fenced,
+    costs: Sequence[int] | None = None,
+    results: Sequence[bytes | str] | None = None,
+) -> Command[int]:
     """Fenced ACK: how many of the leases were still current (and are now done).
 
     With `costs` (one per lease, in the weights' units: what each job
     really cost), `VTRR.ACKCOST`: each partition is charged its job's
-    cost in place of the weight it was queued with.
+    cost in place of the weight it was queued with. With `results` (one
+    per lease, what each job returned: bytes, or a str sent as UTF-8, at
+    most 1 MiB), `VTRR.ACKRESULT`: each is kept as its job's result while
+    the policy's `result_ttl_ms` keeps outcomes (`result()` reads it); a
+    lost lease keeps nothing. One or the other.
     """
-    command = "VTRR.ACK" if costs is None else "VTRR.ACKCOST"
-    return Command((command, queue, *_ack_args(leases, costs)), _int)
+    form = _ack_form(costs, results)
+    return Command((f"VTRR.{form}", queue, *_ack_args(leases, costs, results)), _int)
 
 
 def _acked_leases(reply: Any) -> AckedLeases:
@@ -307,13 +349,21 @@ def ack_and_lease(
     *,
     block_ms: int | None = None,
     costs: Sequence[int] | None = None,
+    results: Sequence[bytes | str] | None = None,
 ) -> Command[AckedLeases]:
-    """ACK the `done` leases (charging `costs`, as `ack`) and lease up to
-    `count` items, in one round trip (`VTRR.LEASE ... ACK`, or `ACKCOST`)."""
-    option = "ACK" if costs is None else "ACKCOST"
-    acks = _ack_args(list(done), costs)
+    """ACK the `done` leases (charging `costs`, or keeping `results`, as
+    `ack`) and lease up to `count` items, in one round trip (`VTRR.LEASE ...
+    ACK`, `ACKCOST` or `ACKRESULT`)."""
+    acks = _ack_args(list(done), costs, results)
     return Command(
-        (*_lease_args(queue, lease_ms, block_ms), "COUNT", count, option, *acks), _acked_leases
+        (
+            *_lease_args(queue, lease_ms, block_ms),
+            "COUNT",
+            count,
+            _ack_form(costs, results),
+            *acks,
+        ),
+        _acked_leases,
     )
 
 
@@ -558,12 +608,16 @@ def _job(reply: Any) -> JobStatus:
         dead_ms=_opt_int(fields["dead-ms"]),
         reason=text("reason"),
         last_error=text("last-error"),
+        # Absent from a module before finished jobs were kept.
+        finished_ms=_opt_int(fields.get("finished-ms")),
+        result=None if fields.get("result") is None else bytes(fields["result"]),
     )
 
 
 def jobs(queue: str, /, *ids: str) -> Command[list[JobStatus]]:
-    """Where each item is, in order: queued, held, leased, delayed, dead, or
-    unknown (never enqueued, or finished: acked or cancelled)."""
+    """Where each item is, in order: queued, held, leased, delayed, dead,
+    done or cancelled (finished, while the policy keeps outcomes), or
+    unknown (never enqueued, or finished and nothing of it kept)."""
     encoded = [encode(item_id) for item_id in ids]
     if not encoded:
         raise ValueError("jobs needs at least one id")
@@ -573,6 +627,45 @@ def jobs(queue: str, /, *ids: str) -> Command[list[JobStatus]]:
 def job(queue: str, /, item_id: str) -> Command[JobStatus]:
     """Where one item is, and what the queue keeps of it there (see `jobs`)."""
     return Command(("VTRR.JOB", queue, encode(item_id)), lambda reply: _job(reply[0]))
+
+
+def result(
+    queue: str, /, item_id: str, *, block_ms: int | None = None
+) -> Command[JobStatus | None]:
+    """`VTRR.RESULT`: the job's status once it finished (`done`, `dead` or
+    `cancelled`), else None; with `block_ms`, the server waits up to that
+    long (0: forever) for it to finish. One call: a queue's `result()`
+    sends it in slices (`result_waits`)."""
+    args: tuple[Arg, ...] = ("VTRR.RESULT", queue, encode(item_id))
+    if block_ms is not None:
+        args += ("BLOCK", block_ms)
+    return Command(args, lambda reply: None if reply is None else _job(reply))
+
+
+RESULT_SLICE_MS = 1_000
+"""The longest one BLOCK of a wait for a result: the worker's own wait, which
+the client's `socket_timeout` must allow anyway."""
+
+
+def result_waits(block_ms: int | None) -> Iterator[int | None]:
+    """The BLOCK of each `VTRR.RESULT` a wait of `block_ms` (None: none; 0:
+    forever) is sent as, until one replies: at most `RESULT_SLICE_MS` each,
+    so no redis-py `socket_timeout` cuts a long wait short, and together
+    no longer than `block_ms`. A job that finishes between two is not
+    missed: its outcome stays while the policy keeps it, and without that
+    no BLOCK would see it either."""
+    if block_ms is None:
+        yield None
+        return
+    check_int("block_ms", block_ms, 0, MAX_BLOCK_MS)
+    if block_ms == 0:
+        while True:
+            yield RESULT_SLICE_MS
+    deadline = time.monotonic() + block_ms / 1000
+    left_ms = block_ms
+    while left_ms > 0:
+        yield min(left_ms, RESULT_SLICE_MS)
+        left_ms = math.ceil((deadline - time.monotonic()) * 1000)
 
 
 # Item life.
@@ -717,12 +810,15 @@ def _policy(reply: Any) -> Policy:
         concurrency=_opt_int(f.get("concurrency")),
         rate=_rate(f),
         default_max_queued=_opt_int(f.get("default-max-queued")),
+        # Absent from a module before finished jobs were kept.
+        result_ttl_ms=_opt_int(f.get("result-ttl-ms")),
+        dedup_ms=_opt_int(f.get("dedup-ms")),
     )
 
 
 def policy(queue: str, /) -> Command[Policy]:
-    """The dead-letter policy, the default cap, rate and MAX-QUEUED, and the
-    queue's own cap and rate (`VTRR.POLICY`)."""
+    """The dead-letter policy, the default cap, rate and MAX-QUEUED, the
+    queue's own cap and rate, and how long finished jobs are kept (`VTRR.POLICY`)."""
     return Command(("VTRR.POLICY", queue), _policy)
 
 
@@ -737,12 +833,17 @@ def set_policy(
     concurrency: Limit = None,
     rate: Rate | Literal["NONE"] | None = None,
     default_max_queued: Limit = None,
+    result_ttl_ms: Limit = None,
+    dedup_ms: Limit = None,
 ) -> Command[None]:
     """Set the dead-letter policy, the default cap, rate and MAX-QUEUED (of
-    every partition without its own) and the queue's own cap and rate (on
+    every partition without its own), the queue's own cap and rate (on
     top of every partition's: `concurrency` items leased at once across the
     queue, `rate` one bucket every lease spends its item's weight from, both
-    handed out in fair turn); None leaves one as it is, "NONE" clears it."""
+    handed out in fair turn) and how long a finished job is kept: its
+    outcome and result for `result_ttl_ms` (`result()`), its id for
+    `dedup_ms` (an enqueue of it skipped meanwhile), the longer of the two
+    for both; None leaves one as it is, "NONE" clears it."""
     options = (
         *_limit_arg("MAX-TIMEOUTS", max_timeouts),
         *_limit_arg("MAX-NACKS", max_nacks),
@@ -751,6 +852,8 @@ def set_policy(
         *_limit_arg("CONCURRENCY", concurrency),
         *_rate_args(rate),
         *_limit_arg("DEFAULT-MAX-QUEUED", default_max_queued),
+        *_limit_arg("RESULT-TTL", result_ttl_ms),
+        *_limit_arg("DEDUP-MS", dedup_ms),
     )
     if not options:
         raise ValueError("set_policy needs at least one setting (None leaves one unchanged)")

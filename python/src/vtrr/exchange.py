@@ -2,8 +2,9 @@
 
 A worker's dispatcher sends an `Exchange` and reads an `Exchanged`: its
 NACKs (`WITHSTATE`) and RENEWs pipelined, then one `VTRR.LEASE ... COUNT n
-ACK ...` (`ACKCOST ...` when it reports costs) that finishes the succeeded
-leases and leases the next items. The
+ACK ...` (`ACKCOST ...` when it reports costs, `ACKRESULT ...` when its
+jobs returned results) that finishes the succeeded leases and leases the
+next items. The
 commands and how their replies combine are here, once; `Queue`,
 `AsyncQueue` and `ShardedQueue` only send them.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from . import commands
 from .commands import Command
-from .types import Fenced, Lease, NackOutcome
+from .types import AckedLeases, Fenced, Lease, NackOutcome
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,12 +47,18 @@ class Exchange:
     in place of its weight."""
     renew_costs: tuple[int, ...] | None = None
     """What each renewed job cost since its last report (one per renewal)."""
+    results: tuple[bytes | None, ...] | None = None
+    """What each ACK's job returned (one per ack, None for one that returned
+    nothing), kept as its result (`VTRR.ACKRESULT`); None when none did. An
+    ack with a result reports no cost: ACKRESULT takes none."""
 
     def __post_init__(self) -> None:
         if self.costs is not None and len(self.costs) != len(self.acks):
             raise ValueError(f"{len(self.costs)} costs for {len(self.acks)} acks")
         if self.renew_costs is not None and len(self.renew_costs) != len(self.renews):
             raise ValueError(f"{len(self.renew_costs)} costs for {len(self.renews)} renewals")
+        if self.results is not None and len(self.results) != len(self.acks):
+            raise ValueError(f"{len(self.results)} results for {len(self.acks)} acks")
 
     def renew_costs_each(self) -> list[int | None]:
         """Each renewal's cost argument."""
@@ -62,11 +69,29 @@ class Exchange:
     def is_empty(self) -> bool:
         return not (self.acks or self.nacks or self.renews or self.count)
 
-    def ack_costs(self) -> list[list[int] | None]:
-        """Each ack's `costs` argument when it is sent alone."""
-        if self.costs is None:
-            return [None] * len(self.acks)
-        return [[cost] for cost in self.costs]
+    def _result(self, i: int) -> bytes | None:
+        return None if self.results is None else self.results[i]
+
+    def placed(self) -> tuple[list[int], list[int]]:
+        """The acks sent alone (an ACK each, whose count says whether it took)
+        and those the LEASE carries, as indexes into `acks`. A LEASE carries
+        one form (ACK, ACKCOST or ACKRESULT): every ack when they share one;
+        else those without a result, and the others go alone."""
+        every = list(range(len(self.acks)))
+        if not self.count:
+            return every, []
+        with_result = [i for i in every if self._result(i) is not None]
+        if len(with_result) in (0, len(every)):
+            return [], every
+        return with_result, [i for i in every if self._result(i) is None]
+
+    def ack_options(self, indexes: list[int]) -> tuple[list[int] | None, list[bytes] | None]:
+        """The `costs` and `results` of one ACK of the acks at `indexes` (as
+        `placed` groups them: all with a result, or none)."""
+        results = [r for i in indexes if (r := self._result(i)) is not None]
+        if results:
+            return None, results
+        return (None if self.costs is None else [self.costs[i] for i in indexes]), None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,27 +125,27 @@ def commands_of(name: str, exchange: Exchange) -> list[Command[Any]]:
         commands.renew(name, lease, exchange.lease_ms, cost=cost)
         for lease, cost in zip(exchange.renews, exchange.renew_costs_each(), strict=True)
     ]
-    if exchange.count and exchange.acks:
+    alone, carried = exchange.placed()
+    for i in alone:
+        costs, results = exchange.ack_options([i])
+        sent.append(commands.ack(name, exchange.acks[i], costs=costs, results=results))
+    if carried:
+        costs, results = exchange.ack_options(carried)
         sent.append(
             commands.ack_and_lease(
                 name,
-                exchange.acks,
+                [exchange.acks[i] for i in carried],
                 exchange.lease_ms,
                 exchange.count,
                 block_ms=exchange.block_ms,
-                costs=exchange.costs,
+                costs=costs,
+                results=results,
             )
         )
     elif exchange.count:
         sent.append(
             commands.lease_many(name, exchange.lease_ms, exchange.count, block_ms=exchange.block_ms)
         )
-    else:
-        # Nothing to lease: one ACK per lease, each telling whether it took.
-        sent += [
-            commands.ack(name, lease, costs=costs)
-            for lease, costs in zip(exchange.acks, exchange.ack_costs(), strict=True)
-        ]
     return sent
 
 
@@ -130,8 +155,16 @@ def read(exchange: Exchange, values: list[Any]) -> Exchanged:
     nacked = tuple(values[:nacks])
     renewed = tuple(bool(value) for value in values[nacks : nacks + renews])
     rest = values[nacks + renews :]
-    if exchange.count and exchange.acks:
-        return Exchanged(rest[0].acked, nacked, renewed, rest[0].leases)
-    if exchange.count:
-        return Exchanged((), nacked, renewed, rest[0])
-    return Exchanged(tuple(value == 1 for value in rest), nacked, renewed, [])
+    alone, carried = exchange.placed()
+    acked = [False] * len(exchange.acks)
+    for i, count in zip(alone, rest, strict=False):
+        acked[i] = count == 1
+    leases: list[Lease] = []
+    if carried:
+        got: AckedLeases = rest[len(alone)]
+        for i, took in zip(carried, got.acked, strict=True):
+            acked[i] = took
+        leases = got.leases
+    elif exchange.count:
+        leases = rest[len(alone)]
+    return Exchanged(tuple(acked), nacked, renewed, leases)

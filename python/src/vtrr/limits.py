@@ -24,6 +24,8 @@ MAX_BLOCK_MS: Final = 31_536_000_000
 """BLOCK timeout-ms: one year."""
 MAX_REASON_BYTES: Final = 4096
 """NACK ... REASON: what failed, in bytes."""
+MAX_RESULT_BYTES: Final = 1_048_576
+"""VTRR.ACKRESULT: what a job returned, in bytes."""
 
 
 def check_int(name: str, value: object, low: int, high: int) -> int:
@@ -57,4 +59,14 @@ def check_reason(reason: object) -> bytes:
     sent = encode(reason)
     if not 1 <= len(sent) <= MAX_REASON_BYTES:
         raise InvalidArgument(f"REASON must be between 1 and {MAX_REASON_BYTES} bytes")
+    return sent
+
+
+def check_result(result: object) -> bytes:
+    """A job's result as the bytes sent (a str as UTF-8): at most MAX_RESULT_BYTES of them."""
+    if not isinstance(result, str | bytes):
+        raise TypeError(f"result must be str or bytes, not {type(result).__name__}")
+    sent = encode(result)
+    if len(sent) > MAX_RESULT_BYTES:
+        raise InvalidArgument(f"result must be at most {MAX_RESULT_BYTES} bytes")
     return sent

@@ -598,16 +598,22 @@ class ShardedQueue:
                 leases[(got.id, got.token)] = got
         return list(leases.values())
 
-    def ack(self, *leases: ShardedLease, costs: Sequence[int] | None = None) -> int:
-        """Fenced ACK (charging `costs`, one per lease, as `Queue.ack`), one call
-        per sub-queue concerned: how many were still current."""
-        groups: dict[int, list[tuple[ShardedLease, int | None]]] = {}
-        for lease, cost in commands.leases_with_costs(leases, costs):
-            groups.setdefault(lease.shard, []).append((lease, cost))
+    def ack(
+        self,
+        *leases: ShardedLease,
+        costs: Sequence[int] | None = None,
+        results: Sequence[bytes | str] | None = None,
+    ) -> int:
+        """Fenced ACK (charging `costs` or keeping `results`, one per lease, as
+        `Queue.ack`), one call per sub-queue concerned: how many were still current."""
+        groups: dict[int, list[tuple[ShardedLease, int | None, bytes | str | None]]] = {}
+        for lease, cost, result in commands.leases_with(leases, costs, results):
+            groups.setdefault(lease.shard, []).append((lease, cost, result))
         return sum(
             self.sub_queues[i].ack(
-                *(lease for lease, _ in group),
-                costs=None if costs is None else [cost for _, cost in group if cost is not None],
+                *(lease for lease, _, _ in group),
+                costs=None if costs is None else [cost for _, cost, _ in group if cost is not None],
+                results=None if results is None else [r for _, _, r in group if r is not None],
             )
             for i, group in groups.items()
         )
@@ -689,13 +695,13 @@ class ShardedQueue:
             for lease, cost in zip(sent.renews, sent.renew_costs_each(), strict=True)
         )
 
-        def finish(costs: list[int] | None) -> Callable[[ShardedLease], bool]:
-            return lambda lease: self._settling[lease.shard].ack(lease, costs=costs) == 1
+        def finish(i: int) -> Callable[[ShardedLease], bool]:
+            costs, results = sent.ack_options([i])
+            return lambda lease: (
+                self._settling[lease.shard].ack(lease, costs=costs, results=results) == 1
+            )
 
-        acked = tuple(
-            settle(lease, finish(costs), False)
-            for lease, costs in zip(sent.acks, sent.ack_costs(), strict=True)
-        )
+        acked = tuple(settle(lease, finish(i), False) for i, lease in enumerate(sent.acks))
         try:
             leases = self._lease_up_to(sent.lease_ms, sent.count, sent.block_ms)
         except _UNREACHABLE:
@@ -809,6 +815,21 @@ class ShardedQueue:
         """Where one item is (see `jobs`)."""
         return self.jobs(item_id, partition=partition)[0]
 
+    def result(
+        self, item_id: str, *, block_ms: int | None = None, partition: str | None = None
+    ) -> JobStatus | None:
+        """The job's status once it finished, as `Queue.result` (waiting up to
+        `block_ms`), from `partition`'s sub-queue, or (None) from the first
+        sub-queue that knows the id; None at once when none does (an id is
+        known from its ENQUEUE on: wait for a job once it is enqueued, or
+        name its partition)."""
+        queue = (
+            next((q for q in self.sub_queues if q.job(item_id).state != "unknown"), None)
+            if partition is None
+            else self.queue_for(partition)
+        )
+        return None if queue is None else queue.result(item_id, block_ms=block_ms)
+
     def revive(self, *ids: str, partition: str | None = None) -> int:
         """Put dead items back: in `partition`'s sub-queue, or (None) in every sub-queue.
 
@@ -854,11 +875,14 @@ class ShardedQueue:
         concurrency: Limit = None,
         rate: Rate | Literal["NONE"] | None = None,
         default_max_queued: Limit = None,
+        result_ttl_ms: Limit = None,
+        dedup_ms: Limit = None,
     ) -> None:
-        """Set the dead-letter policy, the default cap, rate and MAX-QUEUED and
-        the queue's own cap and rate on every sub-queue, in turn, as given (a
-        default rate or MAX-QUEUED is each sub-queue's: a tenant's items all
-        go to one, so it holds whole for every tenant).
+        """Set the dead-letter policy, the default cap, rate and MAX-QUEUED,
+        the queue's own cap and rate, and how long finished jobs are kept on
+        every sub-queue, in turn, as given (a default rate or MAX-QUEUED is
+        each sub-queue's: a tenant's items all go to one, so it holds whole
+        for every tenant, and so does a finished job's record).
 
         The queue's own `concurrency` and `rate` therefore hold per
         sub-queue: K sub-queues lease up to K times the cap and spend up to
@@ -878,6 +902,8 @@ class ShardedQueue:
                 concurrency=concurrency,
                 rate=rate,
                 default_max_queued=default_max_queued,
+                result_ttl_ms=result_ttl_ms,
+                dedup_ms=dedup_ms,
             )
 
     def limit(self, partition: str) -> PartitionSettings:

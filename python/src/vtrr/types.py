@@ -186,7 +186,7 @@ class PartitionSettings:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Policy:
     """VTRR.POLICY without options; None is NONE (never give up, no default
-    cap, rate or MAX-QUEUED, no queue-wide cap or rate)."""
+    cap, rate or MAX-QUEUED, no queue-wide cap or rate, no finished job kept)."""
 
     max_timeouts: int | None
     max_nacks: int | None
@@ -200,6 +200,11 @@ class Policy:
     rate: Rate | None = None
     #: The MAX-QUEUED of every partition without its own.
     default_max_queued: int | None = None
+    #: How long a finished job's outcome is kept, its result with it (ms):
+    #: `result()` reads it, `job()` shows it `done` or `cancelled`.
+    result_ttl_ms: int | None = None
+    #: How long an ENQUEUE or DEFER of a finished job's id is skipped (ms).
+    dedup_ms: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -221,22 +226,25 @@ class DeadItem:
     exception's summary, then its traceback); None when no nack said."""
 
 
-JobState = Literal["queued", "held", "leased", "delayed", "dead", "unknown"]
+JobState = Literal["queued", "held", "leased", "delayed", "dead", "done", "cancelled", "unknown"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobStatus:
-    """VTRR.JOB: where an item is, and what the queue keeps of it there.
+    """VTRR.JOB (and VTRR.RESULT): where an item is, and what the queue keeps of it there.
 
-    `unknown`: never enqueued, or its life ended (acked, cancelled) and
-    nothing of it is kept. Every field but `id` and `state` is None where
-    the state has none (all of them for an unknown id).
+    `done` and `cancelled`: it finished (acked, cancelled) while the queue's
+    policy keeps outcomes (`set_policy(result_ttl_ms=..., dedup_ms=...)`),
+    which keeps only when and what came of it: its `finished_ms` and
+    `result`. `unknown`: never enqueued, or finished and nothing of it is
+    kept. Every field but `id` and `state` is None where the state has none
+    (all of them for an unknown id).
     """
 
     id: str
     state: JobState
     """`queued` (a LEASE may take it), `held` (behind its partition's cap,
-    pause or rate), `leased`, `delayed`, `dead` or `unknown`."""
+    pause or rate), `leased`, `delayed`, `dead`, `done`, `cancelled` or `unknown`."""
     partition: str | None
     weight: int | None
     priority: int | None
@@ -252,6 +260,11 @@ class JobStatus:
     """Why a dead item died, as `DeadItem.reason`."""
     last_error: str | None
     """What its last NACK's REASON said failed."""
+    finished_ms: int | None = None
+    """When a done or cancelled job finished (Unix ms)."""
+    result: bytes | None = None
+    """What a done job returned (VTRR.ACKRESULT), while the queue's
+    RESULT-TTL keeps it; None when it returned nothing or none is kept."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

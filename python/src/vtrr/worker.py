@@ -16,7 +16,10 @@ in the server (`BLOCK`) rather than polling it.
 - A RENEW that replies 0 means the lease is lost (the item was cancelled,
   or its lease expired and went to another worker): the job's `lost` flag
   is set for the handler to see, and it is never acked.
-- A handler that returns: ACK. One that raises (anything, `SystemExit` and
+- A handler that returns: ACK; what it returned, unless None, is the job's
+  result (`ACKRESULT`: bytes as they are, a str in UTF-8, anything else as
+  JSON), which `Queue.result` reads while the queue's policy keeps it. One
+  that raises (anything, `SystemExit` and
   a task's `CancelledError` included: a handler never ends the worker):
   NACK with an exponential backoff and jitter from the item's nack count
   (`Retry` sets the delay, `DeadLetter` sends the item to the dead letters),
@@ -43,6 +46,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import json
 import logging
 import queue as queue_module
 import random
@@ -61,7 +65,7 @@ import redis.exceptions
 from .client import AsyncQueue, Queue, server_of
 from .errors import InvalidArgument, ModuleNotLoaded, NoPermission, WrongType
 from .exchange import Exchange, Exchanged, GiveBack
-from .limits import MAX_BLOCK_MS, MAX_COST, MAX_MS, MAX_REASON_BYTES, check_int
+from .limits import MAX_BLOCK_MS, MAX_COST, MAX_MS, MAX_REASON_BYTES, check_int, check_result
 from .types import Fenced, NackOutcome
 
 logger = logging.getLogger("vtrr.worker")
@@ -250,11 +254,41 @@ def failure_reason(error: BaseException) -> str:
     return raw.decode("utf-8", "ignore")
 
 
+def job_result(value: object) -> bytes | None:
+    """What a handler's return value keeps as its job's result (VTRR.ACKRESULT):
+    None nothing, bytes as they are, a str in UTF-8, anything else as JSON.
+
+    Raises TypeError or ValueError for a value JSON cannot write, and
+    `InvalidArgument` for one over 1 MiB (the module's bound).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return check_result(bytes(value))
+    if isinstance(value, str):
+        return check_result(value)
+    return check_result(json.dumps(value, separators=(",", ":"), allow_nan=False))
+
+
+def _kept_result(job: Job, value: object) -> bytes | None:
+    """`job_result(value)`; None, said in the log, for a value that cannot be
+    kept: the job did its work, so it is acked all the same."""
+    try:
+        return job_result(value)
+    except (TypeError, ValueError) as error:
+        logger.warning(
+            "%s: its handler's return value is not kept as its result: %s", job.id, error
+        )
+        return None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Outcome:
     """What to tell the queue once a handler is done."""
 
     ack: bool
+    result: bytes | None = None
+    """An ACK's result: what the handler returned (`job_result`)."""
     delay_ms: int | None = None
     dead: bool = False
     error: BaseException | None = None
@@ -262,9 +296,11 @@ class _Outcome:
     """The NACK's REASON: `failure_reason(error)`."""
 
 
-def _outcome(error: BaseException | None, job: Job, backoff: Backoff) -> _Outcome:
+def _outcome(
+    error: BaseException | None, result: bytes | None, job: Job, backoff: Backoff
+) -> _Outcome:
     if error is None:
-        return _Outcome(ack=True)
+        return _Outcome(ack=True, result=result)
     failed = functools.partial(_Outcome, ack=False, error=error, reason=failure_reason(error))
     if isinstance(error, DeadLetter):
         return failed(dead=True)
@@ -307,8 +343,8 @@ class _Dispatch:
         self.worker = worker
         self.wake = wake
         self.running: dict[tuple[str, str], Job] = {}
-        # Finished handlers, from their threads or tasks.
-        self._finished: list[tuple[Job, BaseException | None]] = []
+        # Finished handlers, from their threads or tasks: each one's error, or its result.
+        self._finished: list[tuple[Job, BaseException | None, bytes | None]] = []
         self._lock = threading.Lock()
         # Outcomes decided and not yet confirmed by the server (a failed
         # round trip sends them again).
@@ -319,13 +355,16 @@ class _Dispatch:
         self._mean_run = 1.0
         self.closed = False
 
-    def finished(self, job: Job, error: BaseException | None) -> None:
-        """A handler ended (any thread): its outcome goes in the next round trip."""
+    def finished(self, job: Job, error: BaseException | None, value: object) -> None:
+        """A handler ended (any thread), raising `error` or returning `value`:
+        its outcome goes in the next round trip."""
         job.ran_for = time.monotonic() - job.started
+        # Encoded here, in the handler's thread or task, not by the dispatcher.
+        result = None if error is not None else _kept_result(job, value)
         with self._lock:
             if self.closed:
                 return
-            self._finished.append((job, error))
+            self._finished.append((job, error, result))
         self.wake()
 
     def handlers_are_quick(self) -> bool:
@@ -341,19 +380,21 @@ class _Dispatch:
         """The next round trip, or None when nothing is due."""
         with self._lock:
             finished, self._finished = self._finished, []
-        for job, error in finished:
+        for job, error, result in finished:
             self._mean_run += (job.ran_for - self._mean_run) / 16
             if job.lost.is_set():
                 self.running.pop(_key(job.lease), None)
                 self._report_lost(job)
             else:
-                self._settling.append((job, _outcome(error, job, self.worker.backoff)))
+                self._settling.append((job, _outcome(error, result, job, self.worker.backoff)))
         acks = tuple(job.lease for job, outcome in self._settling if outcome.ack)
         costs = (
             tuple(_cost(job) for job, outcome in self._settling if outcome.ack)
             if self.worker.cost is not None
             else None
         )
+        results = tuple(outcome.result for _, outcome in self._settling if outcome.ack)
+        kept = None if all(result is None for result in results) else results
         nacks = tuple(
             GiveBack(job.lease, outcome.delay_ms, outcome.dead, reason=outcome.reason)
             for job, outcome in self._settling
@@ -375,7 +416,7 @@ class _Dispatch:
         count = max(0, self._free()) if leasing and may_ask else 0
         block_ms = self.worker.block_ms if count and not self.running else None
         sent = Exchange(
-            self.worker.lease_ms, acks, nacks, renews, count, block_ms, costs, renew_costs
+            self.worker.lease_ms, acks, nacks, renews, count, block_ms, costs, renew_costs, kept
         )
         return None if sent.is_empty() else sent
 
@@ -568,6 +609,13 @@ class Worker:
     runs: each renewal reports its run time since the last (`RENEW ...
     COST`), and the ACK the rest. So a tenant whose jobs run ten times
     longer than their weights say gets a tenth of the service.
+
+    A handler's return value, unless None, is its job's result (see
+    `job_result`), sent with its ACK (`ACKRESULT`) and kept while the
+    queue's policy keeps outcomes (`set_policy(result_ttl_ms=...)`):
+    `queue.result(id)` reads it. A job that returns one is acked with it
+    and reports no cost (the module's ACKRESULT takes none): it is charged
+    its weight, and what its renewals reported.
     """
 
     def __init__(
@@ -787,11 +835,12 @@ class Worker:
         while (job := jobs.get()) is not None:
             job.started = time.monotonic()
             error: BaseException | None = None
+            value: object = None
             try:
-                handler(job)
+                value = handler(job)
             except BaseException as raised:  # SystemExit included: a handler never ends the worker
                 error = raised
-            dispatch.finished(job, error)
+            dispatch.finished(job, error, value)
 
     # Asyncio tasks.
     async def run_async(self) -> None:
@@ -847,8 +896,9 @@ class Worker:
         handler: AsyncHandler = self.handler  # type: ignore[assignment]
         job.started = time.monotonic()
         error: BaseException | None = None
+        value: object = None
         try:
-            await handler(job)
+            value = await handler(job)
         except BaseException as raised:  # CancelledError too: the job is settled either way
             error = raised
-        dispatch.finished(job, error)
+        dispatch.finished(job, error, value)

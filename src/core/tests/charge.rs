@@ -25,6 +25,7 @@ fn ack_cost(store: &mut MemoryStore, leased: &Leased, cost: Option<u64>) -> u64 
         id: &leased.id,
         token: &leased.token,
         cost,
+        result: None,
     };
     let op = if cost.is_some() {
         CoreOp::AckCost
@@ -203,6 +204,7 @@ fn report_and_ack(store: &mut MemoryStore, leased: &Leased, reports: &[u64], las
             id: &leased.id,
             token: &leased.token,
             cost: Some(cost),
+            result: None,
         };
         assert!(renew(
             &mut store.scoped(CoreOp::RenewCost),
@@ -251,6 +253,7 @@ fn a_renewal_report_is_charged_at_once_and_stays_when_the_lease_expires() {
         id: &leased[0].id,
         token: &leased[0].token,
         cost: Some(3),
+        result: None,
     };
     assert!(renew(
         &mut store.scoped(CoreOp::RenewCost),

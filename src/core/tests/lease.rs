@@ -135,6 +135,7 @@ fn ack_each_tells_which_pairs_finished_their_item() {
             Ack::pair(&a2.id, b"stale"),
             Ack::pair(&a1.id, &a1.token),
         ],
+        0,
         &mut Vec::new(),
     );
     assert_eq!(

@@ -10,6 +10,7 @@ mod delay;
 mod inspect;
 mod lease;
 mod nack;
+mod outcomes;
 mod priority;
 mod properties;
 mod queue_limits;

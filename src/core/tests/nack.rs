@@ -237,7 +237,7 @@ fn the_last_error_leaves_with_the_item() {
                 let token = lease_again(&mut store, 20);
                 let acks = [Ack::pair(b"a", &token)];
                 let scoped = &mut store.scoped(CoreOp::LeaseAcking);
-                ack_each(scoped, &acks, &mut Vec::new()).took == [true]
+                ack_each(scoped, &acks, 0, &mut Vec::new()).took == [true]
             }
             _ => cancel(&mut store.scoped(CoreOp::Cancel), &[b"a"], &mut Vec::new()) == 1,
         };

@@ -211,6 +211,7 @@ fn a_reported_cost_is_charged_at_the_items_level() {
         id: b"a0",
         token: &token,
         cost: Some(10),
+        result: None,
     };
     ack(
         &mut store.scoped(CoreOp::AckCost),
@@ -295,6 +296,7 @@ fn flood(store: &mut MemoryStore, id: &str, floods: usize) {
         id: id.as_bytes(),
         token: &token,
         cost: Some(1_000_000_000),
+        result: None,
     };
     for _ in 0..floods {
         assert!(renew(

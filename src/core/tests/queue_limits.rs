@@ -25,7 +25,7 @@ fn enqueue_n(store: &mut MemoryStore, partition: &str, weight: u64, n: usize) {
 
 fn ack_all(store: &mut MemoryStore, leased: &[Leased]) -> Settled {
     let acks: Vec<_> = leased.iter().map(|l| Ack::pair(&l.id, &l.token)).collect();
-    ack_each(&mut store.scoped(CoreOp::Ack), &acks, &mut Vec::new())
+    ack_each(&mut store.scoped(CoreOp::Ack), &acks, 0, &mut Vec::new())
 }
 
 fn assert_sound(store: &mut MemoryStore) {

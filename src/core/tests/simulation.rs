@@ -514,6 +514,7 @@ impl Simulation {
                         id: &id,
                         token: &token,
                         cost: Some(cost),
+                        result: None,
                     };
                     prop_assert_eq!(
                         ack(
@@ -544,6 +545,7 @@ impl Simulation {
                         id: &id,
                         token: &token,
                         cost,
+                        result: None,
                     };
                     prop_assert!(renew(
                         &mut self.store.scoped(op),

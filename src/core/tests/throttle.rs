@@ -279,6 +279,7 @@ fn ack_leased(store: &mut MemoryStore, now_ms: i64, count: usize) -> Vec<String>
             id: &l.id,
             token: &l.token,
             cost: None,
+            result: None,
         })
         .collect();
     assert_eq!(

@@ -36,7 +36,7 @@ pub struct NativeStore<'ctx> {
     value: Option<ptr::NonNull<MemoryStore>>,
     written: bool,
     /// The logical keys written, one bit per `QueueKey::index`.
-    written_keys: u32,
+    written_keys: u64,
     /// A member was added to `queue` (blocked clients may be served).
     added: bool,
     /// This call made the value (the queue did not exist before it).
@@ -119,7 +119,7 @@ impl<'ctx> QueueLayout<'ctx> for NativeStore<'ctx> {
 
     /// Whether this call wrote the logical key `which`.
     fn wrote(&self, which: QueueKey) -> bool {
-        self.written_keys & (1 << which.index()) != 0
+        self.written_keys & (1u64 << which.index()) != 0
     }
 
     /// Propagates the call with `propagate` — or, when the call created
@@ -164,6 +164,11 @@ impl<'ctx> QueueLayout<'ctx> for NativeStore<'ctx> {
     }
 
     fn signal_ready(&self) {
+        signal_ready(self.ctx, &self.name);
+    }
+
+    /// The queue's one key: what a finished job leaves keeps it there.
+    fn signal_finished(&self) {
         signal_ready(self.ctx, &self.name);
     }
 
@@ -238,7 +243,7 @@ impl ValueAccess for NativeStore<'_> {
         }
         self.written = true;
         self.added |= which == QueueKey::Queue;
-        self.written_keys |= 1 << which.index();
+        self.written_keys |= 1u64 << which.index();
         let created = &mut self.created;
         let value = *self.value.get_or_insert_with(|| {
             *created = true;
@@ -268,7 +273,7 @@ impl ValueAccess for NativeStore<'_> {
         let (result, removed) = remove(unsafe { value.as_mut() });
         self.written |= removed;
         if removed {
-            self.written_keys |= 1 << which.index();
+            self.written_keys |= 1u64 << which.index();
         }
         result
     }
