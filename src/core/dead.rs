@@ -7,7 +7,10 @@ use super::controls::set_defaults;
 use super::meta;
 use super::numbers::parse_meta;
 use super::outcomes::{self, Finish, Keeping};
-use super::partitions::{format_rate, read_defaults, read_policy_field, write_policy_field, State};
+use super::partitions::{
+    format_queue_options, read_defaults, read_policy_field, write_policy_field, State,
+    QUEUE_OPTIONS_FIELD,
+};
 use super::queue_limits;
 use super::scoring::requeue;
 use super::types::{Anomaly, CoreError};
@@ -97,11 +100,11 @@ pub fn set_policy(
             PolicyChange::DefaultRate(rate) => after.rate = rate,
             PolicyChange::QueueConcurrency(cap) => after.queue.cap = cap,
             PolicyChange::QueueRate(rate) => after.queue.rate = rate,
+            PolicyChange::ResultTtl(ms) => after.keeping.result_ttl_ms = ms,
+            PolicyChange::Dedup(ms) => after.keeping.dedup_ms = ms,
             PolicyChange::MaxTimeouts(_)
             | PolicyChange::MaxNacks(_)
-            | PolicyChange::DefaultMaxQueued(_)
-            | PolicyChange::ResultTtl(_)
-            | PolicyChange::Dedup(_) => {}
+            | PolicyChange::DefaultMaxQueued(_) => {}
         }
     }
     if (after.cap, after.rate) != (before.cap, before.rate) {
@@ -112,21 +115,28 @@ pub fn set_policy(
         // The queue's rate starts with a full bucket.
         queue_limits::fill(store);
     }
+    if (after.queue, after.keeping) != (before.queue, before.keeping) {
+        let text = format_queue_options(after.queue, after.keeping);
+        write_policy_field(
+            store,
+            QUEUE_OPTIONS_FIELD,
+            text.as_deref().map(str::as_bytes),
+        );
+    }
     for change in changes {
         let (field, text) = match *change {
             PolicyChange::MaxTimeouts(value) => (MAX_TIMEOUTS_FIELD, value.map(|n| n.to_string())),
             PolicyChange::MaxNacks(value) => (MAX_NACKS_FIELD, value.map(|n| n.to_string())),
-            PolicyChange::QueueConcurrency(cap) => {
-                (queue_limits::CONCURRENCY_FIELD, cap.map(|n| n.to_string()))
-            }
-            PolicyChange::QueueRate(rate) => (queue_limits::RATE_FIELD, rate.map(format_rate)),
             PolicyChange::DefaultMaxQueued(max) => (
                 backlog::DEFAULT_MAX_QUEUED_FIELD,
                 max.map(|n| n.to_string()),
             ),
-            PolicyChange::ResultTtl(ms) => (outcomes::RESULT_TTL_FIELD, ms.map(|n| n.to_string())),
-            PolicyChange::Dedup(ms) => (outcomes::DEDUP_FIELD, ms.map(|n| n.to_string())),
-            PolicyChange::DefaultConcurrency(_) | PolicyChange::DefaultRate(_) => continue,
+            PolicyChange::DefaultConcurrency(_)
+            | PolicyChange::DefaultRate(_)
+            | PolicyChange::QueueConcurrency(_)
+            | PolicyChange::QueueRate(_)
+            | PolicyChange::ResultTtl(_)
+            | PolicyChange::Dedup(_) => continue,
         };
         // Setting what is already set writes nothing (WATCH stays intact).
         let text = text.map(String::into_bytes);

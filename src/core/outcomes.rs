@@ -13,9 +13,6 @@
 use super::types::Anomaly;
 use crate::store::{HashKey, Store, ZsetKey};
 
-pub const RESULT_TTL_FIELD: &str = "result-ttl-ms";
-pub const DEDUP_FIELD: &str = "dedup-ms";
-
 /// How long the queue keeps finished jobs' outcomes; none by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Keeping {

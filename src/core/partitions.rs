@@ -21,8 +21,8 @@ pub enum State {
     Dead,
 }
 
-use super::outcomes::{self, Keeping};
-use super::queue_limits::{self, QueueLimits};
+use super::outcomes::Keeping;
+use super::queue_limits::QueueLimits;
 pub use crate::store::record::{Parking, Record, Totals};
 use crate::store::Rate;
 
@@ -260,15 +260,17 @@ pub(super) fn write(
     }
 }
 
-/// The queue's defaults and limits (`policy` fields `default-concurrency`,
-/// `default-rate`, `concurrency` and `rate`); an unreadable value reads as
-/// none and is reported. A queue without a policy pays one look.
+/// The queue's defaults and own options (`policy` fields
+/// `default-concurrency`, `default-rate` and `queue-options`); an
+/// unreadable value reads as none and is reported. A queue without a
+/// policy pays one look.
 pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> Defaults {
     if store.hlen(HashKey::Policy) == 0 {
         return Defaults::default();
     }
-    let count = |text: &str| text.parse().ok().filter(|&n| n > 0);
-    let ms = |text: &str| text.parse().ok().filter(|&n| n > 0);
+    let (queue, keeping) =
+        read_policy_field(store, QUEUE_OPTIONS_FIELD, parse_queue_options, anomalies)
+            .unwrap_or_default();
     Defaults {
         cap: read_policy_field(
             store,
@@ -277,14 +279,8 @@ pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> De
             anomalies,
         ),
         rate: read_policy_field(store, DEFAULT_RATE_FIELD, parse_rate, anomalies),
-        queue: QueueLimits {
-            cap: read_policy_field(store, queue_limits::CONCURRENCY_FIELD, count, anomalies),
-            rate: read_policy_field(store, queue_limits::RATE_FIELD, parse_rate, anomalies),
-        },
-        keeping: Keeping {
-            result_ttl_ms: read_policy_field(store, outcomes::RESULT_TTL_FIELD, ms, anomalies),
-            dedup_ms: read_policy_field(store, outcomes::DEDUP_FIELD, ms, anomalies),
-        },
+        queue,
+        keeping,
     }
 }
 
@@ -312,6 +308,54 @@ pub(super) fn write_policy_field(store: &mut impl Store, field: &str, value: Opt
     }
 }
 
+/// The `policy` field of the queue's own options (CONCURRENCY, RATE,
+/// RESULT-TTL, DEDUP-MS): one field, so a queue with a policy reads them
+/// with one lookup per call, whether it uses them or not.
+pub const QUEUE_OPTIONS_FIELD: &str = "queue-options";
+
+/// The queue's own options as `queue-options` keeps them: `<concurrency>
+/// <rate> <per-ms> <burst> <result-ttl-ms> <dedup-ms>`, `-` for none (a
+/// rate's three together); None when all are none (no field).
+pub(super) fn format_queue_options(queue: QueueLimits, keeping: Keeping) -> Option<String> {
+    if queue.is_none() && keeping == Keeping::default() {
+        return None;
+    }
+    let number = |n: Option<i64>| n.map_or("-".to_string(), |n| n.to_string());
+    let rate = queue.rate.map_or("- - -".to_string(), format_rate);
+    Some(format!(
+        "{} {rate} {} {}",
+        number(queue.cap.map(|n| n as i64)),
+        number(keeping.result_ttl_ms),
+        number(keeping.dedup_ms)
+    ))
+}
+
+fn parse_queue_options(text: &str) -> Option<(QueueLimits, Keeping)> {
+    let words: Vec<&str> = text.split(' ').collect();
+    let [cap, amount, per_ms, burst, result_ttl, dedup] = words[..] else {
+        return None;
+    };
+    fn positive<T: std::str::FromStr + PartialOrd + Default>(word: &str) -> Option<Option<T>> {
+        match word {
+            "-" => Some(None),
+            word => word.parse().ok().filter(|n| *n > T::default()).map(Some),
+        }
+    }
+    let rate = match amount {
+        "-" => None,
+        _ => Some(parse_rate(&format!("{amount} {per_ms} {burst}"))?),
+    };
+    let queue = QueueLimits {
+        cap: positive(cap)?,
+        rate,
+    };
+    let keeping = Keeping {
+        result_ttl_ms: positive(result_ttl)?,
+        dedup_ms: positive(dedup)?,
+    };
+    Some((queue, keeping))
+}
+
 /// A default rate as `policy` keeps it: `<amount> <per-ms> <burst>`.
 pub(super) fn format_rate(rate: Rate) -> String {
     format!("{} {} {}", rate.amount, rate.per_ms, rate.burst)
@@ -332,6 +376,48 @@ fn parse_rate(text: &str) -> Option<Rate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_queue_options_read_back_as_written_and_none_writes_no_field() {
+        let queue = QueueLimits {
+            cap: Some(7),
+            rate: Some(Rate {
+                amount: 3,
+                per_ms: 1000,
+                burst: 9,
+            }),
+        };
+        let keeping = Keeping {
+            result_ttl_ms: None,
+            dedup_ms: Some(60_000),
+        };
+        let text = format_queue_options(queue, keeping).unwrap();
+        assert_eq!(text, "7 3 1000 9 - 60000");
+        assert_eq!(parse_queue_options(&text), Some((queue, keeping)));
+        let capped = QueueLimits {
+            cap: Some(2),
+            rate: None,
+        };
+        let text = format_queue_options(capped, Keeping::default()).unwrap();
+        assert_eq!(
+            parse_queue_options(&text),
+            Some((capped, Keeping::default()))
+        );
+        assert_eq!(
+            format_queue_options(QueueLimits::default(), Keeping::default()),
+            None
+        );
+        for unreadable in [
+            "",
+            "7",
+            "0 - - - - -",
+            "1 2 0 3 - -",
+            "1 - - - x -",
+            "- - - - - - -",
+        ] {
+            assert_eq!(parse_queue_options(unreadable), None, "{unreadable:?}");
+        }
+    }
 
     #[test]
     fn servable_follows_pause_own_cap_then_default() {

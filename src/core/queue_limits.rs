@@ -11,9 +11,10 @@
 //! lease (ACK, NACK, CANCEL, an expiry) or the timer at the next token
 //! wakes blocked clients.
 //!
-//! Kept in `policy`: `concurrency` (`<n>`), `rate` (`<amount> <per-ms>
-//! <burst>`, as `default-rate`) and the bucket, `rate-bucket` (`<held>
-//! <refilled-at>`, token-milliseconds as a partition's; absent: full). The
+//! Kept in `policy`: the cap and rate in `queue-options` (with the
+//! outcomes' options: `partitions::QUEUE_OPTIONS_FIELD`) and the bucket,
+//! `rate-bucket` (`<held> <refilled-at>`, token-milliseconds as a
+//! partition's; absent: full). The
 //! bucket is written only by a call that spends from it or finds a token
 //! that came due (the timer): a refill need not be written to count
 //! (`Bucket::refill`), so an idle queue's polls write nothing.
@@ -22,8 +23,6 @@ use super::bucket::Bucket;
 use super::types::Anomaly;
 use crate::store::{HashKey, Rate, Store, ZsetKey};
 
-pub const CONCURRENCY_FIELD: &str = "concurrency";
-pub const RATE_FIELD: &str = "rate";
 pub const BUCKET_FIELD: &str = "rate-bucket";
 
 /// The queue's own limits; none by default.
