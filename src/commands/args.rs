@@ -101,6 +101,12 @@ pub fn positive(raw: &RedisString, option: &str) -> Result<i64, RedisError> {
     int_in(raw.as_slice(), 1, i64::MAX, || error::positive(option))
 }
 
+/// A BLOCK timeout (VTRR.LEASE, VTRR.RESULT): 0 (forever) to
+/// [`limits::MAX_BLOCK_MS`] milliseconds.
+pub fn block_ms(raw: &RedisString) -> Result<i64, RedisError> {
+    int_in(raw.as_slice(), 0, limits::MAX_BLOCK_MS, error::block_ms)
+}
+
 /// A job's result (`VTRR.ACKRESULT`): any bytes, at most
 /// [`limits::MAX_RESULT_BYTES`].
 pub fn result(raw: &RedisString) -> Result<&[u8], RedisError> {

@@ -2,11 +2,11 @@
 //! `VTRR.ACKRESULT`, `VTRR.RENEW`,
 //! `VTRR.NACK`.
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, id, queue_name, Command};
 use crate::core::{Ack, Leased, Nack, Nacked};
-use crate::server::blocking::{block_on_key, Waiter};
+use crate::server::blocking::{block_on_key, may_block, Waiter};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
 use crate::store::vocabulary::{key_name, QueueKey};
 use crate::{config, error, limits, ops};
@@ -120,15 +120,7 @@ fn parse_lease<'a>(
                 let value = options.value()?;
                 count = Some(usize::try_from(args::positive(value, "COUNT")?).unwrap_or(usize::MAX))
             }
-            "BLOCK" => {
-                let value = options.value()?;
-                block = Some(args::int_in(
-                    value.as_slice(),
-                    0,
-                    limits::MAX_BLOCK_MS,
-                    error::block_ms,
-                )?)
-            }
+            "BLOCK" => block = Some(args::block_ms(options.value()?)?),
             "WITHCOUNTERS" => with_counters = true,
             "WITHPARTITION" => with_partition = true,
             "ACK" => acks = Some(id_token_pairs(options.rest()).ok_or_else(error::ack_pairs)??),
@@ -280,13 +272,8 @@ fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         request.acked = Some(granted.acked);
     }
     let leased = granted.leased;
-    // Inside MULTI or a script BLOCK acts as the non-blocking form, as
-    // Redis's own blocking commands do.
-    let may_block = !ctx
-        .get_flags()
-        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING);
     match block {
-        Some(timeout_ms) if leased.is_empty() && may_block => {
+        Some(timeout_ms) if leased.is_empty() && may_block(ctx) => {
             let key = key_name(&request.queue, QueueKey::Queue);
             block_on_key(
                 ctx,
@@ -306,8 +293,23 @@ fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 
 /// VTRR.ACK <name> <id> <token> [<id> <token> ...]
 fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    check_arity(&argv, &ACK)?;
-    let acks = id_token_pairs(&argv[2..]).ok_or(RedisError::WrongArity)?;
+    settle(ctx, &argv, &ACK, id_token_pairs)
+}
+
+/// How ACK, ACKCOST or ACKRESULT reads its groups of arguments: the acks,
+/// or None when they are not whole groups.
+type AckGroups = fn(&[RedisString]) -> Option<Result<Vec<Ack<'_>>, RedisError>>;
+
+/// ACK, ACKCOST and ACKRESULT: their groups after the queue's name, read
+/// by `groups` (None: not whole groups), finish the leases they name.
+fn settle(
+    ctx: &Context,
+    argv: &[RedisString],
+    command: &Command,
+    groups: AckGroups,
+) -> RedisResult {
+    check_arity(argv, command)?;
+    let acks = groups(&argv[2..]).ok_or(RedisError::WrongArity)?;
     let queue = queue_name(ctx, &argv[1])?;
     let acks = acks?;
     let acked = ops::ack(ctx, queue, &ops::Moment::now(), &acks)?;
@@ -320,24 +322,14 @@ fn ack(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 /// repeated pairs take any bytes as ids and tokens, so no keyword among
 /// them could be told from an id.
 fn ackcost(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    check_arity(&argv, &ACKCOST)?;
-    let acks = id_token_costs(&argv[2..]).ok_or(RedisError::WrongArity)?;
-    let queue = queue_name(ctx, &argv[1])?;
-    let acks = acks?;
-    let acked = ops::ack(ctx, queue, &ops::Moment::now(), &acks)?;
-    Ok(RedisValue::Integer(acked as i64))
+    settle(ctx, &argv, &ACKCOST, id_token_costs)
 }
 
 /// VTRR.ACKRESULT <name> <id> <token> <result> [<id> <token> <result> ...]
 ///
 /// A command of its own, as ACKCOST is: ACK's pairs take any bytes.
 fn ackresult(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    check_arity(&argv, &ACKRESULT)?;
-    let acks = id_token_results(&argv[2..]).ok_or(RedisError::WrongArity)?;
-    let queue = queue_name(ctx, &argv[1])?;
-    let acks = acks?;
-    let acked = ops::ack(ctx, queue, &ops::Moment::now(), &acks)?;
-    Ok(RedisValue::Integer(acked as i64))
+    settle(ctx, &argv, &ACKRESULT, id_token_results)
 }
 
 /// VTRR.RENEW <name> <id> <token> <lease-ms> [COST <cost>]

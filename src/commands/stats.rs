@@ -4,16 +4,16 @@
 use std::collections::BTreeMap;
 
 use redis_module::redisvalue::RedisValueKey;
-use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::{args, check_arity, id, queue_name, Command};
 use crate::core::key_view::KeyView;
 use crate::core::{JobState, JobStatus};
 use crate::replication::effects::format_score;
-use crate::server::blocking::{block_on_keys, Waiter};
+use crate::server::blocking::{block_on_keys, may_block, Waiter};
 use crate::server::command_info::{CommandInfo, KEY_READ};
 use crate::store::QueueKey;
-use crate::{error, layout, limits, ops};
+use crate::{error, layout, ops};
 
 pub const STATS: Command = Command {
     info: CommandInfo {
@@ -163,15 +163,7 @@ fn result(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let mut options = args::Options::new(&argv[3..]);
     while let Some(name) = options.next_name() {
         match name.as_str() {
-            "BLOCK" => {
-                let value = options.value()?;
-                block = Some(args::int_in(
-                    value.as_slice(),
-                    0,
-                    limits::MAX_BLOCK_MS,
-                    error::block_ms,
-                )?);
-            }
+            "BLOCK" => block = Some(args::block_ms(options.value()?)?),
             _ => return Err(error::syntax()),
         }
     }
@@ -179,12 +171,8 @@ fn result(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     if status.state.is_finished() {
         return Ok(status_map(id, status));
     }
-    // Inside MULTI or a script BLOCK acts as the non-blocking form.
-    let may_block = !ctx
-        .get_flags()
-        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING);
     match block {
-        Some(timeout_ms) if may_block => {
+        Some(timeout_ms) if may_block(ctx) => {
             let keys = layout::finished_keys(layout, queue);
             let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let request = Awaited {

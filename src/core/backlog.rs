@@ -12,9 +12,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::enqueue::already_there;
 use super::outcomes::Keeping;
 use super::partitions::{self, read_policy_field};
+use super::scoring::already_there;
 use super::types::{Anomaly, CoreError, NewItem};
 use crate::store::{HashKey, Store};
 

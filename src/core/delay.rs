@@ -6,13 +6,13 @@
 use super::admission;
 use super::backlog;
 use super::dead::bury_without_payload;
-use super::enqueue::{already_there, enqueue_at, EnqueueOutcome};
+use super::enqueue::{enqueue_at, EnqueueOutcome};
 use super::levels::Level;
 use super::meta;
 use super::numbers::format_meta;
 use super::outcomes;
 use super::partitions::{read_defaults, State};
-use super::scoring::requeue;
+use super::scoring::{already_there, requeue};
 use super::types::{CoreError, Due, NewItem};
 use super::virtual_time::Placing;
 use crate::store::{HashKey, Store, ZsetKey};

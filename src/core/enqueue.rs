@@ -2,8 +2,8 @@
 
 use super::backlog;
 use super::levels::Level;
-use super::outcomes::{self, Keeping};
-use super::scoring::{enter, is_present};
+use super::outcomes;
+use super::scoring::{already_there, enter};
 use super::types::{Anomaly, CoreError, NewItem};
 use super::virtual_time::read_placing;
 use crate::store::Store;
@@ -60,16 +60,4 @@ pub fn enqueue_at(
         outcome.added += 1;
     }
     Ok(outcome)
-}
-
-/// Whether ENQUEUE (or DEFER) skips `id`: it is in the queue's life, or
-/// finished within DEDUP-MS of `now_ms`. Reads only.
-pub(super) fn already_there(
-    store: &mut impl Store,
-    keeping: Keeping,
-    id: &[u8],
-    now_ms: i64,
-    anomalies: &mut Vec<Anomaly>,
-) -> bool {
-    is_present(store, id) || outcomes::deduplicated(store, keeping, id, now_ms, anomalies)
 }

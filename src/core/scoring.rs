@@ -5,6 +5,7 @@ use super::admission::{self, Partition};
 use super::levels::{max_time, Level};
 use super::meta::{self, Meta};
 use super::numbers::format_meta;
+use super::outcomes::{self, Keeping};
 use super::types::{Anomaly, NewItem};
 use super::virtual_time::{current_at, next_of, set_next, Placing};
 use crate::store::{HashKey, Store, ZsetKey};
@@ -123,4 +124,16 @@ pub(super) fn is_present(store: &mut impl Store, id: &[u8]) -> bool {
     .into_iter()
     .any(|key| store.zscore(key, id).is_some())
         || store.hget(HashKey::HeldAt, id).is_some()
+}
+
+/// Whether ENQUEUE (or DEFER) skips `id`: it is in the queue's life, or
+/// finished within DEDUP-MS of `now_ms`. Reads only.
+pub(super) fn already_there(
+    store: &mut impl Store,
+    keeping: Keeping,
+    id: &[u8],
+    now_ms: i64,
+    anomalies: &mut Vec<Anomaly>,
+) -> bool {
+    is_present(store, id) || outcomes::deduplicated(store, keeping, id, now_ms, anomalies)
 }

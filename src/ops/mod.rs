@@ -194,10 +194,12 @@ pub fn lease(
         let mut args = apply(queue, now_ms, operation);
         if acked.contains(&true) {
             let took = acks.iter().zip(acked).filter(|(_, &took)| took);
-            let took: Vec<Ack<'_>> = took.map(|(ack, _)| *ack).collect();
+            let took = took.map(|(ack, _)| ack);
             if settled.kept {
                 // Recorded done at this call's time: replayed with it.
-                let acks = Operation::Ack { acks: took };
+                let acks = Operation::Ack {
+                    acks: took.copied().collect(),
+                };
                 args.apply_first(
                     queue,
                     &Apply {
@@ -206,7 +208,7 @@ pub fn lease(
                     },
                 );
             } else {
-                args.ack_first(queue, took.iter());
+                args.ack_first(queue, took);
             }
         }
         args

@@ -3,7 +3,7 @@
 
 use std::os::raw::{c_int, c_void};
 
-use redis_module::{raw, Context, RedisResult, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisResult, RedisValue};
 
 use super::api::api;
 use super::strings::OwnedString;
@@ -16,6 +16,13 @@ pub struct Waiter<T> {
     /// `None`: still nothing to give; the client keeps waiting in line.
     pub serve: fn(&Context, &T) -> Option<RedisResult>,
     pub on_timeout: fn(&T) -> RedisValue,
+}
+
+/// Whether the calling client may block: inside MULTI or a script a BLOCK
+/// acts as the non-blocking form, as Redis's own blocking commands do.
+pub fn may_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
 }
 
 /// Blocks the calling client on `key` for up to `timeout_ms` (0: forever).
