@@ -57,7 +57,7 @@ PYTHON_OLDEST_SERVERS := valkey-9
 # with pytest's closing-line form, which .ci/run's count reads.
 NODE_TEST := node --test --test-concurrency=3 --test-timeout=120000 --test-reporter=spec --test-reporter-destination=stdout \
              --test-reporter=./build/test/summary.js --test-reporter-destination=stdout
-NODE_NATIVE_TESTS := client worker cluster ioredis chaos
+NODE_NATIVE_TESTS := client worker cluster ioredis chaos sharded
 # The package runs on Node 20; its test runner's options (--test-concurrency,
 # --test-timeout) came in 20.11.
 NODE_RECENT := const [major, minor] = process.versions.node.split(".").map(Number); process.exit(major > 20 || (major === 20 && minor >= 11) ? 0 : 1)

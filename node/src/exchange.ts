@@ -45,8 +45,12 @@ export interface RoundResult {
   readonly returned: boolean[];
   /** Where each NACK sent its item; null when its lease was no longer current. */
   readonly nacked: (NackOutcome | null)[];
-  /** False when a lease is lost. */
-  readonly renewed: boolean[];
+  /**
+   * False when a lease is lost; null when its RENEW was not asked (a
+   * ShardedQueue's lease whose sub-queue cannot be reached now: the next
+   * renewal asks again).
+   */
+  readonly renewed: (boolean | null)[];
   readonly leases: Lease[];
 }
 

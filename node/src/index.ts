@@ -27,6 +27,17 @@ export type { GiveBack, Renewal, Round, RoundResult } from './exchange.js';
 export { Job, JobReleasedError, LeaseLostError, RetryError, UnrecoverableError } from './job.js';
 export { consoleLogger, type Logger, type LogLevel } from './log.js';
 export { type EnqueueOptions, Queue, type QueueOptions } from './queue.js';
+export {
+  MAX_SHARDS,
+  ShardedQueue,
+  type ShardedQueueOptions,
+  type ShardedStats,
+  SubQueueUnreachableError,
+  shardOf,
+  type Unwrapped,
+  unwrap,
+  wrap,
+} from './sharded.js';
 export { handleSignals } from './signals.js';
 export type {
   ConnectionEvents,

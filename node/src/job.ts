@@ -2,7 +2,7 @@
 
 import { InvalidArgumentError } from './errors.js';
 import { checkInt, MAX_COST, MAX_MS } from './limits.js';
-import type { Lease } from './types.js';
+import type { Lease, ShardedLease } from './types.js';
 
 /** `job.signal.reason` when the lease was lost: the item was cancelled, or its lease expired and went elsewhere. */
 export class LeaseLostError extends Error {
@@ -47,6 +47,8 @@ export class Job {
   readonly nacks: number;
   /** The queue's name. */
   readonly queueName: string;
+  /** The index of the sub-queue it was leased from, for a ShardedQueue's job (its ACK, RENEW and NACK go there); else undefined. */
+  readonly shard: number | undefined;
   // Made when a handler first asks for the signal: most never do, and an
   // AbortController per job is a measurable part of a no-op job's cost.
   #abort: AbortController | undefined;
@@ -70,6 +72,7 @@ export class Job {
     this.timeouts = lease.timeouts;
     this.nacks = lease.nacks;
     this.queueName = queueName;
+    this.shard = (lease as Partial<ShardedLease>).shard;
   }
 
   /**

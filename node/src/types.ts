@@ -43,6 +43,23 @@ export interface Lease extends Fenced {
   readonly partition: string;
 }
 
+/**
+ * A leased item of a `ShardedQueue`: a `Lease` whose payload is the
+ * producer's own (the envelope removed), which remembers the sub-queue it
+ * came from, so its ACK, RENEW and NACK go back there.
+ */
+export interface ShardedLease extends Lease {
+  /** The index of the sub-queue it was leased from (`{name:shard}`). */
+  readonly shard: number;
+  /** Its weight, as the producer wrote it in the envelope (1 without one). */
+  readonly weight: number;
+}
+
+/** A lease of a `ShardedQueue`'s: its identity and the index of its sub-queue. */
+export interface ShardedFenced extends Fenced {
+  readonly shard: number;
+}
+
 /** Where a nacked item went (`VTRR.NACK ... WITHSTATE`); `dead` also when the queue's MAX-NACKS buried it. */
 export type NackOutcome = 'queued' | 'delayed' | 'dead';
 

@@ -44,6 +44,7 @@ import { Job, JobReleasedError, LeaseLostError, RetryError, UnrecoverableError }
 import { checkInt, checkResult, MAX_BLOCK_MS, MAX_COST, MAX_MS, MAX_REASON_BYTES } from './limits.js';
 import { consoleLogger, type Logger } from './log.js';
 import type { Queue } from './queue.js';
+import { ShardedQueue } from './sharded.js';
 import type { Transport } from './transport.js';
 import type { NackOutcome } from './types.js';
 
@@ -239,7 +240,8 @@ function unlessStopped<T>(work: Promise<T>, stop: Promise<void>): Promise<T | ty
 }
 
 export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
-  readonly queue: Queue;
+  /** What it works: a Queue, or a ShardedQueue (the same dispatcher; its rounds go through the rotation). */
+  readonly queue: Queue | ShardedQueue;
   readonly concurrency: number;
   readonly leaseMs: number;
   readonly blockMs: number;
@@ -271,7 +273,7 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
   private graceTimer: NodeJS.Timeout | undefined;
   private work: Promise<void> | undefined;
 
-  constructor(queue: Queue, handler: Handler<R>, options: WorkerOptions = {}) {
+  constructor(queue: Queue | ShardedQueue, handler: Handler<R>, options: WorkerOptions = {}) {
     super();
     if (typeof handler !== 'function') {
       throw new TypeError('the handler must be a function (job) => ...');
@@ -406,6 +408,10 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
       return;
     }
     this.ready = true;
+    if (this.queue instanceof ShardedQueue && own.cluster) {
+      // Its blocking waits go to several nodes, a slice each: close() waits one out (blockSliceMs).
+      return;
+    }
     try {
       this.ownClientId = String(await own.send(['CLIENT', 'ID'], this.queue.name));
     } catch {
@@ -419,7 +425,8 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
     const own = this.own;
     if (own !== undefined) {
       try {
-        const stats = await unlessStopped(this.queue.runOn(own, commands.stats), this.stopped);
+        const first = this.queue instanceof ShardedQueue ? (this.queue.subQueues[0] as Queue) : this.queue;
+        const stats = await unlessStopped(first.runOn(own, commands.stats), this.stopped);
         layout = stats === STOP ? layout : stats.layout;
       } catch (error) {
         if (isPermanent(error)) {
@@ -427,8 +434,9 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
         }
       }
     }
+    const over = this.queue instanceof ShardedQueue ? `, over ${this.queue.shards} sub-queues` : '';
     this.logger.info(
-      `vtrr worker: queue ${this.queue.name} (layout ${layout}) on ${this.queue.transport.server}, ` +
+      `vtrr worker: queue ${this.queue.name} (layout ${layout}${over}) on ${this.queue.transport.server}, ` +
         `concurrency ${this.concurrency}, lease ${this.leaseMs} ms`,
     );
   }
@@ -661,7 +669,7 @@ export class Worker<R = unknown> extends EventEmitter<WorkerEvents> {
       const renewal = plan.round.renewals[i];
       if (result.renewed[i] === false) {
         this.lose(job);
-      } else if (renewal?.cost !== undefined) {
+      } else if (result.renewed[i] === true && renewal?.cost !== undefined) {
         job.charged += renewal.cost;
       }
     });

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { promisify } from 'node:util';
 import type { RedisClientType } from 'redis';
-import { type Job, Queue, Worker } from '../src/index.js';
+import { type Job, Queue, ShardedQueue, Worker, wrap } from '../src/index.js';
 import { REPO, Server } from './servers.js';
 
 const PYTHON = join(REPO, 'python', '.venv', 'bin', 'python');
@@ -65,4 +65,73 @@ vtrr.Worker(vtrr.Queue(redis.Redis.from_url(sys.argv[1]), sys.argv[2]), handle, 
   );
   assert.equal(seen.trim(), `js-1 tenant-js ${PAYLOAD.toString('hex')}`);
   assert.equal((await queue.stats()).totals.acked, 1);
+});
+
+// The ShardedQueues of both packages: the same sub-queues, partition -> sub-queue function and envelope.
+const TENANTS = ['tenant-0', 'tenant-1', 'tenant-é', 'テナント', 'acme', 'b', 'tenant-63', 'zz'];
+
+test("an item enqueued through Python's ShardedQueue is leased by Node's: same sub-queue, weight, payload", async () => {
+  const name = 'sharded-from-python';
+  const printed = await python(
+    `import sys, json, redis, vtrr
+from vtrr.sharded import wrap
+sq = vtrr.ShardedQueue(redis.Redis.from_url(sys.argv[1]), sys.argv[2], shards=4)
+tenants = ${JSON.stringify(TENANTS)}
+payload = bytes.fromhex("${PAYLOAD.toString('hex')}")
+sq.enqueue_many([vtrr.Item(t, f"py-{i}", payload, 1 + i % 3) for i, t in enumerate(tenants)])
+print(json.dumps({"shards": [sq.shard_of(t) for t in tenants], "envelope": wrap(payload, 3).hex()}))`,
+    server.url,
+    name,
+  );
+  const { shards, envelope } = JSON.parse(printed) as { shards: number[]; envelope: string };
+  const sq = new ShardedQueue(client, name, { shards: 4 });
+  assert.deepEqual(
+    TENANTS.map((tenant) => sq.shardOf(tenant)),
+    shards,
+  );
+  assert.equal(wrap(PAYLOAD, 3).toString('hex'), envelope, 'the envelope, byte for byte');
+  for (const tenant of TENANTS) {
+    assert.equal((await sq.queueFor(tenant).partition(tenant)).queued, 1, `${tenant} in its sub-queue`);
+  }
+  const leased = await sq.leaseMany(TENANTS.length, { leaseMs: 30_000 });
+  assert.equal(leased.length, TENANTS.length);
+  for (const lease of leased) {
+    const i = Number(lease.id.slice(3));
+    assert.deepEqual(
+      [lease.partition, lease.payload, lease.weight, lease.shard],
+      [TENANTS[i], PAYLOAD, 1 + (i % 3), shards[i]],
+    );
+  }
+  assert.equal(await sq.ack(...leased), TENANTS.length);
+  assert.equal((await sq.stats()).totals.acked, TENANTS.length);
+});
+
+test("an item enqueued through Node's ShardedQueue is leased by Python's: same sub-queue, weight, payload", async () => {
+  const name = 'sharded-from-node';
+  const sq = new ShardedQueue(client, name, { shards: 4 });
+  await sq.enqueueMany(
+    TENANTS.map((tenant, i) => ({ partition: tenant, id: `js-${i}`, payload: PAYLOAD, weight: 1 + (i % 3) })),
+  );
+  const printed = await python(
+    `import sys, json, redis, vtrr
+sq = vtrr.ShardedQueue(redis.Redis.from_url(sys.argv[1]), sys.argv[2], shards=4)
+seen = []
+while (lease := sq.lease(30_000)) is not None:
+    assert sq.ack(lease) == 1
+    seen.append([lease.id, lease.partition, lease.payload.hex(), lease.weight, lease.shard, sq.shard_of(lease.partition)])
+print(json.dumps(seen))`,
+    server.url,
+    name,
+  );
+  const seen = JSON.parse(printed) as [string, string, string, number, number, number][];
+  assert.equal(seen.length, TENANTS.length);
+  for (const [id, partition, payload, weight, shard, hashed] of seen) {
+    const i = Number(id.slice(3));
+    assert.deepEqual(
+      [partition, payload, weight, shard, hashed],
+      [TENANTS[i], PAYLOAD.toString('hex'), 1 + (i % 3), sq.shardOf(partition), shard],
+    );
+  }
+  const stats = await sq.stats();
+  assert.deepEqual([stats.totals.acked, stats.queued], [TENANTS.length, 0]);
 });
