@@ -346,6 +346,76 @@ fn a_user_denied_one_module_key_gets_noperm_naming_it_and_nothing_changes() {
     assert_invariants(&mut admin, "q");
 }
 
+/// A queue pays for outcomes when it keeps them: without RESULT-TTL or
+/// DEDUP-MS the calls that would keep one (ENQUEUE, DEFER, a LEASE's acks,
+/// ACK, CANCEL) open neither `results` nor `finished`, so a user denied
+/// both runs them; once the queue keeps outcomes, the same calls are
+/// refused naming `results`, with nothing changed.
+#[test]
+fn the_keys_of_finished_jobs_are_opened_only_on_a_queue_that_keeps_them() {
+    if keys_layout_only("denies two keys of the keys layout; a native queue's ACL is its one key") {
+        return;
+    }
+    let server = Server::start();
+    let mut admin = server.connect();
+    let others: Vec<String> = ALL_SUFFIXES
+        .iter()
+        .filter(|suffix| !["results", "finished"].contains(suffix))
+        .map(|suffix| format!("~vtrr:q:{suffix}"))
+        .collect();
+    let mut user = connect_as(&server, &mut admin, "no-outcomes", &others);
+    for id in ["a", "b", "c"] {
+        let added: i64 = command(&["VTRR.ENQUEUE", "q", "p", id, "1", "P"])
+            .query(&mut user)
+            .unwrap();
+        assert_eq!(added, 1);
+    }
+    let deferred: i64 = command(&["VTRR.DEFER", "q", "60000", "p", "d", "1", "P"])
+        .query(&mut user)
+        .unwrap();
+    assert_eq!(deferred, 1);
+    let (first, _, token, _) = lease(&mut user, "q", 60_000).unwrap();
+    let first = String::from_utf8(first).unwrap();
+    let acked: i64 = command(&["VTRR.ACK", "q", &first, &token])
+        .query(&mut user)
+        .unwrap();
+    assert_eq!(acked, 1);
+    let (second, _, token, _) = lease(&mut user, "q", 60_000).unwrap();
+    let second = String::from_utf8(second).unwrap();
+    let _: Value = command(&["VTRR.LEASE", "q", "60000", "ACK", &second, &token])
+        .query(&mut user)
+        .unwrap();
+    let cancelled: i64 = command(&["VTRR.CANCEL", "q", "d"])
+        .query(&mut user)
+        .unwrap();
+    assert_eq!(cancelled, 1);
+    assert_invariants(&mut admin, "q");
+
+    let _: Value = command(&["VTRR.POLICY", "q", "RESULT-TTL", "60000"])
+        .query(&mut admin)
+        .unwrap();
+    enqueue_one(&mut admin, "q", "p", "g", "G");
+    let (held, _, token, _) = lease(&mut admin, "q", 60_000).unwrap();
+    let held = String::from_utf8(held).unwrap();
+    let before = dump_all(&mut admin);
+    let noperm =
+        "NOPERM this user has no permissions to access the key vtrr:q:results of this queue";
+    for words in [
+        &["VTRR.ENQUEUE", "q", "p", "e", "1", "P"][..],
+        &["VTRR.DEFER", "q", "60000", "p", "f", "1", "P"],
+        &["VTRR.ACK", "q", &held, &token],
+        &["VTRR.LEASE", "q", "60000", "ACK", &held, &token],
+        &["VTRR.CANCEL", "q", &held],
+    ] {
+        assert_eq!(
+            error_of(command(words).query(&mut user)),
+            noperm,
+            "{words:?}"
+        );
+        assert_eq!(before, dump_all(&mut admin), "{words:?} changed something");
+    }
+}
+
 #[test]
 fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue() {
     let (server, mut admin, token) = every_state_with_a_lease_expired();

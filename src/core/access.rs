@@ -164,7 +164,6 @@ const ENQUEUE: &[QueueKey] = keys![
         QueueKey::Meta,
     ],
     COUNTED,
-    OUTCOMES,
 ];
 
 const ENQUEUE_PRIORITISED: &[QueueKey] = keys![ENQUEUE, LEVELS];
@@ -183,7 +182,6 @@ const ACK: &[QueueKey] = keys![
     ],
     ITEM_FIELDS,
     COUNTED,
-    OUTCOMES,
 ];
 
 /// An ACK, and what a charge moves (`admission::shift`): the partition's
@@ -263,22 +261,22 @@ const JOB: &[QueueKey] = keys![
 const SCHEDULES: &[QueueKey] = &[QueueKey::Schedules, QueueKey::ScheduleDue];
 
 /// What a finished job leaves while the queue keeps outcomes (RESULT-TTL,
-/// DEDUP-MS; listed just before the schedules' keys): read by ENQUEUE for a
-/// duplicate, written by the calls that finish a job (ACK, CANCEL).
+/// DEDUP-MS; listed just before the schedules' keys): read by ENQUEUE and
+/// DEFER for a duplicate, written by the calls that finish a job (ACK, a
+/// LEASE's acks, CANCEL). Those open them only on a queue that keeps
+/// outcomes ([`CoreOp::when_kept`]); JOB reads what is left whatever the
+/// policy, the timer forgets it.
 const OUTCOMES: &[QueueKey] = &[QueueKey::Results, QueueKey::Finished];
 
 /// Every key but the schedules' and the outcomes' (the last four): what
 /// the calls that move items anywhere and may end their lives or record
-/// their errors touch (NACK, REVIVE; with the outcomes, a LEASE's acks and
-/// CANCEL, which may take an item from any state, a parking partition's
-/// last one included). Runs are the timer's to fire, so a LEASE opens (and
-/// checks) no key it never reads.
+/// their errors touch (NACK, REVIVE, a LEASE's acks and CANCEL, which may
+/// take an item from any state, a parking partition's last one included).
+/// Runs are the timer's to fire, so a LEASE opens (and checks) no key it
+/// never reads.
 const ITEMS_AND_ERRORS: &[QueueKey] = QueueKey::ALL
     .split_at(QueueKey::ALL.len() - SCHEDULES.len() - OUTCOMES.len())
     .0;
-
-/// What a call that finishes jobs anywhere touches: a LEASE's acks, CANCEL.
-const SETTLING: &[QueueKey] = keys![ITEMS_AND_ERRORS, OUTCOMES];
 
 /// [`ITEMS_AND_ERRORS`] but `last_error` (listed just before the
 /// schedules' keys): a LEASE without acks, RECLAIM and RECOUNT keep an
@@ -297,8 +295,9 @@ impl CoreOp {
             CoreOp::AckCost | CoreOp::RenewCost => ACK_COST,
             CoreOp::Renew => RENEW,
             CoreOp::Lease | CoreOp::Reclaim | CoreOp::Recount => ITEMS,
-            CoreOp::Nack | CoreOp::Revive => ITEMS_AND_ERRORS,
-            CoreOp::LeaseAcking | CoreOp::Cancel => SETTLING,
+            CoreOp::Nack | CoreOp::Revive | CoreOp::LeaseAcking | CoreOp::Cancel => {
+                ITEMS_AND_ERRORS
+            }
             CoreOp::RunDue | CoreOp::Check | CoreOp::Inspect | CoreOp::Convert => &QueueKey::ALL,
             // The dead-letter limits need only `policy`, so an ACL that
             // grants just that key can set them.
@@ -311,6 +310,35 @@ impl CoreOp {
             CoreOp::NextDue => NEXT_DUE,
             CoreOp::Schedule | CoreOp::Unschedule | CoreOp::Schedules => SCHEDULES,
             CoreOp::Job => JOB,
+        }
+    }
+
+    /// The keys the operation touches besides [`Self::keys`] on a queue
+    /// that keeps outcomes, and opens only on one: the calls that finish a
+    /// job, and ENQUEUE and DEFER (DEDUP-MS).
+    pub const fn when_kept(self) -> &'static [QueueKey] {
+        match self {
+            CoreOp::Enqueue
+            | CoreOp::EnqueuePrioritised
+            | CoreOp::Defer
+            | CoreOp::DeferPrioritised
+            | CoreOp::Ack
+            | CoreOp::AckCost
+            | CoreOp::LeaseAcking
+            | CoreOp::Cancel => OUTCOMES,
+            _ => &[],
+        }
+    }
+
+    /// The operation's scope on a queue that keeps outcomes (`kept`) or
+    /// not: the keys layout opens `when_kept` only on one that does.
+    pub fn scope(self, kept: bool) -> Scope {
+        Scope {
+            operation: self.name(),
+            keys: self.keys(),
+            when_kept: self.when_kept(),
+            kept,
+            writes: self.writes(),
         }
     }
 
@@ -407,24 +435,23 @@ impl CoreOp {
     }
 }
 
+/// The operation's scope before its queue's policy is read: the keys of
+/// finished jobs allowed (the in-memory store of the tests runs it so
+/// whatever the policy; `CoreOp::scope(false)` is the narrower one).
 impl From<CoreOp> for Scope {
     fn from(op: CoreOp) -> Scope {
-        Scope {
-            operation: op.name(),
-            keys: op.keys(),
-            writes: op.writes(),
-        }
+        op.scope(true)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{CoreOp, ITEMS, ITEMS_AND_ERRORS, OUTCOMES, SCHEDULES, SETTLING};
+    use super::{CoreOp, ITEMS, ITEMS_AND_ERRORS, OUTCOMES, SCHEDULES};
     use crate::store::QueueKey;
 
     /// `ITEMS_AND_ERRORS` is every key but the schedules' and the
     /// outcomes' (which `QueueKey::ALL` lists last), `ITEMS` the same but
-    /// `last_error`, `SETTLING` the same with the outcomes'.
+    /// `last_error`.
     #[test]
     fn the_keys_of_items_are_every_key_but_the_schedules_and_outcomes() {
         let items: Vec<QueueKey> = QueueKey::ALL
@@ -432,11 +459,6 @@ mod tests {
             .filter(|key| !SCHEDULES.contains(key) && !OUTCOMES.contains(key))
             .collect();
         assert_eq!(ITEMS_AND_ERRORS, items.as_slice());
-        let settling: Vec<QueueKey> = QueueKey::ALL
-            .into_iter()
-            .filter(|key| !SCHEDULES.contains(key))
-            .collect();
-        assert_eq!(SETTLING, settling.as_slice());
         let without_errors: Vec<QueueKey> = items
             .into_iter()
             .filter(|key| *key != QueueKey::LastError)
@@ -458,7 +480,9 @@ mod tests {
 
     /// Every operation, the reading ones included, runs within its declared
     /// keys on a queue with items in every state and every control set (the
-    /// property tests run the writing ones in random interleavings).
+    /// property tests run the writing ones in random interleavings); on
+    /// this queue, which keeps no outcomes, those that finish or add jobs
+    /// run without the outcomes' keys, as the keys layout opens them.
     #[test]
     fn every_operation_stays_within_its_declared_keys() {
         let mut store = MemoryStore::new();
@@ -471,7 +495,7 @@ mod tests {
             item(b"b", b"5"),
             item(b"c", b"6"),
         ];
-        enqueue(&mut store.scoped(CoreOp::Enqueue), 0, &items).unwrap();
+        enqueue(&mut store.scoped(CoreOp::Enqueue.scope(false)), 0, &items).unwrap();
         let limits = [
             PolicyChange::MaxTimeouts(Some(0)),
             PolicyChange::MaxNacks(Some(1)),
@@ -502,7 +526,13 @@ mod tests {
             b"c",
             &mut anomalies
         ));
-        defer(&mut store.scoped(CoreOp::Defer), 0, 50, &[item(b"a", b"7")]).unwrap();
+        defer(
+            &mut store.scoped(CoreOp::Defer.scope(false)),
+            0,
+            50,
+            &[item(b"a", b"7")],
+        )
+        .unwrap();
         let mut n = 0;
         let request = LeaseRequest {
             now_ms: 0,
@@ -524,12 +554,19 @@ mod tests {
         // Prioritised items, queued (a's in `queue`, c's held: c is paused)
         // and delayed (promoted below), for the calls below.
         let urgent = [item(b"a", b"8"), item(b"c", b"9")];
-        let scoped = &mut store.scoped(CoreOp::enqueue(3));
+        let scoped = &mut store.scoped(CoreOp::enqueue(3).scope(false));
         enqueue_at(scoped, 0, 3, &urgent).unwrap();
         let later = [item(b"a", b"10")];
-        defer_at(&mut store.scoped(CoreOp::defer(-2)), 0, 50, -2, &later).unwrap();
+        defer_at(
+            &mut store.scoped(CoreOp::defer(-2).scope(false)),
+            0,
+            50,
+            -2,
+            &later,
+        )
+        .unwrap();
         let acked = ack(
-            &mut store.scoped(CoreOp::Ack),
+            &mut store.scoped(CoreOp::Ack.scope(false)),
             &[Ack::pair(&first.id, &first.token)],
             &mut anomalies,
         );
@@ -585,7 +622,7 @@ mod tests {
         );
         assert_eq!(
             cancel(
-                &mut store.scoped(CoreOp::Cancel),
+                &mut store.scoped(CoreOp::Cancel.scope(false)),
                 &[&dead[1].id, b"6"],
                 &mut anomalies
             ),

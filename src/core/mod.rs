@@ -87,6 +87,7 @@ pub use lease::{ack_each, lease, renew, LeaseOutcome, LeaseRequest, Settled};
 pub use levels::{parse_level, Level, MAX_LEVEL};
 pub use nack::{nack, Nack, Nacked};
 pub use numbers::{format_meta, parse_meta, parse_virtual_time, MAX_VIRTUAL_TIME};
+pub use partitions::keeps_outcomes;
 pub use queue_limits::{QueueLimits, Stop};
 pub use ranks::Rank;
 pub use reclaim::reclaim;

@@ -27,6 +27,11 @@ impl Keeping {
     fn window_ms(self) -> Option<i64> {
         self.result_ttl_ms.max(self.dedup_ms)
     }
+
+    /// Whether anything is kept of finished jobs.
+    pub(super) fn keeps_any(self) -> bool {
+        self.window_ms().is_some()
+    }
 }
 
 /// How a job finished, as its record keeps it.

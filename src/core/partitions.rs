@@ -284,6 +284,21 @@ pub fn read_defaults(store: &mut impl Store, anomalies: &mut Vec<Anomaly>) -> De
     }
 }
 
+/// Whether the queue keeps outcomes (RESULT-TTL or DEDUP-MS), read as
+/// [`read_defaults`] reads it: by the keys layout before it opens the keys
+/// of finished jobs, which a call touches only on a queue that keeps them
+/// (an unreadable policy keeps none, for the call as for this).
+pub fn keeps_outcomes(store: &mut impl Store) -> bool {
+    store.hlen(HashKey::Policy) > 0
+        && read_policy_field(
+            store,
+            QUEUE_OPTIONS_FIELD,
+            parse_queue_options,
+            &mut Vec::new(),
+        )
+        .is_some_and(|(_, keeping)| keeping.keeps_any())
+}
+
 /// A `policy` field as `parse` reads it; one that does not read is
 /// reported, and reads as none.
 pub(super) fn read_policy_field<T>(

@@ -20,7 +20,7 @@ use super::convert::free_in_background;
 use super::open::{OpenError, Opening, Propagate};
 use super::QueueLayout;
 use crate::config::Layout;
-use crate::core::{convert, CoreError};
+use crate::core::{self, convert, CoreError};
 use crate::engine::memory::MemoryStore;
 use crate::replication::effects::{
     format_score, replicate_apply, replicate_verbatim, Command, Effects,
@@ -86,6 +86,19 @@ impl<'ctx> KeysStore<'ctx> {
                     _ => None,
                 };
                 store.open_slot(key, name, opened)?;
+            }
+        }
+        // The keys of finished jobs, only on a queue that keeps them: its
+        // policy is open by now, and nothing is written yet.
+        if !store.scope.when_kept.is_empty() {
+            store.scope.kept = core::keeps_outcomes(&mut store);
+            if store.scope.kept {
+                let names = opening.check_more(store.scope.when_kept)?;
+                for (key, name) in QueueKey::ALL.into_iter().zip(names) {
+                    if let Some(name) = name {
+                        store.open_slot(key, name, None)?;
+                    }
+                }
             }
         }
         Ok(store)

@@ -101,6 +101,18 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
         Ok((names, queue_name))
     }
 
+    /// The ACL check of [`Self::check`] on more keys of the same call, once
+    /// the layout knows it needs them (the cluster's is made): their names,
+    /// at their [`QueueKey::index`].
+    pub fn check_more(
+        &self,
+        keys: &[QueueKey],
+    ) -> Result<[Option<OwnedString>; QueueKey::ALL.len()], OpenError> {
+        let (names, _) = names_of(self.queue, keys);
+        check_permissions(self.ctx, names.iter().flatten(), self.caller, self.access)?;
+        Ok(names)
+    }
+
     /// [`Self::check`] for a layout that opens `vtrr:<name>:queue` alone:
     /// its name (no array of names is made: a native call's open is a
     /// few hundred instructions).

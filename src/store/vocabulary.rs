@@ -369,21 +369,37 @@ pub struct Scope {
     /// The operation's name, for the message of a refusal.
     pub operation: &'static str,
     pub keys: &'static [QueueKey],
+    /// The keys of finished jobs, which the operation touches only on a
+    /// queue that keeps outcomes: opened only then (a queue pays for
+    /// outcomes when it keeps them).
+    pub when_kept: &'static [QueueKey],
+    /// Whether the queue keeps outcomes, so `when_kept` is open too: true
+    /// until a store opening the keys reads otherwise from the policy.
+    pub kept: bool,
     pub writes: bool,
 }
 
 impl Scope {
     /// Whether the operation may touch `key` this way.
     pub fn allows(&self, key: QueueKey, write: bool) -> bool {
-        self.keys.contains(&key) && (self.writes || !write)
+        self.declares(key) && (self.writes || !write)
+    }
+
+    fn declares(&self, key: QueueKey) -> bool {
+        self.keys.contains(&key) || (self.kept && self.when_kept.contains(&key))
     }
 
     /// Why touching `key` is refused.
     pub fn refusal(&self, key: QueueKey, write: bool) -> String {
         let how = if write { "writes" } else { "reads" };
-        if self.keys.contains(&key) {
+        if self.declares(key) {
             format!(
                 "{} {how} {key:?}, but it is declared read-only (core/access.rs)",
+                self.operation
+            )
+        } else if self.when_kept.contains(&key) {
+            format!(
+                "{} {how} {key:?} on a queue that keeps no outcomes (core/access.rs)",
                 self.operation
             )
         } else {
