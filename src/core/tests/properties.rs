@@ -45,8 +45,8 @@ fn op_with_controls() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Random runs per property: 1,000, or `VTRR_PROPTEST_CASES` (`make
-/// mutants` runs fewer per mutant; CI's random runs may run more).
+/// Random runs per property: 1,000, or `VTRR_PROPTEST_CASES` (`make test`
+/// runs 400 to keep CI's time, `make mutants` fewer per mutant).
 fn cases() -> u32 {
     std::env::var("VTRR_PROPTEST_CASES")
         .ok()
