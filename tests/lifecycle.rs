@@ -1284,6 +1284,7 @@ fn stats_count_delayed_and_dead_items_and_the_next_due_time() {
             "partitions",
             "paused-partitions",
             "queued",
+            "queued-partitions",
             "tokens"
         ]
     );

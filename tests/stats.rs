@@ -58,6 +58,8 @@ fn stats_counts_the_partitions_partitions_lists() {
         (stat(&mut con, "q", "partitions"), listed(&mut con, "q")),
         (2, 2)
     );
+    // a's one item is leased: only b has items queued.
+    assert_eq!(stat(&mut con, "q", "queued-partitions"), 1);
     // Every item cancelled: nothing left to count or list (a virtual time
     // kept until the drain is not a partition).
     assert_eq!(cancel(&mut con, "q", &["a1", "b1", "b2"]), 3);
@@ -75,6 +77,10 @@ fn stats_counts_the_partitions_partitions_lists() {
         (stat(&mut con, "q", "partitions"), listed(&mut con, "q")),
         (1, 1)
     );
+    assert_eq!(stat(&mut con, "q", "queued-partitions"), 0);
+    // A paused partition's items are queued (held): it counts.
+    enqueue_items(&mut con, "q", &[("c", "c1", 1, b""), ("d", "d1", 1, b"")]);
+    assert_eq!(stat(&mut con, "q", "queued-partitions"), 2);
 }
 
 /// `VTRR.JOB <queue> <ids...>`: one map per id, in order.

@@ -543,6 +543,7 @@ export const commands = {
         delayed: int(f.get('delayed')),
         dead: int(f.get('dead')),
         partitions: int(f.get('partitions')),
+        queuedPartitions: int(f.get('queued-partitions')),
         pausedPartitions: int(f.get('paused-partitions')),
         cappedPartitions: int(f.get('capped-partitions')),
         currentVirtualTime: int(f.get('current-virtual-time')),

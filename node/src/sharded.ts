@@ -22,10 +22,13 @@
  *
  * Worker side: `lease` runs the weighted rotation of docs/scaling.md: a
  * charge per sub-queue, weight/n_i added to sub-queue i's charge for each
- * item leased there (n_i its backlogged partitions, re-read from
- * VTRR.PARTITIONS every `readEvery` leases), the next lease from the
- * non-empty sub-queue with the lowest charge; a sub-queue back from empty
- * rejoins at the lowest charge of the busy ones. The LEASE reply does not
+ * item leased there (n_i its partitions with items queued, VTRR.STATS'
+ * `queued-partitions`, O(1), re-read every `readEvery` leases), the next
+ * lease from the non-empty sub-queue with the lowest charge; a sub-queue
+ * back from empty rejoins at the lowest charge of the busy ones. n_i counts
+ * paused partitions and those at their cap too: a sub-queue whose LEASE
+ * finds nothing is treated as empty until the next read, so one with only
+ * such partitions costs one LEASE per read. The LEASE reply does not
  * carry an item's weight, so every payload is wrapped in a small envelope
  * holding it (`wrap`, `unwrap`; the Python package's, byte for byte); a
  * `ShardedLease` carries the producer's own payload and remembers its
@@ -188,7 +191,7 @@ function isUnreachable(error: unknown): boolean {
 export interface ShardedQueueOptions {
   /** How many sub-queues (1 to 16,384); the same K as every producer's and worker's. */
   readonly shards: number;
-  /** How many of this queue's leases between two reads of the sub-queues' backlogged partitions (16). */
+  /** How many of this queue's leases between two reads of the sub-queues' partitions with items queued (16; VTRR.STATS, O(1)). */
   readonly readEvery?: number;
   /** How long one blocking LEASE waits on one sub-queue before all of them are looked at again (100 ms). */
   readonly blockSliceMs?: number;
@@ -269,7 +272,7 @@ export class ShardedQueue {
   readonly subQueues: readonly Queue[];
   /** How commands reach the server (a Worker opens its own connection from it). */
   readonly transport: Transport;
-  /** How many leases between two reads of the sub-queues' backlogged partitions. */
+  /** How many leases between two reads of the sub-queues' partitions with items queued. */
   readonly readEvery: number;
   /** How long one blocking LEASE waits on one sub-queue. */
   readonly blockSliceMs: number;
@@ -493,24 +496,18 @@ export class ShardedQueue {
 
   // Leases: the weighted rotation.
 
-  /** n_i: partitions with queued > 0, not paused, under their cap; 0 if it is down. */
+  /**
+   * n_i: the partitions with items queued (STATS `queued-partitions`, O(1)); 0 if it is down.
+   * Paused partitions and those at their cap count while they hold items: a sub-queue with only
+   * those leases nothing, and `sweep` then treats it as empty until the next read.
+   */
   private async backlogOf(transport: Transport, shard: number): Promise<number> {
     if (this.isDown(shard)) {
       return 0;
     }
-    const names = new Set<string>(); // HSCAN may list one twice
+    let count: number;
     try {
-      let cursor = '0';
-      do {
-        const page = await this.probe(transport, shard, 0, commands.partitionsPage, cursor, 1000);
-        for (const view of page.entries) {
-          const cap = view.concurrencyInForce;
-          if (view.queued > 0 && !view.paused && (cap === null || view.leased < cap)) {
-            names.add(view.partition);
-          }
-        }
-        cursor = page.cursor;
-      } while (cursor !== '0');
+      count = (await this.probe(transport, shard, 0, commands.stats)).queuedPartitions;
     } catch (error) {
       if (!isUnreachable(error)) {
         throw error;
@@ -519,7 +516,7 @@ export class ShardedQueue {
       return 0;
     }
     this.reached(shard);
-    return names.size;
+    return count;
   }
 
   /** n_i for every sub-queue (0 for one that cannot be reached: it is skipped). */
@@ -576,7 +573,9 @@ export class ShardedQueue {
         if (reply !== null) {
           return this.leased(i, reply);
         }
-        this.backlogged[i] = 0; // empty: skipped until the next read
+        // Nothing leasable (empty, or its queued partitions all paused, at their cap or
+        // throttled): skipped until the next read.
+        this.backlogged[i] = 0;
       }
       if (attempt === 0 && !fresh) {
         await this.readCounts(transport); // the counts were old: read them again, try once more
@@ -901,6 +900,7 @@ export class ShardedQueue {
       delayed: sum(each.map((s) => s.delayed)),
       dead: sum(each.map((s) => s.dead)),
       partitions: sum(each.map((s) => s.partitions)),
+      queuedPartitions: sum(each.map((s) => s.queuedPartitions)),
       pausedPartitions: sum(each.map((s) => s.pausedPartitions)),
       cappedPartitions: sum(each.map((s) => s.cappedPartitions)),
       nextDueMs: earliest(each.map((s) => s.nextDueMs)),

@@ -95,6 +95,8 @@ export interface Stats {
   readonly delayed: number;
   readonly dead: number;
   readonly partitions: number;
+  /** Partitions with items queued, held ones included (a paused partition, or one at its cap, that still has items counts): O(1) to read. */
+  readonly queuedPartitions: number;
   readonly pausedPartitions: number;
   readonly cappedPartitions: number;
   readonly currentVirtualTime: number;

@@ -302,6 +302,7 @@ for (const RESP of [2, 3] as const) {
           queued: stats.queued,
           inflight: stats.inflight,
           partitions: stats.partitions,
+          queuedPartitions: stats.queuedPartitions,
           pausedPartitions: stats.pausedPartitions,
           cappedPartitions: stats.cappedPartitions,
           expired: stats.expired,
@@ -313,6 +314,7 @@ for (const RESP of [2, 3] as const) {
           queued: 1,
           inflight: 1,
           partitions: 2,
+          queuedPartitions: 1, // b: paused, its item held
           pausedPartitions: 1,
           cappedPartitions: 0,
           expired: 0,

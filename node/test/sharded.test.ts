@@ -346,16 +346,12 @@ describe('the weighted rotation', () => {
   });
 });
 
-/** A node-redis client whose calls to the sub-queues in `down` fail as a refused connection would. */
-function flaky(real: RedisClientType, down: Set<string>, failures: string[]): NodeRedisClient {
+/** A node-redis client that shows `each` every call first; one it returns an error for fails with it. */
+function intercepted(real: RedisClientType, each: (args: Arg[]) => Error | undefined): NodeRedisClient {
   return {
     sendCommand(args: Arg[], options?: object): Promise<unknown> {
-      const key = String(args[1]);
-      if (down.has(key)) {
-        failures.push(key);
-        return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1 (a test)'));
-      }
-      return real.sendCommand(args, options as never);
+      const error = each(args);
+      return error === undefined ? real.sendCommand(args, options as never) : Promise.reject(error);
     },
     duplicate(): NodeRedisClient {
       throw new Error('not in this test');
@@ -368,6 +364,77 @@ function flaky(real: RedisClientType, down: Set<string>, failures: string[]): No
     options: { url: server.url },
   };
 }
+
+/** A node-redis client whose calls to the sub-queues in `down` fail as a refused connection would. */
+function flaky(real: RedisClientType, down: Set<string>, failures: string[]): NodeRedisClient {
+  return intercepted(real, (args) => {
+    const key = String(args[1]);
+    if (!down.has(key)) {
+      return undefined;
+    }
+    failures.push(key);
+    return new Error('connect ECONNREFUSED 127.0.0.1 (a test)');
+  });
+}
+
+/** A node-redis client that records each call as `<command> <key>` in `sent`. */
+function counting(real: RedisClientType, sent: string[]): NodeRedisClient {
+  return intercepted(real, (args) => {
+    sent.push(`${String(args[0]).toUpperCase()} ${String(args[1])}`);
+    return undefined;
+  });
+}
+
+describe('a sub-queue whose partitions are all paused', () => {
+  test('is not leased from at every turn (n_i counts them, its empty LEASE sets it aside), and is served once resumed', async () => {
+    const sent: string[] = [];
+    const readEvery = 8;
+    const sq = new ShardedQueue(counting(client, sent), fresh(), { shards: 3, readEvery, logger: recorder() });
+    const paused = [0, 1].map((skip) => partitionIn('paused', 0, 3, skip));
+    const others = [1, 2].flatMap((shard) => [0, 1, 2].map((skip) => partitionIn('other', shard, 3, skip)));
+    for (const partition of paused) {
+      assert.equal(await sq.pause(partition), true);
+    }
+    const items = (partitions: string[], n: number) =>
+      partitions.flatMap((partition) =>
+        Array.from({ length: n }, (_, i) => ({ partition, id: `${partition}/${i}`, payload: 'x' })),
+      );
+    const ids = (partitions: string[], n: number) =>
+      items(partitions, n)
+        .map((item) => item.id)
+        .sort();
+    await sq.enqueueMany(items(paused, 3));
+    await sq.enqueueMany(items(others, 8));
+    const home = sq.subQueues[0];
+    assert.ok(home);
+    assert.equal((await home.stats()).queuedPartitions, 2, 'paused partitions with items are counted');
+    assert.equal((await sq.stats()).queuedPartitions, 8);
+
+    const drain = async (): Promise<string[]> => {
+      const leased: string[] = [];
+      for (let lease = await sq.lease(LEASE); lease !== null; lease = await sq.lease(LEASE)) {
+        leased.push(lease.id);
+        assert.equal(await sq.ack(lease), 1);
+      }
+      return leased.sort();
+    };
+    sent.length = 0;
+    const served = await drain();
+    assert.deepEqual(served, ids(others, 8), 'every other item, no paused one');
+    const leasesThere = sent.filter((call) => call === `VTRR.LEASE ${home.name}`).length;
+    const reads = sent.filter((call) => call === `VTRR.STATS ${home.name}`).length;
+    assert.ok(reads >= 1 && reads <= Math.floor(served.length / readEvery) + 2, sent.join('\n'));
+    // At most one LEASE there per read of the counts (each read finds n_0 = 2 again), not one per lease.
+    assert.ok(leasesThere >= 1 && leasesThere <= reads, `${leasesThere} LEASEs for ${reads} reads`);
+
+    for (const partition of paused) {
+      assert.equal(await sq.resume(partition), true);
+    }
+    assert.deepEqual(await drain(), ids(paused, 3), 'served once resumed');
+    assert.equal((await sq.stats()).queuedPartitions, 0);
+    assert.deepEqual(await sq.check(), []);
+  });
+});
 
 describe('a sub-queue that cannot be reached', () => {
   test('is skipped, tried again after a doubling back-off, and served once it is back', async () => {

@@ -230,6 +230,8 @@ def test_policy_limits_pause_and_the_partition_view(queue: vtrr.Queue) -> None:
     )
     assert queue.pause("u") and not queue.pause("u")
     queue.enqueue("u", "u2", b"")
+    stats = queue.stats()
+    assert (stats.partitions, stats.queued_partitions) == (2, 2), "t at its cap, u paused: held"
     queue.ack(*leased)
     assert [lease.id for lease in queue.lease_many(1000, 5)] == ["t2"], "u is paused"
     assert queue.resume("u") and not queue.resume("u")

@@ -24,7 +24,7 @@ import redis.connection
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
-from servers import Cluster, free_port, layout
+from servers import Cluster, Server, free_port, layout
 
 import vtrr
 from vtrr import Item
@@ -391,6 +391,64 @@ def test_pause_and_limit_route_to_the_partitions_sub_queue(rc: redis.RedisCluste
     rest = drain(sq)
     assert sorted(lease.id for lease in rest) == ["j3-0", "j3-1", "j3-2", "j4-1", "j4-2"]
     assert sq.check() == []
+
+
+class Counting(redis.Redis):
+    """A client that records each call's command and key (the first argument after the command)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.sent: list[tuple[str, str]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        key = args[1] if len(args) > 1 else b""
+        self.sent.append(
+            (str(args[0]).upper(), key.decode() if isinstance(key, bytes) else str(key))
+        )
+        return super().execute_command(*args, **options)
+
+
+def test_a_sub_queue_whose_partitions_are_all_paused_is_not_leased_from_at_every_turn(
+    server: Server,
+) -> None:
+    """n_i (STATS `queued-partitions`) counts paused partitions that hold items: the
+    rotation's LEASE there finds nothing, and the sub-queue is then treated as empty
+    until the next read of the counts, not asked again at every lease."""
+    counting = Counting(host="127.0.0.1", port=server.port)
+    read_every = 8
+    sq = ShardedQueue(counting, "paused-" + uuid.uuid4().hex[:8], shards=3, read_every=read_every)
+    names = (f"tenant-{n}" for n in itertools.count())
+    paused = list(itertools.islice((p for p in names if sq.shard_of(p) == 0), 2))
+    others = list(itertools.islice((p for p in names if sq.shard_of(p) != 0), 6))
+    assert {sq.shard_of(p) for p in others} == {1, 2}
+    for partition in paused:
+        assert sq.pause(partition)
+    sq.enqueue_many([Item(p, f"{p}/{n}", b"x") for p in paused for n in range(3)])
+    sq.enqueue_many([Item(p, f"{p}/{n}", b"x") for p in others for n in range(8)])
+    home = sq.sub_queues[0]
+    assert home.stats().queued_partitions == 2, "paused partitions with items are counted"
+    assert sq.stats().queued_partitions == 8
+
+    counting.sent.clear()
+    served = drain(sq)
+    assert sorted(lease.id for lease in served) == sorted(
+        f"{p}/{n}" for p in others for n in range(8)
+    ), "the other sub-queues' items, all of them, and none of the paused ones"
+    leases_there = counting.sent.count(("VTRR.LEASE", home.name))
+    reads = counting.sent.count(("VTRR.STATS", home.name))
+    assert 1 <= reads <= len(served) // read_every + 2, counting.sent
+    # At most one LEASE there per read of the counts (each read finds n_0 = 2 again),
+    # not one per lease as without the rule (49 here).
+    assert 1 <= leases_there <= reads, (leases_there, reads)
+
+    for partition in paused:
+        assert sq.resume(partition)
+    rest = drain(sq)
+    assert sorted(lease.id for lease in rest) == sorted(
+        f"{p}/{n}" for p in paused for n in range(3)
+    ), "served once resumed"
+    assert sq.stats().queued_partitions == 0 and sq.check() == []
+    counting.close()
 
 
 def test_a_sub_queue_back_from_empty_rejoins_at_the_lowest_busy_charge(

@@ -86,6 +86,7 @@ fn stats(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         ("inflight", int(stats.inflight)),
         ("expired", int(stats.expired)),
         ("partitions", int(stats.partitions)),
+        ("queued-partitions", int(stats.queued_partitions)),
         (
             "current-virtual-time",
             RedisValue::Integer(stats.current_virtual_time),

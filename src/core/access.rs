@@ -224,6 +224,7 @@ const STATS: &[QueueKey] = keys![
         QueueKey::Inflight,
         QueueKey::Delayed,
         QueueKey::Dead,
+        QueueKey::RankQueued,
         QueueKey::RankWaiting,
         QueueKey::Partitions,
         QueueKey::Totals,

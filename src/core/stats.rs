@@ -18,6 +18,10 @@ pub struct Stats {
     /// Partitions with a record: those with items or settings, the ones
     /// `VTRR.PARTITIONS` lists.
     pub partitions: u64,
+    /// Partitions with items queued (held ones included): the queued
+    /// ranking's size, O(1) (what a sharded queue's rotation weighs a
+    /// sub-queue by, without a scan).
+    pub queued_partitions: u64,
     pub current_virtual_time: i64,
     pub next_expiry_ms: Option<i64>,
     pub delayed: u64,
@@ -52,6 +56,7 @@ pub fn stats(
         inflight: store.zcard(ZsetKey::Inflight),
         expired: store.zcount_upto(ZsetKey::Inflight, now_ms as f64)?,
         partitions: store.hlen(HashKey::Partitions),
+        queued_partitions: store.zcard(ZsetKey::RankQueued),
         current_virtual_time: read_current_virtual_time(store)?,
         next_expiry_ms: store.zfirst(ZsetKey::Inflight).map(|(_, s)| s as i64),
         delayed: store.zcard(ZsetKey::Delayed),

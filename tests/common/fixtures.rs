@@ -220,8 +220,8 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
     // The schedule commands, and CHECK (runs are the timer's to fire).
     const SCHEDULED: &[&str] = &["check", "schedule-set", "unschedule", "schedules"];
     // What changes a partition's record may move its places in the
-    // rankings and the queue's totals; STATS reads the longest wait and
-    // the totals.
+    // rankings and the queue's totals; STATS reads the longest wait, the
+    // queued ranking's size and the totals.
     const RANKED: &[&str] = &[
         "enqueue",
         "enqueue-priority",
@@ -438,7 +438,7 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "stats",
             ],
         ),
-        ("rank_queued", RANKED),
+        ("rank_queued", &ranked_and_stats),
         ("rank_waiting", &ranked_and_stats),
         ("rank_leased", RANKED),
         ("rank_dead", RANKED),

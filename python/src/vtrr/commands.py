@@ -465,6 +465,7 @@ def _stats(reply: Any) -> Stats:
         delayed=int(f["delayed"]),
         dead=int(f["dead"]),
         partitions=int(f["partitions"]),
+        queued_partitions=int(f["queued-partitions"]),
         paused_partitions=int(f["paused-partitions"]),
         capped_partitions=int(f["capped-partitions"]),
         current_virtual_time=int(f["current-virtual-time"]),

@@ -20,13 +20,17 @@ sub-queue, so the queue's own cap and rate hold per sub-queue. `stats`,
 
 Worker side: `lease` runs the **weighted rotation** of docs/scaling.md: a
 charge per sub-queue, weight/n_i added to sub-queue i's charge for each item
-leased there (n_i its backlogged partitions, re-read from VTRR.PARTITIONS
-every `read_every` leases), the next lease from the non-empty sub-queue with
-the lowest charge; a sub-queue back from empty rejoins at the lowest charge
-of the busy ones. The LEASE reply does not carry an item's weight, so every
-payload is wrapped in a small envelope holding it (`wrap`/`unwrap`); the
-returned `ShardedLease` carries the caller's own payload and remembers its
-sub-queue, so `ack`, `renew` and `nack` go back to the right one.
+leased there (n_i its partitions with items queued, VTRR.STATS'
+`queued-partitions`, O(1), re-read every `read_every` leases), the next
+lease from the non-empty sub-queue with the lowest charge; a sub-queue back
+from empty rejoins at the lowest charge of the busy ones. n_i counts paused
+partitions and those at their cap too: a sub-queue whose LEASE finds nothing
+is treated as empty until the next read, so one with only such partitions
+costs one LEASE per read. The LEASE reply does not carry an item's
+weight, so every payload is wrapped in a small envelope holding it
+(`wrap`/`unwrap`); the returned `ShardedLease` carries the caller's own
+payload and remembers its sub-queue, so `ack`, `renew` and `nack` go back
+to the right one.
 
 **A sub-queue that cannot be reached** (its node down, its slot not
 served, a slot move the rotation would wait for) is skipped for a back-off
@@ -212,6 +216,7 @@ class ShardedStats:
     delayed: int
     dead: int
     partitions: int
+    queued_partitions: int
     paused_partitions: int
     capped_partitions: int
     next_due_ms: int | None
@@ -262,7 +267,7 @@ class ShardedQueue:
     a `redis.Redis` (all sub-queues on one server). `name` must not contain
     braces: the sub-queues' names are hash tags of their own. `read_every`:
     how many of this worker's leases between two reads of the sub-queues'
-    backlogged partitions (VTRR.PARTITIONS, O(partitions) each).
+    partitions with items queued (VTRR.STATS, O(1) each).
     `block_slice_ms`: how long one blocking LEASE waits on one sub-queue
     before the worker looks at all of them again. `down_seconds`,
     `down_max_seconds`: how long the rotation skips a sub-queue it could not
@@ -450,20 +455,21 @@ class ShardedQueue:
 
     # Leases: the weighted rotation.
     def _backlog_of(self, shard: int) -> int:
-        """n_i: partitions with queued > 0, not paused, under their cap; 0 if it is down."""
+        """n_i: the partitions with items queued (STATS `queued-partitions`, O(1)); 0 if it is down.
+
+        Paused partitions and those at their cap count while they hold items:
+        a sub-queue with only those leases nothing, and `_sweep` then treats
+        it as empty until the next read.
+        """
         if self._is_down(shard):
             return 0
-        names = set()
         try:
-            for view in self._probes[shard].partitions(count=1000):
-                cap = view.concurrency_in_force
-                if view.queued > 0 and not view.paused and (cap is None or view.leased < cap):
-                    names.add(view.partition)  # HSCAN may list one twice
+            count = self._probes[shard].stats().queued_partitions
         except _UNREACHABLE as error:
             self._failed(shard, error)
             return 0
         self._reached(shard)
-        return len(names)
+        return count
 
     def _read_counts(self) -> None:
         """n_i for every sub-queue (0 for one that cannot be reached: it is skipped)."""
@@ -517,7 +523,9 @@ class ShardedQueue:
                 self._reached(i)
                 if reply is not None:
                     return self._leased(i, reply)
-                self._backlogged[i] = 0  # empty: skipped until the next read
+                # Nothing leasable (empty, or its queued partitions all paused,
+                # at their cap or throttled): skipped until the next read.
+                self._backlogged[i] = 0
             if attempt == 0 and not fresh:
                 self._read_counts()  # the counts were old: read them again, try once more
         return None
@@ -730,6 +738,7 @@ class ShardedQueue:
             delayed=sum(s.delayed for s in each),
             dead=sum(s.dead for s in each),
             partitions=sum(s.partitions for s in each),
+            queued_partitions=sum(s.queued_partitions for s in each),
             paused_partitions=sum(s.paused_partitions for s in each),
             capped_partitions=sum(s.capped_partitions for s in each),
             next_due_ms=_earliest(s.next_due_ms for s in each),

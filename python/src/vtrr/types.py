@@ -86,6 +86,9 @@ class Stats:
     delayed: int
     dead: int
     partitions: int
+    #: Partitions with items queued, held ones included (a paused partition,
+    #: or one at its cap, that still has items counts): O(1) to read.
+    queued_partitions: int
     paused_partitions: int
     capped_partitions: int
     current_virtual_time: int

@@ -25,6 +25,8 @@ fn stats_counts_queue_state() {
             inflight: 2,
             expired: 1,
             partitions: 2,
+            // B's c; A has nothing queued.
+            queued_partitions: 1,
             current_virtual_time: 1,
             next_expiry_ms: Some(10),
             delayed: 0,

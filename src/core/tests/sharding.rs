@@ -2,7 +2,7 @@
 //! over K in-memory stores, each partition in the sub-queue given by a hash
 //! of its name, and workers leasing across the sub-queues with (a) plain
 //! rotation or (b) weighted rotation (sub-queue i visited in proportion to
-//! its backlogged partitions, counted from `VTRR.PARTITIONS`).
+//! its backlogged partitions, `VTRR.STATS` `queued-partitions`).
 //!
 //! Measured: the worst lag |ΔW_f − ΔW_g| (service in weight units) between
 //! two partitions over any stretch of leases in which both had items
@@ -167,27 +167,11 @@ impl Worst {
     }
 }
 
-/// `VTRR.PARTITIONS` (every HSCAN step) counted as a worker would: the
-/// entries with `queued` > 0 that may be served (`paused` 0, `leased`
-/// under `concurrency-in-force`).
+/// `VTRR.STATS` `queued-partitions`, as a worker reads it: the partitions
+/// with items queued, O(1) (a paused or capped one counts too; a sub-queue
+/// that then leases nothing is skipped until the next read).
 fn backlogged_partitions(store: &mut MemoryStore) -> u64 {
-    let mut anomalies = Vec::new();
-    let (mut cursor, mut count) = (0, 0);
-    loop {
-        let (next, views) = partitions_page(store, cursor, 1000, 0, &mut anomalies).unwrap();
-        count += views
-            .iter()
-            .filter(|v| {
-                v.record.queued > 0
-                    && !v.record.paused
-                    && v.cap_in_force.is_none_or(|cap| v.record.leased < cap)
-            })
-            .count() as u64;
-        if next == 0 {
-            return count;
-        }
-        cursor = next;
-    }
+    stats(store, 0, &mut Vec::new()).unwrap().queued_partitions
 }
 
 struct Worker {
