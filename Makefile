@@ -66,7 +66,7 @@ NODE_NATIVE_TESTS := client worker cluster ioredis chaos sharded
 # --test-timeout) came in 20.11.
 NODE_RECENT := const [major, minor] = process.versions.node.split(".").map(Number); process.exit(major > 20 || (major === 20 && minor >= 11) ? 0 : 1)
 
-.PHONY: help deps build release lint unit integration test test-matrix python-env python-env-oldest python-lint python-test node-env node-lint node-test fuzz soak bench bench-e2e bench-instructions bench-baseline run clean mutants
+.PHONY: help deps build release lint unit integration test test-matrix python-env python-env-oldest python-lint python-test node-env node-lint node-test fuzz soak bench bench-e2e bench-cluster bench-instructions bench-baseline run clean mutants
 
 help: ## Show this help
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -168,6 +168,9 @@ bench: release ## Module vs Lua vs Streams vs list, scaling, fairness, timer; wr
 
 bench-e2e: release python-env ## One worker process draining a queue: vtrr.Worker and the Node package's Worker (both layouts) vs BullMQ, Celery, RQ (installs them into bench/e2e/bullmq/node_modules, node/node_modules and .bench/; E2E_JOBS, E2E_ROUNDS); writes docs/e2e.md
 	python/.venv/bin/python bench/e2e/run.py --out docs/e2e.md
+
+bench-cluster: release python-env ## A 3-master Redis Cluster on loopback: a ShardedQueue's sub-queues over 1,000,000 tenants, workers per shard against one master, fairness across shards, a live reshard under load (CLUSTER_TENANTS, CLUSTER_JOBS, ROUNDS; VTRR_MODULE); writes docs/cluster-bench.md
+	python/.venv/bin/python bench/cluster/run.py --out docs/cluster-bench.md
 
 bench-instructions: release ## Instructions per operation, each system, counted by callgrind (exact, repeatable); writes docs/instructions.md
 	cargo build --release --example bench
