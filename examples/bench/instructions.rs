@@ -25,6 +25,8 @@ const CAPPED_QUEUE: &str = "qc";
 /// The same, in the native layout.
 const CAPPED_NATIVE_QUEUE: &str = "qcn";
 const DEFAULT_CAP: u64 = 1000;
+/// The partitions every counted queue's items are spread over.
+const PARTITIONS: usize = 100;
 /// The module's ranking grain for waits (`WAIT_GRAIN_MS` in
 /// `src/core/ranks.rs`), and half a second more.
 const WAIT_GRAIN: Duration = Duration::from_millis(10_500);
@@ -163,22 +165,51 @@ type Batch<'f, 'b> = &'f dyn Fn(&mut Bench<'b>, usize, usize);
 type Run<'f, 'b> = (&'static str, Box<dyn Fn(&mut Bench<'b>, usize, usize) + 'f>);
 
 impl<'b> Bench<'b> {
+    /// Empties the server and fills the two queues with a default cap that
+    /// [`Self::instruction_rows`] counts last; returns when. Every capped
+    /// partition's wait is ranked during its fill, and its place is
+    /// rewritten at its first lease a grain later (the module's
+    /// `WAIT_GRAIN_MS`, ten seconds), so the capped count waits out the
+    /// grain from here and its warm-up does those rewrites: otherwise they
+    /// fell in the counted window on a slow machine (one listpack ZADD per
+    /// operation, +11%) and not on a fast one. Every setting's server is
+    /// filled so before any is counted: their grains run out together, not
+    /// one after another (the gate counts four settings).
+    pub fn fill_capped(&mut self) -> Instant {
+        let sizes = self.sizes;
+        super::reset(&mut self.admin);
+        let capped_fill = |con: &mut redis::Connection, queue: &str| {
+            let _: () = redis::cmd("VTRR.POLICY")
+                .arg(queue)
+                .arg("DEFAULT-CONCURRENCY")
+                .arg(DEFAULT_CAP)
+                .query(con)
+                .unwrap();
+            fill_module(con, queue, sizes.counted_backlog, PARTITIONS, |_| 1);
+        };
+        capped_fill(&mut self.admin, CAPPED_QUEUE);
+        in_layout(&mut self.admin, "native", |con| {
+            capped_fill(con, CAPPED_NATIVE_QUEUE)
+        });
+        Instant::now()
+    }
+
     /// Counts a single-item enqueue and a lease+ack cycle for every system
     /// and the plain-command baseline, with `counted_backlog` items queued
-    /// over 100 partitions, and the module's lease+ack cycle on a queue with
-    /// a default cap; one table row per scenario, labelled with the setting,
-    /// and one row of the native layout's table per scenario in
-    /// `native_rows`.
+    /// over 100 partitions, and the module's lease+ack cycle on the queues
+    /// [`Self::fill_capped`] filled at `capped_filled`; one table row per
+    /// scenario, labelled with the setting, and one row of the native
+    /// layout's table per scenario in `native_rows`.
     pub fn instruction_rows(
         &mut self,
         callgrind: &mut Callgrind,
         setting: &Setting,
+        capped_filled: Instant,
         counted: &mut Vec<Counted>,
         native_rows: &mut String,
     ) {
         let sizes = self.sizes;
-        let partitions = 100;
-        super::reset(&mut self.admin);
+        let partitions = PARTITIONS;
         for system in System::ALL {
             fill_backlog(&mut self.admin, system, sizes.counted_backlog, partitions);
         }
@@ -189,27 +220,6 @@ impl<'b> Bench<'b> {
             partitions,
             |_| 1,
         );
-        let capped_fill = |con: &mut redis::Connection, queue: &str| {
-            let _: () = redis::cmd("VTRR.POLICY")
-                .arg(queue)
-                .arg("DEFAULT-CONCURRENCY")
-                .arg(DEFAULT_CAP)
-                .query(con)
-                .unwrap();
-            fill_module(con, queue, sizes.counted_backlog, partitions, |_| 1);
-        };
-        capped_fill(&mut self.admin, CAPPED_QUEUE);
-        in_layout(&mut self.admin, "native", |con| {
-            capped_fill(con, CAPPED_NATIVE_QUEUE)
-        });
-        // Every capped partition's wait was ranked during its fill, and its
-        // place is rewritten at its first lease a grain later (the module's
-        // `WAIT_GRAIN_MS`, ten seconds). Counted from here, so the capped
-        // count below waits out the grain and its warm-up does those
-        // rewrites: otherwise they fell in the counted window on a slow
-        // machine (one listpack ZADD per operation, +11%) and not on a fast
-        // one.
-        let capped_filled = Instant::now();
         assert_layout(&mut self.admin, CAPPED_QUEUE, "keys");
         assert_layout(&mut self.admin, CAPPED_NATIVE_QUEUE, "native");
         assert_layout(&mut self.admin, PLAIN_QUEUE, "keys");
