@@ -800,31 +800,40 @@ export class ShardedQueue {
       }
       return found;
     };
-    round.acks.forEach((lease, i) => {
-      const p = part(lease);
-      p.acks.push(lease);
-      p.at.acks.push(i);
-    });
-    round.charges.forEach((charge, i) => {
-      const p = part(charge.lease);
-      p.charges.push(charge);
-      p.at.charges.push(i);
-    });
-    round.results.forEach((returned, i) => {
-      const p = part(returned.lease);
-      p.results.push(returned);
-      p.at.results.push(i);
-    });
-    round.nacks.forEach((give, i) => {
-      const p = part(give.lease);
-      p.nacks.push(give);
-      p.at.nacks.push(i);
-    });
-    round.renewals.forEach((renewal, i) => {
-      const p = part(renewal.lease);
-      p.renewals.push(renewal);
-      p.at.renewals.push(i);
-    });
+    // Each kind of settling to its lease's sub-queue, with its place in
+    // the round (to put the answers back in order).
+    const sort = <T>(items: readonly T[], leaseOf: (item: T) => Fenced, into: (p: Settling) => [T[], number[]]) => {
+      items.forEach((item, i) => {
+        const [list, at] = into(part(leaseOf(item)));
+        list.push(item);
+        at.push(i);
+      });
+    };
+    sort(
+      round.acks,
+      (lease) => lease,
+      (p) => [p.acks, p.at.acks],
+    );
+    sort(
+      round.charges,
+      (charge) => charge.lease,
+      (p) => [p.charges, p.at.charges],
+    );
+    sort(
+      round.results,
+      (returned) => returned.lease,
+      (p) => [p.results, p.at.results],
+    );
+    sort(
+      round.nacks,
+      (give) => give.lease,
+      (p) => [p.nacks, p.at.nacks],
+    );
+    sort(
+      round.renewals,
+      (renewal) => renewal.lease,
+      (p) => [p.renewals, p.at.renewals],
+    );
     const acked = round.acks.map(() => false);
     const charged = round.charges.map(() => false);
     const returned = round.results.map(() => false);
