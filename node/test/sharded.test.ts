@@ -15,7 +15,6 @@ import {
   type Arg,
   InvalidArgumentError,
   type Job,
-  type Logger,
   type NodeRedisClient,
   type Queue,
   RetryError,
@@ -28,30 +27,11 @@ import {
   Worker,
   wrap,
 } from '../src/index.js';
+import { recorder, until } from './observe.js';
 import { Cluster, Server } from './servers.js';
 
 function fresh(): string {
   return `sq-${randomBytes(4).toString('hex')}`;
-}
-
-function recorder(): Logger & { lines: string[] } {
-  const lines: string[] = [];
-  return {
-    lines,
-    info: (message) => lines.push(`INFO ${message}`),
-    warn: (message) => lines.push(`WARN ${message}`),
-    error: (message) => lines.push(`ERROR ${message}`),
-  };
-}
-
-async function until(what: string, holds: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await holds())) {
-    if (Date.now() > deadline) {
-      throw new Error(`timed out waiting until ${what}`);
-    }
-    await sleep(10);
-  }
 }
 
 /** The first name of the form `${prefix}-<n>` that lands in sub-queue `shard` of `shards`. */

@@ -16,40 +16,19 @@ import {
   type Job,
   JobReleasedError,
   LeaseLostError,
-  type Logger,
   Queue,
   RetryError,
   UnrecoverableError,
   Worker,
   type WorkerOptions,
 } from '../src/index.js';
+import { recorder, until } from './observe.js';
 import { Server } from './servers.js';
 
 const FIXTURE = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'worker.js');
 
 function fresh(): string {
   return `{w-${randomBytes(4).toString('hex')}}`;
-}
-
-/** A logger that keeps its lines. */
-function recorder(): Logger & { lines: string[] } {
-  const lines: string[] = [];
-  return {
-    lines,
-    info: (message) => lines.push(`INFO ${message}`),
-    warn: (message) => lines.push(`WARN ${message}`),
-    error: (message) => lines.push(`ERROR ${message}`),
-  };
-}
-
-async function until(what: string, holds: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await holds())) {
-    if (Date.now() > deadline) {
-      throw new Error(`timed out waiting until ${what}`);
-    }
-    await sleep(10);
-  }
 }
 
 let server: Server;
