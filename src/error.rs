@@ -11,7 +11,6 @@ use crate::limits::{
     MAX_PERIOD_MS, MAX_POLICY_LIMIT, MAX_RATE, MAX_RATE_PER_MS, MAX_REASON_BYTES, MAX_RESULT_BYTES,
     MAX_SHARE, MAX_TOP_OFFSET, MAX_WEIGHT,
 };
-use crate::store::KeyKind;
 use crate::text::{printable_line, Quoted};
 
 /// The one constructor of an error reply: its message made printable
@@ -225,18 +224,11 @@ pub fn positive(option: &str) -> RedisError {
 
 pub fn open(error: &OpenError) -> RedisError {
     match error {
-        OpenError::WrongType { key, expected } => {
-            let expected = match expected {
-                KeyKind::String => "a string",
-                KeyKind::Hash => "a hash",
-                KeyKind::Zset => "a sorted set",
-                KeyKind::Native => "a native vtrr queue",
-            };
-            err(format!(
-                "WRONGTYPE Operation against a key holding the wrong kind of value: {} must be {expected}",
-                Quoted(key)
-            ))
-        }
+        OpenError::WrongType { key, expected } => err(format!(
+            "WRONGTYPE Operation against a key holding the wrong kind of value: {} must be {}",
+            Quoted(key),
+            expected.described()
+        )),
         OpenError::NoPermission { key } => err(format!(
             "NOPERM this user has no permissions to access the key {} of this queue",
             Quoted(key)

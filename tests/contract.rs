@@ -133,6 +133,85 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     refusals.assert_refused(&mut con, "q");
 }
 
+/// ENQUEUE, DEFER, LEASE and ACK open a ranking only when they move a
+/// place in it: one holding another type does not stop them. They leave it
+/// as it is and log it; the calls that read or rebuild it refuse it;
+/// deleted, RECOUNT rebuilds the ranking from the partitions' records.
+/// ENQUEUE, DEFER and ACK open `throttled` only to list a partition
+/// there; LEASE, which reads it, refuses one of another type.
+#[test]
+fn a_ranking_of_the_wrong_type_is_left_alone_by_the_calls_that_move_places_in_passing() {
+    if keys_layout_only(
+        "plants strings at the keys layout's rank_queued and throttled (a native queue has no such keys)",
+    ) {
+        return;
+    }
+    let server = quiet_server();
+    let mut con = server.connect();
+    let plant = |con: &mut redis::Connection, key: &str| {
+        let _: () = redis::cmd("SET").arg(key).arg("oops").query(con).unwrap();
+    };
+    let planted = |con: &mut redis::Connection, key: &str| {
+        let value: Option<String> = redis::cmd("GET").arg(key).query(con).unwrap();
+        assert_eq!(value.as_deref(), Some("oops"), "{key}");
+    };
+    plant(&mut con, "vtrr:q:rank_queued");
+    // A partition's first item gives it a place in the queued ranking,
+    // and its lease takes the place away.
+    let added: i64 = command(&["VTRR.ENQUEUE", "q", "p", "a", "1", "A"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(added, 1);
+    let (id, _, token, _) = lease(&mut con, "q", 60_000).expect("the item is queued");
+    assert_eq!(id, b"a");
+    assert_eq!(ack(&mut con, "q", &id, &token), 1);
+    planted(&mut con, "vtrr:q:rank_queued");
+    assert!(
+        server
+            .log()
+            .contains("vtrr:q:rank_queued must be a sorted set, and holds another type"),
+        "{}",
+        server.log()
+    );
+    let refused = |key: &str| {
+        format!(
+            "WRONGTYPE Operation against a key holding the wrong kind of value: {key} must be a sorted set"
+        )
+    };
+    for words in [
+        &["VTRR.STATS", "q"][..],
+        &["VTRR.PARTITIONS", "q", "TOP", "10"],
+        &["VTRR.RECOUNT", "q"],
+        &["VTRR.CHECK", "q"],
+    ] {
+        let got = error_of(command(words).query(&mut con));
+        assert_eq!(got, refused("vtrr:q:rank_queued"), "{words:?}");
+    }
+    let _: () = redis::cmd("DEL")
+        .arg("vtrr:q:rank_queued")
+        .query(&mut con)
+        .unwrap();
+    plant(&mut con, "vtrr:q:throttled");
+    let added: i64 = command(&["VTRR.ENQUEUE", "q", "p", "b", "1", "B"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(added, 1);
+    let got = error_of(command(&["VTRR.LEASE", "q", "60000"]).query(&mut con));
+    assert_eq!(got, refused("vtrr:q:throttled"));
+    planted(&mut con, "vtrr:q:throttled");
+    let _: () = redis::cmd("DEL")
+        .arg("vtrr:q:throttled")
+        .query(&mut con)
+        .unwrap();
+    let _: redis::Value = command(&["VTRR.RECOUNT", "q"]).query(&mut con).unwrap();
+    let (ranked, entries): (i64, Vec<redis::Value>) =
+        command(&["VTRR.PARTITIONS", "q", "TOP", "10"])
+            .query(&mut con)
+            .unwrap();
+    assert_eq!((ranked, entries.len()), (1, 1));
+    assert_invariants(&mut con, "q");
+}
+
 #[test]
 fn a_key_of_the_wrong_type_is_refused_before_any_write() {
     let server = Server::start();

@@ -416,6 +416,49 @@ fn the_keys_of_finished_jobs_are_opened_only_on_a_queue_that_keeps_them() {
     }
 }
 
+/// A key ACK and LEASE only read or remove from is checked only where it
+/// exists: a user denied `nacks` works a queue that was never NACKed, and
+/// is refused, with nothing changed, once an item was.
+#[test]
+fn a_key_a_call_only_reads_or_removes_from_is_checked_only_where_it_exists() {
+    if keys_layout_only("denies one key of the keys layout; a native queue's ACL is its one key") {
+        return;
+    }
+    let server = Server::start();
+    let mut admin = server.connect();
+    let others: Vec<String> = ALL_SUFFIXES
+        .iter()
+        .filter(|suffix| **suffix != "nacks")
+        .map(|suffix| format!("~vtrr:q:{suffix}"))
+        .collect();
+    let mut user = connect_as(&server, &mut admin, "no-nacks", &others);
+    for id in ["a", "b"] {
+        enqueue_one(&mut user, "q", "p", id, "P");
+    }
+    let (first, _, token, _) = lease(&mut user, "q", 60_000).unwrap();
+    assert_eq!(ack(&mut user, "q", &first, &token), 1);
+    let (second, _, token, _) = lease(&mut admin, "q", 60_000).unwrap();
+    assert_eq!(nack(&mut admin, "q", &second, &token, &[]), 1);
+    let (again, _, token, _) = lease(&mut admin, "q", 60_000).unwrap();
+    assert_eq!(again, second);
+    let again = String::from_utf8(again).unwrap();
+    let before = dump_all(&mut admin);
+    let noperm = "NOPERM this user has no permissions to access the key vtrr:q:nacks of this queue";
+    for words in [
+        &["VTRR.ACK", "q", &again, &token][..],
+        &["VTRR.LEASE", "q", "60000"],
+    ] {
+        assert_eq!(
+            error_of(command(words).query(&mut user)),
+            noperm,
+            "{words:?}"
+        );
+        assert_eq!(before, dump_all(&mut admin), "{words:?} changed something");
+    }
+    assert_eq!(ack(&mut admin, "q", again.as_bytes(), &token), 1);
+    assert_invariants(&mut admin, "q");
+}
+
 #[test]
 fn a_read_only_user_lists_dead_items_and_partitions_but_cannot_change_the_queue() {
     let (server, mut admin, token) = every_state_with_a_lease_expired();

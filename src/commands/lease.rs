@@ -6,9 +6,9 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{args, bulk, check_arity, id, queue_name, Command};
 use crate::core::{Ack, Leased, Nack, Nacked};
-use crate::server::blocking::{block_on_key, may_block, Waiter};
+use crate::layout::{self, Wakeup};
+use crate::server::blocking::{block_on_keys, may_block, Waiter};
 use crate::server::command_info::{CommandInfo, KEY_WRITE};
-use crate::store::vocabulary::{key_name, QueueKey};
 use crate::{config, error, limits, ops};
 
 pub const LEASE: Command = Command {
@@ -274,10 +274,12 @@ fn lease(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     let leased = granted.leased;
     match block {
         Some(timeout_ms) if leased.is_empty() && may_block(ctx) => {
-            let key = key_name(&request.queue, QueueKey::Queue);
-            block_on_key(
+            let layout = layout::layout_of(ctx, &request.queue);
+            let keys = layout::wakeup_keys(layout, &request.queue, Wakeup::Ready);
+            let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            block_on_keys(
                 ctx,
-                &key,
+                &keys,
                 timeout_ms,
                 Waiter {
                     request,

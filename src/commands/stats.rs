@@ -174,7 +174,7 @@ fn result(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     }
     match block {
         Some(timeout_ms) if may_block(ctx) => {
-            let keys = layout::finished_keys(layout, queue);
+            let keys = layout::wakeup_keys(layout, queue, layout::Wakeup::Finished);
             let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let request = Awaited {
                 queue: queue.to_vec(),

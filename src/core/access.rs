@@ -111,15 +111,24 @@ macro_rules! keys {
     }};
 }
 
-/// The operator's rankings and the queue's totals, which every change of a
-/// partition's counts keeps up to date.
-const RANKINGS: &[QueueKey] = &[
+/// The operator's rankings.
+const RANKS: &[QueueKey] = &[
     QueueKey::RankQueued,
     QueueKey::RankWaiting,
     QueueKey::RankLeased,
     QueueKey::RankDead,
-    QueueKey::Totals,
 ];
+
+/// What ENQUEUE, DEFER and ACK touch only in passing, and never on a
+/// queue without the feature: the rankings, and `throttled`, where a
+/// rate-limited partition waits for its next token (LEASE and the timer,
+/// which read it, open it at once: one of another type stops the queue
+/// there, with WRONGTYPE).
+const IN_PASSING: &[QueueKey] = keys![RANKS, &[QueueKey::Throttled]];
+
+/// The operator's rankings and the queue's totals, which every change of a
+/// partition's counts keeps up to date.
+const RANKINGS: &[QueueKey] = keys![RANKS, &[QueueKey::Totals]];
 
 /// What every call that counts items per partition opens: the partition
 /// records and rankings, the default cap (`policy`), the held items a freed
@@ -284,6 +293,45 @@ const ITEMS_AND_ERRORS: &[QueueKey] = QueueKey::ALL
 /// item's last error as it is, so a queue pays nothing for it there.
 const ITEMS: &[QueueKey] = ITEMS_AND_ERRORS.split_at(ITEMS_AND_ERRORS.len() - 1).0;
 
+/// Where ENQUEUE looks for an id already there (and adds nothing).
+const LOOKED_IN_BY_ENQUEUE: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Delayed, QueueKey::Dead];
+
+/// Where DEFER looks for an id already there (it adds to `delayed`).
+const LOOKED_IN_BY_DEFER: &[QueueKey] = &[QueueKey::Inflight, QueueKey::Dead];
+
+/// What an ACK clears of an item beside its `meta`: its level, counters
+/// and last error, which only a queue using them has.
+const CLEARED_BY_ACK: &[QueueKey] = &[
+    QueueKey::Priority,
+    QueueKey::Timeouts,
+    QueueKey::Nacks,
+    QueueKey::LastError,
+];
+
+/// An ACK's, and the held items the slot it frees may let in (nothing is
+/// held without a partition under control, and a plain ACK brings none
+/// under control; a charge may, and ACKCOST opens them).
+const CLEARED_BY_PLAIN_ACK: &[QueueKey] =
+    keys![CLEARED_BY_ACK, &[QueueKey::Held, QueueKey::HeldAt]];
+
+/// What a LEASE reads of an item (its level, its NACK count) and the
+/// delayed items its due step moves out.
+const READ_BY_ANY_LEASE: &[QueueKey] = &[
+    QueueKey::Priority,
+    QueueKey::Nacks,
+    QueueKey::Delayed,
+    QueueKey::DelayedTask,
+];
+
+/// A LEASE's, and the partitions whose parking it goes on with: parking
+/// starts when a partition comes under control, which a LEASE without
+/// acks never brings about.
+const READ_BY_LEASE: &[QueueKey] = keys![READ_BY_ANY_LEASE, &[QueueKey::Parking]];
+
+/// A LEASE's, and the last errors its acks clear (whose charges, with
+/// ACKCOST, may start a parking).
+const READ_BY_LEASE_ACKING: &[QueueKey] = keys![READ_BY_ANY_LEASE, &[QueueKey::LastError]];
+
 impl CoreOp {
     /// The keys the operation touches; no other is opened for it.
     pub const fn keys(self) -> &'static [QueueKey] {
@@ -331,6 +379,47 @@ impl CoreOp {
         }
     }
 
+    /// The keys of [`Self::keys`] the operation only reads or removes
+    /// from, on its hot paths: where an item id is looked for, what an
+    /// item's end of life clears, the delayed items a LEASE's due step
+    /// moves. The keys layout opens one only if it exists, so a queue pays
+    /// for a feature's key once the feature wrote it.
+    pub const fn if_present(self) -> &'static [QueueKey] {
+        match self {
+            CoreOp::Enqueue | CoreOp::EnqueuePrioritised => LOOKED_IN_BY_ENQUEUE,
+            CoreOp::Defer | CoreOp::DeferPrioritised => LOOKED_IN_BY_DEFER,
+            CoreOp::Ack => CLEARED_BY_PLAIN_ACK,
+            CoreOp::AckCost => CLEARED_BY_ACK,
+            CoreOp::Lease => READ_BY_LEASE,
+            CoreOp::LeaseAcking => READ_BY_LEASE_ACKING,
+            _ => &[],
+        }
+    }
+
+    /// The keys of [`Self::keys`] the keys layout opens only when the
+    /// operation touches them: the rankings, on the calls that change
+    /// partitions' counts in passing (a place moves only out of its band or
+    /// grain), and `throttled` where it is only written. The calls that
+    /// read or rebuild them (TOP, STATS, RECOUNT, CHECK, LEASE) and the
+    /// controls open them at once, so one of another type is refused there.
+    pub const fn lazy(self) -> &'static [QueueKey] {
+        match self {
+            CoreOp::Enqueue
+            | CoreOp::EnqueuePrioritised
+            | CoreOp::Defer
+            | CoreOp::DeferPrioritised
+            | CoreOp::Ack
+            | CoreOp::AckCost
+            | CoreOp::RenewCost => IN_PASSING,
+            CoreOp::Lease
+            | CoreOp::LeaseAcking
+            | CoreOp::Nack
+            | CoreOp::Reclaim
+            | CoreOp::RunDue => RANKS,
+            _ => &[],
+        }
+    }
+
     /// The operation's scope on a queue that keeps outcomes (`kept`) or
     /// not: the keys layout opens `when_kept` only on one that does.
     pub fn scope(self, kept: bool) -> Scope {
@@ -339,6 +428,8 @@ impl CoreOp {
             keys: self.keys(),
             when_kept: self.when_kept(),
             kept,
+            if_present: self.if_present(),
+            lazy: self.lazy(),
             writes: self.writes(),
         }
     }
@@ -476,6 +567,28 @@ mod tests {
             id,
             weight: 1,
             payload: id,
+        }
+    }
+
+    /// A key left closed while missing, or until touched, is one the
+    /// operation declares, and only a writing operation has keys left
+    /// closed while missing (a reading one's missing key is never opened).
+    #[test]
+    fn keys_opened_only_if_present_are_declared_keys_of_writing_operations() {
+        for op in [
+            CoreOp::Enqueue,
+            CoreOp::EnqueuePrioritised,
+            CoreOp::Defer,
+            CoreOp::DeferPrioritised,
+            CoreOp::Ack,
+            CoreOp::AckCost,
+            CoreOp::Lease,
+            CoreOp::LeaseAcking,
+        ] {
+            assert!(!op.if_present().is_empty() && op.writes(), "{op:?}");
+            for key in op.if_present().iter().chain(op.lazy()) {
+                assert!(op.keys().contains(key), "{op:?} {key:?}");
+            }
         }
     }
 

@@ -171,10 +171,19 @@ impl MemoryStore {
     /// This store as one operation sees it: any key the operation does not
     /// declare (or a write in a read-only one) panics, naming the key and
     /// the operation. The core's tests run each call through it.
+    /// Adding to a key of the scope's `if_present` that is missing when it
+    /// begins panics too (the keys layout leaves it closed).
     pub fn scoped(&mut self, scope: impl Into<Scope>) -> Scoped<'_> {
+        let scope = scope.into();
+        let missing = scope
+            .if_present
+            .iter()
+            .filter(|&&key| !self.holds(key))
+            .fold(0u64, |missing, key| missing | 1 << key.index());
         Scoped {
             store: self,
-            scope: scope.into(),
+            scope,
+            missing,
         }
     }
 }
@@ -184,6 +193,9 @@ impl MemoryStore {
 pub struct Scoped<'a> {
     store: &'a mut MemoryStore,
     scope: Scope,
+    /// The keys of `scope.if_present` missing when it began (bits at
+    /// their [`QueueKey::index`]).
+    missing: u64,
 }
 
 impl ValueAccess for Scoped<'_> {
@@ -192,6 +204,11 @@ impl ValueAccess for Scoped<'_> {
     }
 
     fn write(&mut self, which: QueueKey) -> &mut MemoryStore {
+        assert!(
+            self.missing & 1 << which.index() == 0,
+            "{}",
+            self.scope.refusal_to_add(which)
+        );
         self.check(which, true)
     }
 

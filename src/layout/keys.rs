@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 
 use super::convert::free_in_background;
 use super::open::{OpenError, Opening, Propagate};
-use super::QueueLayout;
+use super::{QueueLayout, Wakeup};
 use crate::config::Layout;
 use crate::core::{self, convert, CoreError};
 use crate::engine::memory::MemoryStore;
@@ -33,14 +33,34 @@ use crate::server::strings::{bytes_in, bytes_of, take_string, OwnedString};
 use crate::store::{
     HashKey, HashPage, KeyKind, QueueKey, Scope, Store, StoreError, ValueVisit, ZsetKey,
 };
+use crate::text::Quoted;
 
 struct Slot {
     name: OwnedString,
+    /// NULL for a key of the scope's `if_present` that was missing: not
+    /// opened (it reads as empty: `RedisModule_KeyType` and
+    /// `RedisModule_CloseKey` take NULL).
     key: *mut raw::RedisModuleKey,
     written: bool,
+    /// Opened when first touched ([`Scope::lazy`]), and not yet.
+    lazy: bool,
     /// A member was added (for `queue`: blocked clients may be served).
     added: bool,
     effects: Effects,
+}
+
+impl Slot {
+    /// The slot of `name`, not opened.
+    fn closed(name: OwnedString) -> Slot {
+        Slot {
+            name,
+            key: ptr::null_mut(),
+            written: false,
+            lazy: false,
+            added: false,
+            effects: Effects::default(),
+        }
+    }
 }
 
 /// One queue's keys, open for the duration of a command or timer run.
@@ -69,7 +89,8 @@ impl<'ctx> KeysStore<'ctx> {
     /// `records_effects` its writes are recorded to propagate as effects;
     /// its commit must then be [`Propagate::Effects`], and only then.
     fn open_keys(mut opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
-        let (names, queue_name) = opening.check(opening.scope.keys)?;
+        let (names, queue_name, missing) =
+            opening.check(opening.scope.keys, opening.scope.if_present)?;
         let mut store = KeysStore {
             ctx: opening.ctx,
             queue_name,
@@ -81,6 +102,17 @@ impl<'ctx> KeysStore<'ctx> {
         };
         for (key, name) in QueueKey::ALL.into_iter().zip(names) {
             if let Some(name) = name {
+                if missing & 1 << key.index() != 0 {
+                    // Read or removed only, and missing: it reads as empty
+                    // without an open.
+                    store.slots[key.index()] = Some(Slot::closed(name));
+                    continue;
+                }
+                if store.scope.lazy.contains(&key) {
+                    let lazy = Slot::closed(name);
+                    store.slots[key.index()] = Some(Slot { lazy: true, ..lazy });
+                    continue;
+                }
                 let opened = match key {
                     QueueKey::Queue => Some(opening.open_queue_key(&name)),
                     _ => None,
@@ -120,28 +152,16 @@ impl<'ctx> KeysStore<'ctx> {
             None => unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, mode) }
                 .cast::<raw::RedisModuleKey>(),
         };
+        let expected = which.kind();
         // SAFETY: the key just opened, or NULL for a missing key opened only
         // for reading, on which KeyType is documented safe (it reads EMPTY).
-        let found = unsafe { api!(RedisModule_KeyType)(key) } as isize;
-        let expected = which.kind();
-        let matches = found == raw::REDISMODULE_KEYTYPE_EMPTY
-            || found
-                == match expected {
-                    KeyKind::String => raw::REDISMODULE_KEYTYPE_STRING,
-                    KeyKind::Hash => raw::REDISMODULE_KEYTYPE_HASH,
-                    KeyKind::Zset => raw::REDISMODULE_KEYTYPE_ZSET,
-                    KeyKind::Native => raw::REDISMODULE_KEYTYPE_MODULE,
-                };
-        let error = (!matches).then(|| OpenError::WrongType {
+        let error = (!unsafe { holds(key, expected) }).then(|| OpenError::WrongType {
             key: name.bytes().to_vec(),
             expected,
         });
         self.slots[which.index()] = Some(Slot {
-            name,
             key,
-            written: false,
-            added: false,
-            effects: Effects::default(),
+            ..Slot::closed(name)
         });
         error.map_or(Ok(()), Err)
     }
@@ -158,8 +178,39 @@ impl<'ctx> KeysStore<'ctx> {
         self.slots[which.index()].as_ref()
     }
 
+    /// Opens the slot of `which` if it is a lazy one not yet opened
+    /// ([`Scope::lazy`]). One of another type is closed again and logged:
+    /// it reads as empty, and the call's writes to it are dropped (the
+    /// rankings are rebuilt from the records by VTRR.RECOUNT, which refuses
+    /// it).
+    fn open_lazy(&mut self, which: QueueKey) {
+        let Some(slot) = self.slots[which.index()].as_mut().filter(|slot| slot.lazy) else {
+            return;
+        };
+        slot.lazy = false;
+        // SAFETY: live context; the name stays in the slot while open.
+        let key = unsafe {
+            api!(RedisModule_OpenKey)(self.ctx.ctx, slot.name.0, self.access.open_mode())
+        }
+        .cast::<raw::RedisModuleKey>();
+        // SAFETY: the key just opened (or NULL: missing, opened to read).
+        if unsafe { holds(key, which.kind()) } {
+            slot.key = key;
+            return;
+        }
+        // SAFETY: opened above, closed once.
+        unsafe { api!(RedisModule_CloseKey)(key) };
+        let message = format!(
+            "vtrr: {} must be {}, and holds another type: this call left it as it is",
+            Quoted(slot.name.bytes()),
+            which.kind().described()
+        );
+        crate::server::log_warning(self.ctx, &message);
+    }
+
     /// The open key for `which`, None when it is empty.
-    fn key(&self, which: QueueKey) -> Option<*mut raw::RedisModuleKey> {
+    fn key(&mut self, which: QueueKey) -> Option<*mut raw::RedisModuleKey> {
+        self.open_lazy(which);
         let slot = self.slot(which, false)?;
         // SAFETY: the key is open until drop.
         let kind = unsafe { api!(RedisModule_KeyType)(slot.key) } as isize;
@@ -168,11 +219,31 @@ impl<'ctx> KeysStore<'ctx> {
 
     /// The open key to write to; with `must_exist`, None when the key is
     /// empty (there is nothing to remove).
-    fn key_for_write(&self, which: QueueKey, must_exist: bool) -> Option<*mut raw::RedisModuleKey> {
-        let slot = self.slot(which, true)?;
+    fn key_for_write(
+        &mut self,
+        which: QueueKey,
+        must_exist: bool,
+    ) -> Option<*mut raw::RedisModuleKey> {
         if self.access != Access::Write {
             return None;
         }
+        self.open_lazy(which);
+        if self.slot(which, true)?.key.is_null() {
+            if must_exist || !self.scope.if_present.contains(&which) {
+                // Nothing to remove; or a lazy key of another type.
+                return None;
+            }
+            debug_assert!(false, "{}", self.scope.refusal_to_add(which));
+            // Opened now rather than the write lost: it was missing, so it
+            // holds no other type.
+            let slot = self.slots[which.index()].as_mut()?;
+            // SAFETY: live context; the name stays in the slot while open.
+            slot.key = unsafe {
+                api!(RedisModule_OpenKey)(self.ctx.ctx, slot.name.0, self.access.open_mode())
+            }
+            .cast::<raw::RedisModuleKey>();
+        }
+        let slot = self.slot(which, true)?;
         // SAFETY: the key is open until drop.
         let empty = unsafe { api!(RedisModule_KeyType)(slot.key) } as isize
             == raw::REDISMODULE_KEYTYPE_EMPTY;
@@ -226,7 +297,7 @@ impl<'ctx> KeysStore<'ctx> {
     /// Visits entries with `above` < score <= `max` (None: from the first),
     /// their members borrowed for the visit.
     fn range(
-        &self,
+        &mut self,
         which: QueueKey,
         above: Option<f64>,
         max: f64,
@@ -358,13 +429,22 @@ impl<'ctx> QueueLayout<'ctx> for KeysStore<'ctx> {
     }
 
     /// Wakes clients blocked in VTRR.LEASE ... BLOCK on this queue.
-    fn signal_ready(&self) {
-        signal_ready(self.ctx, &self.queue_name);
+    /// Items may be leased: `queue`. A job finished: what a finished job
+    /// writes, its outcome or its place among the dead.
+    fn wakeup_keys(wakeup: Wakeup) -> &'static [QueueKey] {
+        match wakeup {
+            Wakeup::Ready => &[QueueKey::Queue],
+            Wakeup::Finished => &[QueueKey::Results, QueueKey::Dead],
+        }
     }
 
-    fn signal_finished(&self) {
-        for which in [QueueKey::Results, QueueKey::Dead] {
-            if let Some(slot) = self.slots[which.index()].as_ref().filter(|s| s.written) {
+    /// Signals the wakeup's keys the call wrote, and `queue` whatever it
+    /// wrote (a token coming due makes items leasable with nothing written).
+    fn signal(&self, wakeup: Wakeup) {
+        for &which in Self::wakeup_keys(wakeup) {
+            if which == QueueKey::Queue {
+                signal_ready(self.ctx, &self.queue_name);
+            } else if let Some(slot) = self.slots[which.index()].as_ref().filter(|s| s.written) {
                 signal_ready(self.ctx, &slot.name);
             }
         }
@@ -395,10 +475,29 @@ impl<'ctx> QueueLayout<'ctx> for KeysStore<'ctx> {
 impl Drop for KeysStore<'_> {
     fn drop(&mut self) {
         for slot in self.slots.iter_mut().flatten() {
-            // SAFETY: each key was opened once by this store and is closed once.
-            unsafe { api!(RedisModule_CloseKey)(slot.key) };
+            if !slot.key.is_null() {
+                // SAFETY: each key was opened once by this store and is
+                // closed once.
+                unsafe { api!(RedisModule_CloseKey)(slot.key) };
+            }
         }
     }
+}
+
+/// Whether `key` (open, or NULL: missing) is empty or holds `kind`.
+///
+/// # Safety
+/// `key` is an open key or NULL.
+unsafe fn holds(key: *mut raw::RedisModuleKey, kind: KeyKind) -> bool {
+    let found = api!(RedisModule_KeyType)(key) as isize;
+    found == raw::REDISMODULE_KEYTYPE_EMPTY
+        || found
+            == match kind {
+                KeyKind::String => raw::REDISMODULE_KEYTYPE_STRING,
+                KeyKind::Hash => raw::REDISMODULE_KEYTYPE_HASH,
+                KeyKind::Zset => raw::REDISMODULE_KEYTYPE_ZSET,
+                KeyKind::Native => raw::REDISMODULE_KEYTYPE_MODULE,
+            }
 }
 
 impl Store for KeysStore<'_> {

@@ -34,16 +34,27 @@ pub fn layout_of(ctx: &Context, queue: &[u8]) -> Layout {
     layout_at(ctx, queue, &QueueKeyOpen::open(ctx, queue, false))
 }
 
-/// The keys a client waiting for a job of `queue` to finish blocks on
-/// (`VTRR.RESULT ... BLOCK`): the ones a finished job writes in `layout`,
-/// which exist once it has (a blocked client is served only on a key that
-/// exists).
-pub fn finished_keys(layout: Layout, queue: &[u8]) -> Vec<Vec<u8>> {
-    let keys: &[QueueKey] = match layout {
-        Layout::keys => &[QueueKey::Results, QueueKey::Dead],
-        Layout::native => &[QueueKey::Queue],
-    };
-    keys.iter().map(|&key| key_name(queue, key)).collect()
+/// What a client blocked on a queue waits for. A call that brings it about
+/// signals it ([`QueueStore::signal`]); each layout names the keys that
+/// tell it ([`QueueLayout::wakeup_keys`]), so a waiting command blocks on
+/// [`wakeup_keys`] whatever the layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wakeup {
+    /// Items may be leased (`VTRR.LEASE ... BLOCK`).
+    Ready,
+    /// A job finished: its outcome kept, or dead-lettered (`VTRR.RESULT
+    /// ... BLOCK`).
+    Finished,
+}
+
+/// The keys a client waiting for `wakeup` on `queue` blocks on in
+/// `layout`: the ones a call that brings it about signals, which exist once
+/// it has (a blocked client is served only on a key that exists).
+pub fn wakeup_keys(layout: Layout, queue: &[u8], wakeup: Wakeup) -> Vec<Vec<u8>> {
+    QueueStore::wakeup_keys_in(layout, wakeup)
+        .iter()
+        .map(|&key| key_name(queue, key))
+        .collect()
 }
 
 /// The layout `probe` (the queue's `vtrr:<name>:queue`, opened) tells.
@@ -101,13 +112,12 @@ pub trait QueueLayout<'ctx>: Store + Sized {
     /// Whether anything had changed.
     fn commit(&mut self, event: &CStr, propagate: impl FnOnce() -> Propagate) -> bool;
 
-    /// Wakes clients blocked in `VTRR.LEASE ... BLOCK` on this queue.
-    fn signal_ready(&self);
+    /// The keys that tell a client blocked on the queue that `wakeup`
+    /// happened: [`Self::signal`] signals them.
+    fn wakeup_keys(wakeup: Wakeup) -> &'static [QueueKey];
 
-    /// Wakes clients blocked in `VTRR.RESULT ... BLOCK` (a job finished:
-    /// its outcome kept, or dead-lettered), on the keys [`finished_keys`]
-    /// names.
-    fn signal_finished(&self);
+    /// Wakes the clients blocked on the queue for `wakeup`.
+    fn signal(&self, wakeup: Wakeup);
 
     /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
     fn notify(&self, event: &CStr);
@@ -147,6 +157,16 @@ macro_rules! layouts {
                     if layout == <$store as QueueLayout>::LAYOUT {
                         let store = <$store as QueueLayout>::open(opening)?;
                         return Ok(QueueStore::$variant(layouts!(@wrap store $(, $boxed)?)));
+                    }
+                )+
+                unreachable!("a layout without a store: {layout:?}")
+            }
+
+            /// [`QueueLayout::wakeup_keys`] of `layout`'s store.
+            fn wakeup_keys_in(layout: Layout, wakeup: Wakeup) -> &'static [QueueKey] {
+                $(
+                    if layout == <$store as QueueLayout>::LAYOUT {
+                        return <$store as QueueLayout>::wakeup_keys(wakeup);
                     }
                 )+
                 unreachable!("a layout without a store: {layout:?}")
@@ -220,12 +240,8 @@ impl<'ctx> QueueStore<'ctx> {
         dispatch!(self, s => s.commit(event, propagate))
     }
 
-    pub fn signal_ready(&self) {
-        dispatch!(self, s => s.signal_ready())
-    }
-
-    pub fn signal_finished(&self) {
-        dispatch!(self, s => s.signal_finished())
+    pub fn signal(&self, wakeup: Wakeup) {
+        dispatch!(self, s => s.signal(wakeup))
     }
 
     pub fn notify(&self, event: &CStr) {

@@ -91,14 +91,37 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
     /// a queue, not keys, so the server cannot check them itself). The
     /// names of `keys` (at their [`QueueKey::index`]) and the name of
     /// `vtrr:<name>:queue`, which notifications name whether opened or not.
+    ///
+    /// A key of `if_present` that does not exist is not checked, and is
+    /// named in the bits returned (at its [`QueueKey::index`]): the call
+    /// only reads or removes from it, so it touches nothing there.
     pub fn check(
         &self,
         keys: &[QueueKey],
-    ) -> Result<([Option<OwnedString>; QueueKey::ALL.len()], OwnedString), OpenError> {
+        if_present: &[QueueKey],
+    ) -> Result<([Option<OwnedString>; QueueKey::ALL.len()], OwnedString, u64), OpenError> {
         check_caller(self.ctx, self.queue, self.caller, self.access)?;
         let (names, queue_name) = names_of(self.queue, keys);
-        check_permissions(self.ctx, names.iter().flatten(), self.caller, self.access)?;
-        Ok((names, queue_name))
+        let missing = if_present
+            .iter()
+            .filter(|key| {
+                names[key.index()]
+                    .as_ref()
+                    .is_some_and(|name| !self.exists(name))
+            })
+            .fold(0u64, |missing, key| missing | 1 << key.index());
+        let checked = QueueKey::ALL
+            .iter()
+            .filter(|key| missing & 1 << key.index() == 0)
+            .filter_map(|key| names[key.index()].as_ref());
+        check_permissions(self.ctx, checked, self.caller, self.access)?;
+        Ok((names, queue_name, missing))
+    }
+
+    /// Whether the key `name` exists (a lookup: nothing is allocated).
+    fn exists(&self, name: &OwnedString) -> bool {
+        // SAFETY: live context and a valid name.
+        unsafe { api!(RedisModule_KeyExists)(self.ctx.ctx, name.0) != 0 }
     }
 
     /// The ACL check of [`Self::check`] on more keys of the same call, once

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use crate::config::{Layout, Replication};
 use crate::core::{Anomaly, CoreError, CoreOp, Due};
 use crate::layout::open::{Caller, OpenError, Propagate};
-use crate::layout::QueueStore;
+use crate::layout::{QueueStore, Wakeup};
 use crate::replication::effects::ApplyArgs;
 use crate::replication::replay::{Apply, Operation};
 use crate::server::log_warning;
@@ -278,10 +278,10 @@ impl<'a> Call<'a> {
         }
         // Also when nothing changed: a token of the queue's rate came due.
         if done.signal_ready {
-            store.signal_ready();
+            store.signal(Wakeup::Ready);
         }
         if store.wrote(QueueKey::Results) || store.wrote(QueueKey::Dead) {
-            store.signal_finished();
+            store.signal(Wakeup::Finished);
         }
         // A partition's next token came to be listed or moved: the timer
         // reads when the queue next falls due.

@@ -1,4 +1,4 @@
-//! Clients blocked on a key (`VTRR.LEASE ... BLOCK`) through
+//! Clients blocked on keys (`VTRR.LEASE ... BLOCK`, `VTRR.RESULT ... BLOCK`) through
 //! `RedisModule_BlockClientOnKeys`, which the crate does not wrap.
 
 use std::os::raw::{c_int, c_void};
@@ -25,14 +25,9 @@ pub fn may_block(ctx: &Context) -> bool {
         .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
 }
 
-/// Blocks the calling client on `key` for up to `timeout_ms` (0: forever).
-/// Redis serves the clients blocked on a key in the order they blocked, each
-/// once per readiness signal, so one new item wakes one lease.
-pub fn block_on_key<T: 'static>(ctx: &Context, key: &[u8], timeout_ms: i64, waiter: Waiter<T>) {
-    block_on_keys(ctx, &[key], timeout_ms, waiter);
-}
-
-/// [`block_on_key`] on any of `keys`.
+/// Blocks the calling client on any of `keys` for up to `timeout_ms` (0:
+/// forever). Redis serves the clients blocked on a key in the order they
+/// blocked, each once per readiness signal, so one new item wakes one lease.
 pub fn block_on_keys<T: 'static>(
     ctx: &Context,
     keys: &[&[u8]],
@@ -65,7 +60,7 @@ pub(crate) fn signal_ready(ctx: &Context, key: &OwnedString) {
 }
 
 /// # Safety
-/// Called by Redis with the context of a client blocked by `block_on_key::<T>`.
+/// Called by Redis with the context of a client blocked by `block_on_keys::<T>`.
 unsafe fn waiter_of<'a, T>(ctx: *mut raw::RedisModuleCtx) -> Option<&'a Waiter<T>> {
     let privdata = api!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<Waiter<T>>();
     privdata.as_ref()
@@ -77,7 +72,7 @@ extern "C" fn serve_waiter<T>(
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    // SAFETY: Redis calls this only for clients blocked by `block_on_key::<T>`.
+    // SAFETY: Redis calls this only for clients blocked by `block_on_keys::<T>`.
     let Some(waiter) = (unsafe { waiter_of::<T>(ctx) }) else {
         return raw::REDISMODULE_ERR as c_int;
     };
@@ -105,7 +100,7 @@ extern "C" fn time_out_waiter<T>(
 
 extern "C" fn free_waiter<T>(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     if !privdata.is_null() {
-        // SAFETY: created by Box::into_raw in `block_on_key::<T>`, freed once.
+        // SAFETY: created by Box::into_raw in `block_on_keys::<T>`, freed once.
         drop(unsafe { Box::from_raw(privdata.cast::<Waiter<T>>()) });
     }
 }

@@ -15,6 +15,18 @@ pub enum KeyKind {
     Native,
 }
 
+impl KeyKind {
+    /// What it is, as errors and logs name it ("a hash").
+    pub fn described(self) -> &'static str {
+        match self {
+            KeyKind::String => "a string",
+            KeyKind::Hash => "a hash",
+            KeyKind::Zset => "a sorted set",
+            KeyKind::Native => "a native vtrr queue",
+        }
+    }
+}
+
 /// The keys of a queue: vtrr-queue's nine, then the module's own (delayed
 /// and dead items, nack counts, the dead-letter policy, ...), which the Lua
 /// scripts never see. The schedules' two come last (`core::access` leaves
@@ -376,6 +388,16 @@ pub struct Scope {
     /// Whether the queue keeps outcomes, so `when_kept` is open too: true
     /// until a store opening the keys reads otherwise from the policy.
     pub kept: bool,
+    /// Keys of `keys` the operation only reads or removes from: one missing
+    /// when the call starts reads as empty, and removing from it changes
+    /// nothing, so the keys layout neither checks nor opens it (a lookup
+    /// instead of an open), and adding to it is a bug.
+    pub if_present: &'static [QueueKey],
+    /// Keys of `keys` the keys layout opens when the call first touches
+    /// them, not before: the rankings, which most calls never move. Their
+    /// ACL is checked before anything is written, but not their type: one
+    /// of another type (another client's) is left alone and logged.
+    pub lazy: &'static [QueueKey],
     pub writes: bool,
 }
 
@@ -387,6 +409,14 @@ impl Scope {
 
     fn declares(&self, key: QueueKey) -> bool {
         self.keys.contains(&key) || (self.kept && self.when_kept.contains(&key))
+    }
+
+    /// Why adding to `key`, missing when the call started, is refused.
+    pub fn refusal_to_add(&self, key: QueueKey) -> String {
+        format!(
+            "{} adds to {key:?}, which it declares read or removed only (core/access.rs) and which was missing",
+            self.operation
+        )
     }
 
     /// Why touching `key` is refused.

@@ -243,6 +243,22 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
         "default-cap",
     ];
     let ranked_and_stats = [RANKED, &["stats"]].concat();
+    // The rankings are opened only when touched by the calls that move
+    // places in passing (`core::access`, `CoreOp::lazy`): what opens them
+    // at once is what reads, rebuilds or checks them, and the controls.
+    const RANKINGS_READ: &[&str] = &[
+        "check",
+        "revive",
+        "cancel",
+        "limit-set",
+        "pause",
+        "resume",
+        "partitions",
+        "partition",
+        "recount",
+        "default-cap",
+    ];
+    let rankings_read_and_stats = [RANKINGS_READ, &["stats"]].concat();
     // What a finished job leaves while the queue keeps outcomes: read by
     // ENQUEUE and DEFER (dedup), written by the calls that finish a job.
     const OUTCOMES: &[&str] = &[
@@ -438,20 +454,17 @@ pub fn module_key_openers(token: &str) -> Vec<(&'static str, Vec<Vec<&str>>)> {
                 "stats",
             ],
         ),
-        ("rank_queued", &ranked_and_stats),
-        ("rank_waiting", &ranked_and_stats),
-        ("rank_leased", RANKED),
-        ("rank_dead", RANKED),
+        ("rank_queued", &rankings_read_and_stats),
+        ("rank_waiting", &rankings_read_and_stats),
+        ("rank_leased", RANKINGS_READ),
+        ("rank_dead", RANKINGS_READ),
         ("totals", &ranked_and_stats),
+        // Opened when touched by ENQUEUE, DEFER and ACK, which only write
+        // it; at once by the calls that read it.
         (
             "throttled",
             &[
-                "enqueue",
-                "enqueue-priority",
-                "defer",
-                "defer-priority",
                 "lease",
-                "ack",
                 "nack",
                 "reclaim",
                 "check",

@@ -14,7 +14,7 @@ use crate::core::CoreError;
 use crate::engine::memory::MemoryStore;
 use crate::engine::value_access::ValueAccess;
 use crate::layout::open::{OpenError, Opening, Propagate};
-use crate::layout::QueueLayout;
+use crate::layout::{QueueLayout, Wakeup};
 use crate::replication::effects::{replicate_apply, replicate_load, replicate_verbatim};
 use crate::server::acl::Access;
 use crate::server::api::api;
@@ -163,12 +163,13 @@ impl<'ctx> QueueLayout<'ctx> for NativeStore<'ctx> {
         true
     }
 
-    fn signal_ready(&self) {
-        signal_ready(self.ctx, &self.name);
+    /// The queue's one key, for every wakeup: what a finished job leaves
+    /// keeps it there.
+    fn wakeup_keys(_: Wakeup) -> &'static [QueueKey] {
+        &[QueueKey::Queue]
     }
 
-    /// The queue's one key: what a finished job leaves keeps it there.
-    fn signal_finished(&self) {
+    fn signal(&self, _: Wakeup) {
         signal_ready(self.ctx, &self.name);
     }
 
