@@ -12,6 +12,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::rc::Rc;
 
 use redis_module::{raw, Context, RedisValue};
 use smallvec::SmallVec;
@@ -28,6 +29,7 @@ use crate::replication::effects::{
 use crate::server::acl::Access;
 use crate::server::api::api;
 use crate::server::blocking::signal_ready;
+use crate::server::key_names::QueueKeyNames;
 use crate::server::notify_module_event;
 use crate::server::strings::{bytes_in, bytes_of, take_string, OwnedString};
 use crate::store::{
@@ -36,7 +38,6 @@ use crate::store::{
 use crate::text::Quoted;
 
 struct Slot {
-    name: OwnedString,
     /// NULL for a key of the scope's `if_present` that was missing: not
     /// opened (it reads as empty: `RedisModule_KeyType` and
     /// `RedisModule_CloseKey` take NULL).
@@ -50,10 +51,9 @@ struct Slot {
 }
 
 impl Slot {
-    /// The slot of `name`, not opened.
-    fn closed(name: OwnedString) -> Slot {
+    /// A slot not opened.
+    fn closed() -> Slot {
         Slot {
-            name,
             key: ptr::null_mut(),
             written: false,
             lazy: false,
@@ -66,8 +66,9 @@ impl Slot {
 /// One queue's keys, open for the duration of a command or timer run.
 pub struct KeysStore<'ctx> {
     ctx: &'ctx Context,
-    /// `vtrr:<name>:queue`, opened or not: the keyspace notification names it.
-    queue_name: OwnedString,
+    /// The queue's key names (`vtrr:<name>:queue`, opened or not, is the
+    /// one the keyspace notification names).
+    names: Rc<QueueKeyNames>,
     /// The operation's declared keys: no other is opened, and touching one
     /// is a bug (asserted in debug builds; it would read as empty).
     scope: Scope,
@@ -89,47 +90,44 @@ impl<'ctx> KeysStore<'ctx> {
     /// `records_effects` its writes are recorded to propagate as effects;
     /// its commit must then be [`Propagate::Effects`], and only then.
     fn open_keys(mut opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
-        let (names, queue_name, missing) =
-            opening.check(opening.scope.keys, opening.scope.if_present)?;
+        let (names, missing) = opening.check(opening.scope.keys, opening.scope.if_present)?;
         let mut store = KeysStore {
             ctx: opening.ctx,
-            queue_name,
+            names,
             scope: opening.scope,
             access: opening.access,
             records_effects: opening.records_effects,
             slots: std::array::from_fn(|_| None),
             recent_members: Default::default(),
         };
-        for (key, name) in QueueKey::ALL.into_iter().zip(names) {
-            if let Some(name) = name {
-                if missing & 1 << key.index() != 0 {
-                    // Read or removed only, and missing: it reads as empty
-                    // without an open.
-                    store.slots[key.index()] = Some(Slot::closed(name));
-                    continue;
-                }
-                if store.scope.lazy.contains(&key) {
-                    let lazy = Slot::closed(name);
-                    store.slots[key.index()] = Some(Slot { lazy: true, ..lazy });
-                    continue;
-                }
-                let opened = match key {
-                    QueueKey::Queue => Some(opening.open_queue_key(&name)),
-                    _ => None,
-                };
-                store.open_slot(key, name, opened)?;
+        for &key in store.scope.keys {
+            if missing & 1 << key.index() != 0 {
+                // Read or removed only, and missing: it reads as empty
+                // without an open.
+                store.slots[key.index()] = Some(Slot::closed());
+                continue;
             }
+            if store.scope.lazy.contains(&key) {
+                store.slots[key.index()] = Some(Slot {
+                    lazy: true,
+                    ..Slot::closed()
+                });
+                continue;
+            }
+            let opened = match key {
+                QueueKey::Queue => Some(opening.open_queue_key(store.names.name(key))),
+                _ => None,
+            };
+            store.open_slot(key, opened)?;
         }
         // The keys of finished jobs, only on a queue that keeps them: its
         // policy is open by now, and nothing is written yet.
         if !store.scope.when_kept.is_empty() {
             store.scope.kept = core::keeps_outcomes(&mut store);
             if store.scope.kept {
-                let names = opening.check_more(store.scope.when_kept)?;
-                for (key, name) in QueueKey::ALL.into_iter().zip(names) {
-                    if let Some(name) = name {
-                        store.open_slot(key, name, None)?;
-                    }
+                opening.check_more(&store.names, store.scope.when_kept)?;
+                for &key in store.scope.when_kept {
+                    store.open_slot(key, None)?;
                 }
             }
         }
@@ -141,9 +139,9 @@ impl<'ctx> KeysStore<'ctx> {
     fn open_slot(
         &mut self,
         which: QueueKey,
-        name: OwnedString,
         opened: Option<*mut raw::RedisModuleKey>,
     ) -> Result<(), OpenError> {
+        let name = self.names.name(which);
         let mode = self.access.open_mode();
         let key = match opened {
             Some(key) => key,
@@ -161,7 +159,7 @@ impl<'ctx> KeysStore<'ctx> {
         });
         self.slots[which.index()] = Some(Slot {
             key,
-            ..Slot::closed(name)
+            ..Slot::closed()
         });
         error.map_or(Ok(()), Err)
     }
@@ -188,11 +186,11 @@ impl<'ctx> KeysStore<'ctx> {
             return;
         };
         slot.lazy = false;
-        // SAFETY: live context; the name stays in the slot while open.
-        let key = unsafe {
-            api!(RedisModule_OpenKey)(self.ctx.ctx, slot.name.0, self.access.open_mode())
-        }
-        .cast::<raw::RedisModuleKey>();
+        let name = self.names.name(which);
+        // SAFETY: live context; the store keeps the name while the key is open.
+        let key =
+            unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, self.access.open_mode()) }
+                .cast::<raw::RedisModuleKey>();
         // SAFETY: the key just opened (or NULL: missing, opened to read).
         if unsafe { holds(key, which.kind()) } {
             slot.key = key;
@@ -202,7 +200,7 @@ impl<'ctx> KeysStore<'ctx> {
         unsafe { api!(RedisModule_CloseKey)(key) };
         let message = format!(
             "vtrr: {} must be {}, and holds another type: this call left it as it is",
-            Quoted(slot.name.bytes()),
+            Quoted(name.bytes()),
             which.kind().described()
         );
         crate::server::log_warning(self.ctx, &message);
@@ -237,11 +235,11 @@ impl<'ctx> KeysStore<'ctx> {
             // Opened now rather than the write lost: it was missing, so it
             // holds no other type.
             let slot = self.slots[which.index()].as_mut()?;
-            // SAFETY: live context; the name stays in the slot while open.
-            slot.key = unsafe {
-                api!(RedisModule_OpenKey)(self.ctx.ctx, slot.name.0, self.access.open_mode())
-            }
-            .cast::<raw::RedisModuleKey>();
+            let name = self.names.name(which);
+            // SAFETY: live context; the store keeps the name while the key is open.
+            slot.key =
+                unsafe { api!(RedisModule_OpenKey)(self.ctx.ctx, name.0, self.access.open_mode()) }
+                    .cast::<raw::RedisModuleKey>();
         }
         let slot = self.slot(which, true)?;
         // SAFETY: the key is open until drop.
@@ -270,10 +268,18 @@ impl<'ctx> KeysStore<'ctx> {
     /// Signals the keys written so far (WATCH) without propagating or
     /// notifying: VTRR.CONVERT's source, whose target commits the call.
     pub fn signal_modified(&self) {
-        for slot in self.slots.iter().flatten().filter(|s| s.written) {
+        for which in self.written_keys() {
+            let name = self.names.name(which);
             // SAFETY: ctx and the key name are valid for this call.
-            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
+            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, name.0) };
         }
+    }
+
+    /// The keys written so far.
+    fn written_keys(&self) -> impl Iterator<Item = QueueKey> + '_ {
+        QueueKey::ALL
+            .into_iter()
+            .filter(|key| self.slots[key.index()].as_ref().is_some_and(|s| s.written))
     }
 
     /// Notes a write to `which`, and records it as an effect (`args`, made
@@ -342,34 +348,34 @@ impl<'ctx> KeysStore<'ctx> {
         }
     }
 
-    /// `command` on the key of `slot` with `args` after it, through the
+    /// `command` on the key `name` with `args` after it, through the
     /// server; its error reply as a [`StoreError`].
     fn call(
         &self,
         command: &'static str,
-        slot: &Slot,
+        name: &OwnedString,
         args: &[&[u8]],
     ) -> Result<RedisValue, StoreError> {
         let mut argv: SmallVec<[&[u8]; 4]> = SmallVec::new();
-        argv.push(slot.name.bytes());
+        argv.push(name.bytes());
         argv.extend_from_slice(args);
         self.ctx
             .call(command, &argv[..])
-            .map_err(|e| call_error(command, slot, e.to_string()))
+            .map_err(|e| call_error(command, name, e.to_string()))
     }
 }
 
-fn call_error(command: &'static str, slot: &Slot, reply: String) -> StoreError {
+fn call_error(command: &'static str, name: &OwnedString, reply: String) -> StoreError {
     StoreError {
         command,
-        key: slot.name.bytes().to_vec(),
+        key: name.bytes().to_vec(),
         reply,
     }
 }
 
 /// The reply of `command` was not of the shape it always has.
-fn unexpected(command: &'static str, slot: &Slot, reply: &RedisValue) -> StoreError {
-    call_error(command, slot, format!("unexpected reply {reply:?}"))
+fn unexpected(command: &'static str, name: &OwnedString, reply: &RedisValue) -> StoreError {
+    call_error(command, name, format!("unexpected reply {reply:?}"))
 }
 
 impl<'ctx> QueueLayout<'ctx> for KeysStore<'ctx> {
@@ -415,20 +421,23 @@ impl<'ctx> QueueLayout<'ctx> for KeysStore<'ctx> {
             .is_some_and(|slot| slot.added);
         if queue_grew {
             // Wake clients blocked in VTRR.LEASE ... BLOCK on this queue.
-            signal_ready(self.ctx, &self.queue_name);
+            signal_ready(self.ctx, self.names.name(QueueKey::Queue));
         }
-        for slot in self.slots.iter_mut().flatten().filter(|s| s.written) {
+        for (slot, which) in self.slots.iter_mut().zip(QueueKey::ALL) {
+            let Some(slot) = slot.as_mut().filter(|s| s.written) else {
+                continue;
+            };
+            let name = self.names.name(which);
             // SAFETY: ctx and the key name are valid for this call.
-            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, slot.name.0) };
+            unsafe { api!(RedisModule_SignalModifiedKey)(self.ctx.ctx, name.0) };
             if effects {
-                slot.effects.replicate(self.ctx, &slot.name);
+                slot.effects.replicate(self.ctx, name);
             }
         }
         self.notify(event);
         true
     }
 
-    /// Wakes clients blocked in VTRR.LEASE ... BLOCK on this queue.
     /// Items may be leased: `queue`. A job finished: what a finished job
     /// writes, its outcome or its place among the dead.
     fn wakeup_keys(wakeup: Wakeup) -> &'static [QueueKey] {
@@ -442,17 +451,15 @@ impl<'ctx> QueueLayout<'ctx> for KeysStore<'ctx> {
     /// wrote (a token coming due makes items leasable with nothing written).
     fn signal(&self, wakeup: Wakeup) {
         for &which in Self::wakeup_keys(wakeup) {
-            if which == QueueKey::Queue {
-                signal_ready(self.ctx, &self.queue_name);
-            } else if let Some(slot) = self.slots[which.index()].as_ref().filter(|s| s.written) {
-                signal_ready(self.ctx, &slot.name);
+            if which == QueueKey::Queue || self.wrote(which) {
+                signal_ready(self.ctx, self.names.name(which));
             }
         }
     }
 
     /// Fires the module keyspace event `event` on `vtrr:<name>:queue`.
     fn notify(&self, event: &CStr) {
-        notify_module_event(self.ctx, &self.queue_name, event);
+        notify_module_event(self.ctx, self.names.name(QueueKey::Queue), event);
     }
 
     /// Reads the whole queue out of its keys and deletes them (the keys
@@ -612,9 +619,10 @@ impl Store for KeysStore<'_> {
         if self.key(key.into()).is_none() {
             return Ok(0);
         }
-        let Some(slot) = self.slot(key.into(), false) else {
+        let Some(_) = self.slot(key.into(), false) else {
             return Ok(0);
         };
+        let slot = self.names.name(key.into());
         let mut buffer = [0u8; 32];
         let max = format_score(max, &mut buffer);
         match self.call("ZCOUNT", slot, &[b"-inf", max])? {
@@ -632,9 +640,10 @@ impl Store for KeysStore<'_> {
         if limit == 0 || self.key(key.into()).is_none() {
             return Ok(Vec::new());
         }
-        let Some(slot) = self.slot(key.into(), false) else {
+        let Some(_) = self.slot(key.into(), false) else {
             return Ok(Vec::new());
         };
+        let slot = self.names.name(key.into());
         // Through the server, by index: a skip list finds the offset-th
         // entry by its spans, O(log N), where the key API would walk to it.
         let last = offset.saturating_add(limit - 1);
@@ -717,9 +726,10 @@ impl Store for KeysStore<'_> {
     }
 
     fn hfields(&mut self, key: HashKey) -> Result<Vec<Vec<u8>>, StoreError> {
-        let Some(slot) = self.slot(key.into(), false) else {
+        let Some(_) = self.slot(key.into(), false) else {
             return Ok(Vec::new());
         };
+        let slot = self.names.name(key.into());
         let reply = self.call("HKEYS", slot, &[])?;
         let RedisValue::Array(fields) = &reply else {
             return Err(unexpected("HKEYS", slot, &reply));
@@ -731,9 +741,10 @@ impl Store for KeysStore<'_> {
     }
 
     fn hscan(&mut self, key: HashKey, cursor: u64, count: usize) -> Result<HashPage, StoreError> {
-        let Some(slot) = self.slot(key.into(), false) else {
+        let Some(_) = self.slot(key.into(), false) else {
             return Ok((0, Vec::new()));
         };
+        let slot = self.names.name(key.into());
         let (mut cursor_digits, mut count_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
         let cursor = cursor_digits.format(cursor).as_bytes();
         let count = count_digits.format(count).as_bytes();

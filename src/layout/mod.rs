@@ -82,12 +82,13 @@ fn layout_of_new(ctx: &Context, queue: &[u8]) -> Layout {
 /// `vtrr:<name>:queue` that exists: where a native queue has one, it is
 /// another client's, and the keys layout cannot take the queue over it.
 pub fn keys_layout_key_beside(ctx: &Context, queue: &[u8]) -> Option<Vec<u8>> {
-    let (names, _) = names_of(queue, &QueueKey::ALL[1..]);
+    let names = names_of(queue);
     let exists = |name: &&OwnedString| {
         // SAFETY: live context and valid name.
         unsafe { api!(RedisModule_KeyExists)(ctx.ctx, name.0) != 0 }
     };
-    let found = names.iter().flatten().find(exists)?;
+    let mut others = QueueKey::ALL[1..].iter().map(|&key| names.name(key));
+    let found = others.find(exists)?;
     Some(found.bytes().to_vec())
 }
 

@@ -2,13 +2,15 @@
 //! cluster and ACL checks every open makes, why an open can fail, how the
 //! call it serves will propagate, and the probe that tells the layout.
 
+use std::rc::Rc;
+
 use redis_module::{raw, Context};
 
 use crate::replication::effects::ApplyArgs;
 use crate::server::acl::{Access, AclUser};
 use crate::server::api::api;
 use crate::server::cluster::{self, Actor};
-use crate::server::key_names::{names_of, queue_key_name};
+use crate::server::key_names::{names_of, queue_key_name, QueueKeyNames};
 use crate::server::strings::OwnedString;
 use crate::store::{KeyKind, QueueKey, Scope};
 
@@ -89,8 +91,7 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
     /// opened: the cluster's (the queue's slot is not moving) and the
     /// calling client's ACL user's on each key of `keys` (the commands name
     /// a queue, not keys, so the server cannot check them itself). The
-    /// names of `keys` (at their [`QueueKey::index`]) and the name of
-    /// `vtrr:<name>:queue`, which notifications name whether opened or not.
+    /// queue's key names.
     ///
     /// A key of `if_present` that does not exist is not checked, and is
     /// named in the bits returned (at its [`QueueKey::index`]): the call
@@ -99,23 +100,19 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
         &self,
         keys: &[QueueKey],
         if_present: &[QueueKey],
-    ) -> Result<([Option<OwnedString>; QueueKey::ALL.len()], OwnedString, u64), OpenError> {
+    ) -> Result<(Rc<QueueKeyNames>, u64), OpenError> {
         check_caller(self.ctx, self.queue, self.caller, self.access)?;
-        let (names, queue_name) = names_of(self.queue, keys);
+        let names = names_of(self.queue);
         let missing = if_present
             .iter()
-            .filter(|key| {
-                names[key.index()]
-                    .as_ref()
-                    .is_some_and(|name| !self.exists(name))
-            })
+            .filter(|&&key| !self.exists(names.name(key)))
             .fold(0u64, |missing, key| missing | 1 << key.index());
-        let checked = QueueKey::ALL
+        let checked = keys
             .iter()
             .filter(|key| missing & 1 << key.index() == 0)
-            .filter_map(|key| names[key.index()].as_ref());
+            .map(|&key| names.name(key));
         check_permissions(self.ctx, checked, self.caller, self.access)?;
-        Ok((names, queue_name, missing))
+        Ok((names, missing))
     }
 
     /// Whether the key `name` exists (a lookup: nothing is allocated).
@@ -125,15 +122,10 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
     }
 
     /// The ACL check of [`Self::check`] on more keys of the same call, once
-    /// the layout knows it needs them (the cluster's is made): their names,
-    /// at their [`QueueKey::index`].
-    pub fn check_more(
-        &self,
-        keys: &[QueueKey],
-    ) -> Result<[Option<OwnedString>; QueueKey::ALL.len()], OpenError> {
-        let (names, _) = names_of(self.queue, keys);
-        check_permissions(self.ctx, names.iter().flatten(), self.caller, self.access)?;
-        Ok(names)
+    /// the layout knows it needs them (the cluster's is made).
+    pub fn check_more(&self, names: &QueueKeyNames, keys: &[QueueKey]) -> Result<(), OpenError> {
+        let named = keys.iter().map(|&key| names.name(key));
+        check_permissions(self.ctx, named, self.caller, self.access)
     }
 
     /// [`Self::check`] for a layout that opens `vtrr:<name>:queue` alone:
@@ -209,8 +201,9 @@ fn check_permissions<'n>(
 /// The calling client may write every key the keys layout gives `queue`
 /// (VTRR.CONVERT checks it before it changes anything).
 pub fn may_write_every_key(ctx: &Context, queue: &[u8]) -> Result<(), OpenError> {
-    let (names, _) = names_of(queue, &QueueKey::ALL);
-    check_permissions(ctx, names.iter().flatten(), Caller::Client, Access::Write)
+    let names = names_of(queue);
+    let every = QueueKey::ALL.iter().map(|&key| names.name(key));
+    check_permissions(ctx, every, Caller::Client, Access::Write)
 }
 
 /// `vtrr:<name>:queue`, open: the key that tells a queue's layout, handed
