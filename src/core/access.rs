@@ -119,11 +119,11 @@ const RANKS: &[QueueKey] = &[
     QueueKey::RankDead,
 ];
 
-/// What ENQUEUE, DEFER and ACK touch only in passing, and never on a
-/// queue without the feature: the rankings, and `throttled`, where a
-/// rate-limited partition waits for its next token (LEASE and the timer,
-/// which read it, open it at once: one of another type stops the queue
-/// there, with WRONGTYPE).
+/// What ENQUEUE, DEFER and ACK touch only in passing: the rankings (a
+/// place moves only out of its band or grain), and `throttled`, written
+/// only for a rate-limited partition waiting for its next token (LEASE and
+/// the timer, which read it, open it at once: one of another type stops
+/// the queue there, with WRONGTYPE).
 const IN_PASSING: &[QueueKey] = keys![RANKS, &[QueueKey::Throttled]];
 
 /// The operator's rankings and the queue's totals, which every change of a
