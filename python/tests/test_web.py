@@ -160,10 +160,12 @@ def test_the_queue_page_shows_the_queues_own_limits_and_how_long_it_keeps_finish
         def page() -> str:
             return unescape(http.get(f"/queue?q={url_of(queue.name)}").text)
 
-        def with_tokens() -> str | None:
-            """The page, once the poller's sample (its live part) read the bucket."""
+        def after_the_leases() -> str | None:
+            """The page, once a sample of the poller's (its live part) read the
+            bucket after the two leases: one taken between the policy and the
+            leases shows it full."""
             shown = page()
-            return shown if "queue-tokens" in shown else None
+            return shown if '<dd class="queue-tokens">2</dd>' in shown else None
 
         shown = page()
         assert '<dt>queue cap</dt><dd class="queue-cap">none</dd>' in shown
@@ -174,7 +176,7 @@ def test_the_queue_page_shows_the_queues_own_limits_and_how_long_it_keeps_finish
         queue.set_policy(concurrency=2, rate=vtrr.Rate(5, per_ms=60_000, burst=4))
         queue.set_policy(result_ttl_ms=86_400_000, dedup_ms=60_000)
         assert len(queue.lease_many(60_000, 10)) == 2, "the cap"
-        shown = wait_for(with_tokens)
+        shown = wait_for(after_the_leases)
         assert '<dt>results kept</dt><dd class="result-ttl">86400000 ms</dd>' in shown
         assert '<dt>dedup window</dt><dd class="dedup">60000 ms</dd>' in shown
         assert '<dt>queue cap</dt><dd class="queue-cap">2</dd>' in shown
