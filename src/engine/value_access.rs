@@ -175,11 +175,7 @@ impl MemoryStore {
     /// begins panics too (the keys layout leaves it closed).
     pub fn scoped(&mut self, scope: impl Into<Scope>) -> Scoped<'_> {
         let scope = scope.into();
-        let missing = scope
-            .if_present
-            .iter()
-            .filter(|&&key| !self.holds(key))
-            .fold(0u64, |missing, key| missing | 1 << key.index());
+        let missing = scope.missing(|key| self.holds(key));
         Scoped {
             store: self,
             scope,
@@ -193,8 +189,8 @@ impl MemoryStore {
 pub struct Scoped<'a> {
     store: &'a mut MemoryStore,
     scope: Scope,
-    /// The keys of `scope.if_present` missing when it began (bits at
-    /// their [`QueueKey::index`]).
+    /// The keys of `scope.if_present` missing when it began
+    /// ([`Scope::missing`]).
     missing: u64,
 }
 
@@ -205,7 +201,7 @@ impl ValueAccess for Scoped<'_> {
 
     fn write(&mut self, which: QueueKey) -> &mut MemoryStore {
         assert!(
-            self.missing & 1 << which.index() == 0,
+            self.missing & which.bit() == 0,
             "{}",
             self.scope.refusal_to_add(which)
         );

@@ -90,7 +90,7 @@ impl<'ctx> KeysStore<'ctx> {
     /// `records_effects` its writes are recorded to propagate as effects;
     /// its commit must then be [`Propagate::Effects`], and only then.
     fn open_keys(mut opening: Opening<'ctx, '_>) -> Result<Self, OpenError> {
-        let (names, missing) = opening.check(opening.scope.keys, opening.scope.if_present)?;
+        let (names, missing) = opening.check(opening.scope.keys)?;
         let mut store = KeysStore {
             ctx: opening.ctx,
             names,
@@ -101,7 +101,7 @@ impl<'ctx> KeysStore<'ctx> {
             recent_members: Default::default(),
         };
         for &key in store.scope.keys {
-            if missing & 1 << key.index() != 0 {
+            if missing & key.bit() != 0 {
                 // Read or removed only, and missing: it reads as empty
                 // without an open.
                 store.slots[key.index()] = Some(Slot::closed());

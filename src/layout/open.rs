@@ -93,23 +93,16 @@ impl<'ctx, 'q> Opening<'ctx, 'q> {
     /// a queue, not keys, so the server cannot check them itself). The
     /// queue's key names.
     ///
-    /// A key of `if_present` that does not exist is not checked, and is
-    /// named in the bits returned (at its [`QueueKey::index`]): the call
-    /// only reads or removes from it, so it touches nothing there.
-    pub fn check(
-        &self,
-        keys: &[QueueKey],
-        if_present: &[QueueKey],
-    ) -> Result<(Rc<QueueKeyNames>, u64), OpenError> {
+    /// A key of the scope's `if_present` that does not exist is not
+    /// checked, and is named in the bits returned ([`Scope::missing`]): the
+    /// call only reads or removes from it, so it touches nothing there.
+    pub fn check(&self, keys: &[QueueKey]) -> Result<(Rc<QueueKeyNames>, u64), OpenError> {
         check_caller(self.ctx, self.queue, self.caller, self.access)?;
         let names = names_of(self.queue);
-        let missing = if_present
-            .iter()
-            .filter(|&&key| !self.exists(names.name(key)))
-            .fold(0u64, |missing, key| missing | 1 << key.index());
+        let missing = self.scope.missing(|key| self.exists(names.name(key)));
         let checked = keys
             .iter()
-            .filter(|key| missing & 1 << key.index() == 0)
+            .filter(|key| missing & key.bit() == 0)
             .map(|&key| names.name(key));
         check_permissions(self.ctx, checked, self.caller, self.access)?;
         Ok((names, missing))

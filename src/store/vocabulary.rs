@@ -112,6 +112,11 @@ impl QueueKey {
         self as usize
     }
 
+    /// Its bit in a set of keys kept as a `u64` (at its index).
+    pub const fn bit(self) -> u64 {
+        1 << self.index()
+    }
+
     pub const fn suffix(self) -> &'static str {
         match self {
             QueueKey::Queue => "queue",
@@ -409,6 +414,15 @@ impl Scope {
 
     fn declares(&self, key: QueueKey) -> bool {
         self.keys.contains(&key) || (self.kept && self.when_kept.contains(&key))
+    }
+
+    /// The keys of `if_present` that do not exist, by `exists` (their
+    /// [`QueueKey::bit`]s): the store leaves them closed, reading as empty.
+    pub fn missing(&self, mut exists: impl FnMut(QueueKey) -> bool) -> u64 {
+        self.if_present
+            .iter()
+            .filter(|&&key| !exists(key))
+            .fold(0, |missing, key| missing | key.bit())
     }
 
     /// Why adding to `key`, missing when the call started, is refused.
